@@ -1,0 +1,213 @@
+//! The crate's one error type.
+
+use std::time::Duration;
+
+/// A boxed error, as returned by a leader task.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// The crate's result type.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can go wrong in this crate, as kinds a caller can match on.
+///
+/// No message of this type ever contains an account key, a SAS token or a
+/// connection string.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// An option or setting is out of range; `field` names it.
+    #[error("invalid {field}: {reason}")]
+    InvalidOption {
+        /// The option or setting that was refused, as spelled in the API.
+        field: &'static str,
+        /// Why it was refused.
+        reason: String,
+    },
+
+    /// A connection string could not be used. The text never repeats a secret.
+    #[error("invalid connection string: {0}")]
+    InvalidConnectionString(String),
+
+    /// Storage refused the credentials (HTTP 403) or a token could not be had.
+    #[error("authentication failed ({status} {code}): {message}")]
+    Authentication {
+        /// HTTP status, 403, or 0 when no token could be obtained.
+        status: u16,
+        /// The `x-ms-error-code`, for example `AuthenticationFailed`.
+        code: String,
+        /// A short description; never contains a secret.
+        message: String,
+    },
+
+    /// The lease is no longer ours: broken, changed or taken by someone else.
+    #[error("lease lost: {0}")]
+    LeaseLost(String),
+
+    /// Storage answered with an error status that is not one of the kinds above.
+    #[error("storage error {status} {}: {message}", code.as_deref().unwrap_or("(no code)"))]
+    Storage {
+        /// HTTP status code.
+        status: u16,
+        /// The `x-ms-error-code` header, when storage sent one.
+        code: Option<String>,
+        /// A short description; never contains a secret.
+        message: String,
+    },
+
+    /// The request did not reach storage or its answer did not come back
+    /// (connection refused or reset, DNS, TLS).
+    #[error("transport error: {0}")]
+    Transport(String),
+
+    /// A storage call did not finish within its time limit.
+    #[error("{operation} timed out after {after:?}")]
+    Timeout {
+        /// The storage call, for example `renew`.
+        operation: &'static str,
+        /// The limit that ran out.
+        after: Duration,
+    },
+
+    /// The caller's cancellation token was cancelled.
+    #[error("cancelled")]
+    Cancelled,
+
+    /// The leader task returned an error.
+    #[error("leader task failed")]
+    TaskFailed(#[source] BoxError),
+
+    /// The leader task panicked.
+    #[error("leader task panicked: {0}")]
+    TaskPanicked(String),
+
+    /// The leader task neither stopped within its grace nor could be aborted.
+    ///
+    /// The lease was not released; it expires on its own. Another instance may
+    /// become leader while this task still runs, so the process should exit
+    /// (see [`MutexOptions::fail_stop`](crate::MutexOptions::fail_stop)).
+    #[error("leader task did not stop after cancellation and abort")]
+    TaskNotStopped,
+}
+
+impl Error {
+    /// Whether retrying the same call later may succeed: time-outs, transport
+    /// errors, and storage answers 408, 429, 500, 502, 503 and 504.
+    #[must_use]
+    pub fn is_transient(&self) -> bool {
+        match self {
+            Error::Transport(_) | Error::Timeout { .. } => true,
+            Error::Storage { status, .. } => matches!(status, 408 | 429 | 500 | 502 | 503 | 504),
+            _ => false,
+        }
+    }
+
+    /// Whether the error can never go away by retrying with the same settings:
+    /// invalid options or connection strings, authentication failures, and
+    /// HTTP 400 (a request storage will never accept).
+    #[must_use]
+    pub fn is_fatal(&self) -> bool {
+        match self {
+            Error::InvalidOption { .. }
+            | Error::InvalidConnectionString(_)
+            | Error::Authentication { .. } => true,
+            Error::Storage { status, .. } => *status == 400,
+            _ => false,
+        }
+    }
+
+    pub(crate) fn invalid(field: &'static str, reason: impl Into<String>) -> Self {
+        Error::InvalidOption {
+            field,
+            reason: reason.into(),
+        }
+    }
+}
+
+/// Removes anything that looks like a SAS signature or other secret from a
+/// message before it goes into an error or a log line.
+pub(crate) fn redact(message: &str) -> String {
+    let mut out = String::with_capacity(message.len());
+    let mut rest = message;
+    while let Some(start) = find_url_query(rest) {
+        out.push_str(&rest[..start]);
+        let tail = &rest[start..];
+        let end = tail
+            .find(|c: char| c.is_whitespace() || matches!(c, ')' | '"' | '\'' | '>'))
+            .unwrap_or(tail.len());
+        out.push_str("?<redacted>");
+        rest = &tail[end..];
+    }
+    out.push_str(rest);
+    for key in ["AccountKey=", "SharedAccessSignature=", "sig="] {
+        while let Some(at) = out.find(key) {
+            let value_start = at + key.len();
+            let value_end = out[value_start..]
+                .find(|c: char| c == ';' || c == '&' || c.is_whitespace())
+                .map_or(out.len(), |i| value_start + i);
+            out.replace_range(at..value_end, "<redacted>");
+        }
+    }
+    out
+}
+
+/// The byte offset of the `?` that starts the query of a URL in `text`.
+fn find_url_query(text: &str) -> Option<usize> {
+    let scheme = text.find("http://").or_else(|| text.find("https://"))?;
+    let url = &text[scheme..];
+    let url_end = url
+        .find(|c: char| c.is_whitespace() || matches!(c, ')' | '"' | '\'' | '>'))
+        .unwrap_or(url.len());
+    match url[..url_end].find('?') {
+        Some(q) => Some(scheme + q),
+        None => {
+            let next = scheme + url_end;
+            find_url_query(&text[next..]).map(|i| next + i)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redact_removes_sas_query_and_keys() {
+        let msg = "error sending request for url (https://acct.blob.core.windows.net/c/b?comp=lease&sig=abc%2Bdef&se=2030)";
+        let red = redact(msg);
+        assert!(!red.contains("abc"), "{red}");
+        assert!(red.contains("https://acct.blob.core.windows.net/c/b?<redacted>)"), "{red}");
+
+        let red = redact("bad AccountKey=c2VjcmV0; and sig=zzz&x=1");
+        assert!(!red.contains("c2VjcmV0") && !red.contains("zzz"), "{red}");
+    }
+
+    #[test]
+    fn redact_keeps_plain_text() {
+        assert_eq!(redact("no secrets here"), "no secrets here");
+        assert_eq!(
+            redact("see http://127.0.0.1:10000/devstoreaccount1 now"),
+            "see http://127.0.0.1:10000/devstoreaccount1 now"
+        );
+    }
+
+    #[test]
+    fn kinds() {
+        assert!(Error::Timeout {
+            operation: "renew",
+            after: Duration::from_secs(1)
+        }
+        .is_transient());
+        let busy = Error::Storage {
+            status: 503,
+            code: Some("ServerBusy".into()),
+            message: String::new(),
+        };
+        assert!(busy.is_transient() && !busy.is_fatal());
+        let bad = Error::Storage {
+            status: 400,
+            code: None,
+            message: String::new(),
+        };
+        assert!(bad.is_fatal() && !bad.is_transient());
+    }
+}

@@ -1,0 +1,694 @@
+//! The lease blob's storage calls: the only module that talks to the Azure SDK.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::future::Future;
+use std::str::FromStr;
+use std::time::Duration;
+
+use azure_core::error::ErrorKind;
+use azure_core::prelude::{IfMatchCondition, LeaseBreakPeriod, ProposedLeaseId};
+use azure_core::request_options::Metadata;
+use azure_core::RetryOptions;
+use azure_storage::{CloudLocation, StorageCredentials};
+use azure_storage_blobs::prelude::{BlobClient, ClientBuilder};
+use time::format_description::well_known::Rfc3339;
+use time::OffsetDateTime;
+use tracing::{debug, trace};
+
+use crate::error::{redact, Error, Result};
+use crate::settings::{BlobSettings, Credential};
+
+/// Metadata key of the current holder's name.
+pub const HOLDER_KEY: &str = "holder";
+/// Metadata key of the fencing token.
+pub const EPOCH_KEY: &str = "epoch";
+/// Metadata key of the instant the current term began (RFC 3339, UTC).
+pub const ACQUIRED_AT_KEY: &str = "acquired_at";
+
+/// Error codes that mean a lease we thought we held is not ours any more.
+const LOST_CODES: &[&str] = &[
+    "LeaseIdMismatchWithLeaseOperation",
+    "LeaseIsBrokenAndCannotBeRenewed",
+    "LeaseNotPresentWithLeaseOperation",
+    "LeaseLost",
+    "LeaseIdMismatchWithBlobOperation",
+    "LeaseNotPresentWithBlobOperation",
+    "LeaseIdMissing",
+];
+
+/// A lease id: a UUID chosen by this crate (a *proposed* lease id), so that a
+/// retried acquire of the same round is idempotent.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct LeaseId(uuid::Uuid);
+
+impl LeaseId {
+    /// A new random lease id.
+    #[must_use]
+    pub fn new() -> Self {
+        LeaseId(uuid::Uuid::new_v4())
+    }
+
+    fn sdk(self) -> azure_core::request_options::LeaseId {
+        azure_core::request_options::LeaseId::from(self.0)
+    }
+}
+
+impl Default for LeaseId {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl fmt::Display for LeaseId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl fmt::Debug for LeaseId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "LeaseId({})", self.0)
+    }
+}
+
+impl FromStr for LeaseId {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self> {
+        uuid::Uuid::from_str(s)
+            .map(LeaseId)
+            .map_err(|_| Error::invalid("lease_id", "must be a UUID"))
+    }
+}
+
+/// The outcome of an acquire attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Acquire {
+    /// The lease is ours, under the proposed id.
+    Acquired,
+    /// Someone else holds the lease (HTTP 409 `LeaseAlreadyPresent`).
+    Held,
+}
+
+/// The lease state of a blob, as storage reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LeaseState {
+    /// No lease; anyone may acquire.
+    Available,
+    /// Leased and not expired.
+    Leased,
+    /// The lease ran out; anyone may acquire.
+    Expired,
+    /// Being broken; free when the break period ends.
+    Breaking,
+    /// Broken; anyone may acquire.
+    Broken,
+}
+
+impl LeaseState {
+    /// The state's name in the REST API, such as `leased`.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LeaseState::Available => "available",
+            LeaseState::Leased => "leased",
+            LeaseState::Expired => "expired",
+            LeaseState::Breaking => "breaking",
+            LeaseState::Broken => "broken",
+        }
+    }
+
+    /// Whether a new lease can be acquired now.
+    #[must_use]
+    pub fn is_free(self) -> bool {
+        matches!(
+            self,
+            LeaseState::Available | LeaseState::Expired | LeaseState::Broken
+        )
+    }
+}
+
+impl fmt::Display for LeaseState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What [`BlobLeaseManager::inspect`] found on the blob.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LeaseInfo {
+    /// The lease state.
+    pub state: LeaseState,
+    /// Whether the lease is infinite rather than fixed; `None` unless leased.
+    pub infinite: Option<bool>,
+    /// The `holder` metadata: the name of the last instance that led.
+    pub holder: Option<String>,
+    /// The `epoch` metadata: the fencing token of the last term, 0 if none.
+    pub epoch: u64,
+    /// The `acquired_at` metadata, RFC 3339.
+    pub acquired_at: Option<String>,
+    /// The blob's content length in bytes.
+    pub content_length: u64,
+    /// The blob's ETag.
+    pub etag: String,
+}
+
+/// The storage calls the election loop needs; implemented by
+/// [`BlobLeaseManager`] and, in tests, by an in-memory store.
+pub(crate) trait LeaseStore: Send + Sync + 'static {
+    /// Acquire for `duration` with the proposed id, creating the container
+    /// and blob when they are missing.
+    fn acquire(
+        &self,
+        proposed: LeaseId,
+        duration: Duration,
+    ) -> impl Future<Output = Result<Acquire>> + Send;
+    /// Renew; `Error::LeaseLost` when the lease is not ours any more.
+    fn renew(&self, lease: LeaseId) -> impl Future<Output = Result<()>> + Send;
+    /// Release.
+    fn release(&self, lease: LeaseId) -> impl Future<Output = Result<()>> + Send;
+    /// Write `holder`, `epoch = previous + 1` and `acquired_at`; returns the new epoch.
+    fn stamp(&self, lease: LeaseId, holder: &str) -> impl Future<Output = Result<u64>> + Send;
+}
+
+/// Acquires, renews, releases, breaks, changes and inspects the lease on one
+/// blob. Every call is capped by the request timeout, and the SDK's own
+/// retries are off: the caller (usually [`BlobDistributedMutex`](crate::BlobDistributedMutex))
+/// decides when to retry, so that nothing runs past a leader's deadline.
+#[derive(Clone)]
+pub struct BlobLeaseManager {
+    blob: BlobClient,
+    container: String,
+    blob_name: String,
+    request_timeout: Duration,
+}
+
+impl fmt::Debug for BlobLeaseManager {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BlobLeaseManager")
+            .field("container", &self.container)
+            .field("blob", &self.blob_name)
+            .field("request_timeout", &self.request_timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl BlobLeaseManager {
+    /// A manager for the blob named in `settings`, with a 3 s request timeout.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidConnectionString`] when the SAS token cannot be parsed.
+    pub fn new(settings: &BlobSettings) -> Result<Self> {
+        let credentials = match settings.credential() {
+            Credential::SharedKey(key) => {
+                StorageCredentials::access_key(settings.account(), key.clone())
+            }
+            Credential::Sas(sas) => StorageCredentials::sas_token(sas).map_err(|_| {
+                Error::InvalidConnectionString("the SAS token is malformed".to_owned())
+            })?,
+            Credential::Token(token) => StorageCredentials::token_credential(token.clone()),
+        };
+        let location = CloudLocation::Custom {
+            account: settings.account().to_owned(),
+            uri: settings.endpoint().to_owned(),
+        };
+        let blob = ClientBuilder::with_location(location, credentials)
+            .retry(RetryOptions::none())
+            .blob_client(settings.container(), settings.blob());
+        Ok(BlobLeaseManager {
+            blob,
+            container: settings.container().to_owned(),
+            blob_name: settings.blob().to_owned(),
+            request_timeout: Duration::from_secs(3),
+        })
+    }
+
+    /// The same manager with another cap on each call (default 3 s).
+    #[must_use = "the manager is returned by value"]
+    pub fn with_request_timeout(mut self, timeout: Duration) -> Self {
+        self.request_timeout = timeout;
+        self
+    }
+
+    /// The request timeout in force.
+    #[must_use]
+    pub fn request_timeout(&self) -> Duration {
+        self.request_timeout
+    }
+
+    /// Acquires a lease of `duration` (15 to 60 whole seconds) with the proposed
+    /// id. Creates the container and an empty blob when missing, never
+    /// overwriting an existing blob. Acquiring again with the id that already
+    /// holds the lease succeeds, so a retried attempt is idempotent.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidOption`] for a duration out of range;
+    /// [`Error::Authentication`], [`Error::Storage`], [`Error::Transport`] or
+    /// [`Error::Timeout`] when storage cannot be asked or refuses.
+    ///
+    /// # Cancellation safety
+    ///
+    /// Dropping the future may leave the lease acquired on the server; acquire
+    /// again with the same id to learn the outcome, or let it expire.
+    pub async fn acquire(&self, proposed: LeaseId, duration: Duration) -> Result<Acquire> {
+        self.capped("acquire", self.acquire_uncapped(proposed, duration))
+            .await
+    }
+
+    /// Renews the lease.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::LeaseLost`] when storage says the lease is not held under
+    /// this id (broken, released, taken by someone else), or when the id in
+    /// the answer is not ours; other kinds when storage cannot be asked.
+    ///
+    /// # Cancellation safety
+    ///
+    /// Safe: renewing is idempotent.
+    pub async fn renew(&self, lease: LeaseId) -> Result<()> {
+        self.capped("renew", self.renew_uncapped(lease)).await
+    }
+
+    /// Releases the lease so that another instance can acquire at once.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::LeaseLost`] when the lease is not held under this id;
+    /// other kinds when storage cannot be asked.
+    ///
+    /// # Cancellation safety
+    ///
+    /// Safe: releasing is idempotent; a dropped call leaves the lease to expire.
+    pub async fn release(&self, lease: LeaseId) -> Result<()> {
+        self.capped("release", self.release_uncapped(lease)).await
+    }
+
+    /// Breaks the current lease, whoever holds it. With `period` `None` the
+    /// lease ends at once for a fixed-duration lease (Azure's rule: a break
+    /// without a period waits for the rest of the lease); `Some(p)` waits at
+    /// most `p` (0 to 60 s). Returns how long until the lease can be acquired.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidOption`] for a period over 60 s; [`Error::Storage`]
+    /// with status 409 when there is no lease to break; other kinds when
+    /// storage cannot be asked.
+    ///
+    /// # Cancellation safety
+    ///
+    /// Not cancellation safe: the break may or may not have happened.
+    pub async fn break_lease(&self, period: Option<Duration>) -> Result<Duration> {
+        if let Some(p) = period {
+            if p > Duration::from_secs(60) {
+                return Err(Error::invalid("period", "must be at most 60 s"));
+            }
+        }
+        self.capped("break", async {
+            let mut call = self.blob.break_lease();
+            call = call.lease_break_period(LeaseBreakPeriod::from(period.unwrap_or_default()));
+            let response = call.await.map_err(|e| map_error("break", &e))?;
+            Ok(Duration::from_secs(response.lease_time.into()))
+        })
+        .await
+    }
+
+    /// Changes the id of the lease held under `from` to `to`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::LeaseLost`] when the lease is not held under `from`; other
+    /// kinds when storage cannot be asked.
+    ///
+    /// # Cancellation safety
+    ///
+    /// Retry with the same ids to learn the outcome: changing to the id that
+    /// already holds the lease succeeds.
+    pub async fn change(&self, from: LeaseId, to: LeaseId) -> Result<()> {
+        self.capped("change", async {
+            let response = self
+                .blob
+                .blob_lease_client(from.sdk())
+                .change(ProposedLeaseId::from(to.sdk()))
+                .await
+                .map_err(|e| map_error("change", &e))?;
+            if response.lease_id != to.sdk() {
+                return Err(Error::LeaseLost(
+                    "change answered with another lease id".into(),
+                ));
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    /// The lease state and the holder metadata, or `None` when the blob (or
+    /// its container) does not exist.
+    ///
+    /// # Errors
+    ///
+    /// The kinds of [`Error`] for a failed storage call.
+    ///
+    /// # Cancellation safety
+    ///
+    /// Safe: it only reads.
+    pub async fn inspect(&self) -> Result<Option<LeaseInfo>> {
+        self.capped("inspect", async {
+            let response = match self.blob.get_properties().await {
+                Ok(response) => response,
+                Err(e) if is_not_found(&e) => return Ok(None),
+                Err(e) => return Err(map_error("inspect", &e)),
+            };
+            let properties = &response.blob.properties;
+            let metadata = response.blob.metadata.unwrap_or_default();
+            let state = match properties.lease_state {
+                Some(azure_core::LeaseState::Leased) => LeaseState::Leased,
+                Some(azure_core::LeaseState::Expired) => LeaseState::Expired,
+                Some(azure_core::LeaseState::Breaking) => LeaseState::Breaking,
+                Some(azure_core::LeaseState::Broken) => LeaseState::Broken,
+                _ => LeaseState::Available,
+            };
+            let infinite = match (state, properties.lease_duration) {
+                (LeaseState::Leased, Some(azure_core::LeaseDuration::Infinite)) => Some(true),
+                (LeaseState::Leased, _) => Some(false),
+                _ => None,
+            };
+            Ok(Some(LeaseInfo {
+                state,
+                infinite,
+                holder: metadata.get(HOLDER_KEY).cloned(),
+                epoch: parse_epoch(&metadata),
+                acquired_at: metadata.get(ACQUIRED_AT_KEY).cloned(),
+                content_length: properties.content_length,
+                etag: properties.etag.to_string(),
+            }))
+        })
+        .await
+    }
+
+    /// Writes `holder`, `epoch` (the previous epoch + 1) and `acquired_at` to
+    /// the blob's metadata under the lease, keeping any other metadata, and
+    /// returns the new epoch.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::LeaseLost`] when the lease is not held under this id;
+    /// [`Error::Storage`] with status 412 when the blob changed between read
+    /// and write; other kinds when storage cannot be asked.
+    ///
+    /// # Cancellation safety
+    ///
+    /// Not cancellation safe: the epoch may or may not have been written.
+    pub async fn stamp(&self, lease: LeaseId, holder: &str) -> Result<u64> {
+        self.capped("stamp", self.stamp_uncapped(lease, holder)).await
+    }
+
+    async fn capped<T>(
+        &self,
+        operation: &'static str,
+        call: impl Future<Output = Result<T>>,
+    ) -> Result<T> {
+        match tokio::time::timeout(self.request_timeout, call).await {
+            Ok(result) => result,
+            Err(_) => Err(Error::Timeout {
+                operation,
+                after: self.request_timeout,
+            }),
+        }
+    }
+
+    async fn acquire_uncapped(&self, proposed: LeaseId, duration: Duration) -> Result<Acquire> {
+        let seconds = lease_seconds(duration)?;
+        let mut created = false;
+        loop {
+            let attempt = self
+                .blob
+                .acquire_lease(azure_core::prelude::LeaseDuration::Seconds(seconds))
+                .proposed_lease_id(ProposedLeaseId::from(proposed.sdk()))
+                .await;
+            match attempt {
+                Ok(response) if response.lease_id == proposed.sdk() => return Ok(Acquire::Acquired),
+                Ok(_) => {
+                    return Err(Error::Storage {
+                        status: 201,
+                        code: None,
+                        message: "acquire answered with another lease id than proposed".into(),
+                    })
+                }
+                Err(e) => match http_status(&e) {
+                    Some((409, code))
+                        if matches!(
+                            code.as_deref(),
+                            Some("LeaseAlreadyPresent" | "LeaseIsBreakingAndCannotBeAcquired")
+                        ) =>
+                    {
+                        return Ok(Acquire::Held)
+                    }
+                    Some((404, _)) if !created => {
+                        self.create_blob().await?;
+                        created = true;
+                    }
+                    _ => return Err(map_error("acquire", &e)),
+                },
+            }
+        }
+    }
+
+    /// Creates the container and an empty blob if they do not exist. Never
+    /// overwrites: the blob is written with `If-None-Match: *`.
+    async fn create_blob(&self) -> Result<()> {
+        match self.blob.container_client().create().await {
+            Ok(()) => debug!(container = %self.container, "created container"),
+            Err(e) => match http_status(&e) {
+                Some((409, _)) => {}
+                _ => return Err(map_error("create container", &e)),
+            },
+        }
+        let put = self
+            .blob
+            .put_block_blob(Vec::<u8>::new())
+            .if_match(IfMatchCondition::NotMatch("*".to_owned()))
+            .await;
+        match put {
+            Ok(_) => debug!(blob = %self.blob_name, "created lease blob"),
+            // Already there (409 BlobAlreadyExists, or 412 when it is leased or
+            // the condition failed): leave it exactly as it is.
+            Err(e) => match http_status(&e) {
+                Some((409 | 412, _)) => trace!(blob = %self.blob_name, "lease blob already exists"),
+                _ => return Err(map_error("create blob", &e)),
+            },
+        }
+        Ok(())
+    }
+
+    async fn renew_uncapped(&self, lease: LeaseId) -> Result<()> {
+        let response = self
+            .blob
+            .blob_lease_client(lease.sdk())
+            .renew()
+            .await
+            .map_err(|e| map_error("renew", &e))?;
+        // Azurite renews an expired lease even under a wrong id and answers
+        // with the old id: only our own id counts as renewed.
+        if response.lease_id == lease.sdk() {
+            Ok(())
+        } else {
+            Err(Error::LeaseLost("renew answered with another lease id".into()))
+        }
+    }
+
+    async fn release_uncapped(&self, lease: LeaseId) -> Result<()> {
+        self.blob
+            .blob_lease_client(lease.sdk())
+            .release()
+            .await
+            .map(drop)
+            .map_err(|e| map_error("release", &e))
+    }
+
+    async fn stamp_uncapped(&self, lease: LeaseId, holder: &str) -> Result<u64> {
+        let current = self
+            .blob
+            .get_properties()
+            .lease_id(lease.sdk())
+            .await
+            .map_err(|e| map_error("read metadata", &e))?;
+        let mut existing = current.blob.metadata.unwrap_or_default();
+        let epoch = parse_epoch(&existing) + 1;
+        let now = OffsetDateTime::now_utc()
+            .format(&Rfc3339)
+            .unwrap_or_default();
+        existing.insert(HOLDER_KEY.to_owned(), holder.to_owned());
+        existing.insert(EPOCH_KEY.to_owned(), epoch.to_string());
+        existing.insert(ACQUIRED_AT_KEY.to_owned(), now);
+        let mut metadata = Metadata::new();
+        for (key, value) in existing {
+            metadata.insert(key, value);
+        }
+        self.blob
+            .set_metadata()
+            .lease_id(lease.sdk())
+            .if_match(IfMatchCondition::Match(
+                current.blob.properties.etag.to_string(),
+            ))
+            .metadata(metadata)
+            .await
+            .map_err(|e| map_error("write metadata", &e))?;
+        Ok(epoch)
+    }
+}
+
+impl LeaseStore for BlobLeaseManager {
+    fn acquire(
+        &self,
+        proposed: LeaseId,
+        duration: Duration,
+    ) -> impl Future<Output = Result<Acquire>> + Send {
+        self.acquire_uncapped(proposed, duration)
+    }
+
+    fn renew(&self, lease: LeaseId) -> impl Future<Output = Result<()>> + Send {
+        self.renew_uncapped(lease)
+    }
+
+    fn release(&self, lease: LeaseId) -> impl Future<Output = Result<()>> + Send {
+        self.release_uncapped(lease)
+    }
+
+    fn stamp(&self, lease: LeaseId, holder: &str) -> impl Future<Output = Result<u64>> + Send {
+        self.stamp_uncapped(lease, holder)
+    }
+}
+
+fn parse_epoch(metadata: &HashMap<String, String>) -> u64 {
+    metadata
+        .get(EPOCH_KEY)
+        .and_then(|e| e.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// Validates a fixed lease duration before it reaches the SDK, whose
+/// `From<Duration>` would wrap anything over 255 s.
+fn lease_seconds(duration: Duration) -> Result<u8> {
+    match u8::try_from(duration.as_secs()) {
+        Ok(s @ 15..=60) if duration.subsec_nanos() == 0 => Ok(s),
+        _ => Err(Error::invalid(
+            "lease_duration",
+            format!("must be whole seconds from 15 to 60, got {duration:?}"),
+        )),
+    }
+}
+
+fn http_status(error: &azure_core::Error) -> Option<(u16, Option<String>)> {
+    match error.kind() {
+        ErrorKind::HttpResponse { status, error_code } => {
+            Some((u16::from(*status), error_code.clone()))
+        }
+        _ => None,
+    }
+}
+
+fn is_not_found(error: &azure_core::Error) -> bool {
+    matches!(http_status(error), Some((404, _)))
+}
+
+/// Maps an SDK error to the crate's kinds by status and `x-ms-error-code`,
+/// with a message that carries no secret.
+fn map_error(operation: &'static str, error: &azure_core::Error) -> Error {
+    if let Some((status, code)) = http_status(error) {
+        return match (status, code.as_deref()) {
+            (403, code) => Error::Authentication {
+                status,
+                code: code.unwrap_or("Forbidden").to_owned(),
+                message: format!(
+                    "{operation} was refused; check the account key, SAS permissions or role assignment"
+                ),
+            },
+            (409 | 412, Some(code)) if LOST_CODES.contains(&code) => {
+                Error::LeaseLost(format!("{operation}: {code}"))
+            }
+            (status, _) => Error::Storage {
+                status,
+                code,
+                message: format!("{operation} failed"),
+            },
+        };
+    }
+    let mut message = format!("{operation}: {error}");
+    let mut source = std::error::Error::source(error);
+    while let Some(cause) = source {
+        message.push_str(": ");
+        message.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    let message = redact(&message);
+    match error.kind() {
+        ErrorKind::Credential => Error::Authentication {
+            status: 0,
+            code: "CredentialUnavailable".to_owned(),
+            message,
+        },
+        ErrorKind::DataConversion => Error::Storage {
+            status: 0,
+            code: None,
+            message,
+        },
+        _ => Error::Transport(message),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lease_seconds_refuses_what_the_sdk_would_wrap() {
+        assert_eq!(lease_seconds(Duration::from_secs(15)).unwrap(), 15);
+        assert_eq!(lease_seconds(Duration::from_secs(60)).unwrap(), 60);
+        for bad in [0, 14, 61, 255, 300] {
+            assert!(lease_seconds(Duration::from_secs(bad)).is_err(), "{bad}");
+        }
+        assert!(lease_seconds(Duration::from_millis(20_500)).is_err());
+    }
+
+    #[test]
+    fn lease_id_round_trips() {
+        let id = LeaseId::new();
+        assert_eq!(id.to_string().parse::<LeaseId>().unwrap(), id);
+        assert!("not-a-uuid".parse::<LeaseId>().is_err());
+        assert_ne!(LeaseId::new(), LeaseId::new());
+    }
+
+    #[test]
+    fn errors_map_by_code() {
+        let http = |status: u16, code: &str| {
+            azure_core::Error::new(
+                ErrorKind::HttpResponse {
+                    status: azure_core::StatusCode::try_from(status).unwrap(),
+                    error_code: Some(code.to_owned()),
+                },
+                "x",
+            )
+        };
+        assert!(matches!(
+            map_error("renew", &http(409, "LeaseIdMismatchWithLeaseOperation")),
+            Error::LeaseLost(_)
+        ));
+        assert!(matches!(
+            map_error("renew", &http(412, "LeaseLost")),
+            Error::LeaseLost(_)
+        ));
+        assert!(matches!(
+            map_error("acquire", &http(403, "AuthenticationFailed")),
+            Error::Authentication { status: 403, .. }
+        ));
+        let busy = map_error("renew", &http(503, "ServerBusy"));
+        assert!(busy.is_transient(), "{busy:?}");
+        assert!(map_error("acquire", &http(400, "InvalidHeaderValue")).is_fatal());
+    }
+}

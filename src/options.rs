@@ -1,0 +1,316 @@
+//! Timing and behaviour options of the election, with their defaults and validation.
+
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+
+/// Timing and behaviour of a [`BlobDistributedMutex`](crate::BlobDistributedMutex).
+///
+/// Every field has a default (written in its doc); change them with the
+/// `with_*` methods. [`MutexOptions::validate`] runs when a mutex is made and
+/// refuses a combination that could let two leaders overlap, naming the field.
+///
+/// # The deadline
+///
+/// A leader's *deadline* is the instant its last successful acquire or renew
+/// request was sent, plus `lease_duration`, minus the effective safety margin
+/// (`safety_margin + lease_duration × clock_drift`). The server cannot let the
+/// lease expire before then. The leader task is cancelled at
+/// `deadline − stop_grace` at the latest and aborted just before the deadline,
+/// whatever the network does.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct MutexOptions {
+    /// How long each lease lasts on the server, in whole seconds from 15 to 60.
+    /// Default: 15 s.
+    pub lease_duration: Duration,
+    /// How often the leader renews. Default: `None`, which means a third of
+    /// `lease_duration` (5 s for the default lease).
+    pub renew_interval: Option<Duration>,
+    /// How long a follower waits between attempts to acquire a lease someone
+    /// else holds (before jitter). Default: 1 s.
+    pub acquire_retry: Duration,
+    /// The jitter applied to every wait, as a fraction: each wait is drawn
+    /// uniformly from `wait × (1 ± acquire_jitter)`. From 0 to 0.9. Default: 0.2.
+    pub acquire_jitter: f64,
+    /// Time kept in hand between the leader's deadline and the earliest
+    /// instant the server could expire the lease. Default: 1 s.
+    pub safety_margin: Duration,
+    /// The largest rate by which this host's monotonic clock may run slower
+    /// than the storage server's, as a fraction; the safety margin grows by
+    /// `lease_duration × clock_drift`. From 0 to 0.1. Default: 0.01 (1 %).
+    pub clock_drift: f64,
+    /// The longest any single storage request may take. Requests made while
+    /// leading are also cut at the deadline. Default: 3 s.
+    pub request_timeout: Duration,
+    /// How long a cancelled leader task may take to finish before it is
+    /// aborted. Default: 3 s.
+    pub stop_grace: Duration,
+    /// How long to wait before campaigning again after the leader task
+    /// failed or panicked (before jitter). Default: 5 s.
+    pub failure_backoff: Duration,
+    /// If set, the leader task must call [`Heartbeat::beat`](crate::Heartbeat::beat)
+    /// at least this often; when it does not, the mutex stops renewing,
+    /// cancels the task and steps down. Default: `None` (no watchdog).
+    pub heartbeat_timeout: Option<Duration>,
+    /// Exit the process (code [`FAIL_STOP_EXIT_CODE`](crate::FAIL_STOP_EXIT_CODE))
+    /// when a leader task can neither be stopped nor aborted, before the lease
+    /// could expire. Default: `false`, which returns
+    /// [`Error::TaskNotStopped`] instead.
+    pub fail_stop: bool,
+    /// This instance's name, written to the blob's `holder` metadata and given
+    /// to the leader task. Printable ASCII, 1 to 256 characters.
+    /// Default: `None`, which means `<hostname>-<process id>`.
+    pub holder: Option<String>,
+    /// Seed for the jitter's random numbers, for reproducible tests.
+    /// Default: `None` (seeded from the operating system).
+    pub jitter_seed: Option<u64>,
+}
+
+impl Default for MutexOptions {
+    fn default() -> Self {
+        MutexOptions {
+            lease_duration: Duration::from_secs(15),
+            renew_interval: None,
+            acquire_retry: Duration::from_secs(1),
+            acquire_jitter: 0.2,
+            safety_margin: Duration::from_secs(1),
+            clock_drift: 0.01,
+            request_timeout: Duration::from_secs(3),
+            stop_grace: Duration::from_secs(3),
+            failure_backoff: Duration::from_secs(5),
+            heartbeat_timeout: None,
+            fail_stop: false,
+            holder: None,
+            jitter_seed: None,
+        }
+    }
+}
+
+macro_rules! setters {
+    ($($(#[$doc:meta])* $name:ident: $field:ident: $ty:ty = $value:expr;)*) => {
+        $(
+            $(#[$doc])*
+            #[must_use = "options are built by value; use the returned options"]
+            pub fn $name(mut self, value: $ty) -> Self {
+                self.$field = $value(value);
+                self
+            }
+        )*
+    };
+}
+
+impl MutexOptions {
+    setters! {
+        /// Sets [`lease_duration`](Self::lease_duration).
+        with_lease_duration: lease_duration: Duration = std::convert::identity;
+        /// Sets [`renew_interval`](Self::renew_interval).
+        with_renew_interval: renew_interval: Duration = Some;
+        /// Sets [`acquire_retry`](Self::acquire_retry).
+        with_acquire_retry: acquire_retry: Duration = std::convert::identity;
+        /// Sets [`acquire_jitter`](Self::acquire_jitter).
+        with_acquire_jitter: acquire_jitter: f64 = std::convert::identity;
+        /// Sets [`safety_margin`](Self::safety_margin).
+        with_safety_margin: safety_margin: Duration = std::convert::identity;
+        /// Sets [`clock_drift`](Self::clock_drift).
+        with_clock_drift: clock_drift: f64 = std::convert::identity;
+        /// Sets [`request_timeout`](Self::request_timeout).
+        with_request_timeout: request_timeout: Duration = std::convert::identity;
+        /// Sets [`stop_grace`](Self::stop_grace).
+        with_stop_grace: stop_grace: Duration = std::convert::identity;
+        /// Sets [`failure_backoff`](Self::failure_backoff).
+        with_failure_backoff: failure_backoff: Duration = std::convert::identity;
+        /// Sets [`heartbeat_timeout`](Self::heartbeat_timeout).
+        with_heartbeat_timeout: heartbeat_timeout: Duration = Some;
+        /// Sets [`fail_stop`](Self::fail_stop).
+        with_fail_stop: fail_stop: bool = std::convert::identity;
+        /// Sets [`holder`](Self::holder).
+        with_holder: holder: String = Some;
+        /// Sets [`jitter_seed`](Self::jitter_seed).
+        with_jitter_seed: jitter_seed: u64 = Some;
+    }
+
+    /// The renew interval in force: [`renew_interval`](Self::renew_interval),
+    /// or a third of the lease duration.
+    #[must_use]
+    pub fn effective_renew_interval(&self) -> Duration {
+        self.renew_interval.unwrap_or(self.lease_duration / 3)
+    }
+
+    /// The margin in force: `safety_margin + lease_duration × clock_drift`.
+    #[must_use]
+    pub fn effective_safety_margin(&self) -> Duration {
+        self.safety_margin + self.lease_duration.mul_f64(self.clock_drift.clamp(0.0, 1.0))
+    }
+
+    /// Checks every option and their combination.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidOption`] naming the first field that is out of range:
+    /// a lease duration that is not a whole number of seconds from 15 to 60,
+    /// a zero duration, a jitter or drift out of range, an invalid holder, or
+    /// a renew interval so long that `renew_interval + stop_grace` does not fit
+    /// in `lease_duration − effective safety margin`.
+    pub fn validate(&self) -> Result<()> {
+        let lease = self.lease_duration;
+        if lease.subsec_nanos() != 0 || !(15..=60).contains(&lease.as_secs()) {
+            return Err(Error::invalid(
+                "lease_duration",
+                format!("must be whole seconds from 15 to 60, got {lease:?}"),
+            ));
+        }
+        for (field, value) in [
+            ("acquire_retry", Some(self.acquire_retry)),
+            ("safety_margin", Some(self.safety_margin)),
+            ("request_timeout", Some(self.request_timeout)),
+            ("stop_grace", Some(self.stop_grace)),
+            ("failure_backoff", Some(self.failure_backoff)),
+            ("renew_interval", self.renew_interval),
+            ("heartbeat_timeout", self.heartbeat_timeout),
+        ] {
+            if value.is_some_and(|v| v.is_zero()) {
+                return Err(Error::invalid(field, "must be greater than zero"));
+            }
+        }
+        if self.acquire_retry > Duration::from_secs(300) {
+            return Err(Error::invalid("acquire_retry", "must be at most 300 s"));
+        }
+        if !(0.0..=0.9).contains(&self.acquire_jitter) {
+            return Err(Error::invalid(
+                "acquire_jitter",
+                format!("must be a fraction from 0 to 0.9, got {}", self.acquire_jitter),
+            ));
+        }
+        if !(0.0..=0.1).contains(&self.clock_drift) {
+            return Err(Error::invalid(
+                "clock_drift",
+                format!("must be a fraction from 0 to 0.1, got {}", self.clock_drift),
+            ));
+        }
+        let margin = self.effective_safety_margin();
+        let usable = lease.checked_sub(margin).unwrap_or_default();
+        if usable < Duration::from_secs(1) {
+            return Err(Error::invalid(
+                "safety_margin",
+                format!("leaves less than 1 s of the {lease:?} lease (effective margin {margin:?})"),
+            ));
+        }
+        let renew = self.effective_renew_interval();
+        if renew + self.stop_grace >= usable {
+            return Err(Error::invalid(
+                "renew_interval",
+                format!(
+                    "renew_interval ({renew:?}) + stop_grace ({:?}) must be shorter than \
+                     lease_duration - effective safety margin ({usable:?})",
+                    self.stop_grace
+                ),
+            ));
+        }
+        if let Some(holder) = &self.holder {
+            validate_holder(holder)?;
+        }
+        Ok(())
+    }
+}
+
+/// A holder name is stored as blob metadata, so it must be a valid HTTP
+/// header value: printable ASCII.
+pub(crate) fn validate_holder(holder: &str) -> Result<()> {
+    if holder.is_empty() || holder.len() > 256 {
+        return Err(Error::invalid("holder", "must be 1 to 256 characters long"));
+    }
+    if !holder.bytes().all(|b| (0x20..0x7f).contains(&b)) {
+        return Err(Error::invalid("holder", "must be printable ASCII"));
+    }
+    Ok(())
+}
+
+/// The default holder name: `<hostname>-<pid>`.
+pub(crate) fn default_holder() -> String {
+    let host = std::env::var("HOSTNAME")
+        .ok()
+        .or_else(|| std::fs::read_to_string("/proc/sys/kernel/hostname").ok())
+        .or_else(|| std::env::var("COMPUTERNAME").ok())
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty() && h.bytes().all(|b| (0x21..0x7f).contains(&b)))
+        .unwrap_or_else(|| "host".to_owned());
+    format!("{host}-{}", std::process::id())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn field_of(options: &MutexOptions) -> &'static str {
+        match options.validate() {
+            Err(Error::InvalidOption { field, .. }) => field,
+            other => panic!("expected InvalidOption, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn defaults_are_valid_and_documented_values() {
+        let o = MutexOptions::default();
+        o.validate().unwrap();
+        assert_eq!(o.lease_duration, Duration::from_secs(15));
+        assert_eq!(o.effective_renew_interval(), Duration::from_secs(5));
+        assert_eq!(o.acquire_retry, Duration::from_secs(1));
+        assert!((o.acquire_jitter - 0.2).abs() < f64::EPSILON);
+        assert_eq!(o.effective_safety_margin(), Duration::from_millis(1150));
+    }
+
+    #[test]
+    fn each_invalid_option_is_rejected_by_name() {
+        let d = MutexOptions::default;
+        let s = Duration::from_secs;
+        let cases: Vec<(MutexOptions, &str)> = vec![
+            (d().with_lease_duration(s(14)), "lease_duration"),
+            (d().with_lease_duration(s(61)), "lease_duration"),
+            (d().with_lease_duration(s(300)), "lease_duration"),
+            (d().with_lease_duration(Duration::from_millis(15_500)), "lease_duration"),
+            (d().with_lease_duration(Duration::ZERO), "lease_duration"),
+            (d().with_renew_interval(Duration::ZERO), "renew_interval"),
+            (d().with_renew_interval(s(14)), "renew_interval"),
+            (d().with_renew_interval(s(11)), "renew_interval"),
+            (d().with_acquire_retry(Duration::ZERO), "acquire_retry"),
+            (d().with_acquire_retry(s(301)), "acquire_retry"),
+            (d().with_acquire_jitter(-0.1), "acquire_jitter"),
+            (d().with_acquire_jitter(0.95), "acquire_jitter"),
+            (d().with_acquire_jitter(f64::NAN), "acquire_jitter"),
+            (d().with_safety_margin(Duration::ZERO), "safety_margin"),
+            (d().with_safety_margin(s(15)), "safety_margin"),
+            (d().with_clock_drift(-0.01), "clock_drift"),
+            (d().with_clock_drift(0.5), "clock_drift"),
+            (d().with_request_timeout(Duration::ZERO), "request_timeout"),
+            (d().with_stop_grace(Duration::ZERO), "stop_grace"),
+            (d().with_stop_grace(s(9)), "renew_interval"),
+            (d().with_failure_backoff(Duration::ZERO), "failure_backoff"),
+            (d().with_heartbeat_timeout(Duration::ZERO), "heartbeat_timeout"),
+            (d().with_holder(String::new()), "holder"),
+            (d().with_holder("naïve".into()), "holder"),
+            (d().with_holder("a\nb".into()), "holder"),
+            (d().with_holder("x".repeat(257)), "holder"),
+        ];
+        for (options, field) in cases {
+            assert_eq!(field_of(&options), field, "{options:?}");
+        }
+    }
+
+    #[test]
+    fn edges_that_are_valid() {
+        let s = Duration::from_secs;
+        MutexOptions::default().with_lease_duration(s(60)).validate().unwrap();
+        MutexOptions::default()
+            .with_renew_interval(s(10))
+            .validate()
+            .unwrap();
+        MutexOptions::default().with_acquire_jitter(0.0).validate().unwrap();
+        MutexOptions::default().with_clock_drift(0.0).validate().unwrap();
+    }
+
+    #[test]
+    fn default_holder_is_usable() {
+        validate_holder(&default_holder()).unwrap();
+    }
+}

@@ -1,0 +1,63 @@
+//! `BlobLeaseManager` against a real Azurite: every lease action and the
+//! create-if-missing rule.
+
+mod support;
+
+use std::time::Duration;
+
+use blob_mutex::{Acquire, BlobLeaseManager, Error, LeaseId, LeaseState};
+use support::azurite;
+
+fn manager(blob: &str) -> (BlobLeaseManager, String) {
+    let container = azurite::unique_container(blob);
+    let settings = azurite::shared().settings(&container, blob);
+    (BlobLeaseManager::new(&settings).unwrap(), container)
+}
+
+const D: Duration = Duration::from_secs(15);
+
+#[tokio::test]
+async fn acquire_creates_container_and_blob_then_every_action_works() {
+    support::init_tracing();
+    let (m, _) = manager("actions");
+    assert_eq!(m.inspect().await.unwrap(), None, "nothing exists before the first acquire");
+
+    let a = LeaseId::new();
+    assert_eq!(m.acquire(a, D).await.unwrap(), Acquire::Acquired);
+    // Idempotent: the same proposed id acquires again.
+    assert_eq!(m.acquire(a, D).await.unwrap(), Acquire::Acquired);
+    // Another id sees the lease held.
+    assert_eq!(m.acquire(LeaseId::new(), D).await.unwrap(), Acquire::Held);
+
+    let info = m.inspect().await.unwrap().expect("blob exists");
+    assert_eq!(info.state, LeaseState::Leased);
+    assert_eq!(info.infinite, Some(false));
+    assert_eq!(info.content_length, 0);
+    assert_eq!(info.epoch, 0);
+
+    assert_eq!(m.stamp(a, "me-1").await.unwrap(), 1);
+    assert_eq!(m.stamp(a, "me-1").await.unwrap(), 2);
+    let info = m.inspect().await.unwrap().unwrap();
+    assert_eq!((info.epoch, info.holder.as_deref()), (2, Some("me-1")));
+    assert!(info.acquired_at.is_some());
+
+    m.renew(a).await.unwrap();
+    let wrong = LeaseId::new();
+    assert!(matches!(m.renew(wrong).await, Err(Error::LeaseLost(_))));
+    assert!(matches!(m.stamp(wrong, "x").await, Err(Error::LeaseLost(_))));
+
+    let b = LeaseId::new();
+    m.change(a, b).await.unwrap();
+    assert!(matches!(m.renew(a).await, Err(Error::LeaseLost(_))));
+    m.renew(b).await.unwrap();
+
+    m.release(b).await.unwrap();
+    assert_eq!(m.inspect().await.unwrap().unwrap().state, LeaseState::Available);
+
+    let c = LeaseId::new();
+    assert_eq!(m.acquire(c, D).await.unwrap(), Acquire::Acquired);
+    assert_eq!(m.break_lease(None).await.unwrap(), Duration::ZERO);
+    assert_eq!(m.inspect().await.unwrap().unwrap().state, LeaseState::Broken);
+    assert!(matches!(m.renew(c).await, Err(Error::LeaseLost(_))));
+    assert_eq!(m.acquire(LeaseId::new(), D).await.unwrap(), Acquire::Acquired);
+}

@@ -1,0 +1,42 @@
+//! Shared test support: Azurite, polling helpers.
+// Each integration test file is its own crate and uses a different part of
+// this module, so items unused by one file are expected.
+#![allow(dead_code, unreachable_pub)]
+
+pub mod azurite;
+
+use std::future::Future;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+/// Polls `condition` every 20 ms until it returns `Some`, or panics after `limit`
+/// with `what` in the message.
+pub async fn wait_for<T, F, Fut>(what: &str, limit: Duration, mut condition: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let start = Instant::now();
+    loop {
+        if let Some(value) = condition().await {
+            return value;
+        }
+        assert!(
+            start.elapsed() < limit,
+            "timed out after {limit:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Sends the crate's logs to the test output (captured unless the test fails).
+pub fn init_tracing() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "blob_mutex=debug".into()),
+        )
+        .with_test_writer()
+        .try_init();
+}
