@@ -175,7 +175,10 @@ mod tests {
         let msg = "error sending request for url (https://acct.blob.core.windows.net/c/b?comp=lease&sig=abc%2Bdef&se=2030)";
         let red = redact(msg);
         assert!(!red.contains("abc"), "{red}");
-        assert!(red.contains("https://acct.blob.core.windows.net/c/b?<redacted>)"), "{red}");
+        assert!(
+            red.contains("https://acct.blob.core.windows.net/c/b?<redacted>)"),
+            "{red}"
+        );
 
         let red = redact("bad AccountKey=c2VjcmV0; and sig=zzz&x=1");
         assert!(!red.contains("c2VjcmV0") && !red.contains("zzz"), "{red}");

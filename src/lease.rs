@@ -405,7 +405,8 @@ impl BlobLeaseManager {
     ///
     /// Not cancellation safe: the epoch may or may not have been written.
     pub async fn stamp(&self, lease: LeaseId, holder: &str) -> Result<u64> {
-        self.capped("stamp", self.stamp_uncapped(lease, holder)).await
+        self.capped("stamp", self.stamp_uncapped(lease, holder))
+            .await
     }
 
     async fn capped<T>(
@@ -432,7 +433,9 @@ impl BlobLeaseManager {
                 .proposed_lease_id(ProposedLeaseId::from(proposed.sdk()))
                 .await;
             match attempt {
-                Ok(response) if response.lease_id == proposed.sdk() => return Ok(Acquire::Acquired),
+                Ok(response) if response.lease_id == proposed.sdk() => {
+                    return Ok(Acquire::Acquired)
+                }
                 Ok(_) => {
                     return Err(Error::Storage {
                         status: 201,
@@ -498,7 +501,9 @@ impl BlobLeaseManager {
         if response.lease_id == lease.sdk() {
             Ok(())
         } else {
-            Err(Error::LeaseLost("renew answered with another lease id".into()))
+            Err(Error::LeaseLost(
+                "renew answered with another lease id".into(),
+            ))
         }
     }
 

@@ -1,18 +1,18 @@
 #![doc = include_str!("../README.md")]
 
 mod error;
-mod lease;
 mod leadership;
+mod lease;
 mod mutex;
 mod options;
 mod settings;
 
 pub use error::{BoxError, Error, Result};
+pub use leadership::{Heartbeat, LeaderContext, Leadership, StopReason};
 pub use lease::{
     Acquire, BlobLeaseManager, LeaseId, LeaseInfo, LeaseState, ACQUIRED_AT_KEY, EPOCH_KEY,
     HOLDER_KEY,
 };
-pub use leadership::{Heartbeat, LeaderContext, Leadership, StopReason};
 pub use mutex::{BlobDistributedMutex, FAIL_STOP_EXIT_CODE};
 pub use options::MutexOptions;
 pub use settings::{BlobSettings, AZURITE_ACCOUNT, AZURITE_ENDPOINT};

@@ -13,8 +13,8 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, trace, warn};
 
 use crate::error::{BoxError, Error, Result};
-use crate::lease::{Acquire, BlobLeaseManager, LeaseId, LeaseStore};
 use crate::leadership::{Heartbeat, LeaderContext, Leadership, StopReason};
+use crate::lease::{Acquire, BlobLeaseManager, LeaseId, LeaseStore};
 use crate::options::{default_holder, MutexOptions};
 use crate::settings::BlobSettings;
 
@@ -98,7 +98,8 @@ impl BlobDistributedMutex {
         E: Into<BoxError> + 'static,
     {
         options.validate()?;
-        let manager = BlobLeaseManager::new(&settings)?.with_request_timeout(options.request_timeout);
+        let manager =
+            BlobLeaseManager::new(&settings)?.with_request_timeout(options.request_timeout);
         let holder: Arc<str> = options.holder.clone().unwrap_or_else(default_holder).into();
         Ok(BlobDistributedMutex {
             manager: Arc::new(manager),
@@ -255,7 +256,9 @@ impl<S: LeaseStore> Engine<'_, S> {
         self.state.send_replace(Leadership::Stopped);
         match &result {
             Ok(()) => debug!(holder = %self.holder, "campaign stopped"),
-            Err(e) => error!(holder = %self.holder, error = %e, "campaign stopped by a fatal error"),
+            Err(e) => {
+                error!(holder = %self.holder, error = %e, "campaign stopped by a fatal error")
+            }
         }
         result
     }
@@ -314,8 +317,8 @@ impl<S: LeaseStore> Engine<'_, S> {
             };
             let wait = match attempt {
                 Ok(Acquire::Acquired) => {
-                    let deadline = sent + self.options.lease_duration
-                        - self.options.effective_safety_margin();
+                    let deadline =
+                        sent + self.options.lease_duration - self.options.effective_safety_margin();
                     return Ok(Some((proposed, deadline)));
                 }
                 Ok(Acquire::Held) => {
@@ -352,10 +355,11 @@ impl<S: LeaseStore> Engine<'_, S> {
         let deadline = Cell::new(deadline);
         let grace = self.options.stop_grace;
 
-        let stamp_limit = self
-            .options
-            .request_timeout
-            .min(deadline.get().saturating_duration_since(Instant::now() + grace));
+        let stamp_limit = self.options.request_timeout.min(
+            deadline
+                .get()
+                .saturating_duration_since(Instant::now() + grace),
+        );
         let stamped = tokio::select! {
             () = token.cancelled() => Err(Error::Cancelled),
             r = bounded("stamp", stamp_limit, self.store.stamp(lease, &self.holder)) => r,
@@ -507,9 +511,17 @@ impl<S: LeaseStore> Engine<'_, S> {
     }
 
     async fn release(&self, lease: LeaseId) {
-        match bounded("release", self.options.request_timeout, self.store.release(lease)).await {
+        match bounded(
+            "release",
+            self.options.request_timeout,
+            self.store.release(lease),
+        )
+        .await
+        {
             Ok(()) => debug!(holder = %self.holder, "released lease"),
-            Err(e) => debug!(holder = %self.holder, error = %e, "release failed; the lease will expire"),
+            Err(e) => {
+                debug!(holder = %self.holder, error = %e, "release failed; the lease will expire")
+            }
         }
     }
 

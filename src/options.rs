@@ -140,7 +140,10 @@ impl MutexOptions {
     /// The margin in force: `safety_margin + lease_duration × clock_drift`.
     #[must_use]
     pub fn effective_safety_margin(&self) -> Duration {
-        self.safety_margin + self.lease_duration.mul_f64(self.clock_drift.clamp(0.0, 1.0))
+        self.safety_margin
+            + self
+                .lease_duration
+                .mul_f64(self.clock_drift.clamp(0.0, 1.0))
     }
 
     /// Checks every option and their combination.
@@ -179,7 +182,10 @@ impl MutexOptions {
         if !(0.0..=0.9).contains(&self.acquire_jitter) {
             return Err(Error::invalid(
                 "acquire_jitter",
-                format!("must be a fraction from 0 to 0.9, got {}", self.acquire_jitter),
+                format!(
+                    "must be a fraction from 0 to 0.9, got {}",
+                    self.acquire_jitter
+                ),
             ));
         }
         if !(0.0..=0.1).contains(&self.clock_drift) {
@@ -193,7 +199,9 @@ impl MutexOptions {
         if usable < Duration::from_secs(1) {
             return Err(Error::invalid(
                 "safety_margin",
-                format!("leaves less than 1 s of the {lease:?} lease (effective margin {margin:?})"),
+                format!(
+                    "leaves less than 1 s of the {lease:?} lease (effective margin {margin:?})"
+                ),
             ));
         }
         let renew = self.effective_renew_interval();
@@ -268,7 +276,10 @@ mod tests {
             (d().with_lease_duration(s(14)), "lease_duration"),
             (d().with_lease_duration(s(61)), "lease_duration"),
             (d().with_lease_duration(s(300)), "lease_duration"),
-            (d().with_lease_duration(Duration::from_millis(15_500)), "lease_duration"),
+            (
+                d().with_lease_duration(Duration::from_millis(15_500)),
+                "lease_duration",
+            ),
             (d().with_lease_duration(Duration::ZERO), "lease_duration"),
             (d().with_renew_interval(Duration::ZERO), "renew_interval"),
             (d().with_renew_interval(s(14)), "renew_interval"),
@@ -286,7 +297,10 @@ mod tests {
             (d().with_stop_grace(Duration::ZERO), "stop_grace"),
             (d().with_stop_grace(s(9)), "renew_interval"),
             (d().with_failure_backoff(Duration::ZERO), "failure_backoff"),
-            (d().with_heartbeat_timeout(Duration::ZERO), "heartbeat_timeout"),
+            (
+                d().with_heartbeat_timeout(Duration::ZERO),
+                "heartbeat_timeout",
+            ),
             (d().with_holder(String::new()), "holder"),
             (d().with_holder("naïve".into()), "holder"),
             (d().with_holder("a\nb".into()), "holder"),
@@ -300,13 +314,22 @@ mod tests {
     #[test]
     fn edges_that_are_valid() {
         let s = Duration::from_secs;
-        MutexOptions::default().with_lease_duration(s(60)).validate().unwrap();
+        MutexOptions::default()
+            .with_lease_duration(s(60))
+            .validate()
+            .unwrap();
         MutexOptions::default()
             .with_renew_interval(s(10))
             .validate()
             .unwrap();
-        MutexOptions::default().with_acquire_jitter(0.0).validate().unwrap();
-        MutexOptions::default().with_clock_drift(0.0).validate().unwrap();
+        MutexOptions::default()
+            .with_acquire_jitter(0.0)
+            .validate()
+            .unwrap();
+        MutexOptions::default()
+            .with_clock_drift(0.0)
+            .validate()
+            .unwrap();
     }
 
     #[test]

@@ -258,7 +258,10 @@ impl<'a> ConnectionString<'a> {
             }
             any = true;
             let Some((key, value)) = part.split_once('=') else {
-                return Err(bad(format!("part {} has no '=' (expected Key=Value)", index + 1)));
+                return Err(bad(format!(
+                    "part {} has no '=' (expected Key=Value)",
+                    index + 1
+                )));
             };
             let (key, value) = (key.trim(), value.trim());
             if key.is_empty() {
@@ -318,7 +321,8 @@ impl<'a> ConnectionString<'a> {
             let endpoint = match self.development_proxy {
                 None => AZURITE_ENDPOINT.to_owned(),
                 Some(proxy) => {
-                    validate_endpoint(proxy).map_err(|r| bad(&format!("DevelopmentStorageProxyUri {r}")))?;
+                    validate_endpoint(proxy)
+                        .map_err(|r| bad(&format!("DevelopmentStorageProxyUri {r}")))?;
                     format!("{}:10000/{AZURITE_ACCOUNT}", proxy.trim_end_matches('/'))
                 }
             };
@@ -351,7 +355,8 @@ impl<'a> ConnectionString<'a> {
             }
         };
         if let Some(account) = self.account_name {
-            validate_account(account).map_err(|_| bad("AccountName is not a valid account name"))?;
+            validate_account(account)
+                .map_err(|_| bad("AccountName is not a valid account name"))?;
         }
         let endpoint = match self.blob_endpoint {
             Some(endpoint) => {
@@ -385,8 +390,12 @@ impl<'a> ConnectionString<'a> {
 /// The account name in a blob endpoint: the first path segment for the
 /// path-style URLs of emulators and IP addresses, else the first host label.
 fn account_from_endpoint(endpoint: &str) -> String {
-    let without_scheme = endpoint.split_once("://").map_or(endpoint, |(_, rest)| rest);
-    let (host, path) = without_scheme.split_once('/').unwrap_or((without_scheme, ""));
+    let without_scheme = endpoint
+        .split_once("://")
+        .map_or(endpoint, |(_, rest)| rest);
+    let (host, path) = without_scheme
+        .split_once('/')
+        .unwrap_or((without_scheme, ""));
     let first_segment = path.split('/').next().unwrap_or("");
     if !first_segment.is_empty() {
         return first_segment.to_owned();
@@ -464,8 +473,13 @@ pub(crate) fn validate_blob(name: &str) -> Result<()> {
     if segments.len() > 254 {
         return fail("must not have more than 254 path segments");
     }
-    if segments.iter().any(|s| s.is_empty() || *s == "." || *s == "..") {
-        return fail("must not have empty, '.' or '..' path segments (or a leading or trailing '/')");
+    if segments
+        .iter()
+        .any(|s| s.is_empty() || *s == "." || *s == "..")
+    {
+        return fail(
+            "must not have empty, '.' or '..' path segments (or a leading or trailing '/')",
+        );
     }
     Ok(())
 }
@@ -519,9 +533,14 @@ mod tests {
             "DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;AccountKey={AZURITE_ACCOUNT_KEY};BlobEndpoint=http://127.0.0.1:41234/devstoreaccount1;QueueEndpoint=http://127.0.0.1:1/x;"
         ))
         .unwrap();
-        assert_eq!(explicit.endpoint(), "http://127.0.0.1:41234/devstoreaccount1");
+        assert_eq!(
+            explicit.endpoint(),
+            "http://127.0.0.1:41234/devstoreaccount1"
+        );
 
-        let proxied = from_cs("UseDevelopmentStorage=true;DevelopmentStorageProxyUri=http://azurite").unwrap();
+        let proxied =
+            from_cs("UseDevelopmentStorage=true;DevelopmentStorageProxyUri=http://azurite")
+                .unwrap();
         assert_eq!(proxied.endpoint(), "http://azurite:10000/devstoreaccount1");
 
         let moved = BlobSettings::azurite("leases", "leader")
@@ -562,8 +581,14 @@ mod tests {
     fn debug_redacts_secrets() {
         let s = from_cs(&format!("AccountName=acct;AccountKey={KEY}")).unwrap();
         let shown = format!("{s:?}");
-        assert!(!shown.contains(KEY) && shown.contains("redacted"), "{shown}");
-        let s = from_cs("BlobEndpoint=https://a.blob.core.windows.net;SharedAccessSignature=sig=topsecret").unwrap();
+        assert!(
+            !shown.contains(KEY) && shown.contains("redacted"),
+            "{shown}"
+        );
+        let s = from_cs(
+            "BlobEndpoint=https://a.blob.core.windows.net;SharedAccessSignature=sig=topsecret",
+        )
+        .unwrap();
         assert!(!format!("{s:?}").contains("topsecret"));
     }
 
@@ -572,23 +597,59 @@ mod tests {
         for ok in ["abc", "leases", "a-b-c", "0day", &"a".repeat(63)] {
             validate_container(ok).unwrap();
         }
-        for bad in ["ab", "Leases", "a_b", "-abc", "abc-", "a--b", &"a".repeat(64), "ünï"] {
+        for bad in [
+            "ab",
+            "Leases",
+            "a_b",
+            "-abc",
+            "abc-",
+            "a--b",
+            &"a".repeat(64),
+            "ünï",
+        ] {
             let err = validate_container(bad).unwrap_err();
-            assert!(matches!(err, Error::InvalidOption { field: "container", .. }), "{bad}");
+            assert!(
+                matches!(
+                    err,
+                    Error::InvalidOption {
+                        field: "container",
+                        ..
+                    }
+                ),
+                "{bad}"
+            );
         }
     }
 
     #[test]
     fn blob_names() {
-        for ok in ["leader", "jobs/nightly", "a.b", "with space", &"b".repeat(1024)] {
+        for ok in [
+            "leader",
+            "jobs/nightly",
+            "a.b",
+            "with space",
+            &"b".repeat(1024),
+        ] {
             validate_blob(ok).unwrap();
         }
         for bad in [
-            "", "/lead", "lead/", "a//b", "a/./b", "../x", "dot.", "a\\b", "tab\t", &"b".repeat(1025),
+            "",
+            "/lead",
+            "lead/",
+            "a//b",
+            "a/./b",
+            "../x",
+            "dot.",
+            "a\\b",
+            "tab\t",
+            &"b".repeat(1025),
             &"a/".repeat(255).trim_end_matches('/').to_owned(),
         ] {
             let err = validate_blob(bad).unwrap_err();
-            assert!(matches!(err, Error::InvalidOption { field: "blob", .. }), "{bad:?}");
+            assert!(
+                matches!(err, Error::InvalidOption { field: "blob", .. }),
+                "{bad:?}"
+            );
         }
     }
 
