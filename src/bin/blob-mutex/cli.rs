@@ -1,0 +1,264 @@
+//! The command line: commands, flags, and what they turn into.
+
+// The doc comments here are the `--help` text, where Markdown backticks would show.
+#![allow(clippy::doc_markdown)]
+
+use std::ffi::OsString;
+use std::time::Duration;
+
+use anyhow::Result;
+use blob_mutex::{BlobSettings, MutexOptions};
+use clap::{Args, Parser, Subcommand};
+
+use crate::exit::{UsageError, TABLE};
+
+const RUN_EXAMPLES: &str = "\
+Examples:
+  # A cron job that runs on one host only; the others skip it (exit code 3).
+  blob-mutex run --container leases --blob nightly --wait 0 -- ./nightly-report.sh
+
+  # A daemon that runs on exactly one host and fails over to another.
+  blob-mutex run --container leases --blob scheduler --forever -- ./scheduler --serve
+
+  # Against a local Azurite.
+  blob-mutex run --dev --container leases --blob demo -- sh -c 'echo \"epoch $BLOB_MUTEX_EPOCH\"; sleep 30'";
+
+const STATUS_EXAMPLES: &str = "\
+Examples:
+  blob-mutex status --container leases --blob nightly
+  blob-mutex status --container leases --blob nightly --json | jq .holder
+  blob-mutex status --container leases --blob nightly >/dev/null && echo held";
+
+const BREAK_EXAMPLES: &str = "\
+Examples:
+  # Free the lease at once; the running leader loses it and stops its command.
+  blob-mutex break --container leases --blob nightly
+  # Let the leader keep it for up to 10 more seconds.
+  blob-mutex break --container leases --blob nightly --period 10s";
+
+/// Run a command on one host at a time, using an Azure Blob Storage lease.
+#[derive(Debug, Parser)]
+#[command(name = "blob-mutex", version, after_help = TABLE)]
+pub(crate) struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub(crate) command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub(crate) enum Command {
+    /// Run CMD while this host holds the lease, and only then.
+    ///
+    /// Campaigns for the lease; once leader, starts CMD (in its own process
+    /// group) with BLOB_MUTEX_EPOCH (the fencing token, larger for every new
+    /// leader) and BLOB_MUTEX_HOLDER in its environment. When CMD exits, the
+    /// lease is released and blob-mutex exits with CMD's code. If the lease is
+    /// lost, CMD gets SIGTERM, then SIGKILL shortly before the lease could
+    /// expire, and blob-mutex exits with code 4. SIGINT and SIGTERM are
+    /// forwarded to CMD; the lease is released after CMD has exited (a second
+    /// signal kills CMD at once).
+    #[command(after_help = format!("{RUN_EXAMPLES}\n\n{TABLE}"))]
+    Run(RunArgs),
+    /// Show the lease's state, holder, epoch and acquisition time.
+    ///
+    /// Exits 0 when the lease is held (leased or breaking), 3 when it is free.
+    #[command(after_help = format!("{STATUS_EXAMPLES}\n\n{TABLE}"))]
+    Status(StatusArgs),
+    /// Force the lease free, whoever holds it (for operators).
+    ///
+    /// Says whose lease it broke. The holder's `run` stops its command and
+    /// exits with code 4 (or campaigns again with --forever).
+    #[command(after_help = format!("{BREAK_EXAMPLES}\n\n{TABLE}"))]
+    Break(BreakArgs),
+}
+
+/// Where the lease blob is and how to reach it.
+#[derive(Debug, Args)]
+pub(crate) struct Target {
+    /// Storage connection string (never printed).
+    #[arg(
+        long,
+        env = "AZURE_STORAGE_CONNECTION_STRING",
+        hide_env_values = true,
+        value_name = "STRING"
+    )]
+    connection_string: Option<String>,
+    /// Use Azurite's default account at http://127.0.0.1:10000 (ignores any
+    /// connection string).
+    #[arg(long)]
+    dev: bool,
+    /// The container of the lease blob (created when missing).
+    #[arg(long, short = 'c')]
+    pub(crate) container: String,
+    /// The lease blob (created empty when missing).
+    #[arg(long, short = 'b')]
+    pub(crate) blob: String,
+    /// The longest any single storage request may take [default: 3s].
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    request_timeout: Option<Duration>,
+}
+
+impl Target {
+    /// The library's settings for this blob.
+    pub(crate) fn settings(&self) -> Result<BlobSettings> {
+        if self.dev {
+            return Ok(BlobSettings::azurite(&self.container, &self.blob)?);
+        }
+        let Some(connection) = self.connection_string.as_deref() else {
+            return Err(UsageError(
+                "no storage account: pass --connection-string, set AZURE_STORAGE_CONNECTION_STRING, \
+                 or use --dev for Azurite"
+                    .to_owned(),
+            )
+            .into());
+        };
+        Ok(BlobSettings::from_connection_string(
+            connection,
+            &self.container,
+            &self.blob,
+        )?)
+    }
+
+    /// The request timeout to use: the flag's value or the library's default.
+    pub(crate) fn request_timeout(&self) -> Duration {
+        self.request_timeout
+            .unwrap_or(MutexOptions::default().request_timeout)
+    }
+
+    /// `container/blob`, for messages.
+    pub(crate) fn name(&self) -> String {
+        format!("{}/{}", self.container, self.blob)
+    }
+}
+
+/// Timing of the election; unset flags keep the library's defaults.
+#[derive(Debug, Args)]
+pub(crate) struct LeaseArgs {
+    /// How long each lease lasts on the server, 15s to 60s [default: 15s].
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    lease_duration: Option<Duration>,
+    /// How often the leader renews [default: a third of --lease-duration].
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    renew_interval: Option<Duration>,
+    /// How long to wait between attempts while another host leads [default: 1s].
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    acquire_retry: Option<Duration>,
+    /// How long CMD has to exit after SIGTERM; SIGKILL comes a little
+    /// earlier (by a quarter of it, at most 1s), so that CMD is gone before
+    /// the lease could expire [default: 3s].
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    grace: Option<Duration>,
+    /// This host's name in the blob's metadata [default: <hostname>-<pid>].
+    #[arg(long, value_name = "NAME")]
+    holder: Option<String>,
+}
+
+impl LeaseArgs {
+    /// The library's options: its defaults, overridden by the flags given.
+    /// The library validates them when the mutex is made.
+    pub(crate) fn options(&self, request_timeout: Duration) -> MutexOptions {
+        let mut options = MutexOptions::default().with_request_timeout(request_timeout);
+        if let Some(d) = self.lease_duration {
+            options = options.with_lease_duration(d);
+        }
+        if let Some(d) = self.renew_interval {
+            options = options.with_renew_interval(d);
+        }
+        if let Some(d) = self.acquire_retry {
+            options = options.with_acquire_retry(d);
+        }
+        if let Some(d) = self.grace {
+            options = options.with_stop_grace(d);
+        }
+        if let Some(holder) = &self.holder {
+            options = options.with_holder(holder.clone());
+        }
+        options
+    }
+}
+
+/// `blob-mutex run`.
+#[derive(Debug, Args)]
+pub(crate) struct RunArgs {
+    #[command(flatten)]
+    pub(crate) target: Target,
+    #[command(flatten)]
+    pub(crate) lease: LeaseArgs,
+    /// Give up (exit code 3) when not leader within this time; 0 makes a
+    /// single attempt. With --forever, bounds only the first term.
+    /// [default: wait as long as it takes]
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub(crate) wait: Option<Duration>,
+    /// Run until stopped by a signal: after CMD exits or the lease is lost,
+    /// release, campaign again and restart CMD (after a 5s back-off when CMD
+    /// failed).
+    #[arg(long)]
+    pub(crate) forever: bool,
+    /// The command to run, and its arguments, after `--`.
+    #[arg(last = true, required = true, value_name = "CMD")]
+    pub(crate) command: Vec<OsString>,
+}
+
+/// `blob-mutex status`.
+#[derive(Debug, Args)]
+pub(crate) struct StatusArgs {
+    #[command(flatten)]
+    pub(crate) target: Target,
+    /// Print one JSON object instead of a table: container, blob, exists,
+    /// state, leased, duration, holder, epoch, acquired_at.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+/// `blob-mutex break`.
+#[derive(Debug, Args)]
+pub(crate) struct BreakArgs {
+    #[command(flatten)]
+    pub(crate) target: Target,
+    /// How long the current holder may keep the lease, 0s to 60s [default: 0s].
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub(crate) period: Option<Duration>,
+}
+
+/// Parses `500ms`, `15s`, `2m`, `1h`, or a bare number of seconds.
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let bad = || format!("expected a duration such as 500ms, 15s, 2m or 1h, got {text:?}");
+    let value: u64 = number.parse().map_err(|_| bad())?;
+    let duration = match unit.trim() {
+        "ms" => Duration::from_millis(value),
+        "" | "s" => Duration::from_secs(value),
+        "m" | "min" => Duration::from_secs(value.saturating_mul(60)),
+        "h" => Duration::from_secs(value.saturating_mul(3600)),
+        _ => return Err(bad()),
+    };
+    Ok(duration)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("15"), Ok(Duration::from_secs(15)));
+        assert_eq!(parse_duration("15s"), Ok(Duration::from_secs(15)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
+        for bad in ["", "s", "1.5s", "-1s", "10 parsecs", "1d"] {
+            assert!(parse_duration(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
+}

@@ -1,0 +1,84 @@
+//! The exit codes of `blob-mutex`, and the error kinds that choose them.
+
+use std::fmt;
+use std::os::unix::process::ExitStatusExt;
+use std::process::ExitStatus;
+
+/// Success: `status` found the lease held, `break` broke it, `run`'s command exited 0.
+pub(crate) const OK: u8 = 0;
+/// An error: storage could not be reached, refused the credentials, or failed.
+pub(crate) const ERROR: u8 = 1;
+/// A usage error: a bad flag, an invalid option value or connection string.
+/// (clap uses 2 for its own parse errors too.)
+pub(crate) const USAGE: u8 = 2;
+/// `status`: the lease is free. `break`: there was no lease to break.
+/// `run --wait`: the lease was not acquired in time; the command did not run.
+pub(crate) const FREE_OR_NOT_ACQUIRED: u8 = 3;
+/// `run`: the lease was lost (broken, taken, or not renewed in time) while the
+/// command ran; the command was stopped.
+pub(crate) const LEASE_LOST: u8 = 4;
+/// `run`: the command was found but could not be started.
+pub(crate) const CANNOT_EXECUTE: u8 = 126;
+/// `run`: the command was not found.
+pub(crate) const NOT_FOUND: u8 = 127;
+
+/// The exit-code table shown at the end of `--help`.
+pub(crate) const TABLE: &str = "\
+Exit codes:
+  0      success: run's command exited 0; status: the lease is held; break: the lease was broken
+  1      error: storage unreachable, authentication refused, or another failure
+  2      usage: a bad flag, an invalid option value or an invalid connection string
+  3      status: the lease is free; break: there was no lease to break;
+         run: not leader within --wait (the command did not run)
+  4      run: the lease was lost while the command ran; the command was stopped
+  126    run: the command could not be executed
+  127    run: the command was not found
+  128+N  run: the command died from signal N
+  other  run: the command's own exit code";
+
+/// An error that is the user's to fix: it exits with [`USAGE`].
+#[derive(Debug)]
+pub(crate) struct UsageError(pub(crate) String);
+
+impl fmt::Display for UsageError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for UsageError {}
+
+/// The exit code for an error that ended a command.
+pub(crate) fn of_error(error: &anyhow::Error) -> u8 {
+    if error.downcast_ref::<UsageError>().is_some() {
+        return USAGE;
+    }
+    match error.downcast_ref::<blob_mutex::Error>() {
+        Some(
+            blob_mutex::Error::InvalidOption { .. } | blob_mutex::Error::InvalidConnectionString(_),
+        ) => USAGE,
+        _ => ERROR,
+    }
+}
+
+/// The shell's convention for a child's status: its exit code, or 128 + N
+/// when signal N killed it.
+pub(crate) fn of_status(status: ExitStatus) -> u8 {
+    match (status.code(), status.signal()) {
+        (Some(code), _) => u8::try_from(code & 0xff).unwrap_or(u8::MAX),
+        (None, Some(signal)) => u8::try_from(128 + (signal & 0x7f)).unwrap_or(u8::MAX),
+        (None, None) => ERROR,
+    }
+}
+
+/// A status in words: `exit code 3` or `killed by signal 15 (SIGTERM)`.
+pub(crate) fn describe(status: ExitStatus) -> String {
+    match (status.code(), status.signal()) {
+        (Some(code), _) => format!("exit code {code}"),
+        (None, Some(signal)) => match nix::sys::signal::Signal::try_from(signal) {
+            Ok(name) => format!("killed by signal {signal} ({name})"),
+            Err(_) => format!("killed by signal {signal}"),
+        },
+        (None, None) => "an unknown status".to_owned(),
+    }
+}

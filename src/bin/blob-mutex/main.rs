@@ -1,0 +1,86 @@
+//! `blob-mutex`: run a command on one host at a time, using an Azure Blob
+//! Storage lease; show or break the lease.
+//!
+//! Run `blob-mutex --help` (and `blob-mutex <command> --help`) for the
+//! commands, examples and exit codes.
+
+mod child;
+mod cli;
+mod exit;
+mod run;
+mod status;
+
+use std::io::IsTerminal;
+use std::process::ExitCode;
+
+use clap::error::ErrorKind;
+use clap::Parser;
+use tracing_subscriber::EnvFilter;
+
+use crate::cli::{Cli, Command};
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => match e.kind() {
+            ErrorKind::DisplayHelp
+            | ErrorKind::DisplayVersion
+            | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => e.exit(),
+            _ => {
+                eprintln!(
+                    "blob-mutex: {} (see --help)",
+                    one_line(&e.render().to_string())
+                );
+                return ExitCode::from(exit::USAGE);
+            }
+        },
+    };
+    init_logging();
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("blob-mutex: cannot start: {e}");
+            return ExitCode::from(exit::ERROR);
+        }
+    };
+    let result = runtime.block_on(async {
+        match cli.command {
+            Command::Run(args) => run::run(args).await,
+            Command::Status(args) => status::status(args).await,
+            Command::Break(args) => status::break_lease(args).await,
+        }
+    });
+    match result {
+        Ok(code) => ExitCode::from(code),
+        Err(e) => {
+            eprintln!("blob-mutex: {}", one_line(&format!("{e:#}")));
+            ExitCode::from(exit::of_error(&e))
+        }
+    }
+}
+
+/// Logs go to stderr; `RUST_LOG` chooses them (default: warnings and errors).
+fn init_logging() {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_target(false)
+        .init();
+}
+
+/// A message as one line: clap's `error: ` prefix dropped, the lines up to
+/// the first blank one joined.
+fn one_line(message: &str) -> String {
+    let message = message.trim_start_matches("error: ");
+    message
+        .lines()
+        .take_while(|line| !line.trim().is_empty())
+        .map(str::trim)
+        .collect::<Vec<_>>()
+        .join(" ")
+}

@@ -1,0 +1,274 @@
+//! `blob-mutex run`: campaign for the lease and run a command while leader.
+
+use std::ffi::OsString;
+use std::io;
+use std::process::ExitStatus;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use anyhow::{anyhow, Result};
+use blob_mutex::{
+    BlobDistributedMutex, BlobLeaseManager, CancellationToken, LeaderContext, StopReason,
+};
+use nix::sys::signal::Signal;
+use nix::unistd::Pid;
+use tokio::signal::unix::{signal, SignalKind};
+use tracing::{info, warn};
+
+use crate::child::{self, Child};
+use crate::cli::RunArgs;
+use crate::exit;
+
+/// The most by which SIGKILL comes before the library's stop grace ends,
+/// so that the command is gone before the library aborts the leader task.
+const KILL_SLACK_MAX: Duration = Duration::from_secs(1);
+
+/// How a single (not `--forever`) run ended.
+enum Outcome {
+    /// The command exited by itself, or after a forwarded signal.
+    Exited(ExitStatus),
+    /// The lease was lost and the command was stopped.
+    Lost(StopReason, ExitStatus),
+    /// The command could not be started.
+    SpawnFailed(io::Error),
+}
+
+/// What the leader task, the signal handler, the `--wait` timer and the
+/// exit code share.
+#[derive(Default)]
+struct State {
+    /// Set once a command was started; `--wait` no longer applies.
+    started: bool,
+    /// Set when `--wait` ran out before a command was started.
+    gave_up: bool,
+    /// The first SIGINT or SIGTERM received, to forward to the command.
+    signal: Option<Signal>,
+    /// The process group of the running command.
+    running: Option<Pid>,
+    /// How the run ended, when it did.
+    outcome: Option<Outcome>,
+}
+
+struct Shared {
+    command: Vec<OsString>,
+    name: String,
+    forever: bool,
+    /// How long the command gets between SIGTERM and SIGKILL.
+    kill_after: Duration,
+    token: CancellationToken,
+    state: Mutex<State>,
+}
+
+impl Shared {
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Records how the run ended and stops the campaign.
+    fn finish(&self, outcome: Outcome) {
+        self.state().outcome = Some(outcome);
+        self.token.cancel();
+    }
+}
+
+/// Runs `blob-mutex run` and returns its exit code.
+pub(crate) async fn run(args: RunArgs) -> Result<u8> {
+    let settings = args.target.settings()?;
+    let options = args.lease.options(args.target.request_timeout());
+    let kill_after = options
+        .stop_grace
+        .saturating_sub((options.stop_grace / 4).min(KILL_SLACK_MAX));
+    let acquire_retry = options.acquire_retry;
+    let shared = Arc::new(Shared {
+        command: args.command,
+        name: args.target.name(),
+        forever: args.forever,
+        kill_after,
+        token: CancellationToken::new(),
+        state: Mutex::new(State::default()),
+    });
+    let task_shared = shared.clone();
+    let mutex = BlobDistributedMutex::with_options(settings, options, move |ctx| {
+        lead(ctx, task_shared.clone())
+    })?;
+    preflight(mutex.lease_manager()).await?;
+
+    let signals = tokio::spawn(forward_signals(shared.clone()));
+    if let Some(wait) = args.wait {
+        // A single attempt needs the time of one: the first is made at once,
+        // the next after --acquire-retry.
+        tokio::spawn(give_up_after(wait.max(acquire_retry), shared.clone()));
+    }
+    info!(blob = %shared.name, holder = mutex.holder(), "campaigning for the lease");
+    let result = mutex
+        .run_task_when_mutex_acquired(shared.token.clone())
+        .await;
+    signals.abort();
+    result?;
+    Ok(exit_code(&shared))
+}
+
+/// Fails fast on what retrying cannot fix (credentials, a bad request);
+/// anything else is left to the campaign's retries.
+async fn preflight(manager: &BlobLeaseManager) -> Result<()> {
+    match manager.inspect().await {
+        Err(e) if e.is_fatal() => Err(e.into()),
+        Err(e) => {
+            warn!(error = %e, "cannot read the lease blob yet; retrying");
+            Ok(())
+        }
+        Ok(_) => Ok(()),
+    }
+}
+
+/// The exit code once the campaign has ended, with a line on stderr when
+/// the command did not run to its own end.
+fn exit_code(shared: &Shared) -> u8 {
+    let mut state = shared.state();
+    match state.outcome.take() {
+        Some(Outcome::Exited(status)) => exit::of_status(status),
+        Some(Outcome::Lost(reason, status)) => {
+            let why = match reason {
+                StopReason::Deadline => "could not be renewed before its deadline",
+                _ => "was broken or taken by another holder",
+            };
+            eprintln!(
+                "blob-mutex: the lease on {} {why}; the command was stopped ({})",
+                shared.name,
+                exit::describe(status)
+            );
+            exit::LEASE_LOST
+        }
+        Some(Outcome::SpawnFailed(e)) => {
+            eprintln!(
+                "blob-mutex: cannot run {}: {e}",
+                shared.command[0].to_string_lossy()
+            );
+            if e.kind() == io::ErrorKind::NotFound {
+                exit::NOT_FOUND
+            } else {
+                exit::CANNOT_EXECUTE
+            }
+        }
+        None if state.gave_up => {
+            eprintln!(
+                "blob-mutex: the lease on {} is held by another instance; gave up waiting",
+                shared.name
+            );
+            exit::FREE_OR_NOT_ACQUIRED
+        }
+        None => match state.signal {
+            // Stopped by a signal before the command ran: the shell's convention.
+            Some(signal) => u8::try_from(128 + signal as i32).unwrap_or(u8::MAX),
+            None => exit::OK,
+        },
+    }
+}
+
+/// The leader task: run the command until it exits or leadership ends.
+async fn lead(ctx: LeaderContext, shared: Arc<Shared>) -> Result<()> {
+    {
+        let mut state = shared.state();
+        if state.gave_up {
+            return Ok(());
+        }
+        state.started = true;
+    }
+    let mut child = match Child::spawn(&shared.command, ctx.epoch(), ctx.holder()) {
+        Ok(child) => child,
+        Err(e) => {
+            shared.finish(Outcome::SpawnFailed(e));
+            return Ok(());
+        }
+    };
+    info!(epoch = ctx.epoch(), pid = %child.group(), "leader: started the command");
+    shared.state().running = Some(child.group());
+    let ended = tokio::select! {
+        status = child.wait() => Ended::ByItself(status?),
+        reason = ctx.cancelled() => {
+            let first = match reason {
+                StopReason::Shutdown => shared.state().signal.unwrap_or(Signal::SIGTERM),
+                _ => Signal::SIGTERM,
+            };
+            Ended::Stopped(reason, child.stop(first, shared.kill_after).await?)
+        }
+    };
+    shared.state().running = None;
+    conclude(&ctx, &shared, ended)
+}
+
+/// How the command ended during one term.
+#[derive(Clone, Copy)]
+enum Ended {
+    ByItself(ExitStatus),
+    Stopped(StopReason, ExitStatus),
+}
+
+/// Decides what a term's end means: the end of the run, or (with
+/// `--forever`) another campaign.
+fn conclude(ctx: &LeaderContext, shared: &Shared, ended: Ended) -> Result<()> {
+    let epoch = ctx.epoch();
+    match ended {
+        Ended::Stopped(StopReason::Shutdown, status) | Ended::ByItself(status)
+            if !shared.forever || shared.token.is_cancelled() =>
+        {
+            shared.finish(Outcome::Exited(status));
+            Ok(())
+        }
+        Ended::Stopped(reason, status) if !shared.forever => {
+            shared.finish(Outcome::Lost(reason, status));
+            Ok(())
+        }
+        Ended::Stopped(reason, status) => {
+            warn!(epoch, %reason, status = %exit::describe(status), "leadership ended; the command was stopped; campaigning again");
+            Ok(())
+        }
+        Ended::ByItself(status) if status.success() => {
+            info!(epoch, "the command exited; campaigning again");
+            Ok(())
+        }
+        Ended::ByItself(status) => Err(anyhow!(
+            "the command ended with {}; restarting it after a back-off",
+            exit::describe(status)
+        )),
+    }
+}
+
+/// Forwards the first SIGINT or SIGTERM: stops the campaign, which stops
+/// the command with the same signal. A second signal kills the command.
+async fn forward_signals(shared: Arc<Shared>) -> Result<()> {
+    let mut interrupt = signal(SignalKind::interrupt())?;
+    let mut terminate = signal(SignalKind::terminate())?;
+    loop {
+        let received = tokio::select! {
+            _ = interrupt.recv() => Signal::SIGINT,
+            _ = terminate.recv() => Signal::SIGTERM,
+        };
+        let running = {
+            let mut state = shared.state();
+            if state.signal.is_none() {
+                state.signal = Some(received);
+                None
+            } else {
+                state.running
+            }
+        };
+        if let Some(group) = running {
+            warn!(signal = %received, "second signal: killing the command");
+            child::signal_group(group, Signal::SIGKILL);
+        } else {
+            info!(signal = %received, "stopping: the command gets the signal, then the lease is released");
+        }
+        shared.token.cancel();
+    }
+}
+
+/// Gives up the campaign when no command has started within `wait`.
+async fn give_up_after(wait: Duration, shared: Arc<Shared>) {
+    tokio::time::sleep(wait).await;
+    let mut state = shared.state();
+    if !state.started {
+        state.gave_up = true;
+        shared.token.cancel();
+    }
+}
