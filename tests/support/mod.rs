@@ -4,6 +4,8 @@
 #![allow(dead_code, unreachable_pub)]
 
 pub mod azurite;
+pub mod proxy;
+pub mod workers;
 
 use std::future::Future;
 use std::time::Duration;

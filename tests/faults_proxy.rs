@@ -1,0 +1,140 @@
+//! The fault proxy itself: each mode does what the fault tests rely on.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use blob_mutex::{Acquire, BlobLeaseManager, Error, LeaseId};
+use support::azurite;
+use support::proxy::{Direction, Fate, Injected, Mode, Proxy};
+
+const D: Duration = Duration::from_secs(15);
+
+fn manager(proxy: &Proxy, blob: &str) -> BlobLeaseManager {
+    let container = azurite::unique_container(blob);
+    BlobLeaseManager::new(&proxy.settings(&container, blob))
+        .unwrap()
+        .with_request_timeout(Duration::from_millis(1500))
+}
+
+#[tokio::test]
+async fn every_mode_and_fault_reaches_the_client_as_expected() {
+    support::init_tracing();
+    let proxy = Proxy::start(azurite::shared().port);
+    let m = manager(&proxy, "proxy-modes");
+    let lease = LeaseId::new();
+
+    // Pass: works, and every request is logged with its lease headers.
+    assert_eq!(m.acquire(lease, D).await.unwrap(), Acquire::Acquired);
+    m.renew(lease).await.unwrap();
+    let log = proxy.log();
+    let renew = log
+        .iter()
+        .rev()
+        .find(|r| r.is("renew"))
+        .expect("renew logged");
+    assert_eq!(renew.lease(), Some(lease.to_string().as_str()));
+    assert_eq!(renew.fate, Fate::Forwarded);
+    assert!(renew.forwarded_at.is_some());
+    assert!(proxy.last_forwarded_for(&lease.to_string()).is_some());
+
+    // 503 and 500 answered by the proxy are transient storage errors.
+    proxy.fail_next(1, Injected::ServerBusy);
+    match m.renew(lease).await {
+        Err(e @ Error::Storage { status: 503, .. }) => assert!(e.is_transient()),
+        other => panic!("expected a 503, got {other:?}"),
+    }
+    proxy.fail_next(1, Injected::InternalError);
+    match m.inspect().await {
+        Err(e @ Error::Storage { status: 500, .. }) => assert!(e.is_transient()),
+        other => panic!("expected a 500, got {other:?}"),
+    }
+    m.renew(lease).await.unwrap();
+
+    // A reset connection is a transient transport error.
+    proxy.fail_next(1, Injected::Reset);
+    let reset = m.renew(lease).await.unwrap_err();
+    assert!(reset.is_transient(), "{reset:?}");
+    m.renew(lease).await.unwrap();
+
+    // Latency in one direction delays the answer.
+    proxy.set(Direction::ToClient, Mode::Delay(Duration::from_millis(400)));
+    let start = Instant::now();
+    m.renew(lease).await.unwrap();
+    let took = start.elapsed();
+    assert!(took >= Duration::from_millis(400), "{took:?}");
+    proxy.set(Direction::ToClient, Mode::Pass);
+
+    // A blackhole: requests are read and dropped, the client times out.
+    proxy.partition();
+    let before = proxy.requests();
+    assert!(matches!(m.renew(lease).await, Err(Error::Timeout { .. })));
+    let dropped = proxy.log()[before..]
+        .iter()
+        .filter(|r| r.fate == Fate::Dropped)
+        .count();
+    assert_eq!(dropped, 1, "{:#?}", &proxy.log()[before..]);
+    proxy.heal();
+    m.renew(lease).await.unwrap();
+
+    // Reset mode resets every connection as soon as a request arrives.
+    proxy.set(Direction::ToServer, Mode::Reset);
+    assert!(m.renew(lease).await.unwrap_err().is_transient());
+    proxy.heal();
+
+    // A share of failures, from a seeded generator.
+    proxy.seed(7);
+    proxy.fail_share(0.5, Injected::ServerBusy);
+    let mut failed = 0;
+    for _ in 0..40 {
+        if m.renew(lease).await.is_err() {
+            failed += 1;
+        }
+    }
+    proxy.heal();
+    assert!(
+        (8..=32).contains(&failed),
+        "{failed} of 40 failed at a share of 0.5"
+    );
+    m.release(lease).await.unwrap();
+    println!(
+        "proxy saw {} requests on {} connections",
+        proxy.requests(),
+        proxy.connections()
+    );
+}
+
+#[tokio::test]
+async fn a_stopped_upstream_is_counted_and_refused() {
+    // A port with nothing listening: bind, read the port, close.
+    let port = std::net::TcpListener::bind(("127.0.0.1", 0))
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let proxy = Proxy::start(port);
+    let m = manager(&proxy, "proxy-refused");
+    for _ in 0..3 {
+        let e = m.inspect().await.unwrap_err();
+        assert!(e.is_transient(), "{e:?}");
+    }
+    let log = proxy.log();
+    assert!(log.len() >= 3, "{log:#?}");
+    assert!(log.iter().all(|r| r.fate == Fate::Refused));
+}
+
+#[tokio::test]
+async fn reset_all_breaks_open_connections() {
+    let proxy = Proxy::start(azurite::shared().port);
+    let m = manager(&proxy, "proxy-reset-all");
+    proxy.set(Direction::ToClient, Mode::Delay(Duration::from_secs(1)));
+    let lease = LeaseId::new();
+    let call = m.acquire(lease, D);
+    let reset = async {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        proxy.reset_all();
+    };
+    let (result, ()) = tokio::join!(call, reset);
+    let e = result.unwrap_err();
+    assert!(e.is_transient(), "{e:?}");
+}
