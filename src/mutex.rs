@@ -1,9 +1,8 @@
 //! The election loop: campaign, lead while renewing, stop the task, release, campaign again.
 
-use std::cell::Cell;
 use std::future::Future;
 use std::pin::{pin, Pin};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use tokio::sync::watch;
@@ -214,6 +213,26 @@ impl Jitter {
     }
 }
 
+/// The leader's deadline, moved forward by each renewal and read by the
+/// stop logic. A mutex rather than a `Cell` so that the campaign future is `Send`.
+struct Deadline(Mutex<Instant>);
+
+impl Deadline {
+    fn get(&self) -> Instant {
+        *self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn set(&self, instant: Instant) {
+        *self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = instant;
+    }
+}
+
 /// How a term ended.
 #[derive(Debug)]
 enum Term {
@@ -352,7 +371,7 @@ impl<S: LeaseStore> Engine<'_, S> {
         deadline: Instant,
         token: &CancellationToken,
     ) -> Result<Term> {
-        let deadline = Cell::new(deadline);
+        let deadline = Deadline(Mutex::new(deadline));
         let grace = self.options.stop_grace;
 
         let stamp_limit = self.options.request_timeout.min(
@@ -528,7 +547,7 @@ impl<S: LeaseStore> Engine<'_, S> {
     /// Renews every `renew_interval` and moves the deadline forward. Returns
     /// when the lease is lost or when `deadline − stop_grace` comes before a
     /// renewal succeeds. Every request is cut at that instant.
-    async fn keep_renewing(&self, lease: LeaseId, deadline: &Cell<Instant>) -> RenewEnd {
+    async fn keep_renewing(&self, lease: LeaseId, deadline: &Deadline) -> RenewEnd {
         let lease_duration = self.options.lease_duration;
         let margin = self.options.effective_safety_margin();
         let interval = self.options.effective_renew_interval();
@@ -620,3 +639,12 @@ fn panic_message(error: JoinError) -> String {
 
 #[cfg(test)]
 mod tests;
+
+/// The campaign future can be spawned on a multi-threaded runtime.
+#[allow(dead_code)]
+fn assert_send() {
+    fn is_send<T: Send>(_: &T) {}
+    fn check(mutex: &BlobDistributedMutex) {
+        is_send(&mutex.run_task_when_mutex_acquired(CancellationToken::new()));
+    }
+}

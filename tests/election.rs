@@ -1,0 +1,378 @@
+//! Elections on a real Azurite: creation, exclusion, handover, expiry,
+//! outside breaks, and tasks that finish or panic.
+
+mod support;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use blob_mutex::{
+    BlobDistributedMutex, BlobLeaseManager, BlobSettings, CancellationToken, LeaderContext,
+    Leadership, LeaseState, MutexOptions, StopReason,
+};
+use support::{azurite, wait_for};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+/// The upper bound of one jittered acquire retry at default options.
+const RETRY_MAX: Duration = Duration::from_millis(1200);
+const LEASE: Duration = Duration::from_secs(15);
+
+/// A leader-task log shared by the instances of one test.
+#[derive(Clone, Default)]
+struct Log {
+    events: Arc<Mutex<Vec<(Instant, String, &'static str, u64)>>>,
+    running: Arc<AtomicUsize>,
+    most_running: Arc<AtomicUsize>,
+}
+
+impl Log {
+    fn push(&self, who: &str, what: &'static str, epoch: u64) {
+        self.events
+            .lock()
+            .unwrap()
+            .push((Instant::now(), who.to_owned(), what, epoch));
+    }
+
+    fn find(&self, who: &str, what: &str) -> Option<(Instant, u64)> {
+        self.events
+            .lock()
+            .unwrap()
+            .iter()
+            .find(|(_, w, e, _)| w == who && *e == what)
+            .map(|(t, _, _, epoch)| (*t, *epoch))
+    }
+}
+
+/// A leader task that records its term and runs until cancelled.
+fn until_cancelled(
+    log: Log,
+) -> impl Fn(
+    LeaderContext,
+) -> std::pin::Pin<Box<dyn std::future::Future<Output = anyhow::Result<()>> + Send>>
+       + Send
+       + Sync
+       + 'static {
+    move |ctx: LeaderContext| {
+        let log = log.clone();
+        Box::pin(async move {
+            let now = log.running.fetch_add(1, Ordering::SeqCst) + 1;
+            log.most_running.fetch_max(now, Ordering::SeqCst);
+            log.push(ctx.holder(), "start", ctx.epoch());
+            let reason = ctx.cancelled().await;
+            log.push(ctx.holder(), reason.as_str(), ctx.epoch());
+            log.running.fetch_sub(1, Ordering::SeqCst);
+            log.push(ctx.holder(), "stop", ctx.epoch());
+            Ok(())
+        })
+    }
+}
+
+struct Instance {
+    mutex: Arc<BlobDistributedMutex>,
+    token: CancellationToken,
+    run: JoinHandle<blob_mutex::Result<()>>,
+}
+
+fn start(settings: &BlobSettings, holder: &str, log: &Log) -> Instance {
+    let options = MutexOptions::default().with_holder(holder.to_owned());
+    let mutex = Arc::new(
+        BlobDistributedMutex::with_options(settings.clone(), options, until_cancelled(log.clone()))
+            .unwrap(),
+    );
+    let token = CancellationToken::new();
+    let run = tokio::spawn({
+        let (mutex, token) = (mutex.clone(), token.clone());
+        async move { mutex.run_task_when_mutex_acquired(token).await }
+    });
+    Instance { mutex, token, run }
+}
+
+async fn leader_of(instances: &[&Instance]) -> usize {
+    wait_for("a leader", Duration::from_secs(30), || async {
+        instances
+            .iter()
+            .position(|i| matches!(*i.mutex.watch().borrow(), Leadership::Leader { .. }))
+    })
+    .await
+}
+
+#[tokio::test]
+async fn first_election_creates_the_container_and_blob() {
+    support::init_tracing();
+    let container = azurite::unique_container("creates");
+    let settings = azurite::shared().settings(&container, "leader");
+    let manager = BlobLeaseManager::new(&settings).unwrap();
+    assert_eq!(manager.inspect().await.unwrap(), None);
+
+    let log = Log::default();
+    let a = start(&settings, "a", &log);
+    leader_of(&[&a]).await;
+    let info = manager.inspect().await.unwrap().expect("the blob exists");
+    assert_eq!(info.state, LeaseState::Leased);
+    assert_eq!((info.epoch, info.holder.as_deref()), (1, Some("a")));
+    assert_eq!(info.content_length, 0);
+
+    a.token.cancel();
+    a.run.await.unwrap().unwrap();
+    let info = manager.inspect().await.unwrap().unwrap();
+    assert_eq!(info.state, LeaseState::Available, "released on shutdown");
+    assert_eq!(log.find("a", "shutdown").map(|(_, e)| e), Some(1));
+}
+
+#[tokio::test]
+async fn an_existing_blob_keeps_its_content_and_metadata() {
+    use azure_storage::StorageCredentials;
+    use azure_storage_blobs::prelude::ClientBuilder;
+
+    support::init_tracing();
+    let container = azurite::unique_container("existing");
+    let az = azurite::shared();
+    let client = ClientBuilder::with_location(
+        azure_storage::CloudLocation::Custom {
+            account: blob_mutex::AZURITE_ACCOUNT.into(),
+            uri: az.endpoint.clone(),
+        },
+        StorageCredentials::access_key(blob_mutex::AZURITE_ACCOUNT, azurite::DEV_KEY.to_owned()),
+    )
+    .container_client(&container);
+    client.create().await.unwrap();
+    let content = b"important bytes \x00\x01\x02 that are not ours".to_vec();
+    let mut metadata = azure_core::request_options::Metadata::new();
+    metadata.insert("owner", "someone-else");
+    client
+        .blob_client("leader")
+        .put_block_blob(content.clone())
+        .metadata(metadata)
+        .await
+        .unwrap();
+
+    let log = Log::default();
+    let a = start(&az.settings(&container, "leader"), "a", &log);
+    leader_of(&[&a]).await;
+    a.token.cancel();
+    a.run.await.unwrap().unwrap();
+
+    let blob = client.blob_client("leader");
+    assert_eq!(
+        blob.get_content().await.unwrap(),
+        content,
+        "content byte for byte"
+    );
+    let properties = blob.get_properties().await.unwrap();
+    let metadata = properties.blob.metadata.unwrap_or_default();
+    assert_eq!(
+        metadata.get("owner").map(String::as_str),
+        Some("someone-else")
+    );
+    assert_eq!(metadata.get("epoch").map(String::as_str), Some("1"));
+}
+
+#[tokio::test]
+async fn one_leader_of_two_and_a_quick_handover_on_release() {
+    support::init_tracing();
+    let container = azurite::unique_container("handover");
+    let settings = azurite::shared().settings(&container, "leader");
+    let log = Log::default();
+    let a = start(&settings, "a", &log);
+    let b = start(&settings, "b", &log);
+    let first = leader_of(&[&a, &b]).await;
+    let (leader, follower, names) = if first == 0 {
+        (a, b, ("a", "b"))
+    } else {
+        (b, a, ("b", "a"))
+    };
+
+    // Several acquire rounds pass: still exactly one task running.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(log.most_running.load(Ordering::SeqCst), 1);
+    assert_eq!(
+        follower.mutex.watch().borrow().clone(),
+        Leadership::Follower
+    );
+
+    let (_, epoch) = log.find(names.0, "start").unwrap();
+    leader.token.cancel();
+    leader.run.await.unwrap().unwrap();
+    let (stopped, _) = log.find(names.0, "stop").unwrap();
+    let (took_over, next_epoch) =
+        wait_for("the follower to lead", Duration::from_secs(10), || async {
+            log.find(names.1, "start")
+        })
+        .await;
+    let handover = took_over - stopped;
+    println!("handover after release: {handover:?}");
+    assert!(
+        handover <= RETRY_MAX + Duration::from_secs(1),
+        "handover took {handover:?}"
+    );
+    assert_eq!(next_epoch, epoch + 1);
+    assert_eq!(
+        log.most_running.load(Ordering::SeqCst),
+        1,
+        "never two tasks at once"
+    );
+
+    follower.token.cancel();
+    follower.run.await.unwrap().unwrap();
+}
+
+#[tokio::test]
+async fn a_vanished_leader_is_replaced_only_after_its_lease_expired() {
+    support::init_tracing();
+    let container = azurite::unique_container("vanish");
+    let settings = azurite::shared().settings(&container, "leader");
+    let log = Log::default();
+    let a = start(&settings, "a", &log);
+    leader_of(&[&a]).await;
+    let b = start(&settings, "b", &log);
+
+    // Let a renew at least once, then make it vanish: its campaign is dropped
+    // mid-term, so nothing releases the lease.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let renewed_at = Instant::now();
+    a.run.abort();
+    let _ = a.run.await;
+    let vanished = Instant::now();
+
+    let (took_over, epoch) = wait_for("b to lead", LEASE + Duration::from_secs(10), || async {
+        log.find("b", "start")
+    })
+    .await;
+    let waited = took_over - vanished;
+    println!("takeover {waited:?} after the leader vanished");
+    // The last renewal was sent at most renew_interval before `renewed_at`.
+    assert!(
+        took_over - renewed_at >= LEASE - Duration::from_secs(5),
+        "took over before the lease could have expired: {waited:?}"
+    );
+    assert!(
+        waited <= LEASE + RETRY_MAX + Duration::from_secs(1),
+        "took {waited:?}"
+    );
+    assert_eq!(epoch, 2);
+    b.token.cancel();
+    b.run.await.unwrap().unwrap();
+}
+
+#[tokio::test]
+async fn a_lease_broken_from_outside_stops_the_leader_at_the_next_renewal() {
+    support::init_tracing();
+    let container = azurite::unique_container("broken");
+    let settings = azurite::shared().settings(&container, "leader");
+    let log = Log::default();
+    let a = start(&settings, "a", &log);
+    leader_of(&[&a]).await;
+
+    let operator = BlobLeaseManager::new(&settings).unwrap();
+    let broke_at = Instant::now();
+    operator.break_lease(None).await.unwrap();
+    let (lost_at, epoch) = wait_for(
+        "the task to see the loss",
+        Duration::from_secs(10),
+        || async { log.find("a", StopReason::LeaseLost.as_str()) },
+    )
+    .await;
+    let after = lost_at - broke_at;
+    println!("leader stopped {after:?} after the break");
+    assert!(
+        after <= Duration::from_secs(5) + Duration::from_secs(1),
+        "{after:?}"
+    );
+    assert_eq!(epoch, 1);
+
+    // It campaigns again and leads with the next epoch.
+    let (_, again) = wait_for("a to lead again", Duration::from_secs(10), || async {
+        log.events
+            .lock()
+            .unwrap()
+            .iter()
+            .rev()
+            .find(|(_, _, what, epoch)| *what == "start" && *epoch > 1)
+            .map(|(t, _, _, e)| (*t, *e))
+    })
+    .await;
+    assert_eq!(again, 2);
+    a.token.cancel();
+    a.run.await.unwrap().unwrap();
+}
+
+#[tokio::test]
+async fn a_task_that_finishes_releases_and_campaigns_again() {
+    support::init_tracing();
+    let container = azurite::unique_container("finishes");
+    let settings = azurite::shared().settings(&container, "leader");
+    let epochs = Arc::new(Mutex::new(Vec::new()));
+    let seen = epochs.clone();
+    let mutex = BlobDistributedMutex::new(settings.clone(), move |ctx: LeaderContext| {
+        let seen = seen.clone();
+        async move {
+            seen.lock().unwrap().push(ctx.epoch());
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            anyhow::Ok(())
+        }
+    })
+    .unwrap();
+    let token = CancellationToken::new();
+    let run = mutex.run_task_when_mutex_acquired(token.clone());
+    let check = async {
+        wait_for("three terms", Duration::from_secs(20), || async {
+            (epochs.lock().unwrap().len() >= 3).then_some(())
+        })
+        .await;
+        token.cancel();
+    };
+    let (result, ()) = tokio::join!(run, check);
+    result.unwrap();
+    let epochs = epochs.lock().unwrap().clone();
+    assert_eq!(epochs[..3], [1, 2, 3]);
+    let info = BlobLeaseManager::new(&settings)
+        .unwrap()
+        .inspect()
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        info.state.is_free(),
+        "released at the end: {:?}",
+        info.state
+    );
+}
+
+#[tokio::test]
+async fn a_task_that_panics_is_reported_and_the_instance_recovers() {
+    support::init_tracing();
+    let container = azurite::unique_container("panics");
+    let settings = azurite::shared().settings(&container, "leader");
+    let epochs = Arc::new(Mutex::new(Vec::new()));
+    let seen = epochs.clone();
+    let options = MutexOptions::default().with_failure_backoff(Duration::from_millis(500));
+    let mutex =
+        BlobDistributedMutex::with_options(settings.clone(), options, move |ctx: LeaderContext| {
+            let seen = seen.clone();
+            async move {
+                seen.lock().unwrap().push(ctx.epoch());
+                assert!(ctx.epoch() > 1, "the first term panics on purpose");
+                ctx.cancelled().await;
+                anyhow::Ok(())
+            }
+        })
+        .unwrap();
+    let token = CancellationToken::new();
+    let mut state = mutex.watch();
+    let run = mutex.run_task_when_mutex_acquired(token.clone());
+    let check = async {
+        state
+            .wait_for(|s| *s == Leadership::Leader { epoch: 2 })
+            .await
+            .expect("leads again after the panic");
+        token.cancel();
+    };
+    let (result, ()) =
+        tokio::time::timeout(Duration::from_secs(20), async { tokio::join!(run, check) })
+            .await
+            .expect("bounded");
+    result.unwrap();
+    assert_eq!(*epochs.lock().unwrap(), vec![1, 2]);
+}
