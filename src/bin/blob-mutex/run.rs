@@ -78,7 +78,7 @@ pub(crate) async fn run(args: RunArgs) -> Result<u8> {
     let kill_after = options
         .stop_grace
         .saturating_sub((options.stop_grace / 4).min(KILL_SLACK_MAX));
-    let acquire_retry = options.acquire_retry;
+    let (acquire_retry, request_timeout) = (options.acquire_retry, options.request_timeout);
     let shared = Arc::new(Shared {
         command: args.command,
         name: args.target.name(),
@@ -95,9 +95,11 @@ pub(crate) async fn run(args: RunArgs) -> Result<u8> {
 
     let signals = tokio::spawn(forward_signals(shared.clone()));
     if let Some(wait) = args.wait {
-        // A single attempt needs the time of one: the first is made at once,
-        // the next after --acquire-retry.
-        tokio::spawn(give_up_after(wait.max(acquire_retry), shared.clone()));
+        // Even `--wait 0` lets the first attempt, made at once, finish: it
+        // takes at most one request timeout, and the next comes only after
+        // --acquire-retry.
+        let first_attempt = request_timeout.min(acquire_retry);
+        tokio::spawn(give_up_after(wait.max(first_attempt), shared.clone()));
     }
     info!(blob = %shared.name, holder = mutex.holder(), "campaigning for the lease");
     let result = mutex

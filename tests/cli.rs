@@ -1,0 +1,576 @@
+//! The `blob-mutex` command, driven as a separate process against Azurite.
+//!
+//! The command it runs is a small `sh` script that writes marker files into
+//! a per-test directory (`started-<holder>` with its epoch, `term-<holder>`
+//! when it got SIGTERM, and a shared `log` of `start`/`end` lines), and
+//! exits when the test creates `stop-<holder>`.
+
+mod support;
+
+use std::path::PathBuf;
+use std::process::{ExitStatus, Output, Stdio};
+use std::time::Duration;
+
+use support::{azurite, wait_for};
+use tokio::process::{Child, Command};
+use tokio::time::Instant;
+
+const BIN: &str = env!("CARGO_BIN_EXE_blob-mutex");
+
+/// The script `run` starts: marks its start, waits for its stop file, and
+/// answers SIGTERM by marking it and exiting 143.
+const SCRIPT: &str = r#"
+d=$1; h=$2; code=$3
+echo "$BLOB_MUTEX_EPOCH $BLOB_MUTEX_HOLDER" > "$d/started-$h.tmp" && mv "$d/started-$h.tmp" "$d/started-$h"
+echo "start $h" >> "$d/log"
+trap 'echo "end $h" >> "$d/log"; touch "$d/term-$h"; exit 143' TERM
+while [ ! -e "$d/stop-$h" ]; do sleep 0.05; done
+echo "end $h" >> "$d/log"
+exit "$code"
+"#;
+
+/// One test's container, blob and scratch directory.
+struct Case {
+    container: String,
+    blob: &'static str,
+    dir: PathBuf,
+}
+
+impl Case {
+    fn new(name: &'static str) -> Case {
+        let container = azurite::unique_container(&format!("cli-{name}"));
+        let dir = std::env::temp_dir().join(format!("blob-mutex-{container}"));
+        std::fs::create_dir_all(&dir).expect("create the test directory");
+        Case {
+            container,
+            blob: "lock",
+            dir,
+        }
+    }
+
+    /// `blob-mutex <command>` for this case's blob, connected through the
+    /// environment variable.
+    fn command(&self, subcommand: &str) -> Command {
+        let mut command = Command::new(BIN);
+        command
+            .arg(subcommand)
+            .args(["--container", &self.container, "--blob", self.blob])
+            .env(
+                "AZURE_STORAGE_CONNECTION_STRING",
+                azurite::shared().connection_string(),
+            )
+            .env_remove("RUST_LOG")
+            .stdin(Stdio::null())
+            .kill_on_drop(true);
+        command
+    }
+
+    /// Starts `blob-mutex run` for `holder`, running [`SCRIPT`] that exits
+    /// with `code` when told to; extra flags go before `--`.
+    fn run(&self, holder: &str, code: i32, flags: &[&str]) -> Child {
+        let mut command = self.command("run");
+        command
+            .args(["--holder", holder])
+            .args(flags)
+            .env("RUST_LOG", "blob_mutex=debug")
+            .args(["--", "sh", "-c", SCRIPT, "script"])
+            .arg(&self.dir)
+            .args([holder, &code.to_string()])
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(self.path(&format!("stderr-{holder}"))).unwrap());
+        command.spawn().expect("start blob-mutex run")
+    }
+
+    /// Runs `blob-mutex <subcommand> [args]` to its end.
+    async fn output(&self, subcommand: &str, args: &[&str]) -> Output {
+        self.command(subcommand)
+            .args(args)
+            .output()
+            .await
+            .expect("run blob-mutex")
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.join(name)
+    }
+
+    /// Waits until `holder`'s command has started; returns its epoch.
+    async fn started(&self, holder: &str, limit: Duration) -> u64 {
+        let path = self.path(&format!("started-{holder}"));
+        let text = wait_for(&format!("{holder}'s command to start"), limit, || {
+            let path = path.clone();
+            async move { std::fs::read_to_string(path).ok() }
+        })
+        .await;
+        let (epoch, seen_holder) = text.trim().split_once(' ').expect("epoch and holder");
+        assert_eq!(seen_holder, holder, "BLOB_MUTEX_HOLDER");
+        epoch.parse().expect("BLOB_MUTEX_EPOCH is a number")
+    }
+
+    fn has_started(&self, holder: &str) -> bool {
+        self.path(&format!("started-{holder}")).exists()
+    }
+
+    /// Tells `holder`'s command to exit.
+    fn stop(&self, holder: &str) {
+        std::fs::write(self.path(&format!("stop-{holder}")), "").unwrap();
+    }
+
+    fn stderr(&self, holder: &str) -> String {
+        std::fs::read_to_string(self.path(&format!("stderr-{holder}"))).unwrap_or_default()
+    }
+
+    fn log(&self) -> Vec<String> {
+        std::fs::read_to_string(self.path("log"))
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_owned)
+            .collect()
+    }
+}
+
+impl Drop for Case {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Waits for a `blob-mutex` process to exit, at most `limit`.
+async fn exited(child: &mut Child, limit: Duration) -> ExitStatus {
+    tokio::time::timeout(limit, child.wait())
+        .await
+        .unwrap_or_else(|_| panic!("blob-mutex did not exit within {limit:?}"))
+        .expect("wait for blob-mutex")
+}
+
+fn kill(pid: u32, signal: &str) {
+    let status = std::process::Command::new("kill")
+        .args([format!("-{signal}"), pid.to_string()])
+        .status()
+        .expect("run kill");
+    assert!(status.success(), "kill -{signal} {pid}");
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// Checks that a failed command printed exactly one line on stderr, in the
+/// command's own words, and exited with `code`.
+fn assert_one_line_error(output: &Output, code: i32, needle: &str) {
+    let stderr = text(&output.stderr);
+    assert_eq!(output.status.code(), Some(code), "stderr: {stderr}");
+    assert_eq!(stderr.lines().count(), 1, "one line: {stderr:?}");
+    assert!(stderr.starts_with("blob-mutex: "), "{stderr:?}");
+    assert!(stderr.contains(needle), "{needle:?} in {stderr:?}");
+    assert!(
+        !stderr.contains("Error {") && !stderr.contains("kind:"),
+        "no Debug dump: {stderr:?}"
+    );
+}
+
+#[tokio::test]
+async fn two_runs_take_turns_and_the_second_starts_within_acquire_retry_plus_1s() {
+    let case = Case::new("turns");
+    let flags = ["--acquire-retry", "1s"];
+    let mut a = case.run("a", 7, &flags);
+    let mut b = case.run("b", 0, &flags);
+
+    let limit = Duration::from_secs(30);
+    let (first, second) = wait_for("one command to start", limit, || {
+        let started = (case.has_started("a"), case.has_started("b"));
+        async move {
+            match started {
+                (true, _) => Some(("a", "b")),
+                (false, true) => Some(("b", "a")),
+                _ => None,
+            }
+        }
+    })
+    .await;
+    let (first_run, second_run) = if first == "a" {
+        (&mut a, &mut b)
+    } else {
+        (&mut b, &mut a)
+    };
+    let first_epoch = case.started(first, limit).await;
+    assert!(first_epoch >= 1);
+    // The follower keeps trying while the leader's command runs.
+    let status = case.output("status", &["--json"]).await;
+    assert!(text(&status.stdout).contains(&format!("\"holder\":\"{first}\"")));
+    assert!(!case.has_started(second), "both commands run at once");
+
+    let stopped = Instant::now();
+    case.stop(first);
+    // Acquire retry (1 s, +20 % jitter) + 1 s, plus the script's 50 ms poll
+    // and some room for a loaded machine.
+    let second_epoch = case.started(second, Duration::from_millis(2_600)).await;
+    let took = stopped.elapsed();
+    assert!(
+        second_epoch > first_epoch,
+        "epoch {second_epoch} after {first_epoch}"
+    );
+
+    let code = if first == "a" { 7 } else { 0 };
+    let status = exited(first_run, Duration::from_secs(10)).await;
+    assert_eq!(
+        status.code(),
+        Some(code),
+        "the command's exit code passes through"
+    );
+    case.stop(second);
+    let status = exited(second_run, Duration::from_secs(10)).await;
+    assert_eq!(status.code(), Some(7 - code));
+    assert_eq!(
+        case.log(),
+        [
+            format!("start {first}"),
+            format!("end {first}"),
+            format!("start {second}"),
+            format!("end {second}")
+        ],
+        "the commands never overlapped (second started after {took:?})"
+    );
+}
+
+#[tokio::test]
+async fn sigkill_of_the_leader_lets_the_other_start_only_after_the_lease_expired() {
+    let case = Case::new("sigkill");
+    let flags = [
+        "--lease-duration",
+        "15s",
+        "--renew-interval",
+        "1s",
+        "--acquire-retry",
+        "500ms",
+    ];
+    let mut a = case.run("a", 0, &flags);
+    case.started("a", Duration::from_secs(30)).await;
+    let mut b = case.run("b", 0, &flags);
+    // b is campaigning once its process is up; a still leads.
+    wait_for("b to campaign", Duration::from_secs(10), || {
+        let stderr = case.stderr("b");
+        async move { stderr.contains("campaign").then_some(()) }
+    })
+    .await;
+
+    let killed = Instant::now();
+    kill(a.id().expect("a runs"), "KILL");
+    exited(&mut a, Duration::from_secs(5)).await;
+    // SIGKILL cannot be forwarded: a's command, in its own process group,
+    // lives on without the lease. Stop it so that only the lease matters.
+    case.stop("a");
+
+    case.started("b", Duration::from_secs(25)).await;
+    let took = killed.elapsed();
+    // a renewed at most 1 s before it was killed, so its lease ran until
+    // 14 to 15 s after the kill; b tries every 0.5 s (+20 %).
+    assert!(
+        took >= Duration::from_millis(13_800),
+        "b started {took:?} after the kill"
+    );
+    assert!(
+        took <= Duration::from_secs(18),
+        "b started {took:?} after the kill"
+    );
+    case.stop("b");
+    assert_eq!(
+        exited(&mut b, Duration::from_secs(10)).await.code(),
+        Some(0)
+    );
+}
+
+#[tokio::test]
+async fn break_stops_the_running_command_and_run_exits_with_lease_lost() {
+    let case = Case::new("break");
+    let mut a = case.run("a", 0, &["--renew-interval", "1s"]);
+    let epoch = case.started("a", Duration::from_secs(30)).await;
+
+    let broke = case.output("break", &[]).await;
+    assert_eq!(broke.status.code(), Some(0), "{}", text(&broke.stderr));
+    let said = text(&broke.stdout);
+    assert!(
+        said.contains(&format!("broke the lease of a (epoch {epoch})")),
+        "{said}"
+    );
+
+    // The next renewal finds the lease broken; the command gets SIGTERM.
+    let status = exited(&mut a, Duration::from_secs(10)).await;
+    assert_eq!(status.code(), Some(4), "stderr: {}", case.stderr("a"));
+    assert!(case.path("term-a").exists(), "the command got SIGTERM");
+    let stderr = case.stderr("a");
+    assert!(stderr.contains("was broken or taken"), "{stderr}");
+
+    let again = case.output("break", &[]).await;
+    assert_one_line_error(&again, 3, "no lease to break");
+}
+
+#[tokio::test]
+async fn the_epoch_increases_from_one_holder_to_the_next() {
+    let case = Case::new("epoch");
+    let mut epochs = Vec::new();
+    for holder in ["a", "b", "a2"] {
+        let mut run = case.run(holder, 0, &[]);
+        epochs.push(case.started(holder, Duration::from_secs(30)).await);
+        case.stop(holder);
+        assert_eq!(
+            exited(&mut run, Duration::from_secs(10)).await.code(),
+            Some(0)
+        );
+    }
+    assert!(epochs.windows(2).all(|w| w[0] < w[1]), "{epochs:?}");
+}
+
+#[tokio::test]
+async fn status_and_json_agree_with_the_lease() {
+    let case = Case::new("status");
+    let missing = case.output("status", &["--json"]).await;
+    assert_eq!(missing.status.code(), Some(3), "free before anyone leads");
+    let json = text(&missing.stdout);
+    assert!(
+        json.contains("\"exists\":false") && json.contains("\"leased\":false"),
+        "{json}"
+    );
+    assert!(json.contains("\"holder\":null"), "{json}");
+
+    let mut a = case.run("status-holder", 0, &[]);
+    let epoch = case.started("status-holder", Duration::from_secs(30)).await;
+
+    let table = case.output("status", &[]).await;
+    assert_eq!(table.status.code(), Some(0), "held while the command runs");
+    let table = text(&table.stdout);
+    assert!(table.contains("leased (fixed)"), "{table}");
+    assert!(table.contains("holder       status-holder"), "{table}");
+    assert!(
+        table.contains(&format!("epoch        {epoch}\n")),
+        "{table}"
+    );
+
+    let json = case.output("status", &["--json"]).await;
+    assert_eq!(json.status.code(), Some(0));
+    let json = text(&json.stdout);
+    assert_eq!(json.lines().count(), 1, "{json}");
+    for part in [
+        format!("\"container\":\"{}\"", case.container),
+        "\"blob\":\"lock\"".to_owned(),
+        "\"exists\":true".to_owned(),
+        "\"state\":\"leased\"".to_owned(),
+        "\"leased\":true".to_owned(),
+        "\"duration\":\"fixed\"".to_owned(),
+        "\"holder\":\"status-holder\"".to_owned(),
+        format!("\"epoch\":{epoch},"),
+        "\"acquired_at\":\"20".to_owned(),
+    ] {
+        assert!(json.contains(&part), "{part} in {json}");
+    }
+
+    case.stop("status-holder");
+    assert_eq!(
+        exited(&mut a, Duration::from_secs(10)).await.code(),
+        Some(0)
+    );
+    let after = case.output("status", &["--json"]).await;
+    assert_eq!(
+        after.status.code(),
+        Some(3),
+        "released when the command exited"
+    );
+    let json = text(&after.stdout);
+    assert!(
+        json.contains("\"state\":\"available\"") && json.contains("\"leased\":false"),
+        "{json}"
+    );
+    assert!(
+        json.contains("\"holder\":\"status-holder\""),
+        "the last holder: {json}"
+    );
+}
+
+#[tokio::test]
+async fn sigterm_is_forwarded_and_the_lease_released_after_the_command_exited() {
+    let case = Case::new("sigterm");
+    let mut a = case.run("a", 0, &[]);
+    case.started("a", Duration::from_secs(30)).await;
+    kill(a.id().expect("a runs"), "TERM");
+    let status = exited(&mut a, Duration::from_secs(10)).await;
+    assert_eq!(
+        status.code(),
+        Some(143),
+        "the command's code: {}",
+        case.stderr("a")
+    );
+    assert!(case.path("term-a").exists(), "the command got SIGTERM");
+    let after = case.output("status", &[]).await;
+    assert_eq!(
+        after.status.code(),
+        Some(3),
+        "released: {}",
+        text(&after.stdout)
+    );
+}
+
+#[tokio::test]
+async fn wait_gives_up_with_code_3_and_forever_restarts_the_command() {
+    let case = Case::new("wait");
+    let mut daemon = Command::new(BIN);
+    daemon
+        .args(["run", "--container", &case.container, "--blob", case.blob])
+        .args(["--holder", "d", "--forever", "--", "sh", "-c"])
+        .arg("echo $BLOB_MUTEX_EPOCH >> \"$0/epochs\"; sleep 0.2")
+        .arg(&case.dir)
+        .env(
+            "AZURE_STORAGE_CONNECTION_STRING",
+            azurite::shared().connection_string(),
+        )
+        .stdout(Stdio::null())
+        .kill_on_drop(true);
+    let mut daemon = daemon.spawn().unwrap();
+    let epochs = wait_for(
+        "the command to run three times",
+        Duration::from_secs(30),
+        || {
+            let epochs = std::fs::read_to_string(case.path("epochs")).unwrap_or_default();
+            async move {
+                let epochs: Vec<u64> = epochs.lines().map(|l| l.parse().unwrap()).collect();
+                (epochs.len() >= 3).then_some(epochs)
+            }
+        },
+    )
+    .await;
+    assert!(epochs.windows(2).all(|w| w[0] < w[1]), "{epochs:?}");
+
+    // While the daemon leads (it takes the lease back at once), another
+    // instance with --wait gives up without running its command.
+    wait_for("the daemon to lead", Duration::from_secs(10), || async {
+        let status = case.output("status", &[]).await;
+        (status.status.code() == Some(0)).then_some(())
+    })
+    .await;
+    let started = Instant::now();
+    let mut waiter = case.run("w", 0, &["--wait", "1s", "--acquire-retry", "10s"]);
+    let status = exited(&mut waiter, Duration::from_secs(15)).await;
+    assert_eq!(status.code(), Some(3), "stderr: {}", case.stderr("w"));
+    assert!(
+        started.elapsed() < Duration::from_secs(9),
+        "--wait bounds the wait"
+    );
+    assert!(!case.has_started("w"));
+    let stderr = case.stderr("w");
+    assert!(stderr.contains("gave up waiting"), "{stderr}");
+
+    kill(daemon.id().unwrap(), "TERM");
+    let status = exited(&mut daemon, Duration::from_secs(10)).await;
+    assert!(
+        status.code().is_some(),
+        "exited by itself after SIGTERM: {status:?}"
+    );
+}
+
+#[tokio::test]
+async fn bad_flags_and_connection_strings_are_one_line_errors_with_documented_codes() {
+    let case = Case::new("errors");
+    let run = |args: &'static [&'static str]| {
+        let mut command = Command::new(BIN);
+        command
+            .args(args)
+            .env_remove("AZURE_STORAGE_CONNECTION_STRING")
+            .stdin(Stdio::null());
+        command
+    };
+    let out = run(&["run", "-c", "box", "-b", "b", "--bogus", "--", "true"])
+        .output()
+        .await
+        .unwrap();
+    assert_one_line_error(&out, 2, "--bogus");
+    let out = run(&["run", "-c", "box", "-b", "b", "--", "true"])
+        .output()
+        .await
+        .unwrap();
+    assert_one_line_error(&out, 2, "AZURE_STORAGE_CONNECTION_STRING");
+    let out = run(&["status", "-c", "box"]).output().await.unwrap();
+    assert_one_line_error(&out, 2, "--blob");
+    let out = run(&[
+        "status",
+        "-c",
+        "box",
+        "-b",
+        "b",
+        "--dev",
+        "--request-timeout",
+        "soon",
+    ])
+    .output()
+    .await
+    .unwrap();
+    assert_one_line_error(&out, 2, "--request-timeout");
+
+    // Invalid option values are the library's messages.
+    let out = case
+        .output("run", &["--lease-duration", "5s", "--", "true"])
+        .await;
+    assert_one_line_error(&out, 2, "lease_duration");
+
+    // A malformed connection string: one line, and the secret is not in it.
+    let secret = "c2VjcmV0LWtleQ!!";
+    let out = Command::new(BIN)
+        .args(["status", "-c", &case.container, "-b", "lock"])
+        .arg("--connection-string")
+        .arg(format!("AccountName=acct;AccountKey={secret}"))
+        .output()
+        .await
+        .unwrap();
+    assert_one_line_error(&out, 2, "invalid connection string");
+    assert!(
+        !text(&out.stderr).contains("c2VjcmV0"),
+        "{}",
+        text(&out.stderr)
+    );
+
+    // A well-formed but wrong key: storage refuses it.
+    let wrong_key = "d3Jvbmcta2V5LXdyb25nLWtleQ==";
+    let wrong = azurite::shared()
+        .connection_string()
+        .replace(azurite::DEV_KEY, wrong_key);
+    for subcommand in [&["status"][..], &["break"], &["run", "--", "true"]] {
+        let out = Command::new(BIN)
+            .arg(subcommand[0])
+            .args([
+                "-c",
+                &case.container,
+                "-b",
+                "lock",
+                "--connection-string",
+                &wrong,
+            ])
+            .args(&subcommand[1..])
+            .output()
+            .await
+            .unwrap();
+        assert_one_line_error(&out, 1, "authentication failed");
+        assert!(!text(&out.stderr).contains(wrong_key));
+    }
+
+    // A command that does not exist.
+    let out = case
+        .output("run", &["--", "/nonexistent/blob-mutex-test-command"])
+        .await;
+    assert_one_line_error(&out, 127, "cannot run /nonexistent/blob-mutex-test-command");
+}
+
+#[tokio::test]
+async fn help_has_an_example_and_the_exit_codes_for_every_command() {
+    for args in [
+        &["--help"][..],
+        &["run", "--help"],
+        &["status", "--help"],
+        &["break", "--help"],
+    ] {
+        let out = Command::new(BIN).args(args).output().await.unwrap();
+        assert_eq!(out.status.code(), Some(0), "{args:?}");
+        let help = text(&out.stdout);
+        assert!(help.contains("Exit codes:"), "{args:?}: {help}");
+        if args.len() == 2 {
+            assert!(help.contains("Examples:\n  "), "{args:?}: {help}");
+        }
+    }
+}
