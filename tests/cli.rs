@@ -21,9 +21,9 @@ const BIN: &str = env!("CARGO_BIN_EXE_blob-mutex");
 /// answers SIGTERM by marking it and exiting 143.
 const SCRIPT: &str = r#"
 d=$1; h=$2; code=$3
-echo "$BLOB_MUTEX_EPOCH $BLOB_MUTEX_HOLDER" > "$d/started-$h.tmp" && mv "$d/started-$h.tmp" "$d/started-$h"
-echo "start $h" >> "$d/log"
 trap 'echo "end $h" >> "$d/log"; touch "$d/term-$h"; exit 143' TERM
+echo "start $h" >> "$d/log"
+echo "$BLOB_MUTEX_EPOCH $BLOB_MUTEX_HOLDER" > "$d/started-$h.tmp" && mv "$d/started-$h.tmp" "$d/started-$h"
 while [ ! -e "$d/stop-$h" ]; do sleep 0.05; done
 echo "end $h" >> "$d/log"
 exit "$code"
