@@ -35,7 +35,8 @@ pub(crate) async fn break_lease(args: BreakArgs) -> Result<u8> {
     };
     let left = match manager.break_lease(args.period).await {
         Ok(left) => left,
-        Err(blob_mutex::Error::LeaseLost(_)) => {
+        // 409 LeaseNotPresentWithLeaseOperation: the lease ended meanwhile.
+        Err(blob_mutex::Error::LeaseLost(_) | blob_mutex::Error::Storage { status: 409, .. }) => {
             eprintln!("blob-mutex: no lease to break on {name}: it was released meanwhile");
             return Ok(exit::FREE_OR_NOT_ACQUIRED);
         }
