@@ -157,13 +157,11 @@ fn find_url_query(text: &str) -> Option<usize> {
     let url_end = url
         .find(|c: char| c.is_whitespace() || matches!(c, ')' | '"' | '\'' | '>'))
         .unwrap_or(url.len());
-    match url[..url_end].find('?') {
-        Some(q) => Some(scheme + q),
-        None => {
-            let next = scheme + url_end;
-            find_url_query(&text[next..]).map(|i| next + i)
-        }
+    if let Some(q) = url[..url_end].find('?') {
+        return Some(scheme + q);
     }
+    let next = scheme + url_end;
+    find_url_query(&text[next..]).map(|i| next + i)
 }
 
 #[cfg(test)]

@@ -152,7 +152,7 @@ pub struct LeaseInfo {
     pub acquired_at: Option<String>,
     /// The blob's content length in bytes.
     pub content_length: u64,
-    /// The blob's ETag.
+    /// The blob's `ETag`.
     pub etag: String,
 }
 

@@ -43,6 +43,7 @@ pub(crate) type TaskFn = dyn Fn(LeaderContext) -> TaskFuture + Send + Sync;
 /// task while it keeps renewing; the others wait and try again. See the crate
 /// documentation for the guarantees and their limits.
 pub struct BlobDistributedMutex {
+    settings: BlobSettings,
     manager: Arc<BlobLeaseManager>,
     options: MutexOptions,
     holder: Arc<str>,
@@ -101,12 +102,19 @@ impl BlobDistributedMutex {
             BlobLeaseManager::new(&settings)?.with_request_timeout(options.request_timeout);
         let holder: Arc<str> = options.holder.clone().unwrap_or_else(default_holder).into();
         Ok(BlobDistributedMutex {
+            settings,
             manager: Arc::new(manager),
             options,
             holder,
             task: box_task(task),
             state: Arc::new(watch::channel(Leadership::Follower).0),
         })
+    }
+
+    /// Where the lease blob lives.
+    #[must_use]
+    pub fn settings(&self) -> &BlobSettings {
+        &self.settings
     }
 
     /// This instance's holder name.
@@ -182,7 +190,7 @@ where
     })
 }
 
-/// A jitter source: SplitMix64, seedable for reproducible tests.
+/// A jitter source: `SplitMix64`, seedable for reproducible tests.
 pub(crate) struct Jitter {
     state: u64,
     fraction: f64,
@@ -276,7 +284,7 @@ impl<S: LeaseStore> Engine<'_, S> {
         match &result {
             Ok(()) => debug!(holder = %self.holder, "campaign stopped"),
             Err(e) => {
-                error!(holder = %self.holder, error = %e, "campaign stopped by a fatal error")
+                error!(holder = %self.holder, error = %e, "campaign stopped by a fatal error");
             }
         }
         result
@@ -539,7 +547,7 @@ impl<S: LeaseStore> Engine<'_, S> {
         {
             Ok(()) => debug!(holder = %self.holder, "released lease"),
             Err(e) => {
-                debug!(holder = %self.holder, error = %e, "release failed; the lease will expire")
+                debug!(holder = %self.holder, error = %e, "release failed; the lease will expire");
             }
         }
     }

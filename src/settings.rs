@@ -150,7 +150,9 @@ impl BlobSettings {
     pub fn with_endpoint(mut self, endpoint: impl Into<String>) -> Result<Self> {
         let endpoint = endpoint.into();
         validate_endpoint(&endpoint).map_err(|reason| Error::invalid("endpoint", reason))?;
-        self.endpoint = endpoint.trim_end_matches('/').to_owned();
+        endpoint
+            .trim_end_matches('/')
+            .clone_into(&mut self.endpoint);
         Ok(self)
     }
 
@@ -358,12 +360,11 @@ impl<'a> ConnectionString<'a> {
             validate_account(account)
                 .map_err(|_| bad("AccountName is not a valid account name"))?;
         }
-        let endpoint = match self.blob_endpoint {
-            Some(endpoint) => {
-                validate_endpoint(endpoint).map_err(|r| bad(&format!("BlobEndpoint {r}")))?;
-                endpoint.trim_end_matches('/').to_owned()
-            }
-            None => {
+        let endpoint = if let Some(endpoint) = self.blob_endpoint {
+            validate_endpoint(endpoint).map_err(|r| bad(&format!("BlobEndpoint {r}")))?;
+            endpoint.trim_end_matches('/').to_owned()
+        } else {
+            {
                 let account = self
                     .account_name
                     .ok_or_else(|| bad("AccountName or BlobEndpoint is needed"))?;
@@ -565,7 +566,7 @@ mod tests {
             format!("AccountName=acct;AccountKey={KEY};AccountKey={KEY}"),
             "AccountName=acct".to_owned(),
             "UseDevelopmentStorage=maybe".to_owned(),
-            format!("AccountName=acct;AccountKey="),
+            "AccountName=acct;AccountKey=".to_owned(),
             format!("{KEY}={KEY}"),
         ];
         for cs in cases {
@@ -643,7 +644,7 @@ mod tests {
             "a\\b",
             "tab\t",
             &"b".repeat(1025),
-            &"a/".repeat(255).trim_end_matches('/').to_owned(),
+            "a/".repeat(255).trim_end_matches('/'),
         ] {
             let err = validate_blob(bad).unwrap_err();
             assert!(
