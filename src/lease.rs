@@ -290,9 +290,9 @@ impl BlobLeaseManager {
     }
 
     /// Breaks the current lease, whoever holds it. With `period` `None` the
-    /// lease ends at once for a fixed-duration lease (Azure's rule: a break
-    /// without a period waits for the rest of the lease); `Some(p)` waits at
-    /// most `p` (0 to 60 s). Returns how long until the lease can be acquired.
+    /// lease ends at once (a break period of 0); `Some(p)` lets it run for at
+    /// most `p` more (0 to 60 s). Returns how long until the lease can be
+    /// acquired.
     ///
     /// # Errors
     ///
@@ -312,7 +312,15 @@ impl BlobLeaseManager {
         self.capped("break", async {
             let mut call = self.blob.break_lease();
             call = call.lease_break_period(LeaseBreakPeriod::from(period.unwrap_or_default()));
-            let response = call.await.map_err(|e| map_error("break", &e))?;
+            let response = call.await.map_err(|e| match http_status(&e) {
+                // No lease to break is not a lost lease of ours.
+                Some((status @ 409, code)) => Error::Storage {
+                    status,
+                    code,
+                    message: "break: there is no lease to break".to_owned(),
+                },
+                _ => map_error("break", &e),
+            })?;
             Ok(Duration::from_secs(response.lease_time.into()))
         })
         .await

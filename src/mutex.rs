@@ -284,7 +284,8 @@ impl<S: LeaseStore> Engine<'_, S> {
         match &result {
             Ok(()) => debug!(holder = %self.holder, "campaign stopped"),
             Err(e) => {
-                error!(holder = %self.holder, error = %e, "campaign stopped by a fatal error");
+                // The caller gets the error itself; logging it loudly too would show it twice.
+                debug!(holder = %self.holder, error = %e, "campaign stopped by a fatal error");
             }
         }
         result
@@ -335,7 +336,14 @@ impl<S: LeaseStore> Engine<'_, S> {
             }
             let sent = Instant::now();
             let attempt = tokio::select! {
-                () = token.cancelled() => return Ok(None),
+                () = token.cancelled() => {
+                    // The dropped request may have acquired the lease on the
+                    // server already: give it back rather than leave it to expire.
+                    // Bounded short so that shutdown stays quick.
+                    let limit = self.options.request_timeout.min(Duration::from_secs(1));
+                    self.release(proposed, limit).await;
+                    return Ok(None);
+                }
                 r = bounded(
                     "acquire",
                     self.options.request_timeout,
@@ -397,7 +405,7 @@ impl<S: LeaseStore> Engine<'_, S> {
                 if !matches!(e, Error::Cancelled) {
                     warn!(holder = %self.holder, error = %e, "could not write the epoch; giving the lease back");
                 }
-                self.release(lease).await;
+                self.release(lease, self.options.request_timeout).await;
                 return match e {
                     Error::Cancelled => Ok(Term::Shutdown),
                     e if e.is_fatal() => Err(e),
@@ -508,7 +516,7 @@ impl<S: LeaseStore> Engine<'_, S> {
     async fn finish(&self, lease: LeaseId, epoch: u64, lease_held: bool) {
         self.state.send_replace(Leadership::Follower);
         if lease_held {
-            self.release(lease).await;
+            self.release(lease, self.options.request_timeout).await;
         }
         debug!(holder = %self.holder, epoch, "no longer leader");
     }
@@ -537,14 +545,8 @@ impl<S: LeaseStore> Engine<'_, S> {
         }
     }
 
-    async fn release(&self, lease: LeaseId) {
-        match bounded(
-            "release",
-            self.options.request_timeout,
-            self.store.release(lease),
-        )
-        .await
-        {
+    async fn release(&self, lease: LeaseId, limit: Duration) {
+        match bounded("release", limit, self.store.release(lease)).await {
             Ok(()) => debug!(holder = %self.holder, "released lease"),
             Err(e) => {
                 debug!(holder = %self.holder, error = %e, "release failed; the lease will expire");
