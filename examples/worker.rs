@@ -26,7 +26,9 @@ use std::io::Write;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
-use blob_mutex::{BlobDistributedMutex, BlobSettings, CancellationToken, LeaderContext, MutexOptions};
+use blob_mutex::{
+    BlobDistributedMutex, BlobSettings, CancellationToken, LeaderContext, MutexOptions,
+};
 
 #[derive(Clone, Copy, Default)]
 struct Behaviour {
@@ -83,7 +85,9 @@ fn parse_args() -> anyhow::Result<(String, String, MutexOptions, Behaviour)> {
     };
     while let Some(flag) = args.next() {
         let mut number = || -> anyhow::Result<u64> {
-            let value = args.next().with_context(|| format!("{flag} needs a value"))?;
+            let value = args
+                .next()
+                .with_context(|| format!("{flag} needs a value"))?;
             value
                 .parse()
                 .with_context(|| format!("{flag} needs a whole number, got {value:?}"))
@@ -138,10 +142,13 @@ async fn main() -> anyhow::Result<()> {
 
     let (container, blob, options, behaviour) = parse_args()?;
     let settings = match std::env::var("AZURE_STORAGE_CONNECTION_STRING") {
-        Ok(cs) if !cs.trim().is_empty() => BlobSettings::from_connection_string(&cs, container, blob)?,
+        Ok(cs) if !cs.trim().is_empty() => {
+            BlobSettings::from_connection_string(&cs, container, blob)?
+        }
         _ => BlobSettings::azurite(container, blob)?,
     };
-    let mutex = BlobDistributedMutex::with_options(settings, options, move |ctx| lead(ctx, behaviour))?;
+    let mutex =
+        BlobDistributedMutex::with_options(settings, options, move |ctx| lead(ctx, behaviour))?;
 
     let token = CancellationToken::new();
     let on_signal = token.clone();

@@ -20,7 +20,11 @@ const D: Duration = Duration::from_secs(15);
 async fn acquire_creates_container_and_blob_then_every_action_works() {
     support::init_tracing();
     let (m, _) = manager("actions");
-    assert_eq!(m.inspect().await.unwrap(), None, "nothing exists before the first acquire");
+    assert_eq!(
+        m.inspect().await.unwrap(),
+        None,
+        "nothing exists before the first acquire"
+    );
 
     let a = LeaseId::new();
     assert_eq!(m.acquire(a, D).await.unwrap(), Acquire::Acquired);
@@ -44,7 +48,10 @@ async fn acquire_creates_container_and_blob_then_every_action_works() {
     m.renew(a).await.unwrap();
     let wrong = LeaseId::new();
     assert!(matches!(m.renew(wrong).await, Err(Error::LeaseLost(_))));
-    assert!(matches!(m.stamp(wrong, "x").await, Err(Error::LeaseLost(_))));
+    assert!(matches!(
+        m.stamp(wrong, "x").await,
+        Err(Error::LeaseLost(_))
+    ));
 
     let b = LeaseId::new();
     m.change(a, b).await.unwrap();
@@ -52,12 +59,21 @@ async fn acquire_creates_container_and_blob_then_every_action_works() {
     m.renew(b).await.unwrap();
 
     m.release(b).await.unwrap();
-    assert_eq!(m.inspect().await.unwrap().unwrap().state, LeaseState::Available);
+    assert_eq!(
+        m.inspect().await.unwrap().unwrap().state,
+        LeaseState::Available
+    );
 
     let c = LeaseId::new();
     assert_eq!(m.acquire(c, D).await.unwrap(), Acquire::Acquired);
     assert_eq!(m.break_lease(None).await.unwrap(), Duration::ZERO);
-    assert_eq!(m.inspect().await.unwrap().unwrap().state, LeaseState::Broken);
+    assert_eq!(
+        m.inspect().await.unwrap().unwrap().state,
+        LeaseState::Broken
+    );
     assert!(matches!(m.renew(c).await, Err(Error::LeaseLost(_))));
-    assert_eq!(m.acquire(LeaseId::new(), D).await.unwrap(), Acquire::Acquired);
+    assert_eq!(
+        m.acquire(LeaseId::new(), D).await.unwrap(),
+        Acquire::Acquired
+    );
 }

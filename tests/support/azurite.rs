@@ -126,11 +126,22 @@ pub fn shared() -> &'static Azurite {
 pub fn unique_container(prefix: &str) -> String {
     let prefix: String = prefix
         .chars()
-        .map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_lowercase() } else { '-' })
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_lowercase()
+            } else {
+                '-'
+            }
+        })
         .collect();
     let prefix = prefix.trim_matches('-');
     let prefix = &prefix[..prefix.len().min(40)];
-    format!("{}-{}-{}", prefix.trim_end_matches('-'), std::process::id(), unique_suffix())
+    format!(
+        "{}-{}-{}",
+        prefix.trim_end_matches('-'),
+        std::process::id(),
+        unique_suffix()
+    )
 }
 
 fn unique_suffix() -> u64 {
@@ -159,7 +170,11 @@ pub fn azurite_bin() -> PathBuf {
     }
     let bin = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("tools/azurite/node_modules/.bin/azurite-blob");
-    assert!(bin.exists(), "{INSTALL_HINT} (looked for {})", bin.display());
+    assert!(
+        bin.exists(),
+        "{INSTALL_HINT} (looked for {})",
+        bin.display()
+    );
     bin
 }
 
@@ -190,7 +205,8 @@ fn spawn(port: u16, location: Option<&std::path::Path>) -> ((Child, ChildStdin),
         std::process::id(),
         unique_suffix()
     ));
-    let script = r#"log=$1; shift; "$@" >"$log" 2>&1 & pid=$!; read _; kill $pid 2>/dev/null; wait $pid"#;
+    let script =
+        r#"log=$1; shift; "$@" >"$log" 2>&1 & pid=$!; read _; kill $pid 2>/dev/null; wait $pid"#;
     let mut child = Command::new("sh")
         .arg("-c")
         .arg(script)
