@@ -124,7 +124,9 @@ struct Faults {
     fail_share: f64,
     fail_kind: Injected,
     reset_share: f64,
-    next: VecDeque<Injected>,
+    /// Faults for the next requests, each for any request (`None`) or only
+    /// for the next one with that lease action.
+    next: VecDeque<(Option<String>, Injected)>,
     rng: u64,
 }
 
@@ -137,9 +139,13 @@ impl Faults {
     }
 
     /// The fault for the next request, if any.
-    fn roll(&mut self) -> Option<Injected> {
-        if let Some(kind) = self.next.pop_front() {
-            return Some(kind);
+    fn roll(&mut self, lease_action: Option<&str>) -> Option<Injected> {
+        if let Some((only, kind)) = self.next.front() {
+            if only.is_none() || only.as_deref() == lease_action {
+                let kind = *kind;
+                self.next.pop_front();
+                return Some(kind);
+            }
         }
         if self.fail_share <= 0.0 && self.reset_share <= 0.0 {
             return None;
@@ -307,7 +313,21 @@ impl Proxy {
     pub fn fail_next(&self, count: usize, kind: Injected) {
         lock(&self.shared.faults)
             .next
-            .extend(std::iter::repeat_n(kind, count));
+            .extend(std::iter::repeat_n((None, kind), count));
+    }
+
+    /// Injects `kind` for the next request with this lease action
+    /// (`renew`, `acquire`, ...); faults queued with [`Proxy::fail_next`] or
+    /// this method apply in order.
+    pub fn fail_next_of(&self, action: &str, kind: Injected) {
+        lock(&self.shared.faults)
+            .next
+            .push_back((Some(action.to_owned()), kind));
+    }
+
+    /// How many queued one-off faults have not been used yet.
+    pub fn queued_faults(&self) -> usize {
+        lock(&self.shared.faults).next.len()
     }
 
     /// Seeds the generator that draws which requests fail.
@@ -341,6 +361,17 @@ impl Proxy {
     /// Every request seen so far, in arrival order.
     pub fn log(&self) -> Vec<Request> {
         lock(&self.shared.log).clone()
+    }
+
+    /// The last instant any `acquire` or `renew` was written to storage. On a
+    /// proxy that serves one worker, the server's expiry of that worker's
+    /// lease is at least that instant plus the lease duration.
+    pub fn last_lease_request_forwarded(&self) -> Option<Instant> {
+        lock(&self.shared.log)
+            .iter()
+            .filter(|r| r.is("acquire") || r.is("renew"))
+            .filter_map(|r| r.forwarded_at)
+            .max()
     }
 
     /// The last instant a lease request (`acquire` or `renew`) for `lease` was
@@ -558,7 +589,7 @@ fn take_requests(
             body_end
         };
         let bytes: Vec<u8> = pending.drain(..take).collect();
-        let injected = lock(&shared.faults).roll();
+        let injected = lock(&shared.faults).roll(head.lease_action.as_deref());
         let fate = match (injected, mode) {
             (Some(kind), _) => Fate::Injected(kind),
             (None, Mode::Blackhole) => Fate::Dropped,

@@ -14,8 +14,8 @@
 //! when a reader thread receives it. The cluster also records the signals it
 //! sends and the moment each process is seen to exit. [`History`] turns the
 //! record into leadership intervals: a process leads from `LEADING` until its
-//! `STOPPED`, until the moment it was killed (SIGKILL), or until it exited, whichever
-//! comes first.
+//! `STOPPED`, until the library logs that it aborted the task, until the
+//! moment it was killed (SIGKILL), or until it exited, whichever comes first.
 
 use std::fmt::Write as _;
 use std::io::{BufRead, BufReader};
@@ -40,9 +40,15 @@ pub enum What {
     /// The process was seen to have exited, with its exit code (`None`
     /// when a signal ended it).
     Exited { code: Option<i32> },
+    /// The library logged that it aborted a leader task that ignored
+    /// cancellation (the task ended there without printing `STOPPED`).
+    Aborted,
     /// A line on standard error (the worker's log).
     Log(String),
 }
+
+/// What the library logs when it aborts a leader task.
+pub const ABORT_MESSAGE: &str = "leader task ignored cancellation and was aborted";
 
 /// One recorded event.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -173,6 +179,9 @@ impl Cluster {
         std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines() {
                 let Ok(line) = line else { break };
+                if line.contains(ABORT_MESSAGE) {
+                    record(&events, start, index, What::Aborted);
+                }
                 record(&events, start, index, What::Log(line));
             }
         });
@@ -453,6 +462,7 @@ pub fn parse_line(line: &str) -> Option<What> {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Ended {
     Stopped(String),
+    Aborted,
     Killed,
     Exited,
 }
@@ -511,6 +521,7 @@ impl History {
                     continue;
                 }
                 What::Stopped { reason, .. } => Ended::Stopped(reason),
+                What::Aborted => Ended::Aborted,
                 What::Killed => Ended::Killed,
                 What::Exited { .. } => Ended::Exited,
                 What::ExitedLine | What::Terminated | What::Log(_) => continue,

@@ -1,0 +1,92 @@
+//! The leader is cut off from storage (its connections are blackholed): its
+//! task stops before the lease can have expired at the server, and a
+//! follower leads only after that expiry.
+
+mod support;
+
+use std::time::Duration;
+
+use support::azurite;
+use support::proxy::Proxy;
+use support::workers::{Cluster, Spec};
+
+const LEASE: Duration = Duration::from_secs(15);
+const RETRY: Duration = Duration::from_millis(500);
+
+#[tokio::test]
+async fn a_partitioned_leader_stops_before_its_lease_expires() {
+    let container = azurite::unique_container("partition");
+    // One proxy per worker, so that only the leader is cut off.
+    let proxies: Vec<Proxy> = (0..3)
+        .map(|_| Proxy::start(azurite::shared().port))
+        .collect();
+    let mut cluster = Cluster::new();
+    for (i, proxy) in proxies.iter().enumerate() {
+        cluster.spawn(Spec::worker(
+            &format!("w{i}"),
+            &proxy.connection_string(),
+            &container,
+            "partition",
+            &["--acquire-retry-ms", "500"],
+        ));
+    }
+    let (leader, epoch, led_at) = cluster
+        .wait_leading_after(Duration::ZERO, Duration::from_secs(20))
+        .await;
+    let proxy = &proxies[leader];
+    // Partition it a while after it last renewed (default renew interval 5 s).
+    tokio::time::sleep(Duration::from_millis(6_500)).await;
+    proxy.partition();
+    let cut_at = cluster.now();
+    let last = proxy
+        .last_lease_request_forwarded()
+        .expect("the leader's lease requests reached storage");
+    let expiry = cluster.at(last) + LEASE;
+
+    let (reason, stopped_at) = cluster
+        .wait_stopped(leader, cut_at, LEASE + Duration::from_secs(5))
+        .await;
+    assert_eq!(reason, "deadline");
+    let margin = expiry.saturating_sub(stopped_at);
+    assert!(
+        stopped_at < expiry,
+        "the partitioned leader's task stopped at {stopped_at:?}, after the earliest server-side expiry {expiry:?}\n{}",
+        cluster.dump()
+    );
+
+    let (next, next_epoch, next_at) = cluster
+        .wait_leading_after(cut_at, LEASE + RETRY + Duration::from_secs(5))
+        .await;
+    assert_ne!(next, leader);
+    assert!(next_epoch > epoch);
+    assert!(
+        next_at >= expiry,
+        "a follower led at {next_at:?}, before the partitioned leader's lease expired at {expiry:?}\n{}",
+        cluster.dump()
+    );
+    let after_expiry = next_at - expiry;
+    assert!(
+        after_expiry <= RETRY + Duration::from_secs(2),
+        "a follower led {after_expiry:?} after the expiry\n{}",
+        cluster.dump()
+    );
+
+    // Healed, the old leader campaigns again as a follower: still one leader.
+    proxy.heal();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let history = cluster.history();
+    history.assert_safe(&cluster.dump());
+    assert_eq!(cluster.leaders(), vec![next], "{}", cluster.dump());
+    println!(
+        "partition: led at {:.3}s, cut at {:.3}s, last renew reached storage at {:.3}s; task stopped at {:.3}s, \
+         {:.3}s before the earliest server-side expiry ({:.3}s); follower led {:.3}s after the expiry; {}",
+        led_at.as_secs_f64(),
+        cut_at.as_secs_f64(),
+        cluster.at(last).as_secs_f64(),
+        stopped_at.as_secs_f64(),
+        margin.as_secs_f64(),
+        expiry.as_secs_f64(),
+        after_expiry.as_secs_f64(),
+        history.summary()
+    );
+}
