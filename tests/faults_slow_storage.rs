@@ -1,0 +1,94 @@
+//! Storage answers later than the request timeout: the leader cannot
+//! confirm a renewal, so it steps down at its deadline and not later, while
+//! a follower on a healthy path takes over.
+
+mod support;
+
+use std::time::Duration;
+
+use support::azurite;
+use support::proxy::{Direction, Mode, Proxy};
+use support::workers::{Cluster, Spec};
+
+const LEASE: Duration = Duration::from_secs(15);
+const RETRY: Duration = Duration::from_millis(500);
+const GRACE: Duration = Duration::from_secs(3);
+/// The default safety margin: 1 s + 1 % of the lease for clock drift.
+const MARGIN: Duration = Duration::from_millis(1150);
+
+#[tokio::test]
+async fn a_leader_on_slow_storage_steps_down_at_its_deadline() {
+    let container = azurite::unique_container("slow");
+    let proxies: Vec<Proxy> = (0..2)
+        .map(|_| Proxy::start(azurite::shared().port))
+        .collect();
+    let mut cluster = Cluster::new();
+    for (i, proxy) in proxies.iter().enumerate() {
+        cluster.spawn(Spec::worker(
+            &format!("w{i}"),
+            &proxy.connection_string(),
+            &container,
+            "slow",
+            &["--acquire-retry-ms", "500", "--request-timeout-ms", "1000"],
+        ));
+    }
+    let (leader, epoch, led_at) = cluster
+        .wait_leading_after(Duration::ZERO, Duration::from_secs(20))
+        .await;
+    let proxy = &proxies[leader];
+    // Right after a renewal succeeded, every answer starts to take 2 s, twice
+    // the request timeout; requests still reach storage.
+    let renewed = support::wait_for("a renewal", Duration::from_secs(10), || async {
+        proxy
+            .log()
+            .iter()
+            .rev()
+            .find(|r| r.is("renew"))
+            .and_then(|r| r.forwarded_at)
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    proxy.set(Direction::ToClient, Mode::Delay(Duration::from_secs(2)));
+    let slow_at = cluster.now();
+    let renewed = cluster.at(renewed);
+    // The renewal was sent at most when it reached the proxy, so:
+    let deadline = renewed + LEASE - MARGIN;
+
+    let (reason, stopped_at) = cluster
+        .wait_stopped(leader, slow_at, LEASE + Duration::from_secs(5))
+        .await;
+    assert_eq!(reason, "deadline", "{}", cluster.dump());
+    assert!(
+        stopped_at <= deadline,
+        "the leader task stopped at {stopped_at:?}, after its deadline {deadline:?}\n{}",
+        cluster.dump()
+    );
+    // It is cancelled `stop_grace` before the deadline, not much earlier:
+    // slow answers alone are no reason to give up.
+    let expected = deadline - GRACE;
+    assert!(
+        stopped_at + Duration::from_millis(250) >= expected,
+        "the leader gave up at {stopped_at:?}, well before {expected:?}\n{}",
+        cluster.dump()
+    );
+
+    let (next, next_epoch, next_at) = cluster
+        .wait_leading_after(stopped_at, LEASE + RETRY + Duration::from_secs(5))
+        .await;
+    assert_ne!(next, leader);
+    assert!(next_epoch > epoch);
+    let history = cluster.history();
+    history.assert_safe(&cluster.dump());
+    println!(
+        "slow storage: led at {:.3}s, last confirmed renewal {:.3}s, slow from {:.3}s; task stopped at {:.3}s \
+         ({:.3}s before the deadline {:.3}s); follower led at {:.3}s; {}",
+        led_at.as_secs_f64(),
+        renewed.as_secs_f64(),
+        slow_at.as_secs_f64(),
+        stopped_at.as_secs_f64(),
+        (deadline - stopped_at).as_secs_f64(),
+        deadline.as_secs_f64(),
+        next_at.as_secs_f64(),
+        history.summary()
+    );
+}
