@@ -1,0 +1,123 @@
+//! Storage is down for 20 s (Azurite stopped, then started again on the
+//! same port with the same data): no new leader while it is down, the old
+//! one steps down by its deadline, someone leads soon after storage is back,
+//! and the workers back off instead of hammering it.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use support::azurite::Azurite;
+use support::proxy::{Fate, Proxy};
+use support::workers::{Cluster, Spec, What};
+
+const LEASE: Duration = Duration::from_secs(15);
+const RETRY: Duration = Duration::from_millis(500);
+const MARGIN: Duration = Duration::from_millis(1150);
+const DOWN: Duration = Duration::from_secs(20);
+const WORKERS: usize = 3;
+
+#[tokio::test]
+async fn nobody_new_leads_while_storage_is_down_and_someone_leads_soon_after() {
+    let mut azurite = Azurite::start_persistent();
+    // One proxy in front of all workers, to count their requests.
+    let proxy = Proxy::start(azurite.port);
+    let container = support::azurite::unique_container("down");
+    let mut cluster = Cluster::new();
+    for i in 0..WORKERS {
+        cluster.spawn(Spec::worker(
+            &format!("w{i}"),
+            &proxy.connection_string(),
+            &container,
+            "down",
+            &["--acquire-retry-ms", "500"],
+        ));
+    }
+    let (leader, epoch, _) = cluster
+        .wait_leading_after(Duration::ZERO, Duration::from_secs(20))
+        .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    let last_ok = proxy
+        .log()
+        .iter()
+        .filter(|r| (r.is("renew") || r.is("acquire")) && r.fate == Fate::Forwarded)
+        .filter_map(|r| r.forwarded_at)
+        .max()
+        .expect("lease requests reached storage");
+    azurite.stop();
+    let down_at = cluster.now();
+    let down_instant = Instant::now();
+    // The old leader's deadline comes at the latest this long after its last
+    // successful request.
+    let deadline = cluster.at(last_ok) + LEASE - MARGIN;
+    let (reason, stopped_at) = cluster.wait_stopped(leader, down_at, DOWN).await;
+    assert_eq!(reason, "deadline");
+    assert!(stopped_at <= deadline, "{stopped_at:?} > {deadline:?}");
+    let remaining = DOWN.saturating_sub(down_instant.elapsed());
+    tokio::time::sleep(remaining).await;
+    let restart_at = cluster.now();
+    let restart_instant = Instant::now();
+    azurite.restart();
+    let up_at = cluster.now();
+
+    let leading_while_down: Vec<_> = cluster
+        .events()
+        .into_iter()
+        .filter(|e| matches!(e.what, What::Leading { .. }) && e.at >= down_at && e.at < up_at)
+        .collect();
+    assert!(
+        leading_while_down.is_empty(),
+        "someone led while storage was down: {leading_while_down:?}"
+    );
+    assert!(cluster.leaders().is_empty(), "{}", cluster.dump());
+
+    // Request rate while down, from the first second (the leader's fast
+    // renew retries) to the restart; and over its second half, when every
+    // worker has backed off.
+    let all = proxy.requests_between(down_instant, restart_instant);
+    let later = proxy.requests_between(down_instant + DOWN / 2, restart_instant);
+    #[allow(clippy::cast_precision_loss)] // small counts
+    let (rate, later_rate) = (
+        all as f64 / DOWN.as_secs_f64() / WORKERS as f64,
+        later as f64 / (DOWN / 2).as_secs_f64() / WORKERS as f64,
+    );
+    // A follower retries every 500 ms when storage answers; without backoff
+    // that alone is 2 requests/s per worker.
+    assert!(
+        rate <= 1.0,
+        "{rate:.2} requests/s per worker while storage was down"
+    );
+    assert!(
+        later_rate <= 0.5,
+        "{later_rate:.2} requests/s per worker in the second half of the outage"
+    );
+
+    let limit = LEASE + RETRY + Duration::from_secs(2);
+    let (_, next_epoch, next_at) = cluster.wait_leading_after(up_at, limit).await;
+    assert!(next_epoch > epoch, "the epoch survives a storage restart");
+    for worker in 0..WORKERS {
+        assert!(
+            cluster.exited(worker).is_none(),
+            "worker {worker} exited\n{}",
+            cluster.dump_all()
+        );
+        assert!(
+            cluster.log_lines(worker, "panicked").is_empty(),
+            "worker {worker} panicked\n{}",
+            cluster.dump_all()
+        );
+    }
+    let history = cluster.history();
+    history.assert_safe(&cluster.dump());
+    println!(
+        "storage down {:.1}s: old leader stopped {:.3}s after the outage began; {all} requests while down \
+         ({rate:.2}/s per worker, {later_rate:.2}/s in the second half); restart took {:.3}s; \
+         new leader {:.3}s after storage was back; {}",
+        (restart_at - down_at).as_secs_f64(),
+        (stopped_at - down_at).as_secs_f64(),
+        (up_at - restart_at).as_secs_f64(),
+        (next_at - up_at).as_secs_f64(),
+        history.summary()
+    );
+}
