@@ -37,7 +37,14 @@ pub struct Azurite {
 impl Azurite {
     /// A new in-memory Azurite on a free port.
     pub fn start() -> Azurite {
-        let (process, port) = spawn(0, None);
+        Self::start_with_args(&[])
+    }
+
+    /// A new in-memory Azurite on a free port, started with extra command
+    /// line arguments, such as `--skipApiVersionCheck` for clients newer
+    /// than this Azurite (the Python SDK).
+    pub fn start_with_args(extra: &[&str]) -> Azurite {
+        let (process, port) = spawn_with(0, None, extra);
         Azurite {
             endpoint: endpoint(port),
             port,
@@ -179,6 +186,14 @@ pub fn azurite_bin() -> PathBuf {
 }
 
 fn spawn(port: u16, location: Option<&std::path::Path>) -> ((Child, ChildStdin), u16) {
+    spawn_with(port, location, &[])
+}
+
+fn spawn_with(
+    port: u16,
+    location: Option<&std::path::Path>,
+    extra: &[&str],
+) -> ((Child, ChildStdin), u16) {
     let bin = azurite_bin();
     let mut args = vec![
         bin.display().to_string(),
@@ -196,6 +211,7 @@ fn spawn(port: u16, location: Option<&std::path::Path>) -> ((Child, ChildStdin),
         }
         None => args.push("--inMemoryPersistence".into()),
     }
+    args.extend(extra.iter().map(|a| (*a).to_owned()));
     // Azurite writes to a log file, not to a pipe of this process, so that it
     // never fails on a closed pipe while it shuts down. `read` returns when
     // the test process closes (or writes to) the shell's standard input, and

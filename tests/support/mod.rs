@@ -4,6 +4,7 @@
 #![allow(dead_code, unreachable_pub)]
 
 pub mod azurite;
+pub mod foreign;
 pub mod proxy;
 pub mod workers;
 

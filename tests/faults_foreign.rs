@@ -1,0 +1,215 @@
+//! Interference by a client that is not this crate (the Python
+//! `azure-storage-blob` SDK): a broken lease stops our leader, a foreign
+//! lease keeps every instance here a follower until it ends, and content
+//! written by someone else is never overwritten.
+
+mod support;
+
+use std::time::Duration;
+
+use support::azurite::{unique_container, Azurite};
+use support::foreign::{Foreign, CALL};
+use support::workers::{Cluster, Spec, What};
+
+const RETRY: Duration = Duration::from_millis(500);
+const RENEW: Duration = Duration::from_secs(2);
+
+fn azurite() -> Azurite {
+    Azurite::start_with_args(&["--skipApiVersionCheck"])
+}
+
+fn workers(cluster: &mut Cluster, azurite: &Azurite, container: &str, blob: &str) {
+    for i in 0..2 {
+        cluster.spawn(Spec::worker(
+            &format!("w{i}"),
+            &azurite.connection_string(),
+            container,
+            blob,
+            &["--acquire-retry-ms", "500", "--renew-ms", "2000"],
+        ));
+    }
+}
+
+#[tokio::test]
+async fn foreign_content_and_metadata_are_never_overwritten() {
+    let azurite = azurite();
+    let container = unique_container("foreign-content");
+    let foreign = Foreign::new(&azurite.connection_string(), &container, "content");
+    // The container and the blob exist before any worker starts.
+    let setup = support::azurite::connection_string(&azurite.endpoint);
+    let manager = blob_mutex::BlobLeaseManager::new(
+        &blob_mutex::BlobSettings::from_connection_string(&setup, container.clone(), "content")
+            .unwrap(),
+    )
+    .unwrap();
+    // Creates the container (and an empty blob), then lets go.
+    let id = blob_mutex::LeaseId::new();
+    manager.acquire(id, Duration::from_secs(15)).await.unwrap();
+    manager.release(id).await.unwrap();
+    foreign.put("foreign payload", None);
+
+    let mut cluster = Cluster::new();
+    workers(&mut cluster, &azurite, &container, "content");
+    let (leader, epoch, _) = cluster
+        .wait_leading_after(Duration::ZERO, Duration::from_secs(20))
+        .await;
+    let seen = foreign.get();
+    assert_eq!(seen.content, "foreign payload");
+    assert_eq!(
+        seen.owner.as_deref(),
+        Some("foreign"),
+        "foreign metadata is kept"
+    );
+    assert_eq!(seen.epoch, Some(epoch));
+
+    // A handover stamps the blob again; the content stays.
+    let sent = cluster.terminate(leader);
+    let (_, next_epoch, _) = cluster
+        .wait_leading_after(sent, Duration::from_secs(10))
+        .await;
+    let seen = foreign.get();
+    assert_eq!(seen.content, "foreign payload");
+    assert_eq!(seen.owner.as_deref(), Some("foreign"));
+    assert_eq!(seen.epoch, Some(next_epoch));
+    cluster.history().assert_safe(&cluster.dump());
+    println!("foreign content kept across epochs {epoch} and {next_epoch}: {seen:?}");
+}
+
+#[tokio::test]
+async fn a_broken_lease_stops_the_leader() {
+    let azurite = azurite();
+    let container = unique_container("foreign-break");
+    let foreign = Foreign::new(&azurite.connection_string(), &container, "break");
+    let mut cluster = Cluster::new();
+    workers(&mut cluster, &azurite, &container, "break");
+    let (leader, epoch, _) = cluster
+        .wait_leading_after(Duration::ZERO, Duration::from_secs(20))
+        .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    let before = cluster.now();
+    foreign.break_lease();
+    let broken = cluster.now();
+    let (reason, stopped_at) = cluster
+        .wait_stopped(leader, before, RENEW + CALL + Duration::from_secs(2))
+        .await;
+    assert_eq!(reason, "lost");
+    // It notices at its next renewal.
+    assert!(
+        stopped_at <= broken + RENEW + Duration::from_secs(1),
+        "the leader stopped {:?} after the break",
+        stopped_at - broken
+    );
+    let (_, next_epoch, next_at) = cluster
+        .wait_leading_after(before, Duration::from_secs(10))
+        .await;
+    assert!(next_epoch > epoch);
+    let history = cluster.history();
+    // A foreign break lets a follower in at once, while the old leader only
+    // learns of it at its next renewal: the terms may overlap by up to one
+    // renew interval. Only the epoch (fencing) protects against that.
+    assert!(history.epochs_increase(), "{}", cluster.dump());
+    assert!(
+        history.overlap <= RENEW + Duration::from_secs(1),
+        "{}",
+        history.summary()
+    );
+    println!(
+        "foreign break: leader stopped {:.3}s after the break (renew interval {:.1}s), \
+         next leader (epoch {next_epoch}) {:.3}s after it; overlap caused by the break {:.3}s; {}",
+        (stopped_at - broken).as_secs_f64(),
+        RENEW.as_secs_f64(),
+        next_at.saturating_sub(broken).as_secs_f64(),
+        history.overlap.as_secs_f64(),
+        history.summary()
+    );
+}
+
+#[tokio::test]
+async fn a_foreign_lease_keeps_everyone_a_follower_until_it_ends() {
+    let azurite = azurite();
+    let container = unique_container("foreign-lease");
+    let foreign = Foreign::new(&azurite.connection_string(), &container, "lease");
+    let mut cluster = Cluster::new();
+    workers(&mut cluster, &azurite, &container, "lease");
+    let (leader, epoch, _) = cluster
+        .wait_leading_after(Duration::ZERO, Duration::from_secs(20))
+        .await;
+
+    let lease = "f0f0f0f0-0000-4000-8000-000000000001";
+    let before = cluster.now();
+    foreign.acquire(-1, lease);
+    let taken = cluster.now();
+    let (reason, _) = cluster
+        .wait_stopped(leader, before, RENEW + CALL + Duration::from_secs(2))
+        .await;
+    assert_eq!(reason, "lost");
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let held_until = cluster.now();
+    let led_while_foreign: Vec<_> = cluster
+        .events()
+        .into_iter()
+        .filter(|e| matches!(e.what, What::Leading { .. }) && e.at >= taken && e.at < held_until)
+        .collect();
+    assert!(
+        led_while_foreign.is_empty(),
+        "an instance led while a foreign lease was held: {led_while_foreign:?}"
+    );
+    assert!(cluster.leaders().is_empty(), "{}", cluster.dump());
+
+    foreign.release(lease);
+    let released = cluster.now();
+    let (_, next_epoch, next_at) = cluster
+        .wait_leading_after(held_until, Duration::from_secs(10))
+        .await;
+    let after = next_at.saturating_sub(released);
+    assert!(
+        after <= RETRY + Duration::from_secs(1),
+        "took {after:?} to lead after the foreign lease ended"
+    );
+    assert!(next_epoch > epoch);
+    cluster.history().assert_safe(&cluster.dump());
+    println!(
+        "foreign lease: held {:.1}s with no leader here; a worker led {:.3}s after it was released; {}",
+        (released - taken).as_secs_f64(),
+        after.as_secs_f64(),
+        cluster.history().summary()
+    );
+}
+
+#[tokio::test]
+async fn a_foreign_rewrite_of_the_blob_is_kept_and_does_not_turn_the_epoch_back() {
+    let azurite = azurite();
+    let container = unique_container("foreign-rewrite");
+    let foreign = Foreign::new(&azurite.connection_string(), &container, "rewrite");
+    let mut cluster = Cluster::new();
+    workers(&mut cluster, &azurite, &container, "rewrite");
+    let (leader, _, _) = cluster
+        .wait_leading_after(Duration::ZERO, Duration::from_secs(20))
+        .await;
+    // Two more terms, so that the epoch is well above 1.
+    let sent = cluster.terminate(leader);
+    let (_, epoch, _) = cluster
+        .wait_leading_after(sent, Duration::from_secs(10))
+        .await;
+
+    // A foreign client takes the lease and rewrites the blob: Put Blob
+    // replaces the content and all metadata, the epoch included.
+    let lease = "f0f0f0f0-0000-4000-8000-000000000002";
+    let before = cluster.now();
+    foreign.acquire(-1, lease);
+    foreign.put("written under a foreign lease", Some(lease));
+    foreign.release(lease);
+    let (_, next_epoch, _) = cluster
+        .wait_leading_after(before, Duration::from_secs(10))
+        .await;
+    let seen = foreign.get();
+    assert_eq!(seen.content, "written under a foreign lease");
+    assert_eq!(seen.owner.as_deref(), Some("foreign"));
+    println!("epoch before the foreign rewrite {epoch}, after it {next_epoch}");
+    assert!(
+        next_epoch > epoch,
+        "the fencing token went back from {epoch} to {next_epoch} after a foreign client rewrote the blob\n{}",
+        cluster.dump()
+    );
+}
