@@ -2,6 +2,10 @@
 //! retried with backoff, and the leader keeps leading while its renewals get
 //! through before the deadline. A single failed request changes nothing.
 
+// Times here are instants of one monotonic record, subtracted in the order
+// they happened; an underflow would be a test failure anyway.
+#![allow(clippy::unchecked_time_subtraction)]
+
 mod support;
 
 use std::time::{Duration, Instant};
@@ -14,6 +18,7 @@ use support::workers::{Cluster, Spec, What};
 const RENEW: Duration = Duration::from_secs(2);
 
 #[tokio::test]
+#[allow(clippy::too_many_lines)] // one scenario, read top to bottom
 async fn leadership_survives_bursts_of_transient_failures() {
     let container = azurite::unique_container("transient");
     // All three workers behind one proxy: followers see the faults too.

@@ -2,6 +2,10 @@
 //! loses leadership within the heartbeat interval, and another instance
 //! takes over.
 
+// Times here are instants of one monotonic record, subtracted in the order
+// they happened; an underflow would be a test failure anyway.
+#![allow(clippy::unchecked_time_subtraction)]
+
 mod support;
 
 use std::time::Duration;
@@ -10,11 +14,11 @@ use support::azurite;
 use support::proxy::Proxy;
 use support::workers::{Cluster, Spec, What};
 
-const HEARTBEAT: Duration = Duration::from_millis(1000);
-const STALL_AFTER: Duration = Duration::from_millis(3000);
+const HEARTBEAT: Duration = Duration::from_secs(1);
+const STALL_AFTER: Duration = Duration::from_secs(3);
 const WORK: Duration = Duration::from_millis(200);
 const RETRY: Duration = Duration::from_millis(500);
-const GRACE: Duration = Duration::from_millis(1000);
+const GRACE: Duration = Duration::from_secs(1);
 
 async fn stalled_leader_is_replaced(blob: &str, extra: &[&str]) {
     let container = azurite::unique_container(blob);
@@ -54,13 +58,14 @@ async fn stalled_leader_is_replaced(blob: &str, extra: &[&str]) {
         .events()
         .iter()
         .find(|e| {
-            e.worker == leader
-                && e.at > led_at
-                && matches!(&e.what, What::Stopped { reason, .. } if reason == "stalled")
-                || e.worker == leader && e.at > led_at && e.what == What::Aborted
+            let ended = e.what == What::Aborted
+                || matches!(&e.what, What::Stopped { reason, .. } if reason == "stalled");
+            e.worker == leader && e.at > led_at && ended
         })
-        .map(|e| e.at)
-        .unwrap_or_else(|| panic!("the stalled leader's task did not end\n{}", cluster.dump()));
+        .map_or_else(
+            || panic!("the stalled leader's task did not end\n{}", cluster.dump()),
+            |e| e.at,
+        );
     let lost_after = stopped_at.saturating_sub(stall_from);
     assert!(
         !cluster.log_lines(leader, "missed its heartbeat").is_empty(),
