@@ -2,6 +2,7 @@
 
 use std::future::Future;
 use std::pin::{pin, Pin};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -241,6 +242,95 @@ impl Deadline {
     }
 }
 
+/// How long before the deadline the fail-stop thread exits the process.
+const FAIL_STOP_SLACK: Duration = Duration::from_millis(200);
+
+/// With [`MutexOptions::fail_stop`]: a plain OS thread that exits the process
+/// when the leader task is still running shortly before the deadline, or
+/// after its stop grace and abort have run out. It cannot rely on the
+/// runtime, which a task blocking its thread may have stalled (timers
+/// included). Dropping the guard disarms it.
+struct FailStop {
+    shared: Arc<FailStopShared>,
+    thread: Option<std::thread::Thread>,
+}
+
+struct FailStopShared {
+    done: AtomicBool,
+    /// When the task must have stopped, once it has been asked to stop.
+    stop_by: Mutex<Option<std::time::Instant>>,
+}
+
+impl FailStop {
+    fn arm(deadline: Arc<Deadline>, epoch: u64) -> Self {
+        let shared = Arc::new(FailStopShared {
+            done: AtomicBool::new(false),
+            stop_by: Mutex::new(None),
+        });
+        let seen = shared.clone();
+        let watcher = move || loop {
+            if seen.done.load(Ordering::SeqCst) {
+                return;
+            }
+            // The deadline only moves forward and `stop_by` is set once with an
+            // unpark, so parking until the current limit never misses either.
+            let mut limit = deadline.get().into_std() - FAIL_STOP_SLACK;
+            if let Some(stop_by) = *seen
+                .stop_by
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+            {
+                limit = limit.min(stop_by);
+            }
+            let now = std::time::Instant::now();
+            if now >= limit {
+                if seen.done.load(Ordering::SeqCst) {
+                    return;
+                }
+                error!(
+                    epoch,
+                    code = FAIL_STOP_EXIT_CODE,
+                    "fail-stop: the leader task could not be stopped; exiting the process"
+                );
+                std::process::exit(FAIL_STOP_EXIT_CODE);
+            }
+            std::thread::park_timeout(limit - now);
+        };
+        let thread = match std::thread::Builder::new()
+            .name("blob-mutex-fail-stop".into())
+            .spawn(watcher)
+        {
+            Ok(handle) => Some(handle.thread().clone()),
+            Err(e) => {
+                error!(error = %e, "cannot start the fail-stop thread");
+                None
+            }
+        };
+        FailStop { shared, thread }
+    }
+
+    /// The task has been asked to stop and must have stopped by `instant`.
+    fn stop_by(&self, instant: Instant) {
+        *self
+            .shared
+            .stop_by
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(instant.into_std());
+        if let Some(thread) = &self.thread {
+            thread.unpark();
+        }
+    }
+}
+
+impl Drop for FailStop {
+    fn drop(&mut self) {
+        self.shared.done.store(true, Ordering::SeqCst);
+        if let Some(thread) = &self.thread {
+            thread.unpark();
+        }
+    }
+}
+
 /// How a term ended.
 #[derive(Debug)]
 enum Term {
@@ -387,7 +477,7 @@ impl<S: LeaseStore> Engine<'_, S> {
         deadline: Instant,
         token: &CancellationToken,
     ) -> Result<Term> {
-        let deadline = Deadline(Mutex::new(deadline));
+        let deadline = Arc::new(Deadline(Mutex::new(deadline)));
         let grace = self.options.stop_grace;
 
         let stamp_limit = self.options.request_timeout.min(
@@ -427,6 +517,10 @@ impl<S: LeaseStore> Engine<'_, S> {
             reason: reason.clone(),
             heartbeat,
         };
+        let fail_stop = self
+            .options
+            .fail_stop
+            .then(|| FailStop::arm(deadline.clone(), epoch));
         let mut handle = tokio::spawn((self.task)(context));
         let mut renewal = pin!(self.keep_renewing(lease, &deadline));
         let mut watchdog = pin!(watchdog(self.options.heartbeat_timeout, &mut beats));
@@ -435,6 +529,7 @@ impl<S: LeaseStore> Engine<'_, S> {
         let stop = tokio::select! {
             joined = &mut handle => {
                 let term = self.report(epoch, joined, false);
+                drop(fail_stop);
                 self.finish(lease, epoch, true).await;
                 return Ok(term);
             }
@@ -465,6 +560,10 @@ impl<S: LeaseStore> Engine<'_, S> {
         let mut abort_at = Instant::now() + grace;
         if matches!(stop, StopReason::Deadline | StopReason::Stalled) {
             abort_at = abort_at.min(deadline.get() - ABORT_SLACK);
+        }
+        if let Some(fail_stop) = &fail_stop {
+            // Grace, abort, and a little for the abort to land; then exit.
+            fail_stop.stop_by(abort_at + ABORT_WAIT + FAIL_STOP_SLACK);
         }
         let stopped = loop {
             tokio::select! {
@@ -505,6 +604,7 @@ impl<S: LeaseStore> Engine<'_, S> {
                 return Err(Error::TaskNotStopped);
             }
         }
+        drop(fail_stop);
         self.finish(lease, epoch, lease_held).await;
         Ok(match stop {
             StopReason::Shutdown => Term::Shutdown,
