@@ -274,7 +274,8 @@ impl FailStop {
             }
             // The deadline only moves forward and `stop_by` is set once with an
             // unpark, so parking until the current limit never misses either.
-            let mut limit = deadline.get().into_std() - FAIL_STOP_SLACK;
+            let deadline = deadline.get().into_std();
+            let mut limit = deadline.checked_sub(FAIL_STOP_SLACK).unwrap_or(deadline);
             if let Some(stop_by) = *seen
                 .stop_by
                 .lock()
