@@ -1,6 +1,8 @@
 #![doc = include_str!("../README.md")]
 
+mod backoff;
 mod error;
+mod fail_stop;
 mod leadership;
 mod lease;
 mod mutex;
@@ -8,12 +10,13 @@ mod options;
 mod settings;
 
 pub use error::{BoxError, Error, Result};
+pub use fail_stop::FAIL_STOP_EXIT_CODE;
 pub use leadership::{Heartbeat, LeaderContext, Leadership, StopReason};
 pub use lease::{
     Acquire, BlobLeaseManager, LeaseId, LeaseInfo, LeaseState, ACQUIRED_AT_KEY, EPOCH_KEY,
     HOLDER_KEY,
 };
-pub use mutex::{BlobDistributedMutex, FAIL_STOP_EXIT_CODE};
+pub use mutex::BlobDistributedMutex;
 pub use options::MutexOptions;
 pub use settings::{BlobSettings, AZURITE_ACCOUNT, AZURITE_ENDPOINT};
 

@@ -2,7 +2,6 @@
 
 use std::future::Future;
 use std::pin::{pin, Pin};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -12,14 +11,13 @@ use tokio::time::{sleep, sleep_until, Instant};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, trace, warn};
 
+use crate::backoff::{backoff, Jitter};
 use crate::error::{BoxError, Error, Result};
+use crate::fail_stop::{self, FailStop, FAIL_STOP_SLACK};
 use crate::leadership::{Heartbeat, LeaderContext, Leadership, StopReason};
 use crate::lease::{Acquire, BlobLeaseManager, LeaseId, LeaseStore};
 use crate::options::{default_holder, MutexOptions};
 use crate::settings::BlobSettings;
-
-/// The exit code of a process that [`MutexOptions::fail_stop`] ended.
-pub const FAIL_STOP_EXIT_CODE: i32 = 70;
 
 /// How long before the deadline an unresponsive task is aborted, so that the
 /// abort (or a fail-stop exit) lands before the deadline.
@@ -191,39 +189,9 @@ where
     })
 }
 
-/// A jitter source: `SplitMix64`, seedable for reproducible tests.
-pub(crate) struct Jitter {
-    state: u64,
-    fraction: f64,
-}
-
-impl Jitter {
-    pub(crate) fn new(seed: Option<u64>, fraction: f64) -> Self {
-        let state = seed.unwrap_or_else(|| uuid::Uuid::new_v4().as_u64_pair().0);
-        Jitter { state, fraction }
-    }
-
-    fn next_unit(&mut self) -> f64 {
-        self.state = self.state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^= z >> 31;
-        // 53 random bits as a float in [0, 1).
-        #[allow(clippy::cast_precision_loss)] // 53 bits fit an f64 exactly
-        let unit = (z >> 11) as f64 / (1u64 << 53) as f64;
-        unit
-    }
-
-    /// `base × (1 ± fraction)`, uniformly.
-    pub(crate) fn apply(&mut self, base: Duration) -> Duration {
-        let factor = 1.0 + self.fraction * (2.0 * self.next_unit() - 1.0);
-        base.mul_f64(factor.max(0.0))
-    }
-}
-
 /// The leader's deadline, moved forward by each renewal and read by the
-/// stop logic. A mutex rather than a `Cell` so that the campaign future is `Send`.
+/// stop logic and the fail-stop thread. A mutex rather than a `Cell` so that
+/// the campaign future is `Send`.
 struct Deadline(Mutex<Instant>);
 
 impl Deadline {
@@ -239,96 +207,6 @@ impl Deadline {
             .0
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner) = instant;
-    }
-}
-
-/// How long before the deadline the fail-stop thread exits the process.
-const FAIL_STOP_SLACK: Duration = Duration::from_millis(200);
-
-/// With [`MutexOptions::fail_stop`]: a plain OS thread that exits the process
-/// when the leader task is still running shortly before the deadline, or
-/// after its stop grace and abort have run out. It cannot rely on the
-/// runtime, which a task blocking its thread may have stalled (timers
-/// included). Dropping the guard disarms it.
-struct FailStop {
-    shared: Arc<FailStopShared>,
-    thread: Option<std::thread::Thread>,
-}
-
-struct FailStopShared {
-    done: AtomicBool,
-    /// When the task must have stopped, once it has been asked to stop.
-    stop_by: Mutex<Option<std::time::Instant>>,
-}
-
-impl FailStop {
-    fn arm(deadline: Arc<Deadline>, epoch: u64) -> Self {
-        let shared = Arc::new(FailStopShared {
-            done: AtomicBool::new(false),
-            stop_by: Mutex::new(None),
-        });
-        let seen = shared.clone();
-        let watcher = move || loop {
-            if seen.done.load(Ordering::SeqCst) {
-                return;
-            }
-            // The deadline only moves forward and `stop_by` is set once with an
-            // unpark, so parking until the current limit never misses either.
-            let deadline = deadline.get().into_std();
-            let mut limit = deadline.checked_sub(FAIL_STOP_SLACK).unwrap_or(deadline);
-            if let Some(stop_by) = *seen
-                .stop_by
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-            {
-                limit = limit.min(stop_by);
-            }
-            let now = std::time::Instant::now();
-            if now >= limit {
-                if seen.done.load(Ordering::SeqCst) {
-                    return;
-                }
-                error!(
-                    epoch,
-                    code = FAIL_STOP_EXIT_CODE,
-                    "fail-stop: the leader task could not be stopped; exiting the process"
-                );
-                std::process::exit(FAIL_STOP_EXIT_CODE);
-            }
-            std::thread::park_timeout(limit - now);
-        };
-        let thread = match std::thread::Builder::new()
-            .name("blob-mutex-fail-stop".into())
-            .spawn(watcher)
-        {
-            Ok(handle) => Some(handle.thread().clone()),
-            Err(e) => {
-                error!(error = %e, "cannot start the fail-stop thread");
-                None
-            }
-        };
-        FailStop { shared, thread }
-    }
-
-    /// The task has been asked to stop and must have stopped by `instant`.
-    fn stop_by(&self, instant: Instant) {
-        *self
-            .shared
-            .stop_by
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(instant.into_std());
-        if let Some(thread) = &self.thread {
-            thread.unpark();
-        }
-    }
-}
-
-impl Drop for FailStop {
-    fn drop(&mut self) {
-        self.shared.done.store(true, Ordering::SeqCst);
-        if let Some(thread) = &self.thread {
-            thread.unpark();
-        }
     }
 }
 
@@ -518,10 +396,10 @@ impl<S: LeaseStore> Engine<'_, S> {
             reason: reason.clone(),
             heartbeat,
         };
-        let fail_stop = self
-            .options
-            .fail_stop
-            .then(|| FailStop::arm(deadline.clone(), epoch));
+        let fail_stop_guard = self.options.fail_stop.then(|| {
+            let deadline = deadline.clone();
+            FailStop::arm(move || deadline.get().into_std(), epoch)
+        });
         let mut handle = tokio::spawn((self.task)(context));
         let mut renewal = pin!(self.keep_renewing(lease, &deadline));
         let mut watchdog = pin!(watchdog(self.options.heartbeat_timeout, &mut beats));
@@ -530,7 +408,7 @@ impl<S: LeaseStore> Engine<'_, S> {
         let stop = tokio::select! {
             joined = &mut handle => {
                 let term = self.report(epoch, joined, false);
-                drop(fail_stop);
+                drop(fail_stop_guard);
                 self.finish(lease, epoch, true).await;
                 return Ok(term);
             }
@@ -562,9 +440,9 @@ impl<S: LeaseStore> Engine<'_, S> {
         if matches!(stop, StopReason::Deadline | StopReason::Stalled) {
             abort_at = abort_at.min(deadline.get() - ABORT_SLACK);
         }
-        if let Some(fail_stop) = &fail_stop {
+        if let Some(guard) = &fail_stop_guard {
             // Grace, abort, and a little for the abort to land; then exit.
-            fail_stop.stop_by(abort_at + ABORT_WAIT + FAIL_STOP_SLACK);
+            guard.stop_by((abort_at + ABORT_WAIT + FAIL_STOP_SLACK).into_std());
         }
         let stopped = loop {
             tokio::select! {
@@ -598,14 +476,13 @@ impl<S: LeaseStore> Engine<'_, S> {
             Stopped::Stuck => {
                 error!(holder = %self.holder, epoch, "leader task could not be stopped; the lease is left to expire");
                 if self.options.fail_stop {
-                    error!(holder = %self.holder, epoch, code = FAIL_STOP_EXIT_CODE, "fail-stop: exiting the process");
-                    std::process::exit(FAIL_STOP_EXIT_CODE);
+                    fail_stop::exit(epoch, "the leader task could not be aborted");
                 }
                 self.state.send_replace(Leadership::Follower);
                 return Err(Error::TaskNotStopped);
             }
         }
-        drop(fail_stop);
+        drop(fail_stop_guard);
         self.finish(lease, epoch, lease_held).await;
         Ok(match stop {
             StopReason::Shutdown => Term::Shutdown,
@@ -705,12 +582,6 @@ async fn watchdog(timeout: Option<Duration>, beats: &mut watch::Receiver<u64>) {
             Err(_) => return,
         }
     }
-}
-
-/// `first × 2^(failures − 1)`, at most `max`.
-fn backoff(first: Duration, max: Duration, failures: u32) -> Duration {
-    let factor = 1u32 << failures.saturating_sub(1).min(16);
-    first.saturating_mul(factor).min(max)
 }
 
 /// Runs a storage call with a time limit.

@@ -10,7 +10,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::{box_task, Engine, Jitter, TaskFn};
+use super::{box_task, Engine, TaskFn};
 use crate::error::{Error, Result};
 use crate::leadership::{LeaderContext, Leadership, StopReason};
 use crate::lease::{Acquire, LeaseId, LeaseStore};
@@ -652,33 +652,4 @@ async fn the_state_channel_follows_each_transition() {
         "{seen:?}"
     );
     assert_eq!(seen.last(), Some(&Leadership::Stopped), "{seen:?}");
-}
-
-#[test]
-fn jitter_stays_in_bounds_and_is_reproducible() {
-    let base = Duration::from_secs(1);
-    let mut a = Jitter::new(Some(42), 0.2);
-    let mut b = Jitter::new(Some(42), 0.2);
-    let (mut low, mut high) = (false, false);
-    for _ in 0..10_000 {
-        let x = a.apply(base);
-        assert_eq!(x, b.apply(base));
-        assert!(
-            x >= Duration::from_millis(800) && x <= Duration::from_millis(1200),
-            "{x:?}"
-        );
-        low |= x < Duration::from_millis(850);
-        high |= x > Duration::from_millis(1150);
-    }
-    assert!(low && high, "the whole range is used");
-    let mut none = Jitter::new(Some(1), 0.0);
-    assert_eq!(none.apply(base), base);
-}
-
-#[test]
-fn backoff_doubles_up_to_its_cap() {
-    let s = Duration::from_secs;
-    let got: Vec<Duration> = (1..=5).map(|n| super::backoff(s(1), s(5), n)).collect();
-    assert_eq!(got, vec![s(1), s(2), s(4), s(5), s(5)]);
-    assert_eq!(super::backoff(s(1), s(5), u32::MAX), s(5));
 }
