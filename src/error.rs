@@ -115,6 +115,15 @@ impl Error {
         }
     }
 
+    /// No token could be obtained from a credential source.
+    pub(crate) fn credential_unavailable(message: String) -> Self {
+        Error::Authentication {
+            status: 0,
+            code: "CredentialUnavailable".to_owned(),
+            message,
+        }
+    }
+
     pub(crate) fn invalid(field: &'static str, reason: impl Into<String>) -> Self {
         Error::InvalidOption {
             field,

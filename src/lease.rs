@@ -17,6 +17,7 @@ use time::OffsetDateTime;
 use tracing::{debug, trace};
 
 use crate::error::{redact, Error, Result};
+use crate::options::{lease_seconds, DEFAULT_REQUEST_TIMEOUT};
 use crate::settings::{BlobSettings, Credential};
 
 /// Metadata key of the current holder's name.
@@ -223,7 +224,7 @@ impl BlobLeaseManager {
             blob,
             container: settings.container().to_owned(),
             blob_name: settings.blob().to_owned(),
-            request_timeout: Duration::from_secs(3),
+            request_timeout: DEFAULT_REQUEST_TIMEOUT,
         })
     }
 
@@ -585,18 +586,6 @@ fn parse_epoch(metadata: &HashMap<String, String>) -> u64 {
         .unwrap_or(0)
 }
 
-/// Validates a fixed lease duration before it reaches the SDK, whose
-/// `From<Duration>` would wrap anything over 255 s.
-fn lease_seconds(duration: Duration) -> Result<u8> {
-    match u8::try_from(duration.as_secs()) {
-        Ok(s @ 15..=60) if duration.subsec_nanos() == 0 => Ok(s),
-        _ => Err(Error::invalid(
-            "lease_duration",
-            format!("must be whole seconds from 15 to 60, got {duration:?}"),
-        )),
-    }
-}
-
 fn http_status(error: &azure_core::Error) -> Option<(u16, Option<String>)> {
     match error.kind() {
         ErrorKind::HttpResponse { status, error_code } => {
@@ -641,11 +630,7 @@ fn map_error(operation: &'static str, error: &azure_core::Error) -> Error {
     }
     let message = redact(&message);
     match error.kind() {
-        ErrorKind::Credential => Error::Authentication {
-            status: 0,
-            code: "CredentialUnavailable".to_owned(),
-            message,
-        },
+        ErrorKind::Credential => Error::credential_unavailable(message),
         ErrorKind::DataConversion => Error::Storage {
             status: 0,
             code: None,
@@ -658,16 +643,6 @@ fn map_error(operation: &'static str, error: &azure_core::Error) -> Error {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn lease_seconds_refuses_what_the_sdk_would_wrap() {
-        assert_eq!(lease_seconds(Duration::from_secs(15)).unwrap(), 15);
-        assert_eq!(lease_seconds(Duration::from_secs(60)).unwrap(), 60);
-        for bad in [0, 14, 61, 255, 300] {
-            assert!(lease_seconds(Duration::from_secs(bad)).is_err(), "{bad}");
-        }
-        assert!(lease_seconds(Duration::from_millis(20_500)).is_err());
-    }
 
     #[test]
     fn lease_id_round_trips() {

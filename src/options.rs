@@ -76,7 +76,7 @@ impl Default for MutexOptions {
             acquire_jitter: 0.2,
             safety_margin: Duration::from_secs(1),
             clock_drift: 0.01,
-            request_timeout: Duration::from_secs(3),
+            request_timeout: DEFAULT_REQUEST_TIMEOUT,
             stop_grace: Duration::from_secs(3),
             failure_backoff: Duration::from_secs(5),
             heartbeat_timeout: None,
@@ -157,12 +157,7 @@ impl MutexOptions {
     /// in `lease_duration − effective safety margin`.
     pub fn validate(&self) -> Result<()> {
         let lease = self.lease_duration;
-        if lease.subsec_nanos() != 0 || !(15..=60).contains(&lease.as_secs()) {
-            return Err(Error::invalid(
-                "lease_duration",
-                format!("must be whole seconds from 15 to 60, got {lease:?}"),
-            ));
-        }
+        lease_seconds(lease)?;
         for (field, value) in [
             ("acquire_retry", Some(self.acquire_retry)),
             ("safety_margin", Some(self.safety_margin)),
@@ -219,6 +214,22 @@ impl MutexOptions {
             validate_holder(holder)?;
         }
         Ok(())
+    }
+}
+
+/// The request timeout of [`MutexOptions`] and of a bare [`BlobLeaseManager`](crate::BlobLeaseManager).
+pub(crate) const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// A fixed lease duration in whole seconds from 15 to 60, as Azure takes it.
+/// Checked before any duration reaches the SDK, whose `From<Duration>` for
+/// its lease duration casts to `u8` and wraps anything over 255 s.
+pub(crate) fn lease_seconds(duration: Duration) -> Result<u8> {
+    match u8::try_from(duration.as_secs()) {
+        Ok(s @ 15..=60) if duration.subsec_nanos() == 0 => Ok(s),
+        _ => Err(Error::invalid(
+            "lease_duration",
+            format!("must be whole seconds from 15 to 60, got {duration:?}"),
+        )),
     }
 }
 
@@ -330,6 +341,16 @@ mod tests {
             .with_clock_drift(0.0)
             .validate()
             .unwrap();
+    }
+
+    #[test]
+    fn lease_seconds_refuses_what_the_sdk_would_wrap() {
+        assert_eq!(lease_seconds(Duration::from_secs(15)).unwrap(), 15);
+        assert_eq!(lease_seconds(Duration::from_secs(60)).unwrap(), 60);
+        for bad in [0, 14, 61, 255, 300] {
+            assert!(lease_seconds(Duration::from_secs(bad)).is_err(), "{bad}");
+        }
+        assert!(lease_seconds(Duration::from_millis(20_500)).is_err());
     }
 
     #[test]
