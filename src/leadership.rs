@@ -82,7 +82,8 @@ pub struct LeaderContext {
 
 impl LeaderContext {
     /// The fencing token of this term: it strictly increases from one leader
-    /// of the blob to the next. Pass it with every write the task makes and
+    /// of the blob to the next, as long as only this crate writes the blob
+    /// (a foreign Put Blob replaces the metadata that holds it). Pass it with every write the task makes and
     /// have the downstream system refuse writes with a smaller epoch than it
     /// has seen; that is the only protection against a leader that was
     /// paused (GC, VM freeze) past its lease and acts late.

@@ -134,7 +134,9 @@ impl BlobDistributedMutex {
         &self.manager
     }
 
-    /// A receiver that sees every change of leadership state.
+    /// A receiver of the leadership state. Like any `watch` channel it holds
+    /// the latest state only, so changes that follow each other quickly may
+    /// be seen as one; the `tracing` events log every transition.
     #[must_use]
     pub fn watch(&self) -> watch::Receiver<Leadership> {
         self.state.subscribe()
@@ -157,7 +159,8 @@ impl BlobDistributedMutex {
     /// Returns early with a fatal error: [`Error::Authentication`], a storage
     /// answer 400 ([`Error::Storage`]), or [`Error::TaskNotStopped`] when the
     /// task could neither be stopped nor aborted (the lease is then left to
-    /// expire). Transient failures are retried with backoff and logged.
+    /// expire; with [`MutexOptions::fail_stop`] the process exits instead).
+    /// Transient failures are retried with backoff and logged.
     ///
     /// # Cancellation safety
     ///
