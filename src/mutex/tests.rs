@@ -39,6 +39,9 @@ struct MemoryStore {
     renews_always_fail: AtomicBool,
     /// Acquire answers 403.
     forbid: AtomicBool,
+    /// Acquire and renew take effect when called but answer this much later,
+    /// like a slow network on the way back.
+    answer_delay: Mutex<Duration>,
     log: Mutex<Vec<(Instant, Event)>>,
 }
 
@@ -109,11 +112,16 @@ impl LeaseStore for MemoryStore {
                 }
             }
         })();
-        async move { result }
+        let delay = *self.answer_delay.lock().unwrap();
+        async move {
+            tokio::time::sleep(delay).await;
+            result
+        }
     }
 
     fn renew(&self, lease: LeaseId) -> impl Future<Output = Result<()>> + Send {
         let hang = self.hang_renews.load(Ordering::SeqCst);
+        let delay = *self.answer_delay.lock().unwrap();
         let result = (|| {
             let mut server = self.inner.lock().unwrap();
             server.renew_attempts += 1;
@@ -140,6 +148,7 @@ impl LeaseStore for MemoryStore {
             if hang {
                 std::future::pending::<()>().await;
             }
+            tokio::time::sleep(delay).await;
             result
         }
     }
@@ -261,6 +270,36 @@ async fn task_is_cancelled_and_stopped_before_the_deadline_when_renews_hang() {
         stopped + margin <= acquired + D,
         "and a margin before the server could expire the lease"
     );
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_deadline_counts_from_when_a_request_was_sent_not_answered() {
+    let h = Harness::new(defaults());
+    // Every answer takes 2 s to come back; after the first renewal, renewals hang.
+    *h.store.answer_delay.lock().unwrap() = Duration::from_secs(2);
+    let task = recording_task(h.store.clone(), Some(Duration::ZERO));
+    let store = h.store.clone();
+    let hang_later = async {
+        tokio::time::sleep(Duration::from_secs(6)).await;
+        store.hang_renews.store(true, Ordering::SeqCst);
+        std::future::pending::<()>().await;
+    };
+    let start = Instant::now();
+    tokio::select! {
+        r = h.run(task, Duration::from_secs(30)) => r.unwrap(),
+        () = hang_later => unreachable!(),
+    }
+    let renewed = h.store.first(&|e| *e == Event::Renewed).unwrap();
+    // The acquire was sent at 0 s and the renewal at 5 s (answered at 7 s):
+    // the deadline is 5 s + lease - margin, and the task is cancelled a
+    // grace before it. Counting from the answer would cancel 2 s later.
+    assert_eq!(renewed - start, Duration::from_secs(5));
+    let cancelled = h
+        .store
+        .first(&|e| *e == Event::TaskCancelled(StopReason::Deadline))
+        .expect("cancelled for the deadline");
+    let deadline = renewed + D - h.options.effective_safety_margin();
+    assert_eq!(cancelled, deadline - h.options.stop_grace);
 }
 
 #[tokio::test(start_paused = true)]
