@@ -62,6 +62,22 @@ impl MemoryStore {
         self.log.lock().unwrap().clone()
     }
 
+    fn acquired_at(&self) -> Option<Instant> {
+        self.first(&|e| matches!(e, Event::Acquired(_)))
+    }
+
+    fn cancelled_at(&self) -> Option<Instant> {
+        self.first(&|e| matches!(e, Event::TaskCancelled(_)))
+    }
+
+    fn stopped_at(&self) -> Option<Instant> {
+        self.first(&|e| matches!(e, Event::TaskStopped(_)))
+    }
+
+    fn released_at(&self) -> Option<Instant> {
+        self.first(&|e| *e == Event::Released)
+    }
+
     fn first(&self, wanted: &dyn Fn(&Event) -> bool) -> Option<Instant> {
         self.events()
             .into_iter()
@@ -248,7 +264,7 @@ async fn task_is_cancelled_and_stopped_before_the_deadline_when_renews_hang() {
     let started = Instant::now();
     h.run(task, Duration::from_secs(40)).await.unwrap();
 
-    let acquired = h.store.first(&|e| matches!(e, Event::Acquired(_))).unwrap();
+    let acquired = h.store.acquired_at().unwrap();
     assert_eq!(acquired, started, "the first acquire is sent at once");
     let margin = h.options.effective_safety_margin();
     let deadline = acquired + D - margin;
@@ -309,7 +325,7 @@ async fn transient_renew_failures_are_retried_until_the_deadline() {
     let task = recording_task(h.store.clone(), Some(Duration::ZERO));
     h.run(task, Duration::from_secs(14)).await.unwrap();
 
-    let acquired = h.store.first(&|e| matches!(e, Event::Acquired(_))).unwrap();
+    let acquired = h.store.acquired_at().unwrap();
     let cancelled = h
         .store
         .first(&|e| *e == Event::TaskCancelled(StopReason::Deadline))
@@ -354,7 +370,7 @@ async fn a_definitive_loss_stops_the_task_at_once() {
         r = h.run(task, Duration::from_secs(30)) => r.unwrap(),
         () = breaker => unreachable!(),
     }
-    let acquired = h.store.first(&|e| matches!(e, Event::Acquired(_))).unwrap();
+    let acquired = h.store.acquired_at().unwrap();
     let lost = h
         .store
         .first(&|e| *e == Event::TaskCancelled(StopReason::LeaseLost))
@@ -370,15 +386,9 @@ async fn release_happens_only_after_the_task_stopped() {
     h.run(task, Duration::from_secs(3)).await.unwrap();
 
     let events = h.store.events();
-    let cancelled = h
-        .store
-        .first(&|e| matches!(e, Event::TaskCancelled(_)))
-        .unwrap();
-    let stopped = h
-        .store
-        .first(&|e| matches!(e, Event::TaskStopped(_)))
-        .unwrap();
-    let released = h.store.first(&|e| *e == Event::Released).unwrap();
+    let cancelled = h.store.cancelled_at().unwrap();
+    let stopped = h.store.stopped_at().unwrap();
+    let released = h.store.released_at().unwrap();
     assert_eq!(
         stopped - cancelled,
         Duration::from_millis(1500),
@@ -396,15 +406,9 @@ async fn a_task_that_ignores_cancellation_is_aborted_before_release() {
     let task = recording_task(h.store.clone(), None);
     h.run(task, Duration::from_secs(3)).await.unwrap();
 
-    let cancelled = h
-        .store
-        .first(&|e| matches!(e, Event::TaskCancelled(_)))
-        .unwrap();
-    let released = h.store.first(&|e| *e == Event::Released).unwrap();
-    assert!(h
-        .store
-        .first(&|e| matches!(e, Event::TaskStopped(_)))
-        .is_none());
+    let cancelled = h.store.cancelled_at().unwrap();
+    let released = h.store.released_at().unwrap();
+    assert!(h.store.stopped_at().is_none());
     assert_eq!(
         released - cancelled,
         h.options.stop_grace,
@@ -419,15 +423,12 @@ async fn a_lingering_task_keeps_the_lease_renewed_while_it_drains() {
     h.run(task, Duration::from_secs(2)).await.unwrap();
 
     let events = h.store.events();
-    let cancelled = h
-        .store
-        .first(&|e| matches!(e, Event::TaskCancelled(_)))
-        .unwrap();
+    let cancelled = h.store.cancelled_at().unwrap();
     let renewed_while_draining = events
         .iter()
         .any(|(t, e)| *e == Event::Renewed && *t > cancelled);
     assert!(renewed_while_draining, "{events:?}");
-    let released = h.store.first(&|e| *e == Event::Released).unwrap();
+    let released = h.store.released_at().unwrap();
     assert_eq!(released - cancelled, Duration::from_secs(7));
 }
 
@@ -652,7 +653,7 @@ async fn a_stalled_task_is_stepped_down_by_the_watchdog() {
         Duration::from_secs(5),
         "3 s of beats, then 2 s of silence"
     );
-    assert!(h.store.first(&|e| *e == Event::Released).unwrap() >= stalled);
+    assert!(h.store.released_at().unwrap() >= stalled);
 }
 
 #[tokio::test(start_paused = true)]
