@@ -248,6 +248,25 @@ impl Harness {
             r = stopper => r,
         }
     }
+
+    /// As [`Harness::run`], and does `action` to the store `at` into the run.
+    async fn run_and(
+        &self,
+        task: Arc<TaskFn>,
+        limit: Duration,
+        at: Duration,
+        action: impl FnOnce(&MemoryStore),
+    ) -> Result<()> {
+        let interfere = async {
+            tokio::time::sleep(at).await;
+            action(&self.store);
+            std::future::pending::<Result<()>>().await
+        };
+        tokio::select! {
+            r = self.run(task, limit) => r,
+            r = interfere => r,
+        }
+    }
 }
 
 fn defaults() -> MutexOptions {
@@ -294,17 +313,17 @@ async fn the_deadline_counts_from_when_a_request_was_sent_not_answered() {
     // Every answer takes 2 s to come back; after the first renewal, renewals hang.
     *h.store.answer_delay.lock().unwrap() = Duration::from_secs(2);
     let task = recording_task(h.store.clone(), Some(Duration::ZERO));
-    let store = h.store.clone();
-    let hang_later = async {
-        tokio::time::sleep(Duration::from_secs(6)).await;
-        store.hang_renews.store(true, Ordering::SeqCst);
-        std::future::pending::<()>().await;
-    };
     let start = Instant::now();
-    tokio::select! {
-        r = h.run(task, Duration::from_secs(30)) => r.unwrap(),
-        () = hang_later => unreachable!(),
-    }
+    h.run_and(
+        task,
+        Duration::from_secs(30),
+        Duration::from_secs(6),
+        |store| {
+            store.hang_renews.store(true, Ordering::SeqCst);
+        },
+    )
+    .await
+    .unwrap();
     let renewed = h.store.first(&|e| *e == Event::Renewed).unwrap();
     // The acquire was sent at 0 s and the renewal at 5 s (answered at 7 s):
     // the deadline is 5 s + lease - margin, and the task is cancelled a
@@ -360,16 +379,14 @@ async fn a_few_failed_renewals_do_not_cost_leadership() {
 async fn a_definitive_loss_stops_the_task_at_once() {
     let h = Harness::new(defaults());
     let task = recording_task(h.store.clone(), Some(Duration::ZERO));
-    let store = h.store.clone();
-    let breaker = async {
-        tokio::time::sleep(Duration::from_secs(7)).await;
-        store.break_lease();
-        std::future::pending::<()>().await;
-    };
-    tokio::select! {
-        r = h.run(task, Duration::from_secs(30)) => r.unwrap(),
-        () = breaker => unreachable!(),
-    }
+    h.run_and(
+        task,
+        Duration::from_secs(30),
+        Duration::from_secs(7),
+        MemoryStore::break_lease,
+    )
+    .await
+    .unwrap();
     let acquired = h.store.acquired_at().unwrap();
     let lost = h
         .store
