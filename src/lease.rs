@@ -356,6 +356,21 @@ impl BlobLeaseManager {
         .await
     }
 
+    /// Creates the container and an empty lease blob if they do not exist
+    /// (acquire does this by itself on a 404). An existing blob is never
+    /// overwritten: it is written with `If-None-Match: *`.
+    ///
+    /// # Errors
+    ///
+    /// The kinds of [`Error`] for a failed storage call.
+    ///
+    /// # Cancellation safety
+    ///
+    /// Safe: it is idempotent.
+    pub async fn create_if_missing(&self) -> Result<()> {
+        self.capped("create", self.create_blob()).await
+    }
+
     /// The lease state and the holder metadata, or `None` when the blob (or
     /// its container) does not exist.
     ///

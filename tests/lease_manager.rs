@@ -77,3 +77,25 @@ async fn acquire_creates_container_and_blob_then_every_action_works() {
         Acquire::Acquired
     );
 }
+
+#[tokio::test]
+async fn creating_the_blob_never_overwrites_one_that_exists() {
+    support::init_tracing();
+    let (m, _) = manager("no-overwrite");
+    m.create_if_missing().await.unwrap();
+    let created = m.inspect().await.unwrap().expect("created");
+    assert_eq!(created.content_length, 0);
+
+    // The blob gets metadata (a new ETag); creating again, with the blob
+    // leased and then free, must not write it.
+    let a = LeaseId::new();
+    m.acquire(a, D).await.unwrap();
+    m.stamp(a, "someone").await.unwrap();
+    let before = m.inspect().await.unwrap().unwrap();
+    m.create_if_missing().await.unwrap();
+    let after = m.inspect().await.unwrap().unwrap();
+    assert_eq!(after.etag, before.etag, "the blob was rewritten");
+    m.release(a).await.unwrap();
+    m.create_if_missing().await.unwrap();
+    assert_eq!(m.inspect().await.unwrap().unwrap().etag, before.etag);
+}
