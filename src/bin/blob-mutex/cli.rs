@@ -7,7 +7,7 @@ use std::ffi::OsString;
 use std::time::Duration;
 
 use anyhow::Result;
-use blob_mutex::{BlobSettings, MutexOptions};
+use blob_mutex::{BlobLeaseManager, BlobSettings, MutexOptions};
 use clap::{Args, Parser, Subcommand};
 
 use crate::exit::{UsageError, TABLE};
@@ -118,6 +118,11 @@ impl Target {
             &self.container,
             &self.blob,
         )?)
+    }
+
+    /// A lease manager for this blob, for `status` and `break`.
+    pub(crate) fn lease_manager(&self) -> Result<BlobLeaseManager> {
+        Ok(BlobLeaseManager::new(&self.settings()?)?.with_request_timeout(self.request_timeout()))
     }
 
     /// The request timeout to use: the flag's value or the library's default.

@@ -4,6 +4,7 @@
 //! Run `blob-mutex --help` (and `blob-mutex <command> --help`) for the
 //! commands, examples and exit codes.
 
+mod break_lease;
 mod child;
 mod cli;
 mod exit;
@@ -50,7 +51,7 @@ fn main() -> ExitCode {
         match cli.command {
             Command::Run(args) => run::run(args).await,
             Command::Status(args) => status::status(args).await,
-            Command::Break(args) => status::break_lease(args).await,
+            Command::Break(args) => break_lease::break_lease(args).await,
         }
     });
     match result {

@@ -1,16 +1,16 @@
-//! `blob-mutex status` and `blob-mutex break`: look at the lease, or force it free.
+//! `blob-mutex status`: show the lease's state and holder.
 
 use std::fmt::Write as _;
 
 use anyhow::Result;
-use blob_mutex::{BlobLeaseManager, LeaseInfo, LeaseState};
+use blob_mutex::{LeaseInfo, LeaseState};
 
-use crate::cli::{BreakArgs, StatusArgs, Target};
+use crate::cli::{StatusArgs, Target};
 use crate::exit;
 
 /// Runs `blob-mutex status` and returns its exit code.
 pub(crate) async fn status(args: StatusArgs) -> Result<u8> {
-    let info = manager(&args.target)?.inspect().await?;
+    let info = args.target.lease_manager()?.inspect().await?;
     let view = View::new(&args.target, info.as_ref());
     if args.json {
         println!("{}", view.json());
@@ -22,41 +22,6 @@ pub(crate) async fn status(args: StatusArgs) -> Result<u8> {
     } else {
         exit::FREE_OR_NOT_ACQUIRED
     })
-}
-
-/// Runs `blob-mutex break` and returns its exit code.
-pub(crate) async fn break_lease(args: BreakArgs) -> Result<u8> {
-    let manager = manager(&args.target)?;
-    let name = args.target.name();
-    let info = manager.inspect().await?;
-    let Some(info) = info.filter(|i| !i.state.is_free()) else {
-        eprintln!("blob-mutex: no lease to break on {name}: it is free");
-        return Ok(exit::FREE_OR_NOT_ACQUIRED);
-    };
-    let left = match manager.break_lease(args.period).await {
-        Ok(left) => left,
-        // 409 LeaseNotPresentWithLeaseOperation: the lease ended meanwhile.
-        Err(blob_mutex::Error::LeaseLost(_) | blob_mutex::Error::Storage { status: 409, .. }) => {
-            eprintln!("blob-mutex: no lease to break on {name}: it was released meanwhile");
-            return Ok(exit::FREE_OR_NOT_ACQUIRED);
-        }
-        Err(e) => return Err(e.into()),
-    };
-    let whose = match &info.holder {
-        Some(holder) => format!("{holder} (epoch {})", info.epoch),
-        None => "an unnamed holder".to_owned(),
-    };
-    let when = if left.is_zero() {
-        "it is free now".to_owned()
-    } else {
-        format!("it is free in {} s", left.as_secs())
-    };
-    println!("broke the lease of {whose} on {name}; {when}");
-    Ok(exit::OK)
-}
-
-fn manager(target: &Target) -> Result<BlobLeaseManager> {
-    Ok(BlobLeaseManager::new(&target.settings()?)?.with_request_timeout(target.request_timeout()))
 }
 
 /// What `status` shows, for people and for scripts.
