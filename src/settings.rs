@@ -356,31 +356,38 @@ impl<'a> ConnectionString<'a> {
             validate_account(account)
                 .map_err(|_| bad("AccountName is not a valid account name"))?;
         }
-        let endpoint = if let Some(endpoint) = self.blob_endpoint {
-            validate_endpoint(endpoint).map_err(|r| bad(&format!("BlobEndpoint {r}")))?;
-            endpoint.trim_end_matches('/').to_owned()
-        } else {
-            {
-                let account = self
-                    .account_name
-                    .ok_or_else(|| bad("AccountName or BlobEndpoint is needed"))?;
-                let protocol = match self.protocol.map(str::to_ascii_lowercase).as_deref() {
-                    None | Some("https") => "https",
-                    Some("http") => "http",
-                    Some(_) => return Err(bad("DefaultEndpointsProtocol must be http or https")),
-                };
-                let suffix = self.endpoint_suffix.unwrap_or("core.windows.net");
-                if suffix.contains(['/', '?', '#', ' ']) {
-                    return Err(bad("EndpointSuffix must be a host name suffix"));
-                }
-                format!("{protocol}://{account}.blob.{suffix}")
+        let endpoint = match self.blob_endpoint {
+            Some(endpoint) => {
+                validate_endpoint(endpoint).map_err(|r| bad(&format!("BlobEndpoint {r}")))?;
+                endpoint.trim_end_matches('/').to_owned()
             }
+            None => self.public_endpoint()?,
         };
         let account = match self.account_name {
             Some(account) => account.to_owned(),
             None => account_from_endpoint(&endpoint),
         };
         Ok((account, endpoint, credential))
+    }
+
+    /// `{protocol}://{account}.blob.{suffix}`, from `DefaultEndpointsProtocol`
+    /// (default https), `AccountName` and `EndpointSuffix` (default
+    /// `core.windows.net`).
+    fn public_endpoint(&self) -> Result<String> {
+        let bad = |reason: &str| Error::InvalidConnectionString(reason.to_owned());
+        let account = self
+            .account_name
+            .ok_or_else(|| bad("AccountName or BlobEndpoint is needed"))?;
+        let protocol = match self.protocol.map(str::to_ascii_lowercase).as_deref() {
+            None | Some("https") => "https",
+            Some("http") => "http",
+            Some(_) => return Err(bad("DefaultEndpointsProtocol must be http or https")),
+        };
+        let suffix = self.endpoint_suffix.unwrap_or("core.windows.net");
+        if suffix.contains(['/', '?', '#', ' ']) {
+            return Err(bad("EndpointSuffix must be a host name suffix"));
+        }
+        Ok(format!("{protocol}://{account}.blob.{suffix}"))
     }
 }
 
