@@ -143,6 +143,18 @@ async fn exited(child: &mut Child, limit: Duration) -> ExitStatus {
         .expect("wait for blob-mutex")
 }
 
+/// Runs `blob-mutex args` to its end, with no connection string in its
+/// environment: only the flags say where storage is.
+async fn blob_mutex(args: &[&str]) -> Output {
+    Command::new(BIN)
+        .args(args)
+        .env_remove("AZURE_STORAGE_CONNECTION_STRING")
+        .stdin(Stdio::null())
+        .output()
+        .await
+        .expect("run blob-mutex")
+}
+
 fn kill(pid: u32, signal: &str) {
     let status = std::process::Command::new("kill")
         .args([format!("-{signal}"), pid.to_string()])
@@ -412,19 +424,16 @@ async fn sigterm_is_forwarded_and_the_lease_released_after_the_command_exited() 
 #[tokio::test]
 async fn wait_gives_up_with_code_3_and_forever_restarts_the_command() {
     let case = Case::new("wait");
-    let mut daemon = Command::new(BIN);
-    daemon
-        .args(["run", "--container", &case.container, "--blob", case.blob])
+    // The daemon's command records its epoch and exits after 0.2 s, so that
+    // --forever has to campaign again and restart it.
+    let mut daemon = case
+        .command("run")
         .args(["--holder", "d", "--forever", "--", "sh", "-c"])
         .arg("echo $BLOB_MUTEX_EPOCH >> \"$0/epochs\"; sleep 0.2")
         .arg(&case.dir)
-        .env(
-            "AZURE_STORAGE_CONNECTION_STRING",
-            azurite::shared().connection_string(),
-        )
         .stdout(Stdio::null())
-        .kill_on_drop(true);
-    let mut daemon = daemon.spawn().unwrap();
+        .spawn()
+        .unwrap();
     let epochs = wait_for(
         "the command to run three times",
         Duration::from_secs(30),
@@ -469,27 +478,13 @@ async fn wait_gives_up_with_code_3_and_forever_restarts_the_command() {
 #[tokio::test]
 async fn bad_flags_and_connection_strings_are_one_line_errors_with_documented_codes() {
     let case = Case::new("errors");
-    let run = |args: &'static [&'static str]| {
-        let mut command = Command::new(BIN);
-        command
-            .args(args)
-            .env_remove("AZURE_STORAGE_CONNECTION_STRING")
-            .stdin(Stdio::null());
-        command
-    };
-    let out = run(&["run", "-c", "box", "-b", "b", "--bogus", "--", "true"])
-        .output()
-        .await
-        .unwrap();
+    let out = blob_mutex(&["run", "-c", "box", "-b", "b", "--bogus", "--", "true"]).await;
     assert_one_line_error(&out, 2, "--bogus");
-    let out = run(&["run", "-c", "box", "-b", "b", "--", "true"])
-        .output()
-        .await
-        .unwrap();
+    let out = blob_mutex(&["run", "-c", "box", "-b", "b", "--", "true"]).await;
     assert_one_line_error(&out, 2, "AZURE_STORAGE_CONNECTION_STRING");
-    let out = run(&["status", "-c", "box"]).output().await.unwrap();
+    let out = blob_mutex(&["status", "-c", "box"]).await;
     assert_one_line_error(&out, 2, "--blob");
-    let out = run(&[
+    let out = blob_mutex(&[
         "status",
         "-c",
         "box",
@@ -499,9 +494,7 @@ async fn bad_flags_and_connection_strings_are_one_line_errors_with_documented_co
         "--request-timeout",
         "soon",
     ])
-    .output()
-    .await
-    .unwrap();
+    .await;
     assert_one_line_error(&out, 2, "--request-timeout");
 
     // Invalid option values are the library's messages.
@@ -512,13 +505,10 @@ async fn bad_flags_and_connection_strings_are_one_line_errors_with_documented_co
 
     // A malformed connection string: one line, and the secret is not in it.
     let secret = "c2VjcmV0LWtleQ!!";
-    let out = Command::new(BIN)
-        .args(["status", "-c", &case.container, "-b", "lock"])
-        .arg("--connection-string")
-        .arg(format!("AccountName=acct;AccountKey={secret}"))
-        .output()
-        .await
-        .unwrap();
+    let malformed = format!("AccountName=acct;AccountKey={secret}");
+    let target = ["-c", &case.container, "-b", case.blob];
+    let flags = ["--connection-string", &malformed];
+    let out = blob_mutex(&[&["status"][..], &target, &flags].concat()).await;
     assert_one_line_error(&out, 2, "invalid connection string");
     assert!(
         !text(&out.stderr).contains("c2VjcmV0"),
@@ -532,20 +522,9 @@ async fn bad_flags_and_connection_strings_are_one_line_errors_with_documented_co
         .connection_string()
         .replace(azurite::DEV_KEY, wrong_key);
     for subcommand in [&["status"][..], &["break"], &["run", "--", "true"]] {
-        let out = Command::new(BIN)
-            .arg(subcommand[0])
-            .args([
-                "-c",
-                &case.container,
-                "-b",
-                "lock",
-                "--connection-string",
-                &wrong,
-            ])
-            .args(&subcommand[1..])
-            .output()
-            .await
-            .unwrap();
+        let (name, rest) = subcommand.split_at(1);
+        let flags = ["--connection-string", &wrong];
+        let out = blob_mutex(&[name, &target, &flags, rest].concat()).await;
         assert_one_line_error(&out, 1, "authentication failed");
         assert!(!text(&out.stderr).contains(wrong_key));
     }
