@@ -88,10 +88,10 @@ pub(crate) struct Target {
     /// connection string).
     #[arg(long)]
     dev: bool,
-    /// The container of the lease blob (created when missing).
+    /// The container of the lease blob (run creates it when missing).
     #[arg(long, short = 'c')]
     pub(crate) container: String,
-    /// The lease blob (created empty when missing).
+    /// The lease blob (run creates it, empty, when missing).
     #[arg(long, short = 'b')]
     pub(crate) blob: String,
     /// The longest any single storage request may take [default: 3s].

@@ -1,4 +1,5 @@
-//! The exit codes of `blob-mutex`, and the error kinds that choose them.
+//! The exit codes of `blob-mutex`, and the errors and command statuses that
+//! choose them.
 
 use std::fmt;
 use std::os::unix::process::ExitStatusExt;
@@ -33,7 +34,8 @@ Exit codes:
   4      run: the lease was lost while the command ran; the command was stopped
   126    run: the command could not be executed
   127    run: the command was not found
-  128+N  run: the command died from signal N
+  128+N  run: the command died from signal N, or signal N stopped blob-mutex
+         before the command started
   other  run: the command's own exit code";
 
 /// An error that is the user's to fix: it exits with [`USAGE`].

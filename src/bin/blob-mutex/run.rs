@@ -23,7 +23,7 @@ use crate::exit;
 /// so that the command is gone before the library aborts the leader task.
 const KILL_SLACK_MAX: Duration = Duration::from_secs(1);
 
-/// How a single (not `--forever`) run ended.
+/// How the run ended; it chooses the exit code.
 enum Outcome {
     /// The command exited by itself, or after a forwarded signal.
     Exited(ExitStatus),
