@@ -422,6 +422,23 @@ async fn sigterm_is_forwarded_and_the_lease_released_after_the_command_exited() 
 }
 
 #[tokio::test]
+async fn sigint_is_forwarded_as_sigint() {
+    let case = Case::new("sigint");
+    let mut a = case.run("a", 0, &[]);
+    case.started("a", Duration::from_secs(30)).await;
+    kill(a.id().expect("a runs"), "INT");
+    let status = exited(&mut a, Duration::from_secs(10)).await;
+    // The script does not trap SIGINT, so it dies from it: 128 + 2.
+    assert_eq!(
+        status.code(),
+        Some(130),
+        "the command's code: {}",
+        case.stderr("a")
+    );
+    assert!(!case.path("term-a").exists(), "the command got SIGTERM");
+}
+
+#[tokio::test]
 async fn wait_gives_up_with_code_3_and_forever_restarts_the_command() {
     let case = Case::new("wait");
     // The daemon's command records its epoch and exits after 0.2 s, so that
