@@ -1,0 +1,395 @@
+//! Section `cost`: storage requests per hour of a leader and of a follower,
+//! for the defaults and for other lease and retry settings, and the workers'
+//! footprint over the same window (reported by `footprint.rs`).
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+
+use crate::azurite::Azurite;
+use crate::footprint::{clock_ticks, cpu_ns, cpu_ticks, vm_kib};
+use crate::json::Json;
+use crate::proxy::{count_by_kind, counts_json, Kind, Proxy};
+use crate::report::{percent, secs, Report};
+use crate::stats::float;
+use crate::workers::{Group, Worker};
+use crate::{footprint, Config, IDLE_WORK_MS, JITTER};
+
+/// Options of one run of workers; the renew interval is the default, a
+/// third of the lease.
+struct Variant {
+    name: &'static str,
+    lease: Duration,
+    retry: Duration,
+    followers: usize,
+}
+
+const fn variant(name: &'static str, lease_secs: u64, retry_ms: u64, followers: usize) -> Variant {
+    Variant {
+        name,
+        lease: Duration::from_secs(lease_secs),
+        retry: Duration::from_millis(retry_ms),
+        followers,
+    }
+}
+
+/// The first is the defaults, whose workers are also the footprint's.
+const VARIANTS: [Variant; 6] = [
+    variant("defaults", 15, 1000, 2),
+    variant("acquire retry 250 ms", 15, 250, 1),
+    variant("acquire retry 2 s", 15, 2000, 1),
+    variant("acquire retry 5 s", 15, 5000, 1),
+    variant("lease 30 s", 30, 1000, 1),
+    variant("lease 60 s", 60, 1000, 1),
+];
+
+/// One worker over the window.
+pub(crate) struct Measured {
+    pub(crate) id: String,
+    pub(crate) leader: bool,
+    counts: BTreeMap<Kind, usize>,
+    /// Of the request kind the role's schedule is made of (renew or acquire).
+    main: Kind,
+    per_hour_by_count: f64,
+    per_hour_by_interval: f64,
+    expected_per_hour: f64,
+    /// From the clock ticks of `/proc/<pid>/stat`.
+    pub(crate) cpu_share: f64,
+    /// The same from the live threads' run time (`NaN` when unavailable).
+    pub(crate) cpu_share_ns: f64,
+    pub(crate) hwm_kib: u64,
+    pub(crate) rss_kib: u64,
+}
+
+impl Measured {
+    pub(crate) fn role(&self) -> &'static str {
+        if self.leader {
+            "leader"
+        } else {
+            "follower"
+        }
+    }
+
+    /// Requests of other kinds than the schedule's.
+    fn extra(&self) -> usize {
+        self.counts
+            .iter()
+            .filter(|(k, _)| **k != self.main)
+            .map(|(_, n)| n)
+            .sum()
+    }
+
+    fn deviation(&self) -> f64 {
+        self.per_hour_by_interval / self.expected_per_hour - 1.0
+    }
+
+    /// The worker's JSON object: its footprint, after its requests when
+    /// `with_requests`.
+    pub(crate) fn json(&self, with_requests: bool) -> Json {
+        let mut fields = vec![
+            ("id", Json::str(&self.id)),
+            ("role", Json::str(self.role())),
+        ];
+        if with_requests {
+            fields.extend([
+                ("requests_in_window", counts_json(&self.counts)),
+                ("requests_outside_schedule", Json::count(self.extra())),
+                ("per_hour_by_count", Json::Num(self.per_hour_by_count)),
+                ("per_hour_by_interval", Json::Num(self.per_hour_by_interval)),
+                ("expected_per_hour", Json::Num(self.expected_per_hour)),
+            ]);
+        }
+        fields.extend([
+            ("cpu_share_of_one_core", Json::Num(self.cpu_share)),
+            ("cpu_share_live_threads", Json::Num(self.cpu_share_ns)),
+            ("peak_rss_kib", Json::Int(self.hwm_kib)),
+            ("rss_kib", Json::Int(self.rss_kib)),
+        ]);
+        Json::obj(fields)
+    }
+
+    /// A summary row: requests per hour against the schedule, none extra.
+    fn target(&self, report: &mut Report, measure: &str) {
+        report.target(
+            measure,
+            format!(
+                "{:.0} ({}), outside the schedule: {}",
+                self.per_hour_by_interval,
+                percent(self.deviation()),
+                self.extra()
+            ),
+            format!("{:.0} ± 5 %, none extra", self.expected_per_hour),
+            Some(self.deviation().abs() <= 0.05 && self.extra() == 0),
+        );
+    }
+}
+
+/// The workers of one variant, each behind its own proxy.
+struct Run {
+    variant: &'static Variant,
+    group: Group,
+    proxies: BTreeMap<String, Proxy>,
+    leader: String,
+}
+
+/// The counting window, and each worker's CPU time at its start.
+struct Window {
+    start: Instant,
+    end: Instant,
+    seconds: f64,
+    /// Clock ticks per second.
+    ticks: f64,
+    /// Each worker's clock ticks and live threads' nanoseconds at `start`.
+    cpu_before: BTreeMap<String, (u64, Option<u64>)>,
+}
+
+/// Starts every variant at once (each its own blob, each worker behind its
+/// own counting proxy) and waits until each has a leader.
+async fn start(config: &Config, azurite: &Azurite) -> Result<Vec<Run>> {
+    let mut runs = Vec::new();
+    for (index, variant) in VARIANTS.iter().enumerate() {
+        let lease = variant.lease.as_secs().to_string();
+        let retry = variant.retry.as_millis().to_string();
+        let mut group = Group::new(
+            config,
+            &format!("cost{index}"),
+            &[
+                "--lease-secs",
+                &lease,
+                "--acquire-retry-ms",
+                &retry,
+                "--work-ms",
+                IDLE_WORK_MS,
+            ],
+        );
+        let mut proxies = BTreeMap::new();
+        for _ in 0..=variant.followers {
+            let proxy = Proxy::start(azurite.upstream).await?;
+            let id = group.spawn(&proxy.endpoint)?;
+            proxies.insert(id, proxy);
+        }
+        runs.push(Run {
+            variant,
+            group,
+            proxies,
+            leader: String::new(),
+        });
+    }
+    for run in &mut runs {
+        run.leader = run
+            .group
+            .next_leader(None, Duration::from_secs(60))
+            .await?
+            .0
+            .id;
+    }
+    Ok(runs)
+}
+
+/// Waits out the window, noting each worker's CPU time at its start.
+async fn count(runs: &[Run], length: Duration) -> Result<Window> {
+    let ticks = clock_ticks();
+    let start = Instant::now();
+    let mut cpu_before = BTreeMap::new();
+    for run in runs {
+        for w in run.group.workers() {
+            cpu_before.insert(w.id.clone(), (cpu_ticks(w.pid)?, cpu_ns(w.pid)));
+        }
+    }
+    eprintln!(
+        "  counting requests for {} s ({} worker processes) ...",
+        length.as_secs(),
+        cpu_before.len()
+    );
+    tokio::time::sleep(length).await;
+    let end = Instant::now();
+    Ok(Window {
+        start,
+        end,
+        seconds: (end - start).as_secs_f64(),
+        ticks,
+        cpu_before,
+    })
+}
+
+/// A worker's requests, CPU and memory over the window.
+fn measure(run: &Run, worker: &Worker, window: &Window) -> Result<Measured> {
+    let requests = run.proxies[&worker.id].between(window.start, window.end);
+    let leader = worker.id == run.leader;
+    let main = if leader { Kind::Renew } else { Kind::Acquire };
+    let times: Vec<Instant> = requests
+        .iter()
+        .filter(|(_, k)| *k == main)
+        .map(|(at, _)| *at)
+        .collect();
+    let per_hour_by_interval = match (times.first(), times.last()) {
+        (Some(first), Some(last)) if times.len() >= 2 => {
+            3600.0 * float(times.len() - 1) / (*last - *first).as_secs_f64()
+        }
+        _ => f64::NAN,
+    };
+    let schedule = if leader {
+        run.variant.lease / 3
+    } else {
+        run.variant.retry
+    };
+    let (ticks_before, ns_before) = window.cpu_before[&worker.id];
+    let cpu = cpu_ticks(worker.pid)?.saturating_sub(ticks_before);
+    #[allow(clippy::cast_precision_loss)] // tick counts are small
+    let cpu_share = cpu as f64 / window.ticks / window.seconds;
+    #[allow(clippy::cast_precision_loss)] // nanoseconds of CPU stay far below 2^52
+    let cpu_share_ns = match (ns_before, cpu_ns(worker.pid)) {
+        (Some(before), Some(after)) => after.saturating_sub(before) as f64 / 1e9 / window.seconds,
+        _ => f64::NAN,
+    };
+    Ok(Measured {
+        id: worker.id.clone(),
+        leader,
+        counts: count_by_kind(&requests),
+        main,
+        per_hour_by_count: 3600.0 * float(requests.len()) / window.seconds,
+        per_hour_by_interval,
+        expected_per_hour: 3600.0 / schedule.as_secs_f64(),
+        cpu_share,
+        cpu_share_ns,
+        hwm_kib: vm_kib(worker.pid, "VmHWM")?,
+        rss_kib: vm_kib(worker.pid, "VmRSS")?,
+    })
+}
+
+/// A variant's row of the table (the followers' rate is their mean) and its
+/// JSON object.
+fn summarize(variant: &Variant, measured: &[Measured], changed: bool) -> Result<(String, Json)> {
+    let renew_secs = variant.lease.as_secs_f64() / 3.0;
+    let retry_secs = variant.retry.as_secs_f64();
+    let leader = measured
+        .iter()
+        .find(|m| m.leader)
+        .context("leader measured")?;
+    let followers: Vec<&Measured> = measured.iter().filter(|m| !m.leader).collect();
+    let follower_rate = followers
+        .iter()
+        .map(|m| m.per_hour_by_interval)
+        .sum::<f64>()
+        / float(followers.len());
+    // The worst-case waits these options imply: one follower retry for
+    // a graceful handover, the whole lease and a retry for a crash.
+    let worst_graceful = retry_secs * (1.0 + JITTER);
+    let worst_crash = variant.lease.as_secs_f64() + worst_graceful;
+    let row = format!(
+        "| {} | {} s / {renew_secs:.0} s / {} | {:.0} ({}) | {:.0} ({}) | {:.0} | {} | {} |",
+        variant.name,
+        variant.lease.as_secs(),
+        if variant.retry >= Duration::from_secs(1) {
+            format!("{retry_secs:.0} s")
+        } else {
+            format!("{} ms", variant.retry.as_millis())
+        },
+        leader.per_hour_by_interval,
+        percent(leader.deviation()),
+        follower_rate,
+        percent(follower_rate / (3600.0 / retry_secs) - 1.0),
+        leader.per_hour_by_interval + 2.0 * follower_rate,
+        secs(worst_graceful),
+        secs(worst_crash),
+    );
+    let json = Json::obj([
+        ("name", Json::str(variant.name)),
+        ("lease_seconds", Json::Int(variant.lease.as_secs())),
+        ("renew_seconds", Json::Num(renew_secs)),
+        ("acquire_retry_seconds", Json::Num(retry_secs)),
+        ("leadership_changed_during_window", Json::Bool(changed)),
+        ("worst_graceful_wait_seconds", Json::Num(worst_graceful)),
+        ("worst_crash_wait_seconds", Json::Num(worst_crash)),
+        (
+            "workers",
+            Json::Arr(measured.iter().map(|m| m.json(true)).collect()),
+        ),
+    ]);
+    Ok((row, json))
+}
+
+/// Runs every variant at once, waits until each has a leader, then counts
+/// requests and CPU over `--cost-secs` in the steady state.
+pub(crate) async fn cost(config: &Config, azurite: &Azurite, report: &mut Report) -> Result<()> {
+    let mut runs = start(config, azurite).await?;
+    // Past the first term's acquire and metadata stamp, into the steady state.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let window = count(&runs, config.cost_window).await?;
+
+    let mut variants_json = Vec::new();
+    let mut rows = String::new();
+    let mut defaults: Vec<Measured> = Vec::new();
+    for run in &mut runs {
+        let changed = run.group.drain().iter().any(|e| e.is("LEADING"));
+        let measured = run
+            .group
+            .workers()
+            .iter()
+            .map(|w| measure(run, w, &window))
+            .collect::<Result<Vec<_>>>()?;
+        let (row, json) = summarize(run.variant, &measured, changed)?;
+        let _ = writeln!(rows, "{row}");
+        variants_json.push(json);
+        if run.variant.name == VARIANTS[0].name {
+            if changed {
+                eprintln!("  warning: leadership changed during the default run's window");
+            }
+            defaults = measured;
+        }
+        run.group.stop_all().await;
+    }
+
+    report.section(
+        "request_cost",
+        Json::obj([
+            ("window_seconds", Json::Num(window.seconds)),
+            (
+                "method",
+                Json::str(
+                    "requests counted at a proxy per worker over the window; per hour = 3600 × \
+                     (n − 1) / (last − first) over the schedule's requests (renew for the leader, \
+                     acquire for followers), and also count × 3600 / window",
+                ),
+            ),
+            ("variants", Json::Arr(variants_json)),
+        ]),
+    );
+    for m in defaults.iter().filter(|m| m.leader) {
+        m.target(report, "leader requests/h");
+    }
+    for m in defaults.iter().filter(|m| !m.leader) {
+        m.target(report, &format!("follower requests/h ({})", m.id));
+    }
+
+    let d = &mut report.details;
+    let _ = writeln!(d, "### Request cost and how it scales\n");
+    let _ = writeln!(
+        d,
+        "Each worker process reaches Azurite through its own counting proxy. All variants run \
+         at the same time, each on its own blob, with one leader and one or two followers. \
+         Requests are counted over a {:.0} s window in the steady state (after the first \
+         term's acquire and metadata stamp) and extrapolated to an hour from the mean interval \
+         between the schedule's requests (renew for the leader, acquire for a follower). \
+         Lease / renew / retry: lease duration, renew interval (a third of the lease), acquire \
+         retry (±20 % jitter). The last two columns are the worst-case waits the options imply \
+         for a graceful handover (one follower retry) and for a crash failover (the lease plus \
+         one retry).\n",
+        window.seconds
+    );
+    let _ = writeln!(
+        d,
+        "| variant | lease / renew / retry | leader req/h (vs schedule) | follower req/h (vs schedule) | 1 leader + 2 followers req/h | worst handover wait | worst failover wait |"
+    );
+    let _ = writeln!(d, "|---|---|---|---|---|---|---|");
+    d.push_str(&rows);
+    d.push('\n');
+    let _ = writeln!(
+        d,
+        "Per term a leader also makes 1 acquire, 1 metadata read and 1 metadata write (the \
+         epoch stamp) and 1 release when it stops.\n"
+    );
+    footprint::report(report, &defaults, window.seconds, window.ticks)
+}

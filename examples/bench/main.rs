@@ -1,0 +1,226 @@
+//! Benchmark of the election against a local Azurite: failover and handover
+//! times, storage requests per hour, the crate's latency over a bare SDK
+//! call, the worker's CPU and memory footprint, and 50-way contention.
+//!
+//! ```text
+//! cargo build --release --examples
+//! target/release/examples/bench [--quick] [--out DIR] [--sections LIST] ...
+//! ```
+//!
+//! `scripts/bench` installs Azurite, builds and runs this. It prints a table
+//! and writes `<out>/results.json` and `<out>/table.md` (default out:
+//! `bench-results`), and the logs of Azurite and the workers to
+//! `<out>/logs/`. Figures are printed, never asserted; the exit status is
+//! non-zero only when a measurement could not be taken at all.
+//!
+//! Options (defaults in brackets, `--quick` ones after the slash):
+//! `--quick` (fewer repetitions and shorter windows),
+//! `--crash-reps N` [12 / 5], `--handover-reps N` [30 / 10],
+//! `--cost-secs N` (request-cost and footprint window) [180 / 60],
+//! `--overhead-samples N` [2000 / 500], `--candidates N` [50],
+//! `--contention-secs N` [30 / 15],
+//! `--sections overhead,contention,cost,handover,crash` [all, in that order],
+//! `--out DIR` [`bench-results`], `--endpoint URL` (use a running Azurite's
+//! blob endpoint, `http://<ip>:<port>/devstoreaccount1`, instead of starting
+//! one). The worker processes are the `worker` example next to this program.
+//!
+//! One module per section (`overhead.rs`, `contention.rs`, `cost.rs` with
+//! `footprint.rs`, `failover.rs` for `handover` and `crash`); the rest is
+//! shared: `azurite.rs`, `proxy.rs` (the counting proxy), `workers.rs` (the
+//! worker processes), `stats.rs`, `json.rs` and `report.rs`.
+
+mod azurite;
+mod contention;
+mod cost;
+mod failover;
+mod footprint;
+mod json;
+mod overhead;
+mod proxy;
+mod report;
+mod stats;
+mod workers;
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, ensure, Context, Result};
+use blob_mutex::MutexOptions;
+
+use crate::azurite::Azurite;
+use crate::failover::Exit;
+use crate::json::Json;
+use crate::report::Report;
+
+/// The defaults of [`MutexOptions`], restated so that the targets can be
+/// computed; checked against the crate at start-up.
+const LEASE_SECS: f64 = 15.0;
+const RENEW_SECS: f64 = 5.0;
+const RETRY_SECS: f64 = 1.0;
+const JITTER: f64 = 0.2;
+
+/// The leader task of the worker processes ticks this rarely, so that the
+/// footprint is the election's own and not the demo task's.
+const IDLE_WORK_MS: &str = "600000";
+
+/// The sections, in the order they run.
+const SECTIONS: [&str; 5] = ["overhead", "contention", "cost", "handover", "crash"];
+
+struct Config {
+    crash_reps: usize,
+    handover_reps: usize,
+    cost_window: Duration,
+    overhead_samples: usize,
+    candidates: usize,
+    contention_window: Duration,
+    sections: Vec<String>,
+    out: PathBuf,
+    endpoint: Option<String>,
+    worker: PathBuf,
+    quick: bool,
+}
+
+impl Config {
+    fn parse() -> Result<Config> {
+        let mut args: Vec<String> = std::env::args().skip(1).collect();
+        let quick = args.iter().any(|a| a == "--quick");
+        args.retain(|a| a != "--quick");
+        let worker = std::env::current_exe()
+            .context("locate this program")?
+            .with_file_name("worker");
+        let mut config = Config {
+            crash_reps: if quick { 5 } else { 12 },
+            handover_reps: if quick { 10 } else { 30 },
+            cost_window: Duration::from_secs(if quick { 60 } else { 180 }),
+            overhead_samples: if quick { 500 } else { 2000 },
+            candidates: 50,
+            contention_window: Duration::from_secs(if quick { 15 } else { 30 }),
+            sections: SECTIONS.iter().map(|s| (*s).to_owned()).collect(),
+            out: PathBuf::from("bench-results"),
+            endpoint: None,
+            worker,
+            quick,
+        };
+        let mut args = args.into_iter();
+        while let Some(flag) = args.next() {
+            let mut value = || args.next().with_context(|| format!("{flag} needs a value"));
+            match flag.as_str() {
+                "--crash-reps" => config.crash_reps = value()?.parse()?,
+                "--handover-reps" => config.handover_reps = value()?.parse()?,
+                "--cost-secs" => config.cost_window = Duration::from_secs(value()?.parse()?),
+                "--overhead-samples" => config.overhead_samples = value()?.parse()?,
+                "--candidates" => config.candidates = value()?.parse()?,
+                "--contention-secs" => {
+                    config.contention_window = Duration::from_secs(value()?.parse()?);
+                }
+                "--sections" => {
+                    config.sections = value()?.split(',').map(str::to_owned).collect();
+                    for s in &config.sections {
+                        ensure!(SECTIONS.contains(&s.as_str()), "unknown section {s}");
+                    }
+                }
+                "--out" => config.out = PathBuf::from(value()?),
+                "--endpoint" => config.endpoint = Some(value()?),
+                other => bail!("unknown option {other} (see the top of examples/bench/main.rs)"),
+            }
+        }
+        ensure!(
+            config.crash_reps >= 1 && config.handover_reps >= 1,
+            "need at least one repetition"
+        );
+        ensure!(
+            config.candidates >= 2,
+            "contention needs at least two candidates"
+        );
+        ensure!(
+            config.overhead_samples >= 10,
+            "overhead needs at least 10 samples"
+        );
+        Ok(config)
+    }
+
+    fn runs(&self, section: &str) -> bool {
+        self.sections.iter().any(|s| s == section)
+    }
+}
+
+async fn run(config: Config) -> Result<()> {
+    let defaults = MutexOptions::default();
+    ensure!(
+        (defaults.lease_duration.as_secs_f64() - LEASE_SECS).abs() < 1e-9
+            && (defaults.effective_renew_interval().as_secs_f64() - RENEW_SECS).abs() < 1e-9
+            && (defaults.acquire_retry.as_secs_f64() - RETRY_SECS).abs() < 1e-9
+            && (defaults.acquire_jitter - JITTER).abs() < 1e-9,
+        "the crate's defaults changed; update the constants at the top of examples/bench/main.rs"
+    );
+    std::fs::create_dir_all(config.out.join("logs"))?;
+    ensure!(
+        config.worker.exists(),
+        "worker not found at {}; run `cargo build --release --examples`",
+        config.worker.display()
+    );
+    let azurite = match &config.endpoint {
+        Some(endpoint) => Azurite::external(endpoint)?,
+        None => Azurite::start(&config.out)?,
+    };
+    let began = Instant::now();
+    let mut report = Report::default();
+    report.section("machine", report::machine());
+    if config.runs("overhead") {
+        eprintln!("overhead: crate vs bare SDK ...");
+        overhead::overhead(&config, &azurite, &mut report).await?;
+    }
+    if config.runs("contention") {
+        eprintln!("contention: {} candidates ...", config.candidates);
+        contention::contention(&config, &azurite, &mut report).await?;
+    }
+    if config.runs("cost") {
+        eprintln!("request cost and footprint ...");
+        cost::cost(&config, &azurite, &mut report).await?;
+    }
+    for (exit, reps) in [
+        (Exit::Graceful, config.handover_reps),
+        (Exit::Crash, config.crash_reps),
+    ] {
+        if config.runs(exit.name()) {
+            eprintln!("{} x {reps} ...", exit.title());
+            let h = failover::handover(&config, &azurite, exit, reps).await?;
+            failover::report(&mut report, &h);
+        }
+    }
+    let elapsed = began.elapsed().as_secs_f64();
+    report.section(
+        "run",
+        Json::obj([
+            ("quick", Json::Bool(config.quick)),
+            ("seconds", Json::Num(elapsed)),
+            (
+                "sections",
+                Json::Arr(config.sections.iter().map(Json::str).collect()),
+            ),
+            ("load_average_at_end", Json::str(report::load_average())),
+        ]),
+    );
+    let header = format!(
+        "Measured against Azurite on 127.0.0.1 in {elapsed:.0} s{}. Default options: lease 15 s, \
+         renew every 5 s, acquire retry 1 s ± 20 %.",
+        if config.quick { " (--quick)" } else { "" }
+    );
+    let table = report.markdown(&header);
+    let results = config.out.join("results.json");
+    let table_md = config.out.join("table.md");
+    std::fs::write(&results, Json::Obj(report.json).to_text())?;
+    std::fs::write(&table_md, &table)?;
+    println!("{table}");
+    eprintln!("wrote {} and {}", results.display(), table_md.display());
+    Ok(())
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    let config = Config::parse()?;
+    tokio::select! {
+        result = run(config) => result,
+        _ = tokio::signal::ctrl_c() => bail!("interrupted"),
+    }
+}
