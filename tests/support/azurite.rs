@@ -213,16 +213,17 @@ fn spawn_with(
     }
     args.extend(extra.iter().map(|a| (*a).to_owned()));
     // Azurite writes to a log file, not to a pipe of this process, so that it
-    // never fails on a closed pipe while it shuts down. `read` returns when
-    // the test process closes (or writes to) the shell's standard input, and
-    // the shell then stops Azurite.
+    // never fails on a closed pipe while it shuts down. The shell waits for
+    // Azurite (so it exits, visibly to `try_wait`, if Azurite dies), while a
+    // background reader stops Azurite as soon as this process closes (or
+    // writes to) the shell's standard input, kept on fd 3 because a
+    // background list's own standard input is /dev/null.
     let log = std::env::temp_dir().join(format!(
         "blob-mutex-azurite-{}-{}.log",
         std::process::id(),
         unique_suffix()
     ));
-    let script =
-        r#"log=$1; shift; "$@" >"$log" 2>&1 & pid=$!; read _; kill $pid 2>/dev/null; wait $pid"#;
+    let script = r#"log=$1; shift; exec 3<&0; "$@" >"$log" 2>&1 </dev/null & pid=$!; (read _ <&3; kill $pid 2>/dev/null) & wait $pid"#;
     let mut child = Command::new("sh")
         .arg("-c")
         .arg(script)
