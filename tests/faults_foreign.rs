@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use support::azurite::{unique_container, Azurite};
 use support::foreign::{Foreign, CALL};
-use support::workers::{Cluster, Spec, What};
+use support::workers::Cluster;
 
 const RETRY: Duration = Duration::from_millis(500);
 const RENEW: Duration = Duration::from_secs(2);
@@ -22,16 +22,17 @@ fn azurite() -> Azurite {
     Azurite::start_with_args(&["--skipApiVersionCheck"])
 }
 
-fn workers(cluster: &mut Cluster, azurite: &Azurite, container: &str, blob: &str) {
-    for i in 0..2 {
-        cluster.spawn(Spec::worker(
-            &format!("w{i}"),
-            &azurite.connection_string(),
-            container,
-            blob,
-            &["--acquire-retry-ms", "500", "--renew-ms", "2000"],
-        ));
-    }
+/// Two workers on `container`/`blob`, straight to `azurite`.
+fn workers(azurite: &Azurite, container: &str, blob: &str) -> Cluster {
+    let mut cluster = Cluster::new();
+    cluster.spawn_workers(
+        2,
+        container,
+        blob,
+        &["--acquire-retry-ms", "500", "--renew-ms", "2000"],
+        |_| azurite.connection_string(),
+    );
+    cluster
 }
 
 #[tokio::test]
@@ -52,11 +53,8 @@ async fn foreign_content_and_metadata_are_never_overwritten() {
     manager.release(id).await.unwrap();
     foreign.put("foreign payload", None);
 
-    let mut cluster = Cluster::new();
-    workers(&mut cluster, &azurite, &container, "content");
-    let (leader, epoch, _) = cluster
-        .wait_leading_after(Duration::ZERO, Duration::from_secs(20))
-        .await;
+    let cluster = workers(&azurite, &container, "content");
+    let (leader, epoch, _) = cluster.wait_first_leader().await;
     let seen = foreign.get();
     assert_eq!(seen.content, "foreign payload");
     assert_eq!(
@@ -84,11 +82,9 @@ async fn a_broken_lease_stops_the_leader() {
     let azurite = azurite();
     let container = unique_container("foreign-break");
     let foreign = Foreign::new(&azurite.connection_string(), &container, "break");
-    let mut cluster = Cluster::new();
-    workers(&mut cluster, &azurite, &container, "break");
-    let (leader, epoch, _) = cluster
-        .wait_leading_after(Duration::ZERO, Duration::from_secs(20))
-        .await;
+    let cluster = workers(&azurite, &container, "break");
+    let (leader, epoch, _) = cluster.wait_first_leader().await;
+    // A moment of steady leadership before the break.
     tokio::time::sleep(Duration::from_millis(500)).await;
 
     let before = cluster.now();
@@ -134,11 +130,8 @@ async fn a_foreign_lease_keeps_everyone_a_follower_until_it_ends() {
     let azurite = azurite();
     let container = unique_container("foreign-lease");
     let foreign = Foreign::new(&azurite.connection_string(), &container, "lease");
-    let mut cluster = Cluster::new();
-    workers(&mut cluster, &azurite, &container, "lease");
-    let (leader, epoch, _) = cluster
-        .wait_leading_after(Duration::ZERO, Duration::from_secs(20))
-        .await;
+    let cluster = workers(&azurite, &container, "lease");
+    let (leader, epoch, _) = cluster.wait_first_leader().await;
 
     let lease = "f0f0f0f0-0000-4000-8000-000000000001";
     let before = cluster.now();
@@ -148,13 +141,10 @@ async fn a_foreign_lease_keeps_everyone_a_follower_until_it_ends() {
         .wait_stopped(leader, before, RENEW + CALL + Duration::from_secs(2))
         .await;
     assert_eq!(reason, "lost");
+    // The foreign lease is held for 5 s: the scenario.
     tokio::time::sleep(Duration::from_secs(5)).await;
     let held_until = cluster.now();
-    let led_while_foreign: Vec<_> = cluster
-        .events()
-        .into_iter()
-        .filter(|e| matches!(e.what, What::Leading { .. }) && e.at >= taken && e.at < held_until)
-        .collect();
+    let led_while_foreign = cluster.leading_between(taken, held_until);
     assert!(
         led_while_foreign.is_empty(),
         "an instance led while a foreign lease was held: {led_while_foreign:?}"
@@ -186,12 +176,9 @@ async fn a_foreign_rewrite_of_the_blob_is_kept_and_a_new_term_follows() {
     let azurite = azurite();
     let container = unique_container("foreign-rewrite");
     let foreign = Foreign::new(&azurite.connection_string(), &container, "rewrite");
-    let mut cluster = Cluster::new();
-    workers(&mut cluster, &azurite, &container, "rewrite");
-    let (leader, _, _) = cluster
-        .wait_leading_after(Duration::ZERO, Duration::from_secs(20))
-        .await;
-    // Two more terms, so that the epoch is well above 1.
+    let cluster = workers(&azurite, &container, "rewrite");
+    let (leader, _, _) = cluster.wait_first_leader().await;
+    // A second term, so that the epoch is above 1.
     let sent = cluster.terminate(leader);
     let (_, epoch, _) = cluster
         .wait_leading_after(sent, Duration::from_secs(10))

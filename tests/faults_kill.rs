@@ -11,34 +11,29 @@ use std::time::Duration;
 
 use support::azurite;
 use support::proxy::Proxy;
-use support::workers::{Cluster, Spec};
+use support::workers::Cluster;
 
 const LEASE: Duration = Duration::from_secs(15);
 const RETRY: Duration = Duration::from_millis(500);
 
 /// Three workers on one blob, all through `proxy`.
-fn start(cluster: &mut Cluster, proxy: &Proxy, blob: &str) {
-    let container = azurite::unique_container(blob);
-    for i in 0..3 {
-        cluster.spawn(Spec::worker(
-            &format!("w{i}"),
-            &proxy.connection_string(),
-            &container,
-            blob,
-            &["--acquire-retry-ms", "500", "--renew-ms", "2000"],
-        ));
-    }
+fn start(proxy: &Proxy, blob: &str) -> Cluster {
+    let mut cluster = Cluster::new();
+    cluster.spawn_workers(
+        3,
+        &azurite::unique_container(blob),
+        blob,
+        &["--acquire-retry-ms", "500", "--renew-ms", "2000"],
+        |_| proxy.connection_string(),
+    );
+    cluster
 }
 
 #[tokio::test]
 async fn sigkill_of_the_leader_hands_over_after_the_lease_expired() {
     let proxy = Proxy::start(azurite::shared().port);
-    let mut cluster = Cluster::new();
-    start(&mut cluster, &proxy, "kill");
-
-    let (leader, epoch, _) = cluster
-        .wait_leading_after(Duration::ZERO, Duration::from_secs(20))
-        .await;
+    let cluster = start(&proxy, "kill");
+    let (leader, epoch, _) = cluster.wait_first_leader().await;
     // Let it renew at least once, so that its lease id is known from the
     // renew requests (only the leader renews).
     let lease = support::wait_for("a renew", Duration::from_secs(10), || async {
@@ -50,6 +45,7 @@ async fn sigkill_of_the_leader_hands_over_after_the_lease_expired() {
             .and_then(|r| r.lease_id.clone())
     })
     .await;
+    // Kill it between two renewals (every 2 s).
     tokio::time::sleep(Duration::from_millis(700)).await;
 
     let killed_at = cluster.kill(leader);
@@ -90,12 +86,9 @@ async fn sigkill_of_the_leader_hands_over_after_the_lease_expired() {
 #[tokio::test]
 async fn sigterm_of_the_leader_hands_over_at_once() {
     let proxy = Proxy::start(azurite::shared().port);
-    let mut cluster = Cluster::new();
-    start(&mut cluster, &proxy, "term");
-
-    let (leader, epoch, _) = cluster
-        .wait_leading_after(Duration::ZERO, Duration::from_secs(20))
-        .await;
+    let cluster = start(&proxy, "term");
+    let (leader, epoch, _) = cluster.wait_first_leader().await;
+    // A moment of steady leadership before the signal.
     tokio::time::sleep(Duration::from_secs(1)).await;
 
     let sent = cluster.terminate(leader);

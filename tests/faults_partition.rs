@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use support::azurite;
 use support::proxy::Proxy;
-use support::workers::{Cluster, Spec};
+use support::workers::Cluster;
 
 const LEASE: Duration = Duration::from_secs(15);
 const RETRY: Duration = Duration::from_millis(500);
@@ -21,22 +21,16 @@ const RETRY: Duration = Duration::from_millis(500);
 async fn a_partitioned_leader_stops_before_its_lease_expires() {
     let container = azurite::unique_container("partition");
     // One proxy per worker, so that only the leader is cut off.
-    let proxies: Vec<Proxy> = (0..3)
-        .map(|_| Proxy::start(azurite::shared().port))
-        .collect();
+    let proxies = Proxy::start_many(3, azurite::shared().port);
     let mut cluster = Cluster::new();
-    for (i, proxy) in proxies.iter().enumerate() {
-        cluster.spawn(Spec::worker(
-            &format!("w{i}"),
-            &proxy.connection_string(),
-            &container,
-            "partition",
-            &["--acquire-retry-ms", "500"],
-        ));
-    }
-    let (leader, epoch, led_at) = cluster
-        .wait_leading_after(Duration::ZERO, Duration::from_secs(20))
-        .await;
+    cluster.spawn_workers(
+        3,
+        &container,
+        "partition",
+        &["--acquire-retry-ms", "500"],
+        |i| proxies[i].connection_string(),
+    );
+    let (leader, epoch, led_at) = cluster.wait_first_leader().await;
     let proxy = &proxies[leader];
     // Partition it a while after it last renewed (default renew interval 5 s).
     tokio::time::sleep(Duration::from_millis(6_500)).await;
@@ -75,7 +69,8 @@ async fn a_partitioned_leader_stops_before_its_lease_expires() {
         cluster.dump()
     );
 
-    // Healed, the old leader campaigns again as a follower: still one leader.
+    // Healed, the old leader campaigns again as a follower: after several of
+    // its acquire rounds, still one leader.
     proxy.heal();
     tokio::time::sleep(Duration::from_secs(3)).await;
     let history = cluster.history();

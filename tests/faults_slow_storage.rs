@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use support::azurite;
 use support::proxy::{Direction, Mode, Proxy};
-use support::workers::{Cluster, Spec};
+use support::workers::Cluster;
 
 const LEASE: Duration = Duration::from_secs(15);
 const RETRY: Duration = Duration::from_millis(500);
@@ -23,22 +23,17 @@ const MARGIN: Duration = Duration::from_millis(1150);
 #[tokio::test]
 async fn a_leader_on_slow_storage_steps_down_at_its_deadline() {
     let container = azurite::unique_container("slow");
-    let proxies: Vec<Proxy> = (0..2)
-        .map(|_| Proxy::start(azurite::shared().port))
-        .collect();
+    // One proxy per worker, so that only the leader's storage is slow.
+    let proxies = Proxy::start_many(2, azurite::shared().port);
     let mut cluster = Cluster::new();
-    for (i, proxy) in proxies.iter().enumerate() {
-        cluster.spawn(Spec::worker(
-            &format!("w{i}"),
-            &proxy.connection_string(),
-            &container,
-            "slow",
-            &["--acquire-retry-ms", "500", "--request-timeout-ms", "1000"],
-        ));
-    }
-    let (leader, epoch, led_at) = cluster
-        .wait_leading_after(Duration::ZERO, Duration::from_secs(20))
-        .await;
+    cluster.spawn_workers(
+        2,
+        &container,
+        "slow",
+        &["--acquire-retry-ms", "500", "--request-timeout-ms", "1000"],
+        |i| proxies[i].connection_string(),
+    );
+    let (leader, epoch, led_at) = cluster.wait_first_leader().await;
     let proxy = &proxies[leader];
     // Right after a renewal succeeded, every answer starts to take 2 s, twice
     // the request timeout; requests still reach storage.
@@ -51,6 +46,7 @@ async fn a_leader_on_slow_storage_steps_down_at_its_deadline() {
             .and_then(|r| r.forwarded_at)
     })
     .await;
+    // Time for that renewal's answer to pass (the log has requests, not answers).
     tokio::time::sleep(Duration::from_millis(300)).await;
     proxy.set(Direction::ToClient, Mode::Delay(Duration::from_secs(2)));
     let slow_at = cluster.now();

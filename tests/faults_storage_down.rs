@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use support::azurite::Azurite;
 use support::proxy::{Fate, Proxy};
-use support::workers::{Cluster, Spec, What};
+use support::workers::Cluster;
 
 const LEASE: Duration = Duration::from_secs(15);
 const RETRY: Duration = Duration::from_millis(500);
@@ -28,18 +28,15 @@ async fn nobody_new_leads_while_storage_is_down_and_someone_leads_soon_after() {
     let proxy = Proxy::start(azurite.port);
     let container = support::azurite::unique_container("down");
     let mut cluster = Cluster::new();
-    for i in 0..WORKERS {
-        cluster.spawn(Spec::worker(
-            &format!("w{i}"),
-            &proxy.connection_string(),
-            &container,
-            "down",
-            &["--acquire-retry-ms", "500"],
-        ));
-    }
-    let (leader, epoch, _) = cluster
-        .wait_leading_after(Duration::ZERO, Duration::from_secs(20))
-        .await;
+    cluster.spawn_workers(
+        WORKERS,
+        &container,
+        "down",
+        &["--acquire-retry-ms", "500"],
+        |_| proxy.connection_string(),
+    );
+    let (leader, epoch, _) = cluster.wait_first_leader().await;
+    // A steady state before the outage: the leader leads, the followers poll.
     tokio::time::sleep(Duration::from_secs(2)).await;
 
     let last_ok = proxy
@@ -58,6 +55,7 @@ async fn nobody_new_leads_while_storage_is_down_and_someone_leads_soon_after() {
     let (reason, stopped_at) = cluster.wait_stopped(leader, down_at, DOWN).await;
     assert_eq!(reason, "deadline");
     assert!(stopped_at <= deadline, "{stopped_at:?} > {deadline:?}");
+    // Storage stays down for DOWN in all: the scenario.
     let remaining = DOWN.saturating_sub(down_instant.elapsed());
     tokio::time::sleep(remaining).await;
     let restart_at = cluster.now();
@@ -65,11 +63,7 @@ async fn nobody_new_leads_while_storage_is_down_and_someone_leads_soon_after() {
     azurite.restart();
     let up_at = cluster.now();
 
-    let leading_while_down: Vec<_> = cluster
-        .events()
-        .into_iter()
-        .filter(|e| matches!(e.what, What::Leading { .. }) && e.at >= down_at && e.at < up_at)
-        .collect();
+    let leading_while_down = cluster.leading_between(down_at, up_at);
     assert!(
         leading_while_down.is_empty(),
         "someone led while storage was down: {leading_while_down:?}"

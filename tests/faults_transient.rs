@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use support::azurite;
 use support::proxy::{Fate, Injected, Proxy};
-use support::workers::{Cluster, Spec, What};
+use support::workers::{Cluster, What};
 
 /// Renew every 2 s, so that a burst meets many renewals.
 const RENEW: Duration = Duration::from_secs(2);
@@ -25,18 +25,14 @@ async fn leadership_survives_bursts_of_transient_failures() {
     let proxy = Proxy::start(azurite::shared().port);
     proxy.seed(0x5eed);
     let mut cluster = Cluster::new();
-    for i in 0..3 {
-        cluster.spawn(Spec::worker(
-            &format!("w{i}"),
-            &proxy.connection_string(),
-            &container,
-            "transient",
-            &["--acquire-retry-ms", "500", "--renew-ms", "2000"],
-        ));
-    }
-    let (leader, epoch, _) = cluster
-        .wait_leading_after(Duration::ZERO, Duration::from_secs(20))
-        .await;
+    cluster.spawn_workers(
+        3,
+        &container,
+        "transient",
+        &["--acquire-retry-ms", "500", "--renew-ms", "2000"],
+        |_| proxy.connection_string(),
+    );
+    let (leader, epoch, _) = cluster.wait_first_leader().await;
 
     // Single failures of the leader's renewals, one of each kind.
     for kind in [
@@ -74,7 +70,8 @@ async fn leadership_survives_bursts_of_transient_failures() {
         })
         .collect();
 
-    // Bursts: 30 % of all requests fail (503 or reset), then 30 % get a 500.
+    // Bursts: 30 % of all requests fail (503 or reset) for 8 s, then 30 % get
+    // a 500 for 4 s.
     let burst_start = Instant::now();
     proxy.fail_share(0.2, Injected::ServerBusy);
     proxy.reset_share(0.1);
@@ -87,6 +84,7 @@ async fn leadership_survives_bursts_of_transient_failures() {
     tokio::time::sleep(Duration::from_secs(4)).await;
     proxy.heal();
     let burst_end = Instant::now();
+    // One more renewal after the burst, so that a loss it caused would show.
     tokio::time::sleep(RENEW).await;
 
     let events = cluster.events();

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use support::azurite;
 use support::proxy::Proxy;
-use support::workers::{Cluster, Spec, What};
+use support::workers::{Cluster, What};
 
 const HEARTBEAT: Duration = Duration::from_secs(1);
 const STALL_AFTER: Duration = Duration::from_secs(3);
@@ -37,18 +37,8 @@ async fn stalled_leader_is_replaced(blob: &str, extra: &[&str]) {
         "1000",
     ];
     options.extend_from_slice(extra);
-    for i in 0..2 {
-        cluster.spawn(Spec::worker(
-            &format!("w{i}"),
-            &proxy.connection_string(),
-            &container,
-            blob,
-            &options,
-        ));
-    }
-    let (leader, epoch, led_at) = cluster
-        .wait_leading_after(Duration::ZERO, Duration::from_secs(20))
-        .await;
+    cluster.spawn_workers(2, &container, blob, &options, |_| proxy.connection_string());
+    let (leader, epoch, led_at) = cluster.wait_first_leader().await;
     // The last beat comes at the first work tick at or after STALL_AFTER.
     let stall_from = led_at + STALL_AFTER;
     let (next, next_epoch, next_at) = cluster

@@ -245,6 +245,12 @@ impl Proxy {
         }
     }
 
+    /// `count` proxies to the same upstream, one per worker, so that one
+    /// worker's path to storage can be broken alone.
+    pub fn start_many(count: usize, upstream: u16) -> Vec<Proxy> {
+        (0..count).map(|_| Proxy::start(upstream)).collect()
+    }
+
     /// The port the proxy listens on.
     pub fn port(&self) -> u16 {
         self.port

@@ -47,6 +47,10 @@ pub enum What {
     Log(String),
 }
 
+/// How long a cluster just started may take to elect its first leader
+/// (process start-up included).
+pub const FIRST_LEADER: Duration = Duration::from_secs(20);
+
 /// What the library logs when it aborts a leader task.
 pub const ABORT_MESSAGE: &str = "leader task ignored cancellation and was aborted";
 
@@ -221,6 +225,28 @@ impl Cluster {
         index
     }
 
+    /// Starts `count` example workers `w0`, `w1`, … on `container`/`blob`,
+    /// all with `options`; worker `i` connects with `connection_string(i)`
+    /// (through a proxy of its own, one shared proxy, or straight to Azurite).
+    pub fn spawn_workers(
+        &mut self,
+        count: usize,
+        container: &str,
+        blob: &str,
+        options: &[&str],
+        connection_string: impl Fn(usize) -> String,
+    ) {
+        for i in 0..count {
+            self.spawn(Spec::worker(
+                &format!("w{i}"),
+                &connection_string(i),
+                container,
+                blob,
+                options,
+            ));
+        }
+    }
+
     /// How many workers have been started.
     pub fn len(&self) -> usize {
         self.procs.len()
@@ -305,9 +331,20 @@ impl Cluster {
         limit: Duration,
         mut find: impl FnMut(&[Event]) -> Option<T>,
     ) -> T {
+        self.poll(what, limit, || find(&self.events())).await
+    }
+
+    /// Polls `condition` every 20 ms until it returns `Some`; panics after
+    /// `limit` with `what` and the record.
+    async fn poll<T>(
+        &self,
+        what: &str,
+        limit: Duration,
+        mut condition: impl FnMut() -> Option<T>,
+    ) -> T {
         let start = Instant::now();
         loop {
-            if let Some(found) = find(&self.events()) {
+            if let Some(found) = condition() {
                 return found;
             }
             assert!(
@@ -317,6 +354,12 @@ impl Cluster {
             );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
+    }
+
+    /// Waits for the first `LEADING` line of a cluster just started, for up
+    /// to [`FIRST_LEADER`]; returns (worker, epoch, at).
+    pub async fn wait_first_leader(&self) -> (usize, u64, Duration) {
+        self.wait_leading_after(Duration::ZERO, FIRST_LEADER).await
     }
 
     /// Waits for a `LEADING` line after `after` (cluster clock); returns
@@ -356,18 +399,18 @@ impl Cluster {
 
     /// Waits until the worker's process has exited; returns its exit status.
     pub async fn wait_exit(&self, worker: usize, limit: Duration) -> ExitStatus {
-        let start = Instant::now();
-        loop {
-            if let Some(status) = self.exited(worker) {
-                return status;
-            }
-            assert!(
-                start.elapsed() < limit,
-                "worker {worker} did not exit within {limit:?}\n{}",
-                self.dump()
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        self.poll(&format!("worker {worker} to exit"), limit, || {
+            self.exited(worker)
+        })
+        .await
+    }
+
+    /// The `LEADING` lines recorded in `[from, to)`.
+    pub fn leading_between(&self, from: Duration, to: Duration) -> Vec<Event> {
+        self.events()
+            .into_iter()
+            .filter(|e| matches!(e.what, What::Leading { .. }) && e.at >= from && e.at < to)
+            .collect()
     }
 
     /// Log lines (standard error) of one worker that contain `needle`, with
