@@ -20,7 +20,10 @@
 //! `--request-timeout-ms N`, `--work-ms N` (time between work ticks),
 //! `--heartbeat-ms N` (enable the watchdog), `--stall-after-ms N` (stop beating
 //! and doing work after N ms of leading), `--ignore-cancel` (the task never
-//! returns after cancellation), `--fail-stop`.
+//! returns after cancellation; the mutex aborts it after its grace),
+//! `--block-on-cancel` (after cancellation the task blocks its thread with
+//! `std::thread::sleep`, so it cannot even be aborted; with `--fail-stop` the
+//! process exits), `--fail-stop`.
 
 use std::io::Write;
 use std::time::Duration;
@@ -35,6 +38,7 @@ struct Behaviour {
     work: Duration,
     stall_after: Option<Duration>,
     ignore_cancel: bool,
+    block_on_cancel: bool,
 }
 
 /// Prints one line and flushes it, so that scripts see it at once.
@@ -64,6 +68,10 @@ async fn lead(ctx: LeaderContext, behaviour: Behaviour) -> anyhow::Result<()> {
             }
         }
     };
+    if behaviour.block_on_cancel {
+        // Blocks its runtime thread: an abort cannot take effect.
+        std::thread::sleep(Duration::from_secs(3600));
+    }
     if behaviour.ignore_cancel {
         // A badly behaved task: it never returns; the mutex aborts it.
         std::future::pending::<()>().await;
@@ -108,6 +116,7 @@ fn parse_args() -> anyhow::Result<(String, String, MutexOptions, Behaviour)> {
             "--work-ms" => behaviour.work = Duration::from_millis(number()?),
             "--stall-after-ms" => behaviour.stall_after = Some(Duration::from_millis(number()?)),
             "--ignore-cancel" => behaviour.ignore_cancel = true,
+            "--block-on-cancel" => behaviour.block_on_cancel = true,
             "--fail-stop" => options = options.with_fail_stop(true),
             other => bail!("unknown option {other}\n{usage}"),
         }

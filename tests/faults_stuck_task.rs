@@ -9,12 +9,9 @@
 
 mod support;
 
-use std::process::Command;
 use std::time::Duration;
 
-use blob_mutex::{
-    BlobDistributedMutex, BlobSettings, CancellationToken, MutexOptions, FAIL_STOP_EXIT_CODE,
-};
+use blob_mutex::FAIL_STOP_EXIT_CODE;
 use support::azurite;
 use support::proxy::Proxy;
 use support::workers::{Cluster, Spec, What};
@@ -25,28 +22,24 @@ const GRACE: Duration = Duration::from_secs(1);
 #[tokio::test]
 async fn a_task_that_ignores_cancellation_is_aborted_before_the_lease_is_released() {
     let container = azurite::unique_container("ignore-cancel");
-    let proxies: Vec<Proxy> = (0..2)
-        .map(|_| Proxy::start(azurite::shared().port))
-        .collect();
+    // One proxy per worker, to find the leader's release in its log.
+    let proxies = Proxy::start_many(2, azurite::shared().port);
     let mut cluster = Cluster::new();
-    for (i, proxy) in proxies.iter().enumerate() {
-        cluster.spawn(Spec::worker(
-            &format!("w{i}"),
-            &proxy.connection_string(),
-            &container,
-            "ignore-cancel",
-            &[
-                "--acquire-retry-ms",
-                "500",
-                "--grace-ms",
-                "1000",
-                "--ignore-cancel",
-            ],
-        ));
-    }
-    let (leader, _, _) = cluster
-        .wait_leading_after(Duration::ZERO, Duration::from_secs(20))
-        .await;
+    cluster.spawn_workers(
+        2,
+        &container,
+        "ignore-cancel",
+        &[
+            "--acquire-retry-ms",
+            "500",
+            "--grace-ms",
+            "1000",
+            "--ignore-cancel",
+        ],
+        |i| proxies[i].connection_string(),
+    );
+    let (leader, _, _) = cluster.wait_first_leader().await;
+    // A moment of steady leadership before the signal.
     tokio::time::sleep(Duration::from_millis(500)).await;
 
     let sent = cluster.terminate(leader);
@@ -107,38 +100,28 @@ async fn a_task_that_ignores_cancellation_is_aborted_before_the_lease_is_release
     );
 }
 
-/// Environment variable that makes this test binary act as an unabortable
-/// worker (see `unabortable_worker_process`).
-const CHILD: &str = "BLOB_MUTEX_UNABORTABLE_WORKER";
-
 #[tokio::test]
 async fn a_task_that_cannot_be_aborted_makes_a_fail_stop_process_exit() {
     let container = azurite::unique_container("fail-stop");
-    let proxies: Vec<Proxy> = (0..2)
-        .map(|_| Proxy::start(azurite::shared().port))
-        .collect();
+    let proxies = Proxy::start_many(2, azurite::shared().port);
     let mut cluster = Cluster::new();
-    // The unabortable worker first, so that it leads.
-    let mut child = Command::new(std::env::current_exe().unwrap());
-    child
-        .args([
-            "--exact",
-            "unabortable_worker_process",
-            "--nocapture",
-            "--test-threads",
-            "1",
-        ])
-        .env(
-            CHILD,
-            format!("{}|{container}|fail-stop", proxies[0].connection_string()),
-        );
-    let stuck = cluster.spawn(Spec {
-        name: "stuck".into(),
-        command: child,
-    });
-    let (leader, _, _) = cluster
-        .wait_leading_after(Duration::ZERO, Duration::from_secs(20))
-        .await;
+    // The unabortable worker first, so that it leads: once cancelled, its
+    // task blocks its thread.
+    let stuck = cluster.spawn(Spec::worker(
+        "stuck",
+        &proxies[0].connection_string(),
+        &container,
+        "fail-stop",
+        &[
+            "--acquire-retry-ms",
+            "500",
+            "--grace-ms",
+            "1000",
+            "--fail-stop",
+            "--block-on-cancel",
+        ],
+    ));
+    let (leader, _, _) = cluster.wait_first_leader().await;
     assert_eq!(leader, stuck);
     let follower = cluster.spawn(Spec::worker(
         "w1",
@@ -147,23 +130,42 @@ async fn a_task_that_cannot_be_aborted_makes_a_fail_stop_process_exit() {
         "fail-stop",
         &["--acquire-retry-ms", "500"],
     ));
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    support::wait_for(
+        "the follower to campaign",
+        Duration::from_secs(10),
+        || async {
+            proxies[1]
+                .log()
+                .iter()
+                .any(|r| r.is("acquire"))
+                .then_some(())
+        },
+    )
+    .await;
 
     let sent = cluster.terminate(stuck);
     let status = cluster.wait_exit(stuck, Duration::from_secs(10)).await;
+    // The reader thread records the exit when it reaps the process, which
+    // may be just after `wait_exit` saw it.
     let exited_at = cluster
-        .events()
-        .iter()
-        .find(|e| e.worker == stuck && matches!(e.what, What::Exited { .. }))
-        .map(|e| e.at)
-        .expect("exit recorded");
+        .wait_for(
+            "the exit to be recorded",
+            Duration::from_secs(10),
+            |events| {
+                events
+                    .iter()
+                    .find(|e| e.worker == stuck && matches!(e.what, What::Exited { .. }))
+                    .map(|e| e.at)
+            },
+        )
+        .await;
     assert_eq!(
         status.code(),
         Some(FAIL_STOP_EXIT_CODE),
         "{}",
         cluster.dump_all()
     );
-    // Grace, then an abort that cannot complete (250 ms), then exit.
+    // Grace, then an abort that cannot take effect, then the fail-stop exit.
     assert!(exited_at - sent >= GRACE, "{:?}", exited_at - sent);
     assert!(
         exited_at - sent <= GRACE + Duration::from_secs(2),
@@ -205,61 +207,4 @@ async fn a_task_that_cannot_be_aborted_makes_a_fail_stop_process_exit() {
         (next_at - expiry).as_secs_f64(),
         history.summary()
     );
-}
-
-/// Not a test by itself: when `BLOB_MUTEX_UNABORTABLE_WORKER` is set (by
-/// the test above, which runs this binary again), it is a worker process whose
-/// leader task blocks its thread once cancelled, so that it can be neither
-/// stopped nor aborted. Without the variable it returns at once.
-#[test]
-fn unabortable_worker_process() {
-    let Ok(spec) = std::env::var(CHILD) else {
-        return;
-    };
-    // The test harness has printed `test <name> ... ` without a line end.
-    println!();
-    let mut parts = spec.split('|');
-    let (cs, container, blob) = (
-        parts.next().unwrap().to_owned(),
-        parts.next().unwrap().to_owned(),
-        parts.next().unwrap().to_owned(),
-    );
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "warn,blob_mutex=debug".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(4)
-        .enable_all()
-        .build()
-        .unwrap();
-    runtime.block_on(async move {
-        let settings = BlobSettings::from_connection_string(&cs, container, blob).unwrap();
-        let options = MutexOptions::default()
-            .with_holder("stuck".into())
-            .with_acquire_retry(Duration::from_millis(500))
-            .with_stop_grace(GRACE)
-            .with_fail_stop(true);
-        let mutex = BlobDistributedMutex::with_options(settings, options, |ctx| async move {
-            println!("LEADING epoch={} id={}", ctx.epoch(), ctx.holder());
-            ctx.cancelled().await;
-            // Blocks the runtime thread: an abort cannot take effect.
-            std::thread::sleep(Duration::from_secs(3600));
-            Ok::<(), std::io::Error>(())
-        })
-        .unwrap();
-        let token = CancellationToken::new();
-        let on_signal = token.clone();
-        tokio::spawn(async move {
-            let mut term =
-                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).unwrap();
-            term.recv().await;
-            on_signal.cancel();
-        });
-        let result = mutex.run_task_when_mutex_acquired(token).await;
-        println!("EXITED id=stuck result={result:?}");
-    });
 }
