@@ -135,7 +135,19 @@ async fn reset_all_breaks_open_connections() {
     let lease = LeaseId::new();
     let call = m.acquire(lease, D);
     let reset = async {
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        // Reset once a request has reached storage: its answer is 1 s away.
+        support::wait_for(
+            "a request to reach storage",
+            Duration::from_secs(5),
+            || async {
+                proxy
+                    .log()
+                    .iter()
+                    .any(|r| r.forwarded_at.is_some())
+                    .then_some(())
+            },
+        )
+        .await;
         proxy.reset_all();
     };
     let (result, ()) = tokio::join!(call, reset);
