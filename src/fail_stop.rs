@@ -20,7 +20,7 @@ pub(crate) fn exit(epoch: u64, why: &str) -> ! {
         epoch,
         code = FAIL_STOP_EXIT_CODE,
         why,
-        "fail-stop: exiting the process"
+        "fail-stop: the leader task could not be stopped; exiting the process"
     );
     std::process::exit(FAIL_STOP_EXIT_CODE);
 }
