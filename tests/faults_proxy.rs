@@ -131,6 +131,8 @@ async fn a_stopped_upstream_is_counted_and_refused() {
 async fn reset_all_breaks_open_connections() {
     let proxy = Proxy::start(azurite::shared().port);
     let m = manager(&proxy, "proxy-reset-all");
+    // With the blob in place, the acquire below is a single request.
+    m.create_if_missing().await.unwrap();
     proxy.set(Direction::ToClient, Mode::Delay(Duration::from_secs(1)));
     let lease = LeaseId::new();
     let call = m.acquire(lease, D);
@@ -153,4 +155,6 @@ async fn reset_all_breaks_open_connections() {
     let (result, ()) = tokio::join!(call, reset);
     let e = result.unwrap_err();
     assert!(e.is_transient(), "{e:?}");
+    // A reset, not the request timeout running out.
+    assert!(matches!(e, Error::Transport(_)), "{e:?}");
 }
