@@ -134,10 +134,11 @@ async fn reset_all_breaks_open_connections() {
     // With the blob in place, the acquire below is a single request.
     m.create_if_missing().await.unwrap();
     proxy.set(Direction::ToClient, Mode::Delay(Duration::from_secs(1)));
+    let setup_requests = proxy.requests();
     let lease = LeaseId::new();
     let call = m.acquire(lease, D);
     let reset = async {
-        // Reset once a request has reached storage: its answer is 1 s away.
+        // Reset once the acquire has reached storage: its answer is 1 s away.
         support::wait_for(
             "a request to reach storage",
             Duration::from_secs(5),
@@ -145,6 +146,7 @@ async fn reset_all_breaks_open_connections() {
                 proxy
                     .log()
                     .iter()
+                    .skip(setup_requests)
                     .any(|r| r.forwarded_at.is_some())
                     .then_some(())
             },
