@@ -220,7 +220,7 @@ enum Term {
     Shutdown,
     /// The task returned `Ok` by itself.
     Finished,
-    /// The task returned an error or panicked.
+    /// The task returned an error, panicked or stalled.
     Failed,
     /// Leadership ended for the given reason.
     SteppedDown(StopReason),
@@ -489,6 +489,9 @@ impl<S: LeaseStore> Engine<'_, S> {
         self.finish(lease, epoch, lease_held).await;
         Ok(match stop {
             StopReason::Shutdown => Term::Shutdown,
+            // A task that stopped making progress has failed: back off like
+            // after an error, so that a healthy instance takes over first.
+            StopReason::Stalled => Term::Failed,
             other => Term::SteppedDown(other),
         })
     }

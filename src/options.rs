@@ -47,7 +47,7 @@ pub struct MutexOptions {
     /// aborted. Default: 3 s.
     pub stop_grace: Duration,
     /// How long to wait before campaigning again after the leader task
-    /// failed or panicked (before jitter). Default: 5 s.
+    /// failed, panicked or missed its heartbeat (before jitter). Default: 5 s.
     pub failure_backoff: Duration,
     /// If set, the leader task must call [`Heartbeat::beat`](crate::Heartbeat::beat)
     /// at least this often; when it does not, the mutex stops renewing,

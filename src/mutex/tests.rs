@@ -674,6 +674,36 @@ async fn a_stalled_task_is_stepped_down_by_the_watchdog() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_stalled_instance_waits_the_failure_backoff_before_leading_again() {
+    let h = Harness::new(defaults().with_heartbeat_timeout(Duration::from_secs(2)));
+    let store = h.store.clone();
+    // Never beats: every term stalls.
+    let task = box_task(move |ctx: LeaderContext| {
+        let store = store.clone();
+        async move {
+            store.record(Event::TaskStarted(ctx.epoch()));
+            ctx.cancelled().await;
+            Ok::<(), Error>(())
+        }
+    });
+    h.run(task, Duration::from_secs(12)).await.unwrap();
+    let starts: Vec<Instant> = h
+        .store
+        .events()
+        .into_iter()
+        .filter(|(_, e)| matches!(e, Event::TaskStarted(_)))
+        .map(|(t, _)| t)
+        .collect();
+    assert!(starts.len() >= 2, "{starts:?}");
+    // 2 s without a beat, then failure_backoff (5 s ± 20 %), not acquire_retry.
+    let between = starts[1] - starts[0];
+    assert!(
+        between >= Duration::from_secs(6) && between <= Duration::from_secs(8),
+        "led again after {between:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
 async fn the_state_channel_follows_each_transition() {
     let h = Harness::new(defaults());
     let mut rx = h.state.subscribe();
