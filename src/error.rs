@@ -28,16 +28,22 @@ pub enum Error {
     #[error("invalid connection string: {0}")]
     InvalidConnectionString(String),
 
-    /// Storage refused the credentials (HTTP 403) or a token could not be had.
+    /// Storage refused the credentials (HTTP 401 or 403), or no credential
+    /// source could be set up at all.
     #[error("authentication failed ({status} {code}): {message}")]
     Authentication {
-        /// HTTP status, 403, or 0 when no token could be obtained.
+        /// HTTP status, 401 or 403; 0 when no credential source could be set up.
         status: u16,
         /// The `x-ms-error-code`, for example `AuthenticationFailed`.
         code: String,
         /// A short description; never contains a secret.
         message: String,
     },
+
+    /// A token credential could not give a token (for example, the managed
+    /// identity endpoint did not answer). Transient: the campaign retries.
+    #[error("no token from the credential: {0}")]
+    CredentialUnavailable(String),
 
     /// The lease is no longer ours: broken, changed or taken by someone else.
     #[error("lease lost: {0}")]
@@ -80,6 +86,32 @@ pub enum Error {
     #[error("leader task panicked: {0}")]
     TaskPanicked(String),
 
+    /// The campaign gave up: this instance did not lead within
+    /// [`MutexOptions::acquire_timeout`](crate::MutexOptions::acquire_timeout)
+    /// because another instance held the lease.
+    #[error("not leader within {after:?}: the lease is held by another instance")]
+    NotAcquired {
+        /// The acquire timeout that ran out.
+        after: Duration,
+    },
+
+    /// [`run_task_when_mutex_acquired`](crate::BlobDistributedMutex::run_task_when_mutex_acquired)
+    /// was called while a campaign of the same mutex was running. One mutex
+    /// runs one campaign at a time; make another mutex for a second one.
+    #[error("this mutex is already campaigning; one campaign at a time")]
+    AlreadyCampaigning,
+
+    /// The blob's `epoch` metadata is not a number that can be increased
+    /// (garbled, or at its largest value), so no fencing token larger than
+    /// every earlier one can be issued and this instance does not lead.
+    /// An operator repairs it by setting `epoch` to a number larger than any
+    /// epoch a downstream system has seen (see the crate docs).
+    #[error("the blob's epoch metadata ({found:?}) cannot be increased; set it to a number larger than any epoch used so far")]
+    InvalidEpoch {
+        /// The value found, cut to 64 characters.
+        found: String,
+    },
+
     /// The leader task neither stopped within its grace nor could be aborted.
     ///
     /// The lease was not released; it expires on its own. Another instance may
@@ -95,32 +127,26 @@ impl Error {
     #[must_use]
     pub fn is_transient(&self) -> bool {
         match self {
-            Error::Transport(_) | Error::Timeout { .. } => true,
+            Error::Transport(_) | Error::Timeout { .. } | Error::CredentialUnavailable(_) => true,
             Error::Storage { status, .. } => matches!(status, 408 | 429 | 500 | 502 | 503 | 504),
             _ => false,
         }
     }
 
     /// Whether the error can never go away by retrying with the same settings:
-    /// invalid options or connection strings, authentication failures, and
-    /// HTTP 400 (a request storage will never accept).
+    /// invalid options or connection strings, authentication failures (401,
+    /// 403), an epoch that cannot be increased, and HTTP 400 (a request
+    /// storage will never accept). A credential that could not give a token
+    /// is not fatal: token endpoints have hiccups.
     #[must_use]
     pub fn is_fatal(&self) -> bool {
         match self {
             Error::InvalidOption { .. }
             | Error::InvalidConnectionString(_)
-            | Error::Authentication { .. } => true,
+            | Error::Authentication { .. }
+            | Error::InvalidEpoch { .. } => true,
             Error::Storage { status, .. } => *status == 400,
             _ => false,
-        }
-    }
-
-    /// No token could be obtained from a credential source.
-    pub(crate) fn credential_unavailable(message: String) -> Self {
-        Error::Authentication {
-            status: 0,
-            code: "CredentialUnavailable".to_owned(),
-            message,
         }
     }
 

@@ -4,15 +4,14 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::Thread;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use tracing::error;
 
 /// The exit code of a process that [`MutexOptions::fail_stop`](crate::MutexOptions::fail_stop) ended.
 pub const FAIL_STOP_EXIT_CODE: i32 = 70;
 
-/// How long before the deadline the watcher exits the process.
-pub(crate) const FAIL_STOP_SLACK: Duration = Duration::from_millis(200);
+use crate::options::FAIL_STOP_SLACK;
 
 /// Logs why and exits with [`FAIL_STOP_EXIT_CODE`].
 pub(crate) fn exit(epoch: u64, why: &str) -> ! {

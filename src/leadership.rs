@@ -4,6 +4,7 @@ use std::fmt;
 use std::sync::{Arc, OnceLock};
 
 use tokio::sync::watch;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 /// The state of one [`BlobDistributedMutex`](crate::BlobDistributedMutex), as
@@ -78,6 +79,7 @@ pub struct LeaderContext {
     pub(crate) token: CancellationToken,
     pub(crate) reason: Arc<OnceLock<StopReason>>,
     pub(crate) heartbeat: Heartbeat,
+    pub(crate) deadline: watch::Receiver<Instant>,
 }
 
 impl LeaderContext {
@@ -124,6 +126,23 @@ impl LeaderContext {
     pub async fn cancelled(&self) -> StopReason {
         self.token.cancelled().await;
         self.stop_reason().unwrap_or(StopReason::Shutdown)
+    }
+
+    /// The term's current deadline: the instant by which the task must have
+    /// stopped (see [`MutexOptions`](crate::MutexOptions#the-deadline)). It
+    /// moves forward with each successful renewal and never moves back.
+    /// The mutex stops the task before it on its own; this is for work that
+    /// outlives the task's process, such as a child process that must be
+    /// killed at the deadline even if this process freezes.
+    #[must_use]
+    pub fn deadline(&self) -> Instant {
+        *self.deadline.borrow()
+    }
+
+    /// A receiver that sees every move of [`deadline`](Self::deadline).
+    #[must_use]
+    pub fn watch_deadline(&self) -> watch::Receiver<Instant> {
+        self.deadline.clone()
     }
 
     /// The task's heartbeat handle (see [`MutexOptions::heartbeat_timeout`](crate::MutexOptions::heartbeat_timeout)).

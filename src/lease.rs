@@ -619,7 +619,7 @@ fn is_not_found(error: &azure_core::Error) -> bool {
 fn map_error(operation: &'static str, error: &azure_core::Error) -> Error {
     if let Some((status, code)) = http_status(error) {
         return match (status, code.as_deref()) {
-            (403, code) => Error::Authentication {
+            (401 | 403, code) => Error::Authentication {
                 status,
                 code: code.unwrap_or("Forbidden").to_owned(),
                 message: format!(
@@ -645,7 +645,7 @@ fn map_error(operation: &'static str, error: &azure_core::Error) -> Error {
     }
     let message = redact(&message);
     match error.kind() {
-        ErrorKind::Credential => Error::credential_unavailable(message),
+        ErrorKind::Credential => Error::CredentialUnavailable(message),
         ErrorKind::DataConversion => Error::Storage {
             status: 0,
             code: None,

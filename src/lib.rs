@@ -17,7 +17,7 @@ pub use lease::{
     HOLDER_KEY,
 };
 pub use mutex::BlobDistributedMutex;
-pub use options::MutexOptions;
+pub use options::{MutexOptions, STOP_SLACK};
 pub use settings::{BlobSettings, AZURITE_ACCOUNT, AZURITE_ENDPOINT};
 
 /// Re-exported so that callers can name the token type without adding the crate.

@@ -2,7 +2,8 @@
 
 use std::future::Future;
 use std::pin::{pin, Pin};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use tokio::sync::watch;
@@ -13,17 +14,15 @@ use tracing::{debug, error, trace, warn};
 
 use crate::backoff::{backoff, Jitter};
 use crate::error::{BoxError, Error, Result};
-use crate::fail_stop::{self, FailStop, FAIL_STOP_SLACK};
+use crate::fail_stop::{self, FailStop};
 use crate::leadership::{Heartbeat, LeaderContext, Leadership, StopReason};
 use crate::lease::{Acquire, BlobLeaseManager, LeaseId, LeaseStore};
-use crate::options::{default_holder, MutexOptions};
+use crate::options::{default_holder, MutexOptions, ABORT_WAIT, FAIL_STOP_SLACK};
 use crate::settings::BlobSettings;
 
 /// How long before the deadline an unresponsive task is aborted, so that the
 /// abort (or a fail-stop exit) lands before the deadline.
 const ABORT_SLACK: Duration = Duration::from_millis(500);
-/// How long an aborted task may take to unwind before it counts as stuck.
-const ABORT_WAIT: Duration = Duration::from_millis(250);
 /// The first and the longest wait between renew attempts that failed.
 const RENEW_RETRY_FIRST: Duration = Duration::from_millis(200);
 const RENEW_RETRY_MAX: Duration = Duration::from_secs(2);
@@ -48,6 +47,8 @@ pub struct BlobDistributedMutex {
     holder: Arc<str>,
     task: Arc<TaskFn>,
     state: Arc<watch::Sender<Leadership>>,
+    /// Set while a campaign runs: one campaign per mutex at a time.
+    campaigning: AtomicBool,
 }
 
 impl std::fmt::Debug for BlobDistributedMutex {
@@ -107,6 +108,7 @@ impl BlobDistributedMutex {
             holder,
             task: box_task(task),
             state: Arc::new(watch::channel(Leadership::Follower).0),
+            campaigning: AtomicBool::new(false),
         })
     }
 
@@ -168,6 +170,7 @@ impl BlobDistributedMutex {
     /// a running leader task without waiting for it and leaves the lease to
     /// expire on its own.
     pub async fn run_task_when_mutex_acquired(&self, token: CancellationToken) -> Result<()> {
+        let _one = OneCampaign::enter(&self.campaigning)?;
         let engine = Engine {
             store: self.manager.clone(),
             options: &self.options,
@@ -176,6 +179,23 @@ impl BlobDistributedMutex {
             state: &self.state,
         };
         engine.run(token).await
+    }
+}
+
+/// Marks a mutex as campaigning for as long as it lives.
+struct OneCampaign<'a>(&'a AtomicBool);
+
+impl<'a> OneCampaign<'a> {
+    fn enter(flag: &'a AtomicBool) -> Result<Self> {
+        flag.compare_exchange(false, true, Ordering::SeqCst, Ordering::SeqCst)
+            .map_err(|_| Error::AlreadyCampaigning)?;
+        Ok(OneCampaign(flag))
+    }
+}
+
+impl Drop for OneCampaign<'_> {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::SeqCst);
     }
 }
 
@@ -193,23 +213,25 @@ where
 }
 
 /// The leader's deadline, moved forward by each renewal and read by the
-/// stop logic and the fail-stop thread. A mutex rather than a `Cell` so that
-/// the campaign future is `Send`.
-struct Deadline(Mutex<Instant>);
+/// stop logic, the fail-stop thread and the leader task (through
+/// [`LeaderContext::deadline`]).
+pub(crate) struct Deadline(watch::Sender<Instant>);
 
 impl Deadline {
+    fn new(instant: Instant) -> Self {
+        Deadline(watch::channel(instant).0)
+    }
+
     fn get(&self) -> Instant {
-        *self
-            .0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        *self.0.borrow()
     }
 
     fn set(&self, instant: Instant) {
-        *self
-            .0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = instant;
+        self.0.send_replace(instant);
+    }
+
+    fn subscribe(&self) -> watch::Receiver<Instant> {
+        self.0.subscribe()
     }
 }
 
@@ -264,23 +286,22 @@ impl<S: LeaseStore> Engine<'_, S> {
     }
 
     async fn campaign(&self, token: &CancellationToken, jitter: &mut Jitter) -> Result<()> {
+        let mut give_up_at = self.options.acquire_timeout.map(|t| Instant::now() + t);
         loop {
-            let Some((lease, deadline)) = self.acquire(token, jitter).await? else {
+            let Some((lease, deadline)) = self.acquire(token, jitter, give_up_at).await? else {
                 return Ok(());
             };
+            give_up_at = None;
             let pause = match self.lead(lease, deadline, token).await? {
                 Term::Shutdown => return Ok(()),
-                Term::Finished => Duration::ZERO,
                 Term::Failed => jitter.apply(self.options.failure_backoff),
+                Term::Finished => self.options.pause_after_term(),
                 Term::SteppedDown(reason) => {
                     trace!(holder = %self.holder, %reason, "campaigning again after stepping down");
-                    jitter.apply(self.options.acquire_retry)
+                    self.options.pause_after_term()
                 }
             };
-            if !pause.is_zero() && !self.pause(token, pause).await {
-                return Ok(());
-            }
-            if token.is_cancelled() {
+            if !self.pause(token, pause).await {
                 return Ok(());
             }
         }
@@ -294,11 +315,13 @@ impl<S: LeaseStore> Engine<'_, S> {
         }
     }
 
-    /// Tries until the lease is ours; `None` when cancelled first.
+    /// Tries until the lease is ours; `None` when cancelled first. Past
+    /// `give_up_at`, the first attempt that does not acquire ends the campaign.
     async fn acquire(
         &self,
         token: &CancellationToken,
         jitter: &mut Jitter,
+        give_up_at: Option<Instant>,
     ) -> Result<Option<(LeaseId, Instant)>> {
         let proposed = LeaseId::new();
         let mut failures: u32 = 0;
@@ -322,7 +345,7 @@ impl<S: LeaseStore> Engine<'_, S> {
                     self.store.acquire(proposed, self.options.lease_duration),
                 ) => r,
             };
-            let wait = match attempt {
+            let (wait, failed) = match attempt {
                 Ok(Acquire::Acquired) => {
                     let deadline =
                         sent + self.options.lease_duration - self.options.effective_safety_margin();
@@ -331,7 +354,7 @@ impl<S: LeaseStore> Engine<'_, S> {
                 Ok(Acquire::Held) => {
                     failures = 0;
                     trace!(holder = %self.holder, "lease held by another instance");
-                    self.options.acquire_retry
+                    (self.options.acquire_retry, None)
                 }
                 Err(e) if e.is_fatal() => return Err(e),
                 Err(e) => {
@@ -342,10 +365,24 @@ impl<S: LeaseStore> Engine<'_, S> {
                         failures,
                     );
                     warn!(holder = %self.holder, error = %e, failures, retry_in = ?wait, "acquire failed");
-                    wait
+                    (wait, Some(e))
                 }
             };
-            if !self.pause(token, jitter.apply(wait)).await {
+            let mut wait = jitter.apply(wait);
+            if let Some(give_up_at) = give_up_at {
+                let now = Instant::now();
+                if now >= give_up_at {
+                    // The acquire may have reached storage before it failed.
+                    if failed.is_some() {
+                        self.release(proposed, self.options.request_timeout).await;
+                    }
+                    return Err(failed.unwrap_or(Error::NotAcquired {
+                        after: self.options.acquire_timeout.unwrap_or_default(),
+                    }));
+                }
+                wait = wait.min(give_up_at - now);
+            }
+            if !self.pause(token, wait).await {
                 return Ok(None);
             }
         }
@@ -359,7 +396,7 @@ impl<S: LeaseStore> Engine<'_, S> {
         deadline: Instant,
         token: &CancellationToken,
     ) -> Result<Term> {
-        let deadline = Arc::new(Deadline(Mutex::new(deadline)));
+        let deadline = Arc::new(Deadline::new(deadline));
         let grace = self.options.stop_grace;
 
         let stamp_limit = self.options.request_timeout.min(
@@ -398,6 +435,7 @@ impl<S: LeaseStore> Engine<'_, S> {
             token: child.clone(),
             reason: reason.clone(),
             heartbeat,
+            deadline: deadline.subscribe(),
         };
         let fail_stop_guard = self.options.fail_stop.then(|| {
             let deadline = deadline.clone();

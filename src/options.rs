@@ -65,6 +65,15 @@ pub struct MutexOptions {
     /// Seed for the jitter's random numbers, for reproducible tests.
     /// Default: `None` (seeded from the operating system).
     pub jitter_seed: Option<u64>,
+    /// Give up when this instance has not become leader within this time of
+    /// the campaign's start: [`run_task_when_mutex_acquired`](crate::BlobDistributedMutex::run_task_when_mutex_acquired)
+    /// returns [`Error::NotAcquired`] when the lease was held by another
+    /// instance, or the error of the last attempt when that attempt failed.
+    /// At least one complete attempt is made (`Duration::ZERO` makes exactly
+    /// one); an attempt is made at the limit itself. Only the first term is
+    /// bounded: once it has led, the campaign goes on. Default: `None` (wait
+    /// as long as it takes).
+    pub acquire_timeout: Option<Duration>,
 }
 
 impl Default for MutexOptions {
@@ -83,6 +92,7 @@ impl Default for MutexOptions {
             fail_stop: false,
             holder: None,
             jitter_seed: None,
+            acquire_timeout: None,
         }
     }
 }
@@ -128,6 +138,8 @@ impl MutexOptions {
         with_holder: holder: String = Some;
         /// Sets [`jitter_seed`](Self::jitter_seed).
         with_jitter_seed: jitter_seed: u64 = Some;
+        /// Sets [`acquire_timeout`](Self::acquire_timeout).
+        with_acquire_timeout: acquire_timeout: Duration = Some;
     }
 
     /// The renew interval in force: [`renew_interval`](Self::renew_interval),
@@ -140,10 +152,12 @@ impl MutexOptions {
     /// The margin in force: `safety_margin + lease_duration × clock_drift`.
     #[must_use]
     pub fn effective_safety_margin(&self) -> Duration {
+        // Saturating: `validate` refuses what this would saturate, and no
+        // option value may panic before it is refused.
+        let drift = self.clock_drift.clamp(0.0, 1.0);
+        let drift = if drift.is_nan() { 1.0 } else { drift };
         self.safety_margin
-            + self
-                .lease_duration
-                .mul_f64(self.clock_drift.clamp(0.0, 1.0))
+            .saturating_add(self.lease_duration.mul_f64(drift))
     }
 
     /// Checks every option and their combination.
@@ -152,9 +166,13 @@ impl MutexOptions {
     ///
     /// [`Error::InvalidOption`] naming the first field that is out of range:
     /// a lease duration that is not a whole number of seconds from 15 to 60,
-    /// a zero duration, a jitter or drift out of range, an invalid holder, or
-    /// a renew interval so long that `renew_interval + stop_grace` does not fit
-    /// in `lease_duration − effective safety margin`.
+    /// a zero duration or one over an hour, a jitter or drift out of range,
+    /// an invalid holder, or a renew interval so long that
+    /// `renew_interval + stop_grace + ` [`STOP_SLACK`] does not fit in
+    /// `lease_duration − effective safety margin`. That inequality is what
+    /// lets a task that stops renewing be cancelled, given its whole grace,
+    /// aborted, and (with `fail_stop`) the process exit, all before the
+    /// deadline.
     pub fn validate(&self) -> Result<()> {
         let lease = self.lease_duration;
         lease_seconds(lease)?;
@@ -166,9 +184,17 @@ impl MutexOptions {
             ("failure_backoff", Some(self.failure_backoff)),
             ("renew_interval", self.renew_interval),
             ("heartbeat_timeout", self.heartbeat_timeout),
+            ("acquire_timeout", self.acquire_timeout),
         ] {
-            if value.is_some_and(|v| v.is_zero()) {
+            let Some(value) = value else { continue };
+            if value.is_zero() && field != "acquire_timeout" {
                 return Err(Error::invalid(field, "must be greater than zero"));
+            }
+            if value > MAX_DURATION {
+                return Err(Error::invalid(
+                    field,
+                    format!("must be at most {MAX_DURATION:?}, got {value:?}"),
+                ));
             }
         }
         if self.acquire_retry > Duration::from_secs(300) {
@@ -200,12 +226,13 @@ impl MutexOptions {
             ));
         }
         let renew = self.effective_renew_interval();
-        if renew + self.stop_grace >= usable {
+        if renew + self.stop_grace + STOP_SLACK >= usable {
             return Err(Error::invalid(
                 "renew_interval",
                 format!(
-                    "renew_interval ({renew:?}) + stop_grace ({:?}) must be shorter than \
-                     lease_duration - effective safety margin ({usable:?})",
+                    "renew_interval ({renew:?}) + stop_grace ({:?}) + {STOP_SLACK:?} for the \
+                     abort and fail-stop must be shorter than lease_duration - effective \
+                     safety margin ({usable:?})",
                     self.stop_grace
                 ),
             ));
@@ -215,7 +242,27 @@ impl MutexOptions {
         }
         Ok(())
     }
+
+    /// The pause before campaigning again after a term that did not fail:
+    /// one whole follower retry period (`acquire_retry × (1 + acquire_jitter)`),
+    /// so that a follower polling at `acquire_retry` gets its turn first.
+    pub(crate) fn pause_after_term(&self) -> Duration {
+        self.acquire_retry.mul_f64(1.0 + self.acquire_jitter)
+    }
 }
+
+/// The longest value any duration option may take.
+pub(crate) const MAX_DURATION: Duration = Duration::from_secs(3600);
+
+/// How long an aborted task may take to unwind before it counts as stuck.
+pub(crate) const ABORT_WAIT: Duration = Duration::from_millis(250);
+
+/// How long before the deadline the fail-stop watcher exits the process.
+pub(crate) const FAIL_STOP_SLACK: Duration = Duration::from_millis(200);
+
+/// The time the stop sequence needs before the deadline on top of
+/// `stop_grace`: the abort's wait, and the fail-stop exit's slack.
+pub const STOP_SLACK: Duration = ABORT_WAIT.saturating_add(FAIL_STOP_SLACK);
 
 /// The request timeout of [`MutexOptions`] and of a bare [`BlobLeaseManager`](crate::BlobLeaseManager).
 pub(crate) const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(3);

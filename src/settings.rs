@@ -130,8 +130,12 @@ impl BlobSettings {
         container: impl Into<String>,
         blob: impl Into<String>,
     ) -> Result<Self> {
-        let credential = azure_identity::create_credential()
-            .map_err(|e| Error::credential_unavailable(crate::error::redact(&e.to_string())))?;
+        let credential =
+            azure_identity::create_credential().map_err(|e| Error::Authentication {
+                status: 0,
+                code: "CredentialUnavailable".to_owned(),
+                message: crate::error::redact(&e.to_string()),
+            })?;
         Self::with_token_credential(account, credential, container, blob)
     }
 
