@@ -2,55 +2,78 @@
 //! nor aborted, before its lease could expire.
 
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::Thread;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use tracing::error;
+
+use crate::options::FAIL_STOP_SLACK;
 
 /// The exit code of a process that [`MutexOptions::fail_stop`](crate::MutexOptions::fail_stop) ended.
 pub const FAIL_STOP_EXIT_CODE: i32 = 70;
 
-use crate::options::FAIL_STOP_SLACK;
+/// How long the exit waits for its log line to be written. A logger that
+/// blocks (a full pipe on standard error, a held lock) must not delay it.
+const LOG_WAIT: Duration = Duration::from_millis(50);
 
-/// Logs why and exits with [`FAIL_STOP_EXIT_CODE`].
-pub(crate) fn exit(epoch: u64, why: &str) -> ! {
-    error!(
-        epoch,
-        code = FAIL_STOP_EXIT_CODE,
-        why,
-        "fail-stop: the leader task could not be stopped; exiting the process"
-    );
+/// Logs why and exits with [`FAIL_STOP_EXIT_CODE`]. The log line is written
+/// from another thread and waited for at most [`LOG_WAIT`].
+pub(crate) fn exit(epoch: u64, why: &'static str) -> ! {
+    let (written, wait) = mpsc::channel::<()>();
+    let logger = std::thread::Builder::new()
+        .name("blob-mutex-fail-stop-log".into())
+        .spawn(move || {
+            error!(
+                epoch,
+                code = FAIL_STOP_EXIT_CODE,
+                why,
+                "fail-stop: the leader task could not be stopped; exiting the process"
+            );
+            let _ = written.send(());
+        });
+    if logger.is_ok() {
+        let _ = wait.recv_timeout(LOG_WAIT);
+    }
     std::process::exit(FAIL_STOP_EXIT_CODE);
 }
 
-/// A plain OS thread that exits the process when the leader task is still
-/// running shortly before the deadline, or after its stop grace and abort
-/// have run out. It cannot rely on the Tokio runtime, which a task blocking
-/// its thread may have stalled, timers included. Dropping the guard (once
-/// the task is known to have stopped) disarms it.
+/// A plain OS thread that exits the process when a term's tasks still run
+/// shortly before the deadline, or after their stop grace and abort have run
+/// out. It cannot rely on the Tokio runtime, which a task blocking its thread
+/// may have stalled, timers included.
+///
+/// Only [`FailStop::disarm`] (once the tasks are known to have stopped) or
+/// the tasks' own end disarms it. Dropping the guard does not: when the
+/// campaign future is dropped while a task blocks its thread, the watcher
+/// still exits the process before the lease could expire.
 pub(crate) struct FailStop {
     shared: Arc<Shared>,
     thread: Option<Thread>,
 }
 
 struct Shared {
-    done: AtomicBool,
-    /// When the task must have stopped, once it has been asked to stop.
+    disarmed: AtomicBool,
+    /// When the tasks must have stopped, once they have been asked to.
     stop_by: Mutex<Option<Instant>>,
 }
 
 impl FailStop {
-    /// Arms the watcher; `deadline` gives the current deadline, which only
-    /// ever moves forward.
-    pub(crate) fn arm(deadline: impl Fn() -> Instant + Send + 'static, epoch: u64) -> Self {
+    /// Arms the watcher. `deadline` gives the current deadline, which only
+    /// ever moves forward; `done` tells whether every task has ended.
+    pub(crate) fn arm(
+        deadline: impl Fn() -> Instant + Send + 'static,
+        done: impl Fn() -> bool + Send + 'static,
+        epoch: u64,
+    ) -> Self {
         let shared = Arc::new(Shared {
-            done: AtomicBool::new(false),
+            disarmed: AtomicBool::new(false),
             stop_by: Mutex::new(None),
         });
         let seen = shared.clone();
         let watcher = move || loop {
-            if seen.done.load(Ordering::SeqCst) {
+            if seen.disarmed.load(Ordering::SeqCst) {
                 return;
             }
             // The deadline only moves forward and `stop_by` is set with an
@@ -62,7 +85,7 @@ impl FailStop {
             }
             let now = Instant::now();
             if now >= limit {
-                if seen.done.load(Ordering::SeqCst) {
+                if seen.disarmed.load(Ordering::SeqCst) || done() {
                     return;
                 }
                 exit(epoch, "the leader task is still running at its limit");
@@ -82,7 +105,7 @@ impl FailStop {
         FailStop { shared, thread }
     }
 
-    /// The task has been asked to stop and must have stopped by `instant`.
+    /// The tasks have been asked to stop and must have stopped by `instant`.
     pub(crate) fn stop_by(&self, instant: Instant) {
         *self
             .shared
@@ -92,16 +115,15 @@ impl FailStop {
         self.wake();
     }
 
+    /// Every task has stopped: the watcher ends.
+    pub(crate) fn disarm(self) {
+        self.shared.disarmed.store(true, Ordering::SeqCst);
+        self.wake();
+    }
+
     fn wake(&self) {
         if let Some(thread) = &self.thread {
             thread.unpark();
         }
-    }
-}
-
-impl Drop for FailStop {
-    fn drop(&mut self) {
-        self.shared.done.store(true, Ordering::SeqCst);
-        self.wake();
     }
 }

@@ -4,8 +4,12 @@ use std::fmt;
 use std::sync::{Arc, OnceLock};
 
 use tokio::sync::watch;
+use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+
+use crate::error::BoxError;
+use crate::term_tasks::Shared as TermShared;
 
 /// The state of one [`BlobDistributedMutex`](crate::BlobDistributedMutex), as
 /// seen through [`BlobDistributedMutex::watch`](crate::BlobDistributedMutex::watch).
@@ -19,6 +23,10 @@ pub enum Leadership {
         /// The fencing token of this term (see [`LeaderContext::epoch`]).
         epoch: u64,
     },
+    /// A term has ended as the report says: every task of the term has
+    /// stopped (unless the report says [`TaskStop::Stuck`]). Campaigning
+    /// again, or about to stop.
+    Ended(TermReport),
     /// `run_task_when_mutex_acquired` has returned.
     Stopped,
 }
@@ -46,10 +54,17 @@ pub enum StopReason {
     Deadline,
     /// The task missed its heartbeat; the watchdog stepped down.
     Stalled,
+    /// The leader task returned `Ok`.
+    Finished,
+    /// The leader task, or one of its sub-tasks, returned an error.
+    Failed,
+    /// The leader task, or one of its sub-tasks, panicked.
+    Panicked,
 }
 
 impl StopReason {
-    /// One lower-case word: `shutdown`, `lost`, `deadline` or `stalled`.
+    /// One lower-case word: `shutdown`, `lost`, `deadline`, `stalled`,
+    /// `finished`, `failed` or `panicked`.
     #[must_use]
     pub fn as_str(self) -> &'static str {
         match self {
@@ -57,6 +72,9 @@ impl StopReason {
             StopReason::LeaseLost => "lost",
             StopReason::Deadline => "deadline",
             StopReason::Stalled => "stalled",
+            StopReason::Finished => "finished",
+            StopReason::Failed => "failed",
+            StopReason::Panicked => "panicked",
         }
     }
 }
@@ -65,6 +83,59 @@ impl fmt::Display for StopReason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
     }
+}
+
+/// How the tasks of a term ended once the term was over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum TaskStop {
+    /// Every task returned (by itself, or after its token was cancelled).
+    Returned,
+    /// Some task did not return within its grace and was aborted; all have
+    /// ended now.
+    Aborted,
+    /// Some task could be neither stopped nor aborted: it may still run. The
+    /// lease was not released, and the campaign ends with
+    /// [`Error::TaskNotStopped`](crate::Error::TaskNotStopped) (or the
+    /// process exits, with [`MutexOptions::fail_stop`](crate::MutexOptions::fail_stop)).
+    Stuck,
+}
+
+impl TaskStop {
+    /// One lower-case word: `returned`, `aborted` or `stuck`.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TaskStop::Returned => "returned",
+            TaskStop::Aborted => "aborted",
+            TaskStop::Stuck => "stuck",
+        }
+    }
+}
+
+impl fmt::Display for TaskStop {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// How one term ended, reported by the mutex itself whatever ended it (see
+/// [`BlobDistributedMutex::term_reports`](crate::BlobDistributedMutex::term_reports)).
+///
+/// It is sent once the term's tasks have stopped and before the lease is
+/// released, so a report means that no task of the term runs any more,
+/// unless [`TaskStop::Stuck`] says otherwise.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct TermReport {
+    /// The term's epoch.
+    pub epoch: u64,
+    /// Why the term ended.
+    pub reason: StopReason,
+    /// How its tasks ended.
+    pub tasks: TaskStop,
+    /// The error or panic message, when a task failed or panicked.
+    pub failure: Option<String>,
 }
 
 /// What a leader task is given: its term's fencing token, this instance's
@@ -80,6 +151,7 @@ pub struct LeaderContext {
     pub(crate) reason: Arc<OnceLock<StopReason>>,
     pub(crate) heartbeat: Heartbeat,
     pub(crate) deadline: watch::Receiver<Instant>,
+    pub(crate) tasks: Arc<TermShared>,
 }
 
 impl LeaderContext {
@@ -100,7 +172,33 @@ impl LeaderContext {
         &self.holder
     }
 
-    /// The token cancelled when the task must stop; clone it for sub-tasks.
+    /// Starts a sub-task that belongs to this term.
+    ///
+    /// A sub-task is stopped like the leader task: when the term ends, its
+    /// token (this context's) is cancelled, it gets the same
+    /// [`stop_grace`](crate::MutexOptions::stop_grace), then it is aborted,
+    /// and the lease is released only once every sub-task has ended. A
+    /// sub-task that returns an error or panics ends the term like a failed
+    /// leader task (the report carries its message and the term's epoch).
+    ///
+    /// The term is the leader task: when the leader task returns, the term
+    /// ends and its sub-tasks are cancelled. Await them in the leader task
+    /// (through the returned handle) if they must finish first. A sub-task
+    /// spawned after its term ended is not started: the returned handle
+    /// completes at once as cancelled, and an error is logged.
+    ///
+    /// Spawn with `tokio::spawn` only work that may outlive the lease.
+    pub fn spawn<F, E>(&self, task: F) -> JoinHandle<()>
+    where
+        F: std::future::Future<Output = Result<(), E>> + Send + 'static,
+        E: Into<BoxError> + 'static,
+    {
+        self.tasks
+            .spawn_sub_task(async move { task.await.map_err(Into::into) })
+    }
+
+    /// The token cancelled when the task must stop; give clones of it (or of
+    /// this context) to the sub-tasks started with [`spawn`](Self::spawn).
     #[must_use]
     pub fn token(&self) -> &CancellationToken {
         &self.token

@@ -8,10 +8,11 @@ mod lease;
 mod mutex;
 mod options;
 mod settings;
+mod term_tasks;
 
 pub use error::{BoxError, Error, Result};
 pub use fail_stop::FAIL_STOP_EXIT_CODE;
-pub use leadership::{Heartbeat, LeaderContext, Leadership, StopReason};
+pub use leadership::{Heartbeat, LeaderContext, Leadership, StopReason, TaskStop, TermReport};
 pub use lease::{
     Acquire, BlobLeaseManager, LeaseId, LeaseInfo, LeaseState, ACQUIRED_AT_KEY, EPOCH_KEY,
     HOLDER_KEY,

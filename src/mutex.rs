@@ -6,8 +6,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use tokio::sync::watch;
-use tokio::task::JoinError;
+use tokio::sync::{broadcast, watch};
+use tokio::task::{JoinError, JoinHandle};
 use tokio::time::{sleep, sleep_until, Instant};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, trace, warn};
@@ -15,17 +15,17 @@ use tracing::{debug, error, trace, warn};
 use crate::backoff::{backoff, Jitter};
 use crate::error::{BoxError, Error, Result};
 use crate::fail_stop::{self, FailStop};
-use crate::leadership::{Heartbeat, LeaderContext, Leadership, StopReason};
+use crate::leadership::{Heartbeat, LeaderContext, Leadership, StopReason, TaskStop, TermReport};
 use crate::lease::{Acquire, BlobLeaseManager, LeaseId, LeaseStore};
-use crate::options::{default_holder, MutexOptions, ABORT_WAIT, FAIL_STOP_SLACK};
+use crate::options::{default_holder, MutexOptions, ABORT_WAIT, FAIL_STOP_SLACK, STOP_SLACK};
 use crate::settings::BlobSettings;
+use crate::term_tasks::{Ended, TermTasks};
 
-/// How long before the deadline an unresponsive task is aborted, so that the
-/// abort (or a fail-stop exit) lands before the deadline.
-const ABORT_SLACK: Duration = Duration::from_millis(500);
 /// The first and the longest wait between renew attempts that failed.
 const RENEW_RETRY_FIRST: Duration = Duration::from_millis(200);
 const RENEW_RETRY_MAX: Duration = Duration::from_secs(2);
+/// How many term reports a slow receiver can fall behind.
+const REPORTS_KEPT: usize = 16;
 /// The longest wait between acquire attempts that failed (before jitter),
 /// unless `acquire_retry` is longer.
 const ACQUIRE_BACKOFF_MAX: Duration = Duration::from_secs(5);
@@ -47,6 +47,7 @@ pub struct BlobDistributedMutex {
     holder: Arc<str>,
     task: Arc<TaskFn>,
     state: Arc<watch::Sender<Leadership>>,
+    reports: broadcast::Sender<TermReport>,
     /// Set while a campaign runs: one campaign per mutex at a time.
     campaigning: AtomicBool,
 }
@@ -108,6 +109,7 @@ impl BlobDistributedMutex {
             holder,
             task: box_task(task),
             state: Arc::new(watch::channel(Leadership::Follower).0),
+            reports: broadcast::channel(REPORTS_KEPT).0,
             campaigning: AtomicBool::new(false),
         })
     }
@@ -144,6 +146,19 @@ impl BlobDistributedMutex {
         self.state.subscribe()
     }
 
+    /// A receiver of a [`TermReport`] for every term this mutex leads from
+    /// now on, sent by the mutex itself whatever ended the term (the task
+    /// returned, failed, panicked, was aborted or could not be stopped, the
+    /// lease was lost, the deadline passed while the process was frozen).
+    ///
+    /// Unlike [`watch`](Self::watch) it does not coalesce: a receiver that
+    /// reads as fast as terms end sees each one. It keeps the last
+    /// 16 reports for a slow receiver, which is told how many it missed.
+    #[must_use]
+    pub fn term_reports(&self) -> broadcast::Receiver<TermReport> {
+        self.reports.subscribe()
+    }
+
     /// Campaigns for the lease and runs the task whenever this instance
     /// leads, until `token` is cancelled.
     ///
@@ -177,6 +192,7 @@ impl BlobDistributedMutex {
             holder: self.holder.clone(),
             task: self.task.clone(),
             state: &self.state,
+            reports: &self.reports,
         };
         engine.run(token).await
     }
@@ -235,17 +251,15 @@ impl Deadline {
     }
 }
 
-/// How a term ended.
+/// How a term ended, for the campaign.
 #[derive(Debug)]
 enum Term {
-    /// The caller cancelled; the task has stopped and the lease is released.
+    /// The caller cancelled; the tasks have stopped and the lease is released.
     Shutdown,
-    /// The task returned `Ok` by itself.
-    Finished,
-    /// The task returned an error, panicked or stalled.
+    /// A task failed, panicked or stalled: back off before campaigning again.
     Failed,
-    /// Leadership ended for the given reason.
-    SteppedDown(StopReason),
+    /// The term ended for this reason; campaign again after a retry period.
+    Ended(StopReason),
 }
 
 /// How the renew loop ended.
@@ -254,11 +268,16 @@ enum RenewEnd {
     Deadline,
 }
 
-/// How the task ended once it was asked to stop.
-enum Stopped {
-    Joined(std::result::Result<Result<(), BoxError>, JoinError>),
-    Aborted,
-    Stuck,
+/// What a term needs once its tasks run.
+struct Running<'t> {
+    epoch: u64,
+    lease: LeaseId,
+    deadline: Arc<Deadline>,
+    tasks: &'t TermTasks,
+    leader: JoinHandle<Ended>,
+    reason: Arc<OnceLock<StopReason>>,
+    child: CancellationToken,
+    fail_stop: Option<FailStop>,
 }
 
 pub(crate) struct Engine<'a, S> {
@@ -267,6 +286,7 @@ pub(crate) struct Engine<'a, S> {
     pub(crate) holder: Arc<str>,
     pub(crate) task: Arc<TaskFn>,
     pub(crate) state: &'a watch::Sender<Leadership>,
+    pub(crate) reports: &'a broadcast::Sender<TermReport>,
 }
 
 impl<S: LeaseStore> Engine<'_, S> {
@@ -295,8 +315,7 @@ impl<S: LeaseStore> Engine<'_, S> {
             let pause = match self.lead(lease, deadline, token).await? {
                 Term::Shutdown => return Ok(()),
                 Term::Failed => jitter.apply(self.options.failure_backoff),
-                Term::Finished => self.options.pause_after_term(),
-                Term::SteppedDown(reason) => {
+                Term::Ended(reason) => {
                     trace!(holder = %self.holder, %reason, "campaigning again after stepping down");
                     self.options.pause_after_term()
                 }
@@ -388,8 +407,8 @@ impl<S: LeaseStore> Engine<'_, S> {
         }
     }
 
-    /// One term: stamp the epoch, run the task, keep renewing, stop, release.
-    #[allow(clippy::too_many_lines)] // one sequence, easier to check in one place
+    /// One term: stamp the epoch, run the task, keep renewing, stop the
+    /// term's tasks, report, release.
     async fn lead(
         &self,
         lease: LeaseId,
@@ -397,36 +416,13 @@ impl<S: LeaseStore> Engine<'_, S> {
         token: &CancellationToken,
     ) -> Result<Term> {
         let deadline = Arc::new(Deadline::new(deadline));
-        let grace = self.options.stop_grace;
-
-        let stamp_limit = self.options.request_timeout.min(
-            deadline
-                .get()
-                .saturating_duration_since(Instant::now() + grace),
-        );
-        let stamped = tokio::select! {
-            () = token.cancelled() => Err(Error::Cancelled),
-            r = bounded("stamp", stamp_limit, self.store.stamp(lease, &self.holder)) => r,
-        };
-        let epoch = match stamped {
+        let epoch = match self.stamp(lease, &deadline, token).await {
             Ok(epoch) => epoch,
-            Err(e) => {
-                if !matches!(e, Error::Cancelled) {
-                    warn!(holder = %self.holder, error = %e, "could not write the epoch; giving the lease back");
-                }
-                self.release(lease, self.options.request_timeout).await;
-                return match e {
-                    Error::Cancelled => Ok(Term::Shutdown),
-                    e if e.is_fatal() => Err(e),
-                    _ => Ok(Term::SteppedDown(StopReason::LeaseLost)),
-                };
-            }
+            Err(over) => return over,
         };
-
-        self.state.send_replace(Leadership::Leader { epoch });
-        debug!(holder = %self.holder, epoch, "became leader");
-
         let child = token.child_token();
+        // Dropping `tasks` (with this future) cancels and aborts the term's work.
+        let tasks = TermTasks::new(epoch, child.clone());
         let reason = Arc::new(OnceLock::new());
         let (heartbeat, mut beats) = Heartbeat::new();
         let context = LeaderContext {
@@ -436,135 +432,229 @@ impl<S: LeaseStore> Engine<'_, S> {
             reason: reason.clone(),
             heartbeat,
             deadline: deadline.subscribe(),
+            tasks: tasks.spawner(),
         };
-        let fail_stop_guard = self.options.fail_stop.then(|| {
+        let fail_stop = self.options.fail_stop.then(|| {
             let deadline = deadline.clone();
-            FailStop::arm(move || deadline.get().into_std(), epoch)
+            FailStop::arm(move || deadline.get().into_std(), tasks.done_check(), epoch)
         });
-        let mut handle = tokio::spawn((self.task)(context));
-        let mut renewal = pin!(self.keep_renewing(lease, &deadline));
-        let mut watchdog = pin!(watchdog(self.options.heartbeat_timeout, &mut beats));
+        self.state.send_replace(Leadership::Leader { epoch });
+        debug!(holder = %self.holder, epoch, "became leader");
+        let leader = tasks.spawn_leader((self.task)(context));
+        let renewed = deadline.clone();
+        let mut term = Running {
+            epoch,
+            lease,
+            deadline,
+            tasks: &tasks,
+            leader,
+            reason,
+            child,
+            fail_stop,
+        };
+        let mut renewal = pin!(self.keep_renewing(lease, &renewed));
+        let watchdog = watchdog(self.options.heartbeat_timeout, &mut beats);
+        let (stop, failure) = self
+            .until_stop(&mut term, renewal.as_mut(), watchdog, token)
+            .await;
+        self.stop(term, stop, failure, renewal).await
+    }
 
-        // Phase 1: lead until something ends the term.
-        let stop = tokio::select! {
-            joined = &mut handle => {
-                let term = self.report(epoch, joined, false);
-                drop(fail_stop_guard);
-                self.finish(lease, epoch, true).await;
-                return Ok(term);
+    /// Stamps the epoch; on failure gives the lease back and says how the
+    /// term is over.
+    async fn stamp(
+        &self,
+        lease: LeaseId,
+        deadline: &Deadline,
+        token: &CancellationToken,
+    ) -> std::result::Result<u64, Result<Term>> {
+        let left = deadline
+            .get()
+            .saturating_duration_since(Instant::now() + self.options.stop_grace + STOP_SLACK);
+        let limit = self.options.request_timeout.min(left);
+        let stamped = tokio::select! {
+            () = token.cancelled() => Err(Error::Cancelled),
+            r = bounded("stamp", limit, self.store.stamp(lease, &self.holder)) => r,
+        };
+        let e = match stamped {
+            Ok(epoch) => return Ok(epoch),
+            Err(e) => e,
+        };
+        if !matches!(e, Error::Cancelled) {
+            warn!(holder = %self.holder, error = %e, "could not write the epoch; giving the lease back");
+        }
+        self.release(lease, self.options.request_timeout).await;
+        Err(match e {
+            Error::Cancelled => Ok(Term::Shutdown),
+            e if e.is_fatal() => Err(e),
+            _ => Ok(Term::Ended(StopReason::LeaseLost)),
+        })
+    }
+
+    /// Leads until something ends the term; returns why, with the leader
+    /// task's failure if that is what ended it.
+    async fn until_stop(
+        &self,
+        term: &mut Running<'_>,
+        renewal: Pin<&mut impl Future<Output = RenewEnd>>,
+        watchdog: impl Future<Output = ()>,
+        token: &CancellationToken,
+    ) -> (StopReason, Option<String>) {
+        let epoch = term.epoch;
+        let (stop, failure) = tokio::select! {
+            joined = &mut term.leader => {
+                let ended = joined_task(joined);
+                (ended.reason(), ended.failure())
             }
-            end = &mut renewal => match end {
+            failure = term.tasks.failed() => (failure.reason, Some(failure.message)),
+            end = renewal => match end {
                 RenewEnd::Lost(e) => {
                     warn!(holder = %self.holder, epoch, error = %e, "lease lost; stopping the leader task");
-                    StopReason::LeaseLost
+                    (StopReason::LeaseLost, None)
                 }
                 RenewEnd::Deadline => {
                     warn!(holder = %self.holder, epoch, "renewals failed until the deadline; stopping the leader task");
-                    StopReason::Deadline
+                    (StopReason::Deadline, None)
                 }
             },
-            () = &mut watchdog => {
+            () = watchdog => {
                 warn!(holder = %self.holder, epoch, "leader task missed its heartbeat; stepping down");
-                StopReason::Stalled
+                (StopReason::Stalled, None)
             }
-            () = token.cancelled() => StopReason::Shutdown,
+            () = token.cancelled() => (StopReason::Shutdown, None),
         };
+        match (&failure, stop) {
+            (Some(message), StopReason::Panicked) => {
+                error!(holder = %self.holder, epoch, panic = %message, "leader task panicked");
+            }
+            (Some(message), _) => {
+                error!(holder = %self.holder, epoch, error = %message, "leader task failed");
+            }
+            (None, _) => {}
+        }
+        // A process that was frozen past its deadline wakes to whichever
+        // timer comes first; what matters is that the deadline has passed.
+        if Instant::now() >= term.deadline.get() && stop != StopReason::LeaseLost {
+            return (StopReason::Deadline, failure);
+        }
+        (stop, failure)
+    }
 
-        // Phase 2: ask the task to stop; while the lease is still ours keep
-        // renewing, and abort the task before the deadline if it lingers.
-        let _ = reason.set(stop);
-        child.cancel();
+    /// Stops the term's tasks (cancel, grace, abort), reports the end of the
+    /// term, and releases the lease once nothing of the term runs.
+    async fn stop(
+        &self,
+        mut term: Running<'_>,
+        stop: StopReason,
+        mut failure: Option<String>,
+        mut renewal: Pin<&mut impl Future<Output = RenewEnd>>,
+    ) -> Result<Term> {
+        let epoch = term.epoch;
+        let _ = term.reason.set(stop);
+        term.child.cancel();
         debug!(holder = %self.holder, epoch, reason = %stop, "stopping the leader task");
-        let mut renewing = stop == StopReason::Shutdown;
+        // While the lease is still ours and nothing is wrong with storage
+        // or the task's progress, keep renewing while the tasks drain.
+        let mut renewing = matches!(
+            stop,
+            StopReason::Shutdown | StopReason::Finished | StopReason::Failed | StopReason::Panicked
+        );
         let mut lease_held = stop != StopReason::LeaseLost;
-        let mut abort_at = Instant::now() + grace;
-        if matches!(stop, StopReason::Deadline | StopReason::Stalled) {
-            abort_at = abort_at.min(deadline.get() - ABORT_SLACK);
+        let grace_end = Instant::now() + self.options.stop_grace;
+        // The abort lands before the deadline, whatever the reason, and with
+        // time left for the abort to take effect and for fail-stop.
+        let abort_at = |deadline: &Deadline| {
+            let latest = deadline.get().checked_sub(STOP_SLACK).unwrap_or(grace_end);
+            grace_end.min(latest)
+        };
+        if let Some(guard) = &term.fail_stop {
+            guard.stop_by((grace_end + ABORT_WAIT + FAIL_STOP_SLACK).into_std());
         }
-        if let Some(guard) = &fail_stop_guard {
-            // Grace, abort, and a little for the abort to land; then exit.
-            guard.stop_by((abort_at + ABORT_WAIT + FAIL_STOP_SLACK).into_std());
-        }
+        let mut leader_running = !term.leader.is_finished();
         let stopped = loop {
             tokio::select! {
-                joined = &mut handle => break Stopped::Joined(joined),
-                end = &mut renewal, if renewing => {
-                    renewing = false;
-                    match end {
-                        RenewEnd::Lost(e) => {
-                            warn!(holder = %self.holder, epoch, error = %e, "lease lost while the leader task stops");
-                            lease_held = false;
-                        }
-                        RenewEnd::Deadline => abort_at = abort_at.min(deadline.get() - ABORT_SLACK),
+                () = term.tasks.all_ended() => break TaskStop::Returned,
+                joined = &mut term.leader, if leader_running => {
+                    leader_running = false;
+                    if let Some(message) = joined_task(joined).failure() {
+                        error!(holder = %self.holder, epoch, error = %message, "leader task failed while stopping");
+                        failure.get_or_insert(message);
                     }
                 }
-                () = sleep_until(abort_at) => {
-                    handle.abort();
-                    break match tokio::time::timeout(ABORT_WAIT, &mut handle).await {
-                        Ok(_) => Stopped::Aborted,
-                        Err(_) => Stopped::Stuck,
+                end = &mut renewal, if renewing => {
+                    renewing = false;
+                    if let RenewEnd::Lost(e) = end {
+                        warn!(holder = %self.holder, epoch, error = %e, "lease lost while the leader task stops");
+                        lease_held = false;
+                    }
+                }
+                () = sleep_until(abort_at(&term.deadline)) => {
+                    if Instant::now() < abort_at(&term.deadline) {
+                        continue; // a renewal moved the deadline
+                    }
+                    term.tasks.abort_all();
+                    break match tokio::time::timeout(ABORT_WAIT, term.tasks.all_ended()).await {
+                        Ok(()) => TaskStop::Aborted,
+                        Err(_) => TaskStop::Stuck,
                     };
                 }
             }
         };
-        match stopped {
-            Stopped::Joined(joined) => {
-                self.report(epoch, joined, true);
-            }
-            Stopped::Aborted => {
-                error!(holder = %self.holder, epoch, grace = ?grace, "leader task ignored cancellation and was aborted");
-            }
-            Stopped::Stuck => {
-                error!(holder = %self.holder, epoch, "leader task could not be stopped; the lease is left to expire");
-                if self.options.fail_stop {
-                    fail_stop::exit(epoch, "the leader task could not be aborted");
-                }
-                self.state.send_replace(Leadership::Follower);
-                return Err(Error::TaskNotStopped);
-            }
+        if failure.is_none() {
+            failure = term.tasks.failure().map(|f| f.message);
         }
-        drop(fail_stop_guard);
-        self.finish(lease, epoch, lease_held).await;
+        let report = TermReport {
+            epoch,
+            reason: stop,
+            tasks: stopped,
+            failure,
+        };
+        self.report(&report);
+        if stopped == TaskStop::Stuck {
+            if self.options.fail_stop {
+                fail_stop::exit(epoch, "the leader task could not be aborted");
+            }
+            return Err(Error::TaskNotStopped);
+        }
+        if let Some(guard) = term.fail_stop.take() {
+            guard.disarm();
+        }
+        if lease_held {
+            self.release(term.lease, self.options.request_timeout).await;
+        }
+        debug!(holder = %self.holder, epoch, "no longer leader");
         Ok(match stop {
             StopReason::Shutdown => Term::Shutdown,
-            // A task that stopped making progress has failed: back off like
-            // after an error, so that a healthy instance takes over first.
-            StopReason::Stalled => Term::Failed,
-            other => Term::SteppedDown(other),
+            // A task that failed or stopped making progress (even while it
+            // was stopping) backs off, so that a healthy instance takes over first.
+            StopReason::Stalled | StopReason::Failed | StopReason::Panicked => Term::Failed,
+            _ if report.failure.is_some() => Term::Failed,
+            other => Term::Ended(other),
         })
     }
 
-    /// After the task has stopped: follower again, and give the lease back.
-    async fn finish(&self, lease: LeaseId, epoch: u64, lease_held: bool) {
-        self.state.send_replace(Leadership::Follower);
-        if lease_held {
-            self.release(lease, self.options.request_timeout).await;
+    /// Says how a term ended: a `tracing` event, the state channel and the
+    /// term reports.
+    fn report(&self, report: &TermReport) {
+        let (epoch, reason, tasks) = (report.epoch, report.reason, report.tasks);
+        let failure = report.failure.as_deref().unwrap_or("");
+        match tasks {
+            TaskStop::Stuck => {
+                error!(holder = %self.holder, epoch, %reason, "leader task could not be stopped; the lease is left to expire");
+            }
+            TaskStop::Aborted => {
+                error!(holder = %self.holder, epoch, %reason, grace = ?self.options.stop_grace, "leader task ignored cancellation and was aborted");
+            }
+            TaskStop::Returned => {}
         }
-        debug!(holder = %self.holder, epoch, "no longer leader");
-    }
-
-    /// Reports how the task ended and says what that means for the campaign.
-    fn report(
-        &self,
-        epoch: u64,
-        joined: std::result::Result<Result<(), BoxError>, JoinError>,
-        asked_to_stop: bool,
-    ) -> Term {
-        match joined {
-            Ok(Ok(())) => {
-                debug!(holder = %self.holder, epoch, asked_to_stop, "leader task finished");
-                Term::Finished
-            }
-            Ok(Err(e)) => {
-                error!(holder = %self.holder, epoch, error = %e, "leader task failed");
-                Term::Failed
-            }
-            Err(e) => {
-                let what = panic_message(e);
-                error!(holder = %self.holder, epoch, panic = %what, "leader task panicked");
-                Term::Failed
-            }
+        if matches!(reason, StopReason::Shutdown | StopReason::Finished) && failure.is_empty() {
+            debug!(holder = %self.holder, epoch, %reason, %tasks, "term ended");
+        } else {
+            warn!(holder = %self.holder, epoch, %reason, %tasks, failure, "term ended");
         }
+        self.state.send_replace(Leadership::Ended(report.clone()));
+        // Nobody listening is fine.
+        let _ = self.reports.send(report.clone());
     }
 
     async fn release(&self, lease: LeaseId, limit: Duration) {
@@ -577,17 +667,17 @@ impl<S: LeaseStore> Engine<'_, S> {
     }
 
     /// Renews every `renew_interval` and moves the deadline forward. Returns
-    /// when the lease is lost or when `deadline − stop_grace` comes before a
-    /// renewal succeeds. Every request is cut at that instant.
+    /// when the lease is lost or when `deadline − stop_grace − STOP_SLACK`
+    /// comes before a renewal succeeds. Every request is cut at that instant.
     async fn keep_renewing(&self, lease: LeaseId, deadline: &Deadline) -> RenewEnd {
         let lease_duration = self.options.lease_duration;
         let margin = self.options.effective_safety_margin();
         let interval = self.options.effective_renew_interval();
-        let grace = self.options.stop_grace;
+        let stop_budget = self.options.stop_grace + STOP_SLACK;
         let mut next = deadline.get() + margin - lease_duration + interval;
         let mut failures: u32 = 0;
         loop {
-            let stop_at = deadline.get() - grace;
+            let stop_at = deadline.get() - stop_budget;
             sleep_until(next.min(stop_at)).await;
             let sent = Instant::now();
             if sent >= stop_at {
@@ -613,16 +703,17 @@ impl<S: LeaseStore> Engine<'_, S> {
     }
 }
 
-/// Completes when the task has not beaten for `timeout`; never without a timeout.
+/// Completes when the task has not beaten for `timeout`; never without a
+/// timeout. A task that dropped its heartbeat beats no more.
 async fn watchdog(timeout: Option<Duration>, beats: &mut watch::Receiver<u64>) {
     let Some(timeout) = timeout else {
         return std::future::pending().await;
     };
+    let mut last = Instant::now();
     loop {
-        match tokio::time::timeout(timeout, beats.changed()).await {
-            Ok(Ok(())) => {}
-            // The task is gone; the join branch will see it.
-            Ok(Err(_)) => return std::future::pending().await,
+        match tokio::time::timeout_at(last + timeout, beats.changed()).await {
+            Ok(Ok(())) => last = Instant::now(),
+            Ok(Err(_)) => return sleep_until(last + timeout).await,
             Err(_) => return,
         }
     }
@@ -649,18 +740,10 @@ async fn bounded<T>(
     }
 }
 
-fn panic_message(error: JoinError) -> String {
-    if !error.is_panic() {
-        return error.to_string();
-    }
-    let payload = error.into_panic();
-    if let Some(s) = payload.downcast_ref::<&str>() {
-        (*s).to_owned()
-    } else if let Some(s) = payload.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "(non-string panic payload)".to_owned()
-    }
+/// How the leader task ended, from its handle. Its future catches its own
+/// panics, so the handle fails only when the task was aborted.
+fn joined_task(joined: std::result::Result<Ended, JoinError>) -> Ended {
+    joined.unwrap_or_else(|e| Ended::Failed(e.to_string()))
 }
 
 #[cfg(test)]

@@ -6,15 +6,15 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::sync::watch;
+use tokio::sync::{broadcast, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::{box_task, Engine, TaskFn};
 use crate::error::{Error, Result};
-use crate::leadership::{LeaderContext, Leadership, StopReason};
+use crate::leadership::{LeaderContext, Leadership, StopReason, TaskStop, TermReport};
 use crate::lease::{Acquire, LeaseId, LeaseStore};
-use crate::options::MutexOptions;
+use crate::options::{MutexOptions, STOP_SLACK};
 
 /// What happened, and when, in virtual time.
 #[derive(Debug, Clone, PartialEq)]
@@ -214,29 +214,45 @@ struct Harness {
     store: Arc<MemoryStore>,
     options: MutexOptions,
     state: watch::Sender<Leadership>,
+    reports: broadcast::Sender<TermReport>,
+    received: Mutex<broadcast::Receiver<TermReport>>,
     token: CancellationToken,
 }
 
 impl Harness {
     fn new(options: MutexOptions) -> Self {
         options.validate().unwrap();
+        let (reports, received) = broadcast::channel(256);
         Harness {
             store: Arc::new(MemoryStore::default()),
             options: options.with_jitter_seed(7),
             state: watch::channel(Leadership::Follower).0,
+            reports,
+            received: Mutex::new(received),
             token: CancellationToken::new(),
         }
     }
 
-    /// Runs the campaign with `task` until the token is cancelled or `limit` passes.
-    async fn run(&self, task: Arc<TaskFn>, limit: Duration) -> Result<()> {
-        let engine = Engine {
+    /// The term reports sent so far (and not taken by an earlier call).
+    fn reports(&self) -> Vec<TermReport> {
+        let mut received = self.received.lock().unwrap();
+        std::iter::from_fn(|| received.try_recv().ok()).collect()
+    }
+
+    fn engine(&self, task: Arc<TaskFn>) -> Engine<'_, MemoryStore> {
+        Engine {
             store: self.store.clone(),
             options: &self.options,
             holder: "test-holder".into(),
             task,
             state: &self.state,
-        };
+            reports: &self.reports,
+        }
+    }
+
+    /// Runs the campaign with `task` until the token is cancelled or `limit` passes.
+    async fn run(&self, task: Arc<TaskFn>, limit: Duration) -> Result<()> {
+        let engine = self.engine(task);
         let token = self.token.clone();
         let stopper = async {
             tokio::time::sleep(limit).await;
@@ -297,8 +313,8 @@ async fn task_is_cancelled_and_stopped_before_the_deadline_when_renews_hang() {
         .unwrap();
     assert_eq!(
         cancelled,
-        deadline - h.options.stop_grace,
-        "cancelled a grace before the deadline"
+        deadline - h.options.stop_grace - STOP_SLACK,
+        "cancelled a grace and the stop slack before the deadline"
     );
     assert!(stopped < deadline, "the task stopped before the deadline");
     assert!(
@@ -334,7 +350,7 @@ async fn the_deadline_counts_from_when_a_request_was_sent_not_answered() {
         .first(&|e| *e == Event::TaskCancelled(StopReason::Deadline))
         .expect("cancelled for the deadline");
     let deadline = renewed + D - h.options.effective_safety_margin();
-    assert_eq!(cancelled, deadline - h.options.stop_grace);
+    assert_eq!(cancelled, deadline - h.options.stop_grace - STOP_SLACK);
 }
 
 #[tokio::test(start_paused = true)]
@@ -350,8 +366,8 @@ async fn transient_renew_failures_are_retried_until_the_deadline() {
         .first(&|e| *e == Event::TaskCancelled(StopReason::Deadline))
         .expect("the task was cancelled at the deadline");
     let deadline = acquired + D - h.options.effective_safety_margin();
-    assert_eq!(cancelled, deadline - h.options.stop_grace);
-    // Renewal starts at 5 s; the cancel point is at 10.85 s: retries every
+    assert_eq!(cancelled, deadline - h.options.stop_grace - STOP_SLACK);
+    // Renewal starts at 5 s; the cancel point is at 10.4 s: retries every
     // 0.2, 0.4, 0.8, 1.6, 2 s fit six attempts, not one.
     let attempts = h.store.inner.lock().unwrap().renew_attempts;
     assert!((5..=8).contains(&attempts), "renew attempts: {attempts}");
@@ -462,7 +478,7 @@ async fn a_finished_task_releases_and_campaigns_again_with_the_next_epoch() {
             Ok::<(), Error>(())
         }
     });
-    h.run(task, Duration::from_millis(3500)).await.unwrap();
+    h.run(task, Duration::from_millis(5500)).await.unwrap();
 
     let starts: Vec<u64> = h
         .store
@@ -473,14 +489,16 @@ async fn a_finished_task_releases_and_campaigns_again_with_the_next_epoch() {
             _ => None,
         })
         .collect();
-    assert_eq!(starts, vec![1, 2, 3, 4]);
+    // Terms of 1 s, each followed by a whole retry period (1.2 s): at 0,
+    // 2.2 and 4.4 s.
+    assert_eq!(starts, vec![1, 2, 3]);
     let releases = h
         .store
         .events()
         .iter()
         .filter(|(_, e)| *e == Event::Released)
         .count();
-    assert_eq!(releases, 4);
+    assert_eq!(releases, 3);
 }
 
 /// Collects log lines written by `tracing` for assertions.
