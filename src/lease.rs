@@ -548,7 +548,7 @@ impl BlobLeaseManager {
             .await
             .map_err(|e| map_error("read metadata", &e))?;
         let mut existing = current.blob.metadata.unwrap_or_default();
-        let epoch = parse_epoch(&existing) + 1;
+        let epoch = next_epoch(&existing)?;
         let now = OffsetDateTime::now_utc()
             .format(&Rfc3339)
             .unwrap_or_default();
@@ -594,11 +594,29 @@ impl LeaseStore for BlobLeaseManager {
     }
 }
 
+/// The epoch in the metadata, for display: 0 when missing or garbled.
 fn parse_epoch(metadata: &HashMap<String, String>) -> u64 {
     metadata
         .get(EPOCH_KEY)
         .and_then(|e| e.trim().parse().ok())
         .unwrap_or(0)
+}
+
+/// The epoch of the next term: one more than the one in the metadata, or 1
+/// on a blob that never had one. A garbled or maximal epoch is an error:
+/// restarting from 0 would hand out fencing tokens that were used before.
+fn next_epoch(metadata: &HashMap<String, String>) -> Result<u64> {
+    let Some(found) = metadata.get(EPOCH_KEY) else {
+        return Ok(1);
+    };
+    found
+        .trim()
+        .parse::<u64>()
+        .ok()
+        .and_then(|epoch| epoch.checked_add(1))
+        .ok_or_else(|| Error::InvalidEpoch {
+            found: found.chars().take(64).collect(),
+        })
 }
 
 fn http_status(error: &azure_core::Error) -> Option<(u16, Option<String>)> {
@@ -668,6 +686,48 @@ mod tests {
     }
 
     #[test]
+    fn the_next_epoch_never_goes_back() {
+        let with = |value: &str| HashMap::from([(EPOCH_KEY.to_owned(), value.to_owned())]);
+        assert_eq!(next_epoch(&HashMap::new()).unwrap(), 1);
+        assert_eq!(next_epoch(&with("41")).unwrap(), 42);
+        assert_eq!(next_epoch(&with(" 7 ")).unwrap(), 8);
+        assert_eq!(
+            next_epoch(&with(&(u64::MAX - 1).to_string())).unwrap(),
+            u64::MAX
+        );
+        for bad in [
+            "",
+            "x",
+            "-1",
+            "1.5",
+            "18446744073709551615",
+            "99999999999999999999",
+        ] {
+            assert!(
+                matches!(next_epoch(&with(bad)), Err(Error::InvalidEpoch { .. })),
+                "{bad:?}"
+            );
+        }
+        let long = "9".repeat(500);
+        match next_epoch(&with(&long)) {
+            Err(Error::InvalidEpoch { found }) => assert_eq!(found.len(), 64),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_credential_that_gives_no_token_is_transient() {
+        let error = azure_core::Error::message(ErrorKind::Credential, "IMDS timed out");
+        let mapped = map_error("acquire", &error);
+        assert!(
+            matches!(mapped, Error::CredentialUnavailable(_))
+                && mapped.is_transient()
+                && !mapped.is_fatal(),
+            "{mapped:?}"
+        );
+    }
+
+    #[test]
     fn errors_map_by_code() {
         let http = |status: u16, code: &str| {
             azure_core::Error::new(
@@ -690,6 +750,7 @@ mod tests {
             map_error("acquire", &http(403, "AuthenticationFailed")),
             Error::Authentication { status: 403, .. }
         ));
+        assert!(map_error("acquire", &http(401, "InvalidAuthenticationInfo")).is_fatal());
         let busy = map_error("renew", &http(503, "ServerBusy"));
         assert!(busy.is_transient(), "{busy:?}");
         assert!(map_error("acquire", &http(400, "InvalidHeaderValue")).is_fatal());

@@ -600,6 +600,9 @@ impl<S: LeaseStore> Engine<'_, S> {
                 }
             }
         };
+        if leader_running && term.leader.is_finished() {
+            failure = failure.or(joined_task((&mut term.leader).await).failure());
+        }
         if failure.is_none() {
             failure = term.tasks.failure().map(|f| f.message);
         }
@@ -741,9 +744,14 @@ async fn bounded<T>(
 }
 
 /// How the leader task ended, from its handle. Its future catches its own
-/// panics, so the handle fails only when the task was aborted.
+/// panics, so the handle fails only when the task was aborted, which the
+/// report tells as [`TaskStop::Aborted`], not as a failure.
 fn joined_task(joined: std::result::Result<Ended, JoinError>) -> Ended {
-    joined.unwrap_or_else(|e| Ended::Failed(e.to_string()))
+    match joined {
+        Ok(ended) => ended,
+        Err(e) if e.is_cancelled() => Ended::Returned,
+        Err(e) => Ended::Failed(e.to_string()),
+    }
 }
 
 #[cfg(test)]

@@ -25,6 +25,10 @@ enum Event {
     TaskStarted(u64),
     TaskCancelled(StopReason),
     TaskStopped(u64),
+    /// A piece of work made progress.
+    Tick(&'static str),
+    /// A task's future was dropped (it returned, or was aborted).
+    Dropped(&'static str),
 }
 
 /// A lease server in memory. Leases expire on virtual time exactly.
@@ -39,6 +43,8 @@ struct MemoryStore {
     renews_always_fail: AtomicBool,
     /// Acquire answers 403.
     forbid: AtomicBool,
+    /// The next stamp answers this error.
+    stamp_error: Mutex<Option<Error>>,
     /// Acquire and renew take effect when called but answer this much later,
     /// like a slow network on the way back.
     answer_delay: Mutex<Duration>,
@@ -184,10 +190,15 @@ impl LeaseStore for MemoryStore {
     }
 
     fn stamp(&self, _lease: LeaseId, _holder: &str) -> impl Future<Output = Result<u64>> + Send {
-        let mut server = self.inner.lock().unwrap();
-        server.epoch += 1;
-        let epoch = server.epoch;
-        async move { Ok(epoch) }
+        let result = match self.stamp_error.lock().unwrap().take() {
+            Some(e) => Err(e),
+            None => {
+                let mut server = self.inner.lock().unwrap();
+                server.epoch += 1;
+                Ok(server.epoch)
+            }
+        };
+        async move { result }
     }
 }
 
@@ -231,6 +242,14 @@ impl Harness {
             received: Mutex::new(received),
             token: CancellationToken::new(),
         }
+    }
+
+    /// Another instance on the same store.
+    fn sharing(&self, options: MutexOptions) -> Self {
+        let mut other = Harness::new(options);
+        other.store = self.store.clone();
+        other.options = other.options.with_jitter_seed(8);
+        other
     }
 
     /// The term reports sent so far (and not taken by an earlier call).
@@ -290,6 +309,8 @@ fn defaults() -> MutexOptions {
 }
 
 const D: Duration = Duration::from_secs(15);
+
+mod term;
 
 #[tokio::test(start_paused = true)]
 async fn task_is_cancelled_and_stopped_before_the_deadline_when_renews_hang() {
