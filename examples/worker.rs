@@ -12,14 +12,27 @@
 //!
 //! ```text
 //! LEADING epoch=<n> id=<id>
-//! STOPPED epoch=<n> id=<id> reason=<shutdown|lost|deadline|stalled>
+//! STOPPED epoch=<n> id=<id> reason=<word> tasks=<returned|aborted|stuck>
+//! EXITED id=<id>
 //! ```
+//!
+//! `LEADING` comes from the leader task when it starts. `STOPPED` comes from
+//! the mutex's term report (`BlobDistributedMutex::term_reports`), not from
+//! the task: the report is sent whatever ended the term, so a task that was
+//! aborted, or a process that woke up after its deadline, still gets its
+//! line, and it comes only once every task of the term has stopped
+//! (`tasks=stuck` says one could not be stopped). The reason is one of
+//! `shutdown`, `lost`, `deadline`, `stalled`, `finished`, `failed` or
+//! `panicked`. Write your own workers the same way: announce the end of a
+//! term from the report, never from inside the task.
 //!
 //! Options (for experiments and the project's fault tests):
 //! `--lease-secs N`, `--renew-ms N`, `--acquire-retry-ms N`, `--grace-ms N`,
 //! `--request-timeout-ms N`, `--work-ms N` (time between work ticks),
 //! `--heartbeat-ms N` (enable the watchdog), `--stall-after-ms N` (stop beating
-//! and doing work after N ms of leading), `--ignore-cancel` (the task never
+//! and doing work after N ms of leading), `--sub-tasks N` (the work runs in N
+//! sub-tasks spawned through the context, each printing `WORK` lines),
+//! `--ignore-cancel` (the task never
 //! returns after cancellation; the mutex aborts it after its grace),
 //! `--block-on-cancel` (after cancellation the task blocks its thread with
 //! `std::thread::sleep`, so it cannot even be aborted; with `--fail-stop` the
@@ -30,8 +43,9 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 use blob_mutex::{
-    BlobDistributedMutex, BlobSettings, CancellationToken, LeaderContext, MutexOptions,
+    BlobDistributedMutex, BlobSettings, CancellationToken, LeaderContext, MutexOptions, TermReport,
 };
+use tokio::sync::broadcast;
 
 #[derive(Clone, Copy, Default)]
 struct Behaviour {
@@ -39,6 +53,7 @@ struct Behaviour {
     stall_after: Option<Duration>,
     ignore_cancel: bool,
     block_on_cancel: bool,
+    sub_tasks: u32,
 }
 
 /// Prints one line and flushes it, so that scripts see it at once.
@@ -51,6 +66,11 @@ fn say(line: &str) {
 async fn lead(ctx: LeaderContext, behaviour: Behaviour) -> anyhow::Result<()> {
     let (epoch, id) = (ctx.epoch(), ctx.holder().to_owned());
     say(&format!("LEADING epoch={epoch} id={id}"));
+    for sub in 1..=behaviour.sub_tasks {
+        // Sub-tasks spawned through the context belong to the term: the
+        // lease is released only once they have stopped.
+        ctx.spawn(work(ctx.clone(), behaviour, sub));
+    }
     let started = tokio::time::Instant::now();
     let mut tick = 0u64;
     let reason = loop {
@@ -76,8 +96,38 @@ async fn lead(ctx: LeaderContext, behaviour: Behaviour) -> anyhow::Result<()> {
         // A badly behaved task: it never returns; the mutex aborts it.
         std::future::pending::<()>().await;
     }
-    say(&format!("STOPPED epoch={epoch} id={id} reason={reason}"));
+    tracing::debug!(epoch, %reason, "leader task returns");
     Ok(())
+}
+
+/// A sub-task: prints a `WORK` line at every tick until cancelled (or,
+/// with `--ignore-cancel`, until aborted).
+async fn work(ctx: LeaderContext, behaviour: Behaviour, sub: u32) -> anyhow::Result<()> {
+    let (epoch, id) = (ctx.epoch(), ctx.holder().to_owned());
+    loop {
+        tokio::select! {
+            _ = ctx.cancelled(), if !behaviour.ignore_cancel => return Ok(()),
+            () = tokio::time::sleep(behaviour.work) => {
+                say(&format!("WORK epoch={epoch} id={id} sub={sub}"));
+            }
+        }
+    }
+}
+
+/// Prints a `STOPPED` line for every term report until the mutex is dropped.
+async fn print_reports(mut reports: broadcast::Receiver<TermReport>, id: String) {
+    loop {
+        match reports.recv().await {
+            Ok(r) => say(&format!(
+                "STOPPED epoch={} id={id} reason={} tasks={}",
+                r.epoch, r.reason, r.tasks
+            )),
+            Err(broadcast::error::RecvError::Lagged(missed)) => {
+                tracing::error!(missed, "term reports were missed");
+            }
+            Err(broadcast::error::RecvError::Closed) => return,
+        }
+    }
 }
 
 fn parse_args() -> anyhow::Result<(String, String, MutexOptions, Behaviour)> {
@@ -116,6 +166,10 @@ fn parse_args() -> anyhow::Result<(String, String, MutexOptions, Behaviour)> {
             "--work-ms" => behaviour.work = Duration::from_millis(number()?),
             "--stall-after-ms" => behaviour.stall_after = Some(Duration::from_millis(number()?)),
             "--ignore-cancel" => behaviour.ignore_cancel = true,
+            "--sub-tasks" => {
+                behaviour.sub_tasks =
+                    u32::try_from(number()?).context("--sub-tasks is too large")?;
+            }
             "--block-on-cancel" => behaviour.block_on_cancel = true,
             "--fail-stop" => options = options.with_fail_stop(true),
             other => bail!("unknown option {other}\n{usage}"),
@@ -159,13 +213,24 @@ async fn main() -> anyhow::Result<()> {
     let mutex =
         BlobDistributedMutex::with_options(settings, options, move |ctx| lead(ctx, behaviour))?;
 
+    let reporter = tokio::spawn(print_reports(
+        mutex.term_reports(),
+        mutex.holder().to_owned(),
+    ));
+
     let token = CancellationToken::new();
     let on_signal = token.clone();
     tokio::spawn(async move {
         shutdown_signal().await;
         on_signal.cancel();
     });
-    mutex.run_task_when_mutex_acquired(token).await?;
-    say(&format!("EXITED id={}", mutex.holder()));
+    let result = mutex.run_task_when_mutex_acquired(token).await;
+    let id = mutex.holder().to_owned();
+    // Dropping the mutex closes the reports: the reporter prints what is
+    // left, then ends, so every STOPPED line comes before EXITED.
+    drop(mutex);
+    reporter.await?;
+    result?;
+    say(&format!("EXITED id={id}"));
     Ok(())
 }

@@ -165,25 +165,36 @@ impl BlobDistributedMutex {
     /// One round: acquire the lease (or wait `acquire_retry` with jitter while
     /// someone else holds it); stamp `holder`, `epoch` and `acquired_at` into
     /// the blob's metadata; run the task with a child token while renewing
-    /// every `renew_interval`; when the task ends, the lease is lost, the
-    /// deadline comes or `token` is cancelled, stop the task first (cancel,
-    /// wait up to `stop_grace`, abort) and only then release the lease; then
-    /// campaign again.
+    /// every `renew_interval`; when the task ends, a task fails, the lease is
+    /// lost, the deadline comes or `token` is cancelled, stop the term's tasks
+    /// first (cancel, wait up to `stop_grace`, abort), report the end of the
+    /// term, and only then release the lease; then campaign again after a
+    /// retry period (or `failure_backoff` after a failure).
     ///
     /// # Errors
     ///
-    /// Returns `Ok(())` once `token` is cancelled and the task has stopped.
+    /// Returns `Ok(())` once `token` is cancelled and the tasks have stopped.
     /// Returns early with a fatal error: [`Error::Authentication`], a storage
-    /// answer 400 ([`Error::Storage`]), or [`Error::TaskNotStopped`] when the
-    /// task could neither be stopped nor aborted (the lease is then left to
-    /// expire; with [`MutexOptions::fail_stop`] the process exits instead).
-    /// Transient failures are retried with backoff and logged.
+    /// answer 400 ([`Error::Storage`]), [`Error::InvalidEpoch`] when the blob's
+    /// epoch cannot be increased, [`Error::TaskNotStopped`] when a task could
+    /// neither be stopped nor aborted (the lease is then left to expire; with
+    /// [`MutexOptions::fail_stop`] the process exits instead),
+    /// [`Error::AlreadyCampaigning`] when this mutex is campaigning already,
+    /// and, with [`MutexOptions::acquire_timeout`], [`Error::NotAcquired`] or
+    /// the last attempt's error when it did not lead in time. Transient
+    /// failures are retried with backoff and logged.
     ///
     /// # Cancellation safety
     ///
-    /// Cancel through `token`, not by dropping the future: dropping it aborts
-    /// a running leader task without waiting for it and leaves the lease to
-    /// expire on its own.
+    /// Cancel through `token` for a clean stop: tasks drained, lease
+    /// released. Dropping the future instead (as `tokio::select!` does with
+    /// the branch that lost, or a runtime that shuts down) is safe but not
+    /// clean: the term's token is cancelled and its leader task and
+    /// sub-tasks are aborted at once, without a grace; the lease is not
+    /// released and expires on its own, so no other instance leads before
+    /// then. A task that blocks its thread cannot be aborted: with
+    /// [`MutexOptions::fail_stop`] the process still exits before the lease
+    /// could expire.
     pub async fn run_task_when_mutex_acquired(&self, token: CancellationToken) -> Result<()> {
         let _one = OneCampaign::enter(&self.campaigning)?;
         let engine = Engine {
@@ -536,6 +547,11 @@ impl<S: LeaseStore> Engine<'_, S> {
         // timer comes first; what matters is that the deadline has passed.
         if Instant::now() >= term.deadline.get() && stop != StopReason::LeaseLost {
             return (StopReason::Deadline, failure);
+        }
+        // A task that returned because the caller's cancellation reached it
+        // first was shut down.
+        if stop == StopReason::Finished && token.is_cancelled() {
+            return (StopReason::Shutdown, failure);
         }
         (stop, failure)
     }

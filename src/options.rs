@@ -15,9 +15,12 @@ use crate::error::{Error, Result};
 /// A leader's *deadline* is the instant its last successful acquire or renew
 /// request was sent, plus `lease_duration`, minus the effective safety margin
 /// (`safety_margin + lease_duration × clock_drift`). The server cannot let the
-/// lease expire before then. The leader task is cancelled at
-/// `deadline − stop_grace` at the latest and aborted just before the deadline,
-/// whatever the network does.
+/// lease expire before then. The leader task and its sub-tasks are cancelled
+/// at `deadline − stop_grace − STOP_SLACK` at the latest and aborted at
+/// `deadline − STOP_SLACK` at the latest, whatever ended the term and
+/// whatever the network does ([`STOP_SLACK`] is 0.45 s: time for an abort to
+/// take effect and for a fail-stop exit). A process that wakes up after its
+/// deadline (it was frozen) stops its tasks at once, with no grace.
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct MutexOptions {
@@ -43,8 +46,9 @@ pub struct MutexOptions {
     /// The longest any single storage request may take. Requests made while
     /// leading are also cut at the deadline. Default: 3 s.
     pub request_timeout: Duration,
-    /// How long a cancelled leader task may take to finish before it is
-    /// aborted. Default: 3 s.
+    /// How long a cancelled leader task (and its sub-tasks) may take to
+    /// finish before it is aborted. The whole grace is given, except when the
+    /// deadline is closer. Default: 3 s.
     pub stop_grace: Duration,
     /// How long to wait before campaigning again after the leader task
     /// failed, panicked or missed its heartbeat (before jitter). Default: 5 s.
@@ -388,6 +392,42 @@ mod tests {
             .with_clock_drift(0.0)
             .validate()
             .unwrap();
+    }
+
+    #[test]
+    fn the_stop_timeline_must_fit_between_the_last_renewal_and_the_deadline() {
+        // 15 s lease, 1.15 s margin: 13.85 s usable; renew 5 s + slack 0.45 s.
+        let fits = Duration::from_millis(13_850 - 5_000 - 450 - 1);
+        let o = MutexOptions::default().with_stop_grace(fits);
+        o.validate().unwrap();
+        let o = o.with_stop_grace(fits + Duration::from_millis(1));
+        assert_eq!(field_of(&o), "renew_interval");
+    }
+
+    #[test]
+    fn no_duration_overflows_or_panics() {
+        let huge = Duration::MAX;
+        let d = MutexOptions::default;
+        let cases: Vec<(MutexOptions, &str)> = vec![
+            (d().with_stop_grace(huge), "stop_grace"),
+            (d().with_renew_interval(huge), "renew_interval"),
+            (d().with_safety_margin(huge), "safety_margin"),
+            (d().with_request_timeout(huge), "request_timeout"),
+            (d().with_failure_backoff(huge), "failure_backoff"),
+            (d().with_heartbeat_timeout(huge), "heartbeat_timeout"),
+            (d().with_acquire_retry(huge), "acquire_retry"),
+            (d().with_acquire_timeout(huge), "acquire_timeout"),
+            (d().with_lease_duration(huge), "lease_duration"),
+            (
+                d().with_failure_backoff(MAX_DURATION + Duration::from_nanos(1)),
+                "failure_backoff",
+            ),
+        ];
+        for (options, field) in cases {
+            assert_eq!(field_of(&options), field, "{options:?}");
+        }
+        d().with_acquire_timeout(Duration::ZERO).validate().unwrap();
+        d().with_failure_backoff(MAX_DURATION).validate().unwrap();
     }
 
     #[test]

@@ -63,9 +63,9 @@ async fn a_leader_on_slow_storage_steps_down_at_its_deadline() {
         "the leader task stopped at {stopped_at:?}, after its deadline {deadline:?}\n{}",
         cluster.dump()
     );
-    // It is cancelled `stop_grace` before the deadline, not much earlier:
-    // slow answers alone are no reason to give up.
-    let expected = deadline - GRACE;
+    // It is cancelled `stop_grace` and the stop slack before the deadline,
+    // not much earlier: slow answers alone are no reason to give up.
+    let expected = deadline - GRACE - blob_mutex::STOP_SLACK;
     assert!(
         stopped_at + Duration::from_millis(250) >= expected,
         "the leader gave up at {stopped_at:?}, well before {expected:?}\n{}",

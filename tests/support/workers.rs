@@ -6,7 +6,8 @@
 //!
 //! ```text
 //! LEADING epoch=<n> id=<id>
-//! STOPPED epoch=<n> id=<id> reason=<word>
+//! WORK epoch=<n> id=<id> sub=<k>
+//! STOPPED epoch=<n> id=<id> reason=<word> tasks=<returned|aborted|stuck>
 //! EXITED id=<id>
 //! ```
 //!
@@ -29,8 +30,13 @@ use std::time::{Duration, Instant};
 pub enum What {
     /// `LEADING epoch=<n>`: the leader task started.
     Leading { epoch: u64 },
-    /// `STOPPED epoch=<n> reason=<word>`: the leader task stopped.
+    /// `STOPPED epoch=<n> reason=<word>`: every task of the term stopped.
     Stopped { epoch: u64, reason: String },
+    /// `STOPPED … tasks=stuck`: the term ended, but a task could not be
+    /// stopped and may still run.
+    Stuck { epoch: u64 },
+    /// `WORK epoch=<n>`: a sub-task of the term did a unit of work.
+    Work { epoch: u64 },
     /// `EXITED`: the worker's campaign returned and it is about to exit.
     ExitedLine,
     /// The cluster sent SIGKILL (the process can run no more code).
@@ -492,10 +498,14 @@ pub fn parse_line(line: &str) -> Option<What> {
     let epoch = || field("epoch").and_then(|e| e.parse().ok());
     match kind {
         "LEADING" => Some(What::Leading { epoch: epoch()? }),
+        "STOPPED" if field("tasks").as_deref() == Some("stuck") => {
+            Some(What::Stuck { epoch: epoch()? })
+        }
         "STOPPED" => Some(What::Stopped {
             epoch: epoch()?,
             reason: field("reason").unwrap_or_default(),
         }),
+        "WORK" => Some(What::Work { epoch: epoch()? }),
         "EXITED" => Some(What::ExitedLine),
         _ => None,
     }
@@ -567,7 +577,11 @@ impl History {
                 What::Aborted => Ended::Aborted,
                 What::Killed => Ended::Killed,
                 What::Exited { .. } => Ended::Exited,
-                What::ExitedLine | What::Terminated | What::Log(_) => continue,
+                What::ExitedLine
+                | What::Terminated
+                | What::Log(_)
+                | What::Stuck { .. }
+                | What::Work { .. } => continue,
             };
             if let Some(i) = open.remove(&e.worker) {
                 intervals[i].end = Some(e.at);
