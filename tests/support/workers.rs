@@ -286,16 +286,29 @@ impl Cluster {
     pub fn terminate(&self, worker: usize) -> Duration {
         let at = self.now();
         self.push(worker, What::Terminated, at);
-        let status = Command::new("kill")
-            .args(["-TERM", &self.procs[worker].pid.to_string()])
-            .status()
-            .expect("run kill -TERM");
-        assert!(
-            status.success(),
-            "kill -TERM {} failed",
-            self.procs[worker].pid
-        );
+        self.signal(worker, "TERM");
         at
+    }
+
+    /// Sends a signal (`STOP`, `CONT`, …) to a worker; returns the instant it
+    /// was sent (after `kill` returned, so the signal has been delivered).
+    pub fn signal(&self, worker: usize, signal: &str) -> Duration {
+        let pid = self.procs[worker].pid.to_string();
+        let status = Command::new("kill")
+            .args([&format!("-{signal}"), &pid])
+            .status()
+            .unwrap_or_else(|e| panic!("run kill -{signal}: {e}"));
+        assert!(status.success(), "kill -{signal} {pid} failed");
+        self.now()
+    }
+
+    /// The lines of one kind (`What::Work`, say) a worker printed, with their times.
+    pub fn lines_of(&self, worker: usize, wanted: fn(&What) -> bool) -> Vec<Duration> {
+        self.events()
+            .into_iter()
+            .filter(|e| e.worker == worker && wanted(&e.what))
+            .map(|e| e.at)
+            .collect()
     }
 
     /// Whether a worker's process has exited (and been reaped).
