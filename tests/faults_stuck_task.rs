@@ -208,3 +208,88 @@ async fn a_task_that_cannot_be_aborted_makes_a_fail_stop_process_exit() {
         history.summary()
     );
 }
+
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Whether a thread of `pid` is blocked writing to a full pipe.
+fn blocked_on_a_pipe(pid: u32) -> bool {
+    let Ok(threads) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return false;
+    };
+    threads.flatten().any(|thread| {
+        std::fs::read_to_string(thread.path().join("wchan")).is_ok_and(|w| w.contains("pipe_write"))
+    })
+}
+
+/// Standard error is a pipe nobody reads, full: every thread that logs
+/// blocks. The fail-stop exit must not wait for its own log line.
+#[tokio::test]
+async fn fail_stop_exits_even_when_standard_error_is_a_full_pipe() {
+    use std::io::{BufRead, BufReader};
+    use std::process::{Command, Stdio};
+
+    let container = azurite::unique_container("full-pipe");
+    let mut worker = Command::new(support::workers::worker_bin())
+        .args([&container, "full-pipe", "stuck"])
+        .args([
+            "--fail-stop",
+            "--block-on-cancel",
+            "--grace-ms",
+            "1000",
+            "--work-ms",
+            "1",
+        ])
+        .env(
+            "AZURE_STORAGE_CONNECTION_STRING",
+            azurite::shared().connection_string(),
+        )
+        // A log line per millisecond of work fills the pipe in about a second.
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start the worker");
+    let _unread_stderr = worker.stderr.take();
+    let mut stdout = BufReader::new(worker.stdout.take().unwrap()).lines();
+    // Killed whatever happens, even if this test fails.
+    let mut worker = KillOnDrop(worker);
+    let leading = tokio::task::spawn_blocking(move || {
+        stdout.find(|l| l.as_ref().is_ok_and(|l| l.starts_with("LEADING")))
+    });
+    let line = tokio::time::timeout(Duration::from_secs(20), leading)
+        .await
+        .expect("the worker leads")
+        .unwrap();
+    assert!(line.is_some(), "a LEADING line");
+    let pid = worker.0.id();
+    support::wait_for(
+        "the log to fill the pipe",
+        Duration::from_secs(20),
+        || async { blocked_on_a_pipe(pid).then_some(()) },
+    )
+    .await;
+
+    let sent = std::time::Instant::now();
+    let status = Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let code = support::wait_for("the worker to exit", LEASE + Duration::from_secs(5), || {
+        let exited = worker.0.try_wait().unwrap();
+        async move { exited }
+    })
+    .await
+    .code();
+    assert_eq!(code, Some(FAIL_STOP_EXIT_CODE));
+    let took = sent.elapsed();
+    assert!(took < LEASE, "exited {took:?} after SIGTERM");
+    println!("fail-stop with a full stderr pipe: exited {took:?} after SIGTERM");
+}

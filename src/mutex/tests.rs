@@ -56,6 +56,7 @@ struct Server {
     lease: Option<(LeaseId, Instant)>,
     epoch: u64,
     renew_attempts: u32,
+    acquire_attempts: usize,
     queued_acquire_errors: VecDeque<Error>,
 }
 
@@ -120,6 +121,7 @@ impl LeaseStore for MemoryStore {
                 });
             }
             let mut server = self.inner.lock().unwrap();
+            server.acquire_attempts += 1;
             if let Some(e) = server.queued_acquire_errors.pop_front() {
                 return Err(e);
             }
@@ -190,14 +192,15 @@ impl LeaseStore for MemoryStore {
     }
 
     fn stamp(&self, _lease: LeaseId, _holder: &str) -> impl Future<Output = Result<u64>> + Send {
-        let result = match self.stamp_error.lock().unwrap().take() {
-            Some(e) => Err(e),
-            None => {
+        let queued = self.stamp_error.lock().unwrap().take();
+        let result = queued.map_or_else(
+            || {
                 let mut server = self.inner.lock().unwrap();
                 server.epoch += 1;
                 Ok(server.epoch)
-            }
-        };
+            },
+            Err,
+        );
         async move { result }
     }
 }

@@ -1,6 +1,10 @@
 //! How a term ends: dropped campaigns, sub-tasks, reports, pauses and the
 //! boundary values of the stop timeline.
 
+// Instants of one paused clock, subtracted in the order they happened; an
+// underflow would be a test failure anyway.
+#![allow(clippy::unchecked_time_subtraction)]
+
 use std::sync::atomic::AtomicU64;
 
 use super::*;
@@ -618,4 +622,54 @@ async fn an_unstoppable_sub_task_prevents_the_release() {
     assert!(matches!(err, Error::TaskNotStopped), "{err:?}");
     assert_eq!(h.store.released_at(), None);
     assert_eq!(h.reports()[0].tasks, TaskStop::Stuck);
+}
+
+fn acquire_attempts(store: &MemoryStore) -> usize {
+    store.inner.lock().unwrap().acquire_attempts
+}
+
+#[tokio::test(start_paused = true)]
+async fn acquire_timeout_zero_makes_exactly_one_attempt() {
+    let h = Harness::new(defaults().with_acquire_timeout(Duration::ZERO));
+    h.store.inner.lock().unwrap().lease = Some((LeaseId::new(), Instant::now() + D));
+    let task = recording_task(h.store.clone(), Some(Duration::ZERO));
+    let start = Instant::now();
+    let err = h.run(task, Duration::from_secs(60)).await.unwrap_err();
+    assert!(
+        matches!(err, Error::NotAcquired { after } if after.is_zero()),
+        "{err:?}"
+    );
+    assert_eq!(acquire_attempts(&h.store), 1);
+    assert_eq!(Instant::now(), start, "gave up at once");
+}
+
+#[tokio::test(start_paused = true)]
+async fn acquire_timeout_gives_the_last_error_when_storage_fails() {
+    let h = Harness::new(defaults().with_acquire_timeout(Duration::from_secs(4)));
+    for _ in 0..10 {
+        h.store
+            .inner
+            .lock()
+            .unwrap()
+            .queued_acquire_errors
+            .push_back(Error::Transport("connection refused".into()));
+    }
+    let task = recording_task(h.store.clone(), Some(Duration::ZERO));
+    let start = Instant::now();
+    let err = h.run(task, Duration::from_secs(60)).await.unwrap_err();
+    assert!(matches!(err, Error::Transport(_)), "{err:?}");
+    // Attempts at 0, ~1, ~3 and at the limit itself.
+    assert_eq!(Instant::now() - start, Duration::from_secs(4));
+    assert_eq!(acquire_attempts(&h.store), 4);
+}
+
+#[tokio::test(start_paused = true)]
+async fn acquire_timeout_bounds_only_the_first_term() {
+    let h = Harness::new(defaults().with_acquire_timeout(Duration::from_secs(2)));
+    let task = box_task(|_ctx: LeaderContext| async { Ok::<(), Error>(()) });
+    h.run(task, Duration::from_secs(10)).await.unwrap();
+    assert!(
+        h.reports().len() >= 5,
+        "it went on leading after the first term"
+    );
 }
