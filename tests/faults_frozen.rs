@@ -53,15 +53,7 @@ async fn woken_leader_reports_deadline(extra: &[&str]) {
         |_| proxy.connection_string(),
     );
     let (leader, epoch, _) = cluster.wait_first_leader().await;
-    let lease = support::wait_for("a renew", Duration::from_secs(10), || async {
-        proxy
-            .log()
-            .iter()
-            .rev()
-            .find(|r| r.is("renew") && r.forwarded_at.is_some())
-            .and_then(|r| r.lease_id.clone())
-    })
-    .await;
+    let lease = proxy.renewed_lease(Duration::from_secs(10)).await;
 
     let frozen_at = cluster.signal(leader, "STOP");
     let last = proxy

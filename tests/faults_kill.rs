@@ -36,15 +36,7 @@ async fn sigkill_of_the_leader_hands_over_after_the_lease_expired() {
     let (leader, epoch, _) = cluster.wait_first_leader().await;
     // Let it renew at least once, so that its lease id is known from the
     // renew requests (only the leader renews).
-    let lease = support::wait_for("a renew", Duration::from_secs(10), || async {
-        proxy
-            .log()
-            .iter()
-            .rev()
-            .find(|r| r.is("renew") && r.forwarded_at.is_some())
-            .and_then(|r| r.lease_id.clone())
-    })
-    .await;
+    let lease = proxy.renewed_lease(Duration::from_secs(10)).await;
     // Kill it between two renewals (every 2 s).
     tokio::time::sleep(Duration::from_millis(700)).await;
 

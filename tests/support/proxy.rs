@@ -380,6 +380,19 @@ impl Proxy {
             .max()
     }
 
+    /// Waits (up to `limit`) until a renewal has reached storage, and returns
+    /// its lease id: only a leader renews, so this is the leader's lease.
+    pub async fn renewed_lease(&self, limit: std::time::Duration) -> String {
+        crate::support::wait_for("a renew", limit, || async {
+            self.log()
+                .iter()
+                .rev()
+                .find(|r| r.is("renew") && r.forwarded_at.is_some())
+                .and_then(|r| r.lease_id.clone())
+        })
+        .await
+    }
+
     /// The last instant a lease request (`acquire` or `renew`) for `lease` was
     /// written to storage: the server's expiry of that lease is at least
     /// that instant plus the lease duration.
