@@ -2,7 +2,7 @@
 //!
 //! The command it runs is a small `sh` script that writes marker files into
 //! a per-test directory (`started-<holder>` with its epoch, `term-<holder>`
-//! when it got SIGTERM, and a shared `log` of `start`/`end` lines), and
+//! or `hup-<holder>` when it got SIGTERM or SIGHUP, and a shared `log` of `start`/`end` lines), and
 //! exits when the test creates `stop-<holder>`.
 
 mod support;
@@ -11,6 +11,7 @@ use std::path::PathBuf;
 use std::process::{ExitStatus, Output, Stdio};
 use std::time::Duration;
 
+use support::proxy::Proxy;
 use support::{azurite, wait_for};
 use tokio::process::{Child, Command};
 use tokio::time::Instant;
@@ -18,10 +19,11 @@ use tokio::time::Instant;
 const BIN: &str = env!("CARGO_BIN_EXE_blob-mutex");
 
 /// The script `run` starts: marks its start, waits for its stop file, and
-/// answers SIGTERM by marking it and exiting 143.
+/// answers SIGTERM and SIGHUP by marking them and exiting 143 and 129.
 const SCRIPT: &str = r#"
 d=$1; h=$2; code=$3
 trap 'echo "end $h" >> "$d/log"; touch "$d/term-$h"; exit 143' TERM
+trap 'echo "end $h" >> "$d/log"; touch "$d/hup-$h"; exit 129' HUP
 echo "start $h" >> "$d/log"
 echo "$BLOB_MUTEX_EPOCH $BLOB_MUTEX_HOLDER" > "$d/started-$h.tmp" && mv "$d/started-$h.tmp" "$d/started-$h"
 while [ ! -e "$d/stop-$h" ]; do sleep 0.05; done
@@ -293,6 +295,100 @@ async fn sigkill_of_the_leader_lets_the_other_start_only_after_the_lease_expired
 }
 
 #[tokio::test]
+async fn wait_with_storage_unreachable_exits_1_naming_the_error() {
+    let case = Case::new("unreachable");
+    // A port nothing listens on: bound, then closed again.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let connection =
+        azurite::connection_string(&format!("http://127.0.0.1:{closed}/devstoreaccount1"));
+    let started = Instant::now();
+    let out = case
+        .command("run")
+        .env("AZURE_STORAGE_CONNECTION_STRING", &connection)
+        .args(["--wait", "2s", "--", "true"])
+        .output()
+        .await
+        .expect("run blob-mutex");
+    let took = started.elapsed();
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "stderr: {stderr}");
+    let last = stderr.lines().last().unwrap_or_default();
+    assert!(last.starts_with("blob-mutex: "), "{stderr}");
+    assert!(last.contains("transport error"), "names the error: {last}");
+    assert!(!stderr.contains("held by another instance"), "{stderr}");
+    assert!(!stderr.contains(azurite::DEV_KEY), "no key in {stderr}");
+    assert!(took < Duration::from_secs(6), "gave up after {took:?}");
+}
+
+#[tokio::test]
+async fn wait_0_makes_exactly_one_attempt_against_a_held_lease() {
+    let case = Case::new("wait0");
+    let mut a = case.run("a", 0, &[]);
+    case.started("a", Duration::from_secs(30)).await;
+
+    let proxy = Proxy::start(azurite::shared().port);
+    let started = Instant::now();
+    let out = case
+        .command("run")
+        .env("AZURE_STORAGE_CONNECTION_STRING", proxy.connection_string())
+        .args([
+            "--holder",
+            "w",
+            "--wait",
+            "0",
+            "--acquire-retry",
+            "5s",
+            "--",
+            "true",
+        ])
+        .output()
+        .await
+        .expect("run blob-mutex");
+    let took = started.elapsed();
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "stderr: {stderr}");
+    assert!(stderr.contains("gave up waiting"), "{stderr}");
+    let acquires = proxy.log().iter().filter(|r| r.is("acquire")).count();
+    assert_eq!(acquires, 1, "one attempt");
+    // One attempt against a local Azurite takes milliseconds; the next
+    // would come only after the 5 s retry.
+    assert!(took < Duration::from_secs(2), "--wait 0 took {took:?}");
+
+    case.stop("a");
+    assert_eq!(
+        exited(&mut a, Duration::from_secs(10)).await.code(),
+        Some(0)
+    );
+}
+
+#[tokio::test]
+async fn sighup_is_forwarded_like_sigterm() {
+    let case = Case::new("sighup");
+    let mut a = case.run("a", 0, &[]);
+    case.started("a", Duration::from_secs(30)).await;
+    kill(a.id().expect("a runs"), "HUP");
+    let status = exited(&mut a, Duration::from_secs(10)).await;
+    assert_eq!(
+        status.code(),
+        Some(129),
+        "the command's code: {}",
+        case.stderr("a")
+    );
+    assert!(case.path("hup-a").exists(), "the command got SIGHUP");
+    assert!(!case.path("term-a").exists(), "the command got SIGTERM");
+    let after = case.output("status", &[]).await;
+    assert_eq!(
+        after.status.code(),
+        Some(3),
+        "released: {}",
+        text(&after.stdout)
+    );
+}
+
+#[tokio::test]
 async fn break_stops_the_running_command_and_run_exits_with_lease_lost() {
     let case = Case::new("break");
     let mut a = case.run("a", 0, &["--renew-interval", "1s"]);
@@ -442,11 +538,15 @@ async fn sigint_is_forwarded_as_sigint() {
 async fn wait_gives_up_with_code_3_and_forever_restarts_the_command() {
     let case = Case::new("wait");
     // The daemon's command records its epoch and exits after 0.2 s, so that
-    // --forever has to campaign again and restart it.
+    // --forever has to campaign again and restart it; from its third run
+    // on it stays, so that the daemon keeps the lease.
     let mut daemon = case
         .command("run")
         .args(["--holder", "d", "--forever", "--", "sh", "-c"])
-        .arg("echo $BLOB_MUTEX_EPOCH >> \"$0/epochs\"; sleep 0.2")
+        .arg(
+            "echo $BLOB_MUTEX_EPOCH >> \"$0/epochs\"; \
+             if [ $(wc -l < \"$0/epochs\") -ge 3 ]; then exec sleep 1000; fi; sleep 0.2",
+        )
         .arg(&case.dir)
         .stdout(Stdio::null())
         .spawn()
@@ -465,8 +565,8 @@ async fn wait_gives_up_with_code_3_and_forever_restarts_the_command() {
     .await;
     assert!(epochs.windows(2).all(|w| w[0] < w[1]), "{epochs:?}");
 
-    // While the daemon leads (it takes the lease back at once), another
-    // instance with --wait gives up without running its command.
+    // While the daemon leads, another instance with --wait gives up
+    // without running its command.
     wait_for("the daemon to lead", Duration::from_secs(10), || async {
         let status = case.output("status", &[]).await;
         (status.status.code() == Some(0)).then_some(())

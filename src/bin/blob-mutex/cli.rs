@@ -55,9 +55,9 @@ pub(crate) enum Command {
     /// leader) and BLOB_MUTEX_HOLDER in its environment. When CMD exits, the
     /// lease is released and blob-mutex exits with CMD's code. If the lease is
     /// lost, CMD gets SIGTERM, then SIGKILL shortly before the lease could
-    /// expire, and blob-mutex exits with code 4. SIGINT and SIGTERM are
-    /// forwarded to CMD; the lease is released after CMD has exited (a second
-    /// signal kills CMD at once).
+    /// expire, and blob-mutex exits with code 4. SIGINT, SIGTERM and SIGHUP
+    /// are forwarded to CMD; the lease is released after CMD has exited (a
+    /// second signal kills CMD at once).
     #[command(after_help = format!("{RUN_EXAMPLES}\n\n{TABLE}"))]
     Run(RunArgs),
     /// Show the lease's state, holder, epoch and acquisition time.
@@ -190,8 +190,10 @@ pub(crate) struct RunArgs {
     pub(crate) target: Target,
     #[command(flatten)]
     pub(crate) lease: LeaseArgs,
-    /// Give up (exit code 3) when not leader within this time; 0 makes a
-    /// single attempt. With --forever, bounds only the first term.
+    /// Give up when not leader within this time: exit code 3 when another
+    /// instance holds the lease, 1 (naming the error) when the last attempt
+    /// failed, for example storage unreachable. 0 makes exactly one attempt.
+    /// With --forever, bounds only the first term.
     /// [default: wait as long as it takes]
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub(crate) wait: Option<Duration>,

@@ -33,15 +33,10 @@ enum Outcome {
     SpawnFailed(io::Error),
 }
 
-/// What the leader task, the signal handler, the `--wait` timer and the
-/// exit code share.
+/// What the leader task, the signal handler and the exit code share.
 #[derive(Default)]
 struct State {
-    /// Set once a command was started; `--wait` no longer applies.
-    started: bool,
-    /// Set when `--wait` ran out before a command was started.
-    gave_up: bool,
-    /// The first SIGINT or SIGTERM received, to forward to the command.
+    /// The first SIGINT, SIGTERM or SIGHUP received, to forward to the command.
     signal: Option<Signal>,
     /// The process group of the running command.
     running: Option<Pid>,
@@ -74,11 +69,15 @@ impl Shared {
 /// Runs `blob-mutex run` and returns its exit code.
 pub(crate) async fn run(args: RunArgs) -> Result<u8> {
     let settings = args.target.settings()?;
-    let options = args.lease.options(args.target.request_timeout());
+    let mut options = args.lease.options(args.target.request_timeout());
+    if let Some(wait) = args.wait {
+        // The library makes one complete attempt at least, so `--wait 0`
+        // makes exactly one, and it tells a held lease from a failed attempt.
+        options = options.with_acquire_timeout(wait);
+    }
     let kill_after = options
         .stop_grace
         .saturating_sub((options.stop_grace / 4).min(KILL_SLACK_MAX));
-    let (acquire_retry, request_timeout) = (options.acquire_retry, options.request_timeout);
     let shared = Arc::new(Shared {
         command: args.command,
         name: args.target.name(),
@@ -94,20 +93,26 @@ pub(crate) async fn run(args: RunArgs) -> Result<u8> {
     preflight(mutex.lease_manager()).await?;
 
     let signals = tokio::spawn(forward_signals(shared.clone()));
-    if let Some(wait) = args.wait {
-        // Even `--wait 0` lets the first attempt, made at once, finish: it
-        // takes at most one request timeout, and the next comes only after
-        // --acquire-retry.
-        let first_attempt = request_timeout.min(acquire_retry);
-        tokio::spawn(give_up_after(wait.max(first_attempt), shared.clone()));
-    }
     info!(blob = %shared.name, holder = mutex.holder(), "campaigning for the lease");
     let result = mutex
         .run_task_when_mutex_acquired(shared.token.clone())
         .await;
     signals.abort();
-    result?;
-    Ok(exit_code(&shared))
+    match (result, args.wait) {
+        (Ok(()), _) => Ok(exit_code(&shared)),
+        (Err(blob_mutex::Error::NotAcquired { .. }), _) => {
+            eprintln!(
+                "blob-mutex: the lease on {} is held by another instance; gave up waiting",
+                shared.name
+            );
+            Ok(exit::FREE_OR_NOT_ACQUIRED)
+        }
+        // The last attempt failed: say so, not that the lease is held.
+        (Err(e), Some(wait)) if e.is_transient() => {
+            Err(anyhow::Error::new(e).context(format!("not leader within --wait {wait:?}")))
+        }
+        (Err(e), _) => Err(e.into()),
+    }
 }
 
 /// Fails fast on what retrying cannot fix (credentials, a bad request);
@@ -152,13 +157,6 @@ fn exit_code(shared: &Shared) -> u8 {
                 exit::CANNOT_EXECUTE
             }
         }
-        None if state.gave_up => {
-            eprintln!(
-                "blob-mutex: the lease on {} is held by another instance; gave up waiting",
-                shared.name
-            );
-            exit::FREE_OR_NOT_ACQUIRED
-        }
         None => match state.signal {
             // Stopped by a signal before the command ran: the shell's convention.
             Some(signal) => u8::try_from(128 + signal as i32).unwrap_or(u8::MAX),
@@ -169,13 +167,6 @@ fn exit_code(shared: &Shared) -> u8 {
 
 /// The leader task: run the command until it exits or leadership ends.
 async fn lead(ctx: LeaderContext, shared: Arc<Shared>) -> Result<()> {
-    {
-        let mut state = shared.state();
-        if state.gave_up {
-            return Ok(());
-        }
-        state.started = true;
-    }
     let mut child = match Child::spawn(&shared.command, ctx.epoch(), ctx.holder()) {
         Ok(child) => child,
         Err(e) => {
@@ -236,15 +227,17 @@ fn conclude(ctx: &LeaderContext, shared: &Shared, ended: Ended) -> Result<()> {
     }
 }
 
-/// Forwards the first SIGINT or SIGTERM: stops the campaign, which stops
-/// the command with the same signal. A second signal kills the command.
+/// Forwards the first SIGINT, SIGTERM or SIGHUP: stops the campaign, which
+/// stops the command with the same signal. A second signal kills the command.
 async fn forward_signals(shared: Arc<Shared>) -> Result<()> {
     let mut interrupt = signal(SignalKind::interrupt())?;
     let mut terminate = signal(SignalKind::terminate())?;
+    let mut hangup = signal(SignalKind::hangup())?;
     loop {
         let received = tokio::select! {
             _ = interrupt.recv() => Signal::SIGINT,
             _ = terminate.recv() => Signal::SIGTERM,
+            _ = hangup.recv() => Signal::SIGHUP,
         };
         let running = {
             let mut state = shared.state();
@@ -261,16 +254,6 @@ async fn forward_signals(shared: Arc<Shared>) -> Result<()> {
         } else {
             info!(signal = %received, "stopping: the command gets the signal, then the lease is released");
         }
-        shared.token.cancel();
-    }
-}
-
-/// Gives up the campaign when no command has started within `wait`.
-async fn give_up_after(wait: Duration, shared: Arc<Shared>) {
-    tokio::time::sleep(wait).await;
-    let mut state = shared.state();
-    if !state.started {
-        state.gave_up = true;
         shared.token.cancel();
     }
 }
