@@ -524,6 +524,83 @@ async fn sigstop_of_run_alone_kills_its_command_before_the_lease_could_expire() 
 }
 
 #[tokio::test]
+async fn two_forever_runs_of_a_command_that_exits_at_once_take_turns_on_schedule() {
+    let case = Case::new("forever-turns");
+    let retry = Duration::from_millis(500);
+    let spawn = |holder: &str| {
+        case.command("run")
+            .args(["--holder", holder, "--forever", "--acquire-retry", "500ms"])
+            .args(["--", "sh", "-c"])
+            .arg("echo \"$BLOB_MUTEX_HOLDER $(date +%s%N)\" >> \"$0/terms\"")
+            .arg(&case.dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start blob-mutex run --forever")
+    };
+    let mut runs = [spawn("a"), spawn("b")];
+    let terms = || -> Vec<(String, u128)> {
+        std::fs::read_to_string(case.path("terms"))
+            .unwrap_or_default()
+            .lines()
+            .map(|line| {
+                let (who, at) = line.split_once(' ').expect("holder and time");
+                (who.to_owned(), at.parse().expect("ns"))
+            })
+            .collect()
+    };
+    // Both lead within a few terms.
+    let first = wait_for("both to lead", Duration::from_secs(20), || {
+        let terms = terms();
+        async move {
+            let both = terms.iter().any(|(w, _)| w == "a") && terms.iter().any(|(w, _)| w == "b");
+            both.then_some(terms)
+        }
+    })
+    .await;
+    assert!(
+        first.len() <= 4,
+        "both led only after {} terms",
+        first.len()
+    );
+
+    // Then count the terms in a window of 6 s.
+    let window = Duration::from_secs(6);
+    let from = wall_ns();
+    tokio::time::sleep(window).await; // the observation window itself
+    let to = wall_ns();
+    for run in &mut runs {
+        kill(run.id().expect("runs"), "TERM");
+        exited(run, Duration::from_secs(10)).await;
+    }
+    let in_window: Vec<_> = terms()
+        .into_iter()
+        .filter(|(_, at)| (from..to).contains(at))
+        .collect();
+    // Each instance waits 1.2 x acquire retry after each of its terms before
+    // it campaigns again, so it leads at most once per 0.6 s; the other one
+    // tries every 0.5 s (+-20 %), so no more than 0.6 s and a term's work
+    // (acquire, stamp, start and stop the command, release: well under
+    // 0.5 s) pass without a term.
+    let pause = retry.mul_f64(1.2);
+    let per_instance_max = usize::try_from(window.as_millis() / pause.as_millis()).unwrap() + 1;
+    let total_min = usize::try_from(window.as_millis() / (pause + retry).as_millis()).unwrap() - 1;
+    for holder in ["a", "b"] {
+        let count = in_window.iter().filter(|(w, _)| w == holder).count();
+        assert!(
+            (1..=per_instance_max).contains(&count),
+            "{holder} led {count} times in {window:?} (at most {per_instance_max}): {in_window:?}"
+        );
+    }
+    assert!(
+        in_window.len() >= total_min,
+        "{} terms in {window:?} (at least {total_min}): {in_window:?}",
+        in_window.len()
+    );
+    eprintln!("{} terms in {window:?}: {in_window:?}", in_window.len());
+}
+
+#[tokio::test]
 async fn wait_with_storage_unreachable_exits_1_naming_the_error() {
     let case = Case::new("unreachable");
     // A port nothing listens on: bound, then closed again.
