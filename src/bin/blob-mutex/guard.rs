@@ -104,6 +104,8 @@ impl Guard {
     /// deadline (it then is killed).
     pub(crate) async fn start(deadline: Instant) -> io::Result<Guard> {
         let mut process = Command::new(own_executable()?)
+            // Named for `ps`, not `/proc/self/exe`.
+            .arg0("blob-mutex")
             .arg(SUBCOMMAND)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
