@@ -1,31 +1,43 @@
 //! The `blob-mutex` command, driven as a separate process against Azurite.
 //!
 //! The command it runs is a small `sh` script that writes marker files into
-//! a per-test directory (`started-<holder>` with its epoch, `term-<holder>`
-//! when it got SIGTERM, and a shared `log` of `start`/`end` lines), and
-//! exits when the test creates `stop-<holder>`.
+//! a per-test directory (`started-<holder>` with its epoch, `pid-<holder>`
+//! with its process id and that of a child it leaves in the background,
+//! `term-<holder>` or `hup-<holder>` when it got SIGTERM or SIGHUP, a shared
+//! `log` of `start`/`end` lines, and a shared `times` of the same lines with
+//! the wall-clock time in nanoseconds), and exits when the test creates
+//! `stop-<holder>`.
 
 mod support;
 
 use std::path::PathBuf;
 use std::process::{ExitStatus, Output, Stdio};
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use support::proxy::Proxy;
 use support::{azurite, wait_for};
 use tokio::process::{Child, Command};
 use tokio::time::Instant;
 
 const BIN: &str = env!("CARGO_BIN_EXE_blob-mutex");
 
-/// The script `run` starts: marks its start, waits for its stop file, and
-/// answers SIGTERM by marking it and exiting 143.
+/// The script `run` starts: marks its start, leaves a child in the
+/// background, waits for its stop file, and answers SIGTERM and SIGHUP by
+/// marking them and exiting 143 and 129. Its `times` lines are written
+/// before `log` at the start and after it at the end, so that they bound
+/// the command's life from inside.
 const SCRIPT: &str = r#"
 d=$1; h=$2; code=$3
-trap 'echo "end $h" >> "$d/log"; touch "$d/term-$h"; exit 143' TERM
+end() { echo "end $h" >> "$d/log"; echo "end $h $(date +%s%N)" >> "$d/times"; }
+trap 'end; touch "$d/term-$h"; exit 143' TERM
+trap 'end; touch "$d/hup-$h"; exit 129' HUP
+echo "start $h $(date +%s%N)" >> "$d/times"
 echo "start $h" >> "$d/log"
+sleep 1000 &
+echo "$$ $!" > "$d/pid-$h.tmp" && mv "$d/pid-$h.tmp" "$d/pid-$h"
 echo "$BLOB_MUTEX_EPOCH $BLOB_MUTEX_HOLDER" > "$d/started-$h.tmp" && mv "$d/started-$h.tmp" "$d/started-$h"
 while [ ! -e "$d/stop-$h" ]; do sleep 0.05; done
-echo "end $h" >> "$d/log"
+end
 exit "$code"
 "#;
 
@@ -68,6 +80,20 @@ impl Case {
     /// Starts `blob-mutex run` for `holder`, running [`SCRIPT`] that exits
     /// with `code` when told to; extra flags go before `--`.
     fn run(&self, holder: &str, code: i32, flags: &[&str]) -> Child {
+        self.run_command(holder, code, flags)
+            .spawn()
+            .expect("start blob-mutex run")
+    }
+
+    /// As [`Case::run`], through `proxy`.
+    fn run_through(&self, proxy: &Proxy, holder: &str, code: i32, flags: &[&str]) -> Child {
+        self.run_command(holder, code, flags)
+            .env("AZURE_STORAGE_CONNECTION_STRING", proxy.connection_string())
+            .spawn()
+            .expect("start blob-mutex run")
+    }
+
+    fn run_command(&self, holder: &str, code: i32, flags: &[&str]) -> Command {
         let mut command = self.command("run");
         command
             .args(["--holder", holder])
@@ -78,7 +104,7 @@ impl Case {
             .args([holder, &code.to_string()])
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(self.path(&format!("stderr-{holder}"))).unwrap());
-        command.spawn().expect("start blob-mutex run")
+        command
     }
 
     /// Runs `blob-mutex <subcommand> [args]` to its end.
@@ -105,6 +131,51 @@ impl Case {
         let (epoch, seen_holder) = text.trim().split_once(' ').expect("epoch and holder");
         assert_eq!(seen_holder, holder, "BLOB_MUTEX_HOLDER");
         epoch.parse().expect("BLOB_MUTEX_EPOCH is a number")
+    }
+
+    /// The process ids of `holder`'s command and of its background child,
+    /// once it has started.
+    async fn pids(&self, holder: &str) -> [u32; 2] {
+        let path = self.path(&format!("pid-{holder}"));
+        let text = wait_for(
+            &format!("{holder}'s process ids"),
+            Duration::from_secs(30),
+            || {
+                let path = path.clone();
+                async move { std::fs::read_to_string(path).ok() }
+            },
+        )
+        .await;
+        let mut pids = text.split_whitespace().map(|p| p.parse().expect("a pid"));
+        [
+            pids.next().expect("the command"),
+            pids.next().expect("its child"),
+        ]
+    }
+
+    /// The `times` lines: what (`start` or `end`), whose, and when (ns since
+    /// the Unix epoch, the command's own clock reading).
+    fn times(&self) -> Vec<(String, String, u128)> {
+        std::fs::read_to_string(self.path("times"))
+            .unwrap_or_default()
+            .lines()
+            .map(|line| {
+                let mut parts = line.split(' ');
+                let what = parts.next().expect("start or end").to_owned();
+                let who = parts.next().expect("holder").to_owned();
+                let at = parts.next().expect("time").parse().expect("ns");
+                (what, who, at)
+            })
+            .collect()
+    }
+
+    /// When `holder`'s command said it started (its first `start` line).
+    fn start_time(&self, holder: &str) -> u128 {
+        self.times()
+            .into_iter()
+            .find(|(what, who, _)| what == "start" && who == holder)
+            .unwrap_or_else(|| panic!("no start of {holder} in {:?}", self.times()))
+            .2
     }
 
     fn has_started(&self, holder: &str) -> bool {
@@ -161,6 +232,37 @@ fn kill(pid: u32, signal: &str) {
         .status()
         .expect("run kill");
     assert!(status.success(), "kill -{signal} {pid}");
+}
+
+/// Whether `pid` still runs: it exists and is not a zombie (a killed
+/// process stays a zombie until its parent reaps it, and `kill -0` still
+/// finds it then).
+fn is_running(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the parenthesised name, which may contain spaces.
+        Ok(stat) => stat
+            .rsplit_once(") ")
+            .is_some_and(|(_, rest)| !rest.starts_with('Z') && !rest.starts_with('X')),
+        Err(_) => false,
+    }
+}
+
+/// The wall clock in nanoseconds since the Unix epoch, as `date +%s%N` gives it.
+fn wall_ns() -> u128 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("after 1970")
+        .as_nanos()
+}
+
+/// Waits until none of `pids` runs; returns when that was seen, on the
+/// monotonic clock and on the wall clock (both no earlier than the end).
+async fn gone(what: &str, pids: &[u32], limit: Duration) -> (Instant, u128) {
+    wait_for(what, limit, || {
+        let running = pids.iter().any(|&pid| is_running(pid));
+        async move { (!running).then(|| (Instant::now(), wall_ns())) }
+    })
+    .await
 }
 
 fn text(bytes: &[u8]) -> String {
@@ -245,50 +347,350 @@ async fn two_runs_take_turns_and_the_second_starts_within_acquire_retry_plus_1s(
     );
 }
 
-#[tokio::test]
-async fn sigkill_of_the_leader_lets_the_other_start_only_after_the_lease_expired() {
-    let case = Case::new("sigkill");
-    let flags = [
-        "--lease-duration",
-        "15s",
-        "--renew-interval",
-        "1s",
-        "--acquire-retry",
-        "500ms",
-    ];
-    let mut a = case.run("a", 0, &flags);
-    case.started("a", Duration::from_secs(30)).await;
-    let mut b = case.run("b", 0, &flags);
-    // b is campaigning once its process is up; a still leads.
-    wait_for("b to campaign", Duration::from_secs(10), || {
-        let stderr = case.stderr("b");
-        async move { stderr.contains("campaign").then_some(()) }
-    })
+/// The timing of the runs that are killed or frozen: a 15 s lease renewed
+/// every second, and followers that try every half second.
+const KILL_FLAGS: [&str; 6] = [
+    "--lease-duration",
+    "15s",
+    "--renew-interval",
+    "1s",
+    "--acquire-retry",
+    "500ms",
+];
+
+/// The lease duration of [`KILL_FLAGS`].
+const LEASE: Duration = Duration::from_secs(15);
+
+/// Waits until `holder`'s `run` is campaigning.
+async fn campaigning(case: &Case, holder: &str) {
+    wait_for(
+        &format!("{holder} to campaign"),
+        Duration::from_secs(10),
+        || {
+            let stderr = case.stderr(holder);
+            async move { stderr.contains("campaign").then_some(()) }
+        },
+    )
     .await;
+}
+
+#[tokio::test]
+async fn sigkill_of_run_kills_its_command_group_at_once_and_the_commands_never_overlap() {
+    let case = Case::new("sigkill");
+    let mut a = case.run("a", 0, &KILL_FLAGS);
+    case.started("a", Duration::from_secs(30)).await;
+    let pids = case.pids("a").await;
+    let mut b = case.run("b", 0, &KILL_FLAGS);
+    campaigning(&case, "b").await;
+    assert!(pids.iter().all(|&pid| is_running(pid)), "a's command runs");
 
     let killed = Instant::now();
     kill(a.id().expect("a runs"), "KILL");
-    exited(&mut a, Duration::from_secs(5)).await;
-    // SIGKILL cannot be forwarded: a's command, in its own process group,
-    // lives on without the lease. Stop it so that only the lease matters.
-    case.stop("a");
-
-    case.started("b", Duration::from_secs(25)).await;
-    let took = killed.elapsed();
-    // a renewed at most 1 s before it was killed, so its lease ran until
-    // 14 to 15 s after the kill; b tries every 0.5 s (+20 %).
+    // The command and the child it left in the background, in its process
+    // group, are both killed: nothing of a's runs once its lease may expire.
+    let (gone_at, gone_wall) = gone(
+        "a's command and its child to be killed",
+        &pids,
+        Duration::from_secs(20),
+    )
+    .await;
+    let took = gone_at - killed;
+    eprintln!("a's command group was gone {took:?} after the SIGKILL of its run");
     assert!(
-        took >= Duration::from_millis(13_800),
-        "b started {took:?} after the kill"
+        took <= Duration::from_secs(1),
+        "a's command was gone only {took:?} after the SIGKILL of its run"
     );
+    exited(&mut a, Duration::from_secs(5)).await;
+
+    // b leads once a's lease has expired on the server: 14 to 15 s after
+    // the kill, plus b's retry of 0.5 s (+20 %).
+    case.started("b", Duration::from_secs(25)).await;
+    let b_start = case.start_time("b");
     assert!(
-        took <= Duration::from_secs(18),
-        "b started {took:?} after the kill"
+        b_start >= gone_wall,
+        "b's command started {} ms before a's was seen gone",
+        (gone_wall - b_start) / 1_000_000
     );
     case.stop("b");
     assert_eq!(
         exited(&mut b, Duration::from_secs(10)).await.code(),
         Some(0)
+    );
+    let times = case.times();
+    assert!(
+        !times
+            .iter()
+            .any(|(what, who, _)| what == "end" && who == "a"),
+        "a's command was killed, it did not end by itself: {times:?}"
+    );
+    // Overlap of a's life [its start, seen gone] and b's [its start, its end].
+    let b_end = times
+        .iter()
+        .find(|(what, who, _)| what == "end" && who == "b")
+        .expect("b's end")
+        .2;
+    let overlap = gone_wall
+        .min(b_end)
+        .saturating_sub(case.start_time("a").max(b_start));
+    assert_eq!(overlap, 0, "the commands overlapped: {times:?}");
+}
+
+#[tokio::test]
+async fn sigstop_of_run_alone_kills_its_command_before_the_lease_could_expire() {
+    let case = Case::new("sigstop");
+    let proxy = Proxy::start(azurite::shared().port);
+    let mut a = case.run_through(&proxy, "a", 0, &KILL_FLAGS);
+    case.started("a", Duration::from_secs(30)).await;
+    let pids = case.pids("a").await;
+    // A few renewals first, so that the guard has been told later
+    // deadlines than the first term's.
+    wait_for("a to renew three times", Duration::from_secs(10), || {
+        let renewed = proxy
+            .log()
+            .iter()
+            .filter(|r| r.is("renew") && r.forwarded_at.is_some())
+            .count();
+        async move { (renewed >= 3).then_some(()) }
+    })
+    .await;
+    let mut b = case.run("b", 0, &KILL_FLAGS);
+    campaigning(&case, "b").await;
+
+    // Freeze a's run alone: its command and the guard go on.
+    let run_a = a.id().expect("a runs");
+    kill(run_a, "STOP");
+    let stopped = Instant::now();
+    let (gone_at, gone_wall) = gone(
+        "a's command group to be killed while its run is frozen",
+        &pids,
+        Duration::from_secs(20),
+    )
+    .await;
+    // Every acquire and renew a made, in order; a frozen run sends no more.
+    let mut forwarded: Vec<Instant> = proxy
+        .log()
+        .iter()
+        .filter(|r| r.is("acquire") || r.is("renew"))
+        .filter_map(|r| r.forwarded_at)
+        .map(Instant::from_std)
+        .collect();
+    forwarded.sort();
+    let last = *forwarded.last().expect("a lease request");
+    eprintln!(
+        "a's command group was killed {:?} after its run froze, {:?} before the lease could expire",
+        gone_at - stopped,
+        (last + LEASE).saturating_duration_since(gone_at)
+    );
+    // The server cannot expire the lease before the last request reached
+    // it plus the lease duration.
+    assert!(
+        gone_at <= last + LEASE,
+        "a's command was seen gone {:?} after its lease could have expired",
+        gone_at - (last + LEASE)
+    );
+    // Not much earlier than it had to, either: each renewal is sent after
+    // the answer to the one before, so the deadline of the request before
+    // the last one (sent after the third-to-last was forwarded, a renew
+    // interval before the last) had reached the guard. That deadline is
+    // its send time + 15 s - 1.15 s (the safety margin: 1 s + 1 % of the
+    // lease); the guard kills 250 ms before it, and reads its clock a
+    // little early.
+    let third_last = forwarded[forwarded.len() - 3];
+    let earliest = third_last + Duration::from_millis(15_000 - 1_150 - 250 - 50);
+    assert!(
+        gone_at >= earliest,
+        "a's command was killed {:?} before its guard's deadline",
+        earliest - gone_at
+    );
+
+    case.started("b", Duration::from_secs(25)).await;
+    let b_start = case.start_time("b");
+    assert!(
+        b_start >= gone_wall,
+        "b's command started {} ms before a's was seen gone",
+        (gone_wall - b_start) / 1_000_000
+    );
+
+    kill(run_a, "CONT");
+    let status = exited(&mut a, Duration::from_secs(10)).await;
+    assert_eq!(status.code(), Some(4), "stderr: {}", case.stderr("a"));
+    let stderr = case.stderr("a");
+    assert!(stderr.contains("before its deadline"), "{stderr}");
+    case.stop("b");
+    assert_eq!(
+        exited(&mut b, Duration::from_secs(10)).await.code(),
+        Some(0)
+    );
+}
+
+#[tokio::test]
+async fn two_forever_runs_of_a_command_that_exits_at_once_take_turns_on_schedule() {
+    let case = Case::new("forever-turns");
+    let retry = Duration::from_millis(500);
+    let spawn = |holder: &str| {
+        case.command("run")
+            .args(["--holder", holder, "--forever", "--acquire-retry", "500ms"])
+            .args(["--", "sh", "-c"])
+            .arg("echo \"$BLOB_MUTEX_HOLDER $(date +%s%N)\" >> \"$0/terms\"")
+            .arg(&case.dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start blob-mutex run --forever")
+    };
+    let mut runs = [spawn("a"), spawn("b")];
+    let terms = || -> Vec<(String, u128)> {
+        std::fs::read_to_string(case.path("terms"))
+            .unwrap_or_default()
+            .lines()
+            .map(|line| {
+                let (who, at) = line.split_once(' ').expect("holder and time");
+                (who.to_owned(), at.parse().expect("ns"))
+            })
+            .collect()
+    };
+    // Both lead within a few terms.
+    let first = wait_for("both to lead", Duration::from_secs(20), || {
+        let terms = terms();
+        async move {
+            let both = terms.iter().any(|(w, _)| w == "a") && terms.iter().any(|(w, _)| w == "b");
+            both.then_some(terms)
+        }
+    })
+    .await;
+    assert!(
+        first.len() <= 4,
+        "both led only after {} terms",
+        first.len()
+    );
+
+    // Then count the terms in a window of 6 s.
+    let window = Duration::from_secs(6);
+    let from = wall_ns();
+    tokio::time::sleep(window).await; // the observation window itself
+    let to = wall_ns();
+    for run in &mut runs {
+        kill(run.id().expect("runs"), "TERM");
+        exited(run, Duration::from_secs(10)).await;
+    }
+    let in_window: Vec<_> = terms()
+        .into_iter()
+        .filter(|(_, at)| (from..to).contains(at))
+        .collect();
+    // Each instance waits 1.2 x acquire retry after each of its terms before
+    // it campaigns again, so it leads at most once per 0.6 s; the other one
+    // tries every 0.5 s (+-20 %), so no more than 0.6 s and a term's work
+    // (acquire, stamp, start and stop the command, release: well under
+    // 0.5 s) pass without a term.
+    let pause = retry.mul_f64(1.2);
+    let per_instance_max = usize::try_from(window.as_millis() / pause.as_millis()).unwrap() + 1;
+    let total_min = usize::try_from(window.as_millis() / (pause + retry).as_millis()).unwrap() - 1;
+    for holder in ["a", "b"] {
+        let count = in_window.iter().filter(|(w, _)| w == holder).count();
+        assert!(
+            (1..=per_instance_max).contains(&count),
+            "{holder} led {count} times in {window:?} (at most {per_instance_max}): {in_window:?}"
+        );
+    }
+    assert!(
+        in_window.len() >= total_min,
+        "{} terms in {window:?} (at least {total_min}): {in_window:?}",
+        in_window.len()
+    );
+    eprintln!("{} terms in {window:?}: {in_window:?}", in_window.len());
+}
+
+#[tokio::test]
+async fn wait_with_storage_unreachable_exits_1_naming_the_error() {
+    let case = Case::new("unreachable");
+    // A port nothing listens on: bound, then closed again.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let connection =
+        azurite::connection_string(&format!("http://127.0.0.1:{closed}/devstoreaccount1"));
+    let started = Instant::now();
+    let out = case
+        .command("run")
+        .env("AZURE_STORAGE_CONNECTION_STRING", &connection)
+        .args(["--wait", "2s", "--", "true"])
+        .output()
+        .await
+        .expect("run blob-mutex");
+    let took = started.elapsed();
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "stderr: {stderr}");
+    let last = stderr.lines().last().unwrap_or_default();
+    assert!(last.starts_with("blob-mutex: "), "{stderr}");
+    assert!(last.contains("transport error"), "names the error: {last}");
+    assert!(!stderr.contains("held by another instance"), "{stderr}");
+    assert!(!stderr.contains(azurite::DEV_KEY), "no key in {stderr}");
+    assert!(took < Duration::from_secs(6), "gave up after {took:?}");
+}
+
+#[tokio::test]
+async fn wait_0_makes_exactly_one_attempt_against_a_held_lease() {
+    let case = Case::new("wait0");
+    let mut a = case.run("a", 0, &[]);
+    case.started("a", Duration::from_secs(30)).await;
+
+    let proxy = Proxy::start(azurite::shared().port);
+    let started = Instant::now();
+    let out = case
+        .command("run")
+        .env("AZURE_STORAGE_CONNECTION_STRING", proxy.connection_string())
+        .args([
+            "--holder",
+            "w",
+            "--wait",
+            "0",
+            "--acquire-retry",
+            "5s",
+            "--",
+            "true",
+        ])
+        .output()
+        .await
+        .expect("run blob-mutex");
+    let took = started.elapsed();
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "stderr: {stderr}");
+    assert!(stderr.contains("gave up waiting"), "{stderr}");
+    let acquires = proxy.log().iter().filter(|r| r.is("acquire")).count();
+    assert_eq!(acquires, 1, "one attempt");
+    // One attempt against a local Azurite takes milliseconds; the next
+    // would come only after the 5 s retry.
+    assert!(took < Duration::from_secs(2), "--wait 0 took {took:?}");
+
+    case.stop("a");
+    assert_eq!(
+        exited(&mut a, Duration::from_secs(10)).await.code(),
+        Some(0)
+    );
+}
+
+#[tokio::test]
+async fn sighup_is_forwarded_like_sigterm() {
+    let case = Case::new("sighup");
+    let mut a = case.run("a", 0, &[]);
+    case.started("a", Duration::from_secs(30)).await;
+    kill(a.id().expect("a runs"), "HUP");
+    let status = exited(&mut a, Duration::from_secs(10)).await;
+    assert_eq!(
+        status.code(),
+        Some(129),
+        "the command's code: {}",
+        case.stderr("a")
+    );
+    assert!(case.path("hup-a").exists(), "the command got SIGHUP");
+    assert!(!case.path("term-a").exists(), "the command got SIGTERM");
+    let after = case.output("status", &[]).await;
+    assert_eq!(
+        after.status.code(),
+        Some(3),
+        "released: {}",
+        text(&after.stdout)
     );
 }
 
@@ -442,11 +844,15 @@ async fn sigint_is_forwarded_as_sigint() {
 async fn wait_gives_up_with_code_3_and_forever_restarts_the_command() {
     let case = Case::new("wait");
     // The daemon's command records its epoch and exits after 0.2 s, so that
-    // --forever has to campaign again and restart it.
+    // --forever has to campaign again and restart it; from its third run
+    // on it stays, so that the daemon keeps the lease.
     let mut daemon = case
         .command("run")
         .args(["--holder", "d", "--forever", "--", "sh", "-c"])
-        .arg("echo $BLOB_MUTEX_EPOCH >> \"$0/epochs\"; sleep 0.2")
+        .arg(
+            "echo $BLOB_MUTEX_EPOCH >> \"$0/epochs\"; \
+             if [ $(wc -l < \"$0/epochs\") -ge 3 ]; then exec sleep 1000; fi; sleep 0.2",
+        )
         .arg(&case.dir)
         .stdout(Stdio::null())
         .spawn()
@@ -465,8 +871,8 @@ async fn wait_gives_up_with_code_3_and_forever_restarts_the_command() {
     .await;
     assert!(epochs.windows(2).all(|w| w[0] < w[1]), "{epochs:?}");
 
-    // While the daemon leads (it takes the lease back at once), another
-    // instance with --wait gives up without running its command.
+    // While the daemon leads, another instance with --wait gives up
+    // without running its command.
     wait_for("the daemon to lead", Duration::from_secs(10), || async {
         let status = case.output("status", &[]).await;
         (status.status.code() == Some(0)).then_some(())

@@ -1,95 +1,258 @@
-//! The command `run` supervises: started in its own process group, so that
-//! stopping it stops everything it started.
+//! The command `run` supervises: started into its guard's process group (see
+//! [`crate::guard`]), so that stopping the group stops everything it
+//! started, and so that the guard can stop it when `run` cannot.
 
 use std::ffi::OsString;
+use std::future::Future;
 use std::io;
+use std::pin::pin;
 use std::process::ExitStatus;
 use std::time::Duration;
 
 use nix::errno::Errno;
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
+use tokio::sync::watch;
+use tokio::time::{timeout_at, Instant};
 use tracing::{debug, warn};
+
+use crate::exit;
+use crate::guard::Guard;
 
 /// The environment variable that carries the fencing token.
 pub(crate) const EPOCH_ENV: &str = "BLOB_MUTEX_EPOCH";
 /// The environment variable that carries this host's holder name.
 pub(crate) const HOLDER_ENV: &str = "BLOB_MUTEX_HOLDER";
 
-/// A running command and its process group.
+/// The most by which SIGKILL comes before the end of the stop, so that the
+/// command is gone before the library would abort the leader task.
+const KILL_SLACK_MAX: Duration = Duration::from_secs(1);
+/// How long before the deadline the library aborts a leader task that is
+/// still stopping; the stop must have ended by then.
+const LIBRARY_ABORT_SLACK: Duration = Duration::from_millis(500);
+/// The least time SIGKILL is given before the command counts as unkillable.
+const KILL_WAIT_MIN: Duration = Duration::from_millis(50);
+/// How long a guard that was sent SIGKILL may take to be reaped.
+const GUARD_REAP: Duration = Duration::from_secs(1);
+
+/// Why the command could not be started.
+#[derive(Debug)]
+pub(crate) enum SpawnError {
+    /// Its guard could not be started: no command runs without one.
+    Guard(io::Error),
+    /// The command itself could not be started.
+    Command(io::Error),
+}
+
+/// How watching a running command ended.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Watched {
+    /// The command exited (by itself, or killed by its guard).
+    Exited(ExitStatus),
+    /// The guard ended while the command ran; the command was then killed.
+    GuardEnded(ExitStatus),
+}
+
+/// A running command, its guard, and their process group.
 ///
-/// Dropping it before it was reaped kills the whole group, so a command never
-/// outlives an aborted leader task.
+/// Dropping it before the command was reaped kills the whole group, so a
+/// command never outlives an aborted leader task.
 pub(crate) struct Child {
     process: tokio::process::Child,
-    group: Pid,
+    guard: Guard,
+    pid: u32,
     reaped: bool,
 }
 
 impl Child {
-    /// Starts `command` (program and arguments) in a new process group, with
-    /// the epoch and holder in its environment.
-    pub(crate) fn spawn(command: &[OsString], epoch: u64, holder: &str) -> io::Result<Child> {
-        let (program, args) = command
-            .split_first()
-            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "no command given"))?;
+    /// Starts a guard that knows `deadline`, then `command` (program and
+    /// arguments) in the guard's process group, with the epoch and holder in
+    /// its environment.
+    pub(crate) async fn spawn(
+        command: &[OsString],
+        epoch: u64,
+        holder: &str,
+        deadline: Instant,
+    ) -> Result<Child, SpawnError> {
+        let (program, args) = command.split_first().ok_or_else(|| {
+            SpawnError::Command(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "no command given",
+            ))
+        })?;
+        let guard = Guard::start(deadline).await.map_err(SpawnError::Guard)?;
+        // If this fails, dropping the guard kills it.
         let process = tokio::process::Command::new(program)
             .args(args)
             .env(EPOCH_ENV, epoch.to_string())
             .env(HOLDER_ENV, holder)
-            .process_group(0)
+            .process_group(guard.group().as_raw())
             .kill_on_drop(true)
-            .spawn()?;
-        let id = process
-            .id()
-            .ok_or_else(|| io::Error::other("the command exited before it could be watched"))?;
-        let group = Pid::from_raw(
-            i32::try_from(id).map_err(|_| io::Error::other("process id out of range"))?,
-        );
-        debug!(pid = id, epoch, "started the command");
+            .spawn()
+            .map_err(SpawnError::Command)?;
+        let pid = process.id().ok_or_else(|| {
+            SpawnError::Command(io::Error::other(
+                "the command exited before it could be watched",
+            ))
+        })?;
+        debug!(pid, group = %guard.group(), epoch, "started the command");
         Ok(Child {
             process,
-            group,
+            guard,
+            pid,
             reaped: false,
         })
     }
 
-    /// The process group, which is the command's process id.
+    /// The command's process group, which is its guard's process id.
     pub(crate) fn group(&self) -> Pid {
-        self.group
+        self.guard.group()
     }
 
-    /// Waits until the command exits, then kills what it left behind in its
-    /// process group: those processes would run without the lease.
+    /// The command's process id.
+    pub(crate) fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// Waits until the command exits, telling the guard every new deadline
+    /// meanwhile; then kills what is left in the group. If the guard ends
+    /// first, the command is killed: it must not run unguarded.
     ///
     /// Cancellation safe: dropping the future leaves the command running.
-    pub(crate) async fn wait(&mut self) -> io::Result<ExitStatus> {
-        let status = self.process.wait().await?;
-        self.reaped = true;
-        signal_group(self.group, Signal::SIGKILL);
-        Ok(status)
+    pub(crate) async fn watch(
+        &mut self,
+        deadlines: &mut watch::Receiver<Instant>,
+    ) -> io::Result<Watched> {
+        let mut moving = true;
+        loop {
+            tokio::select! {
+                status = self.process.wait() => return Ok(Watched::Exited(self.reaped(status?).await)),
+                changed = deadlines.changed(), if moving => {
+                    if changed.is_err() {
+                        // The term is over; the deadline moves no more.
+                        moving = false;
+                        continue;
+                    }
+                    let deadline = *deadlines.borrow_and_update();
+                    if let Err(e) = self.guard.tell(deadline).await {
+                        debug!(error = %e, "cannot tell the guard the deadline");
+                    }
+                }
+                guard = self.guard.wait() => {
+                    let guard = guard.map_or_else(|e| e.to_string(), exit::describe);
+                    warn!(pid = self.pid, %guard, "the guard ended while the command ran; killing the command");
+                    signal_group(self.group(), Signal::SIGKILL);
+                    let status = self.process.wait().await?;
+                    return Ok(Watched::GuardEnded(self.reaped(status).await));
+                }
+            }
+        }
     }
 
-    /// Sends `first` to the process group, waits up to `grace` for the
-    /// command to exit, then kills the group and reaps the command.
-    pub(crate) async fn stop(&mut self, first: Signal, grace: Duration) -> io::Result<ExitStatus> {
-        debug!(pid = %self.group, signal = %first, ?grace, "stopping the command");
-        signal_group(self.group, first);
-        if let Ok(status) = tokio::time::timeout(grace, self.wait()).await {
-            return status;
+    /// Stops the command (see [`stop_group`]); when it survives SIGKILL,
+    /// calls `unkillable` and never returns.
+    pub(crate) async fn stop(
+        &mut self,
+        first: Signal,
+        times: StopTimes,
+        unkillable: impl FnOnce(u8),
+    ) -> io::Result<ExitStatus> {
+        let group = self.group();
+        let status = stop_group(
+            |signal| signal_group(group, signal),
+            self.process.wait(),
+            first,
+            times,
+            unkillable,
+        )
+        .await?;
+        Ok(self.reaped(status).await)
+    }
+
+    /// The command has been reaped: kill what it left in its group, the
+    /// guard included, and reap the guard.
+    async fn reaped(&mut self, status: ExitStatus) -> ExitStatus {
+        self.reaped = true;
+        signal_group(self.group(), Signal::SIGKILL);
+        if tokio::time::timeout(GUARD_REAP, self.guard.wait())
+            .await
+            .is_err()
+        {
+            warn!(pid = %self.group(), "the guard was not reaped in time");
         }
-        warn!(pid = %self.group, ?grace, "the command did not exit in time; sending SIGKILL");
-        signal_group(self.group, Signal::SIGKILL);
-        self.wait().await
+        status
     }
 }
 
 impl Drop for Child {
     fn drop(&mut self) {
         if !self.reaped {
-            signal_group(self.group, Signal::SIGKILL);
+            signal_group(self.group(), Signal::SIGKILL);
         }
     }
+}
+
+/// When a stop sends SIGKILL, and when it gives up on the command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct StopTimes {
+    /// When the group gets SIGKILL if the command has not exited.
+    pub(crate) kill_at: Instant,
+    /// When a command that has still not been reaped counts as unkillable.
+    pub(crate) give_up_at: Instant,
+}
+
+impl StopTimes {
+    /// For a stop that begins `now`, with the library's stop `grace`, in a
+    /// term whose deadline is `deadline`. The stop ends before the library
+    /// would abort the leader task (`now + grace`, or half a second before
+    /// the deadline): an aborted task drops the command, and the library then
+    /// releases the lease whether or not the command is gone. SIGKILL comes
+    /// a quarter of the grace (at most 1 s) before that, and the command has
+    /// half of that to be reaped.
+    pub(crate) fn new(now: Instant, grace: Duration, deadline: Instant) -> StopTimes {
+        let abort = (now + grace).min(
+            deadline
+                .checked_sub(LIBRARY_ABORT_SLACK)
+                .unwrap_or(deadline),
+        );
+        let slack = (grace / 4).min(KILL_SLACK_MAX);
+        let kill_at = abort.checked_sub(slack).unwrap_or(now).max(now);
+        let give_up_at = (abort - slack / 2).max(kill_at + KILL_WAIT_MIN);
+        StopTimes {
+            kill_at,
+            give_up_at,
+        }
+    }
+}
+
+/// Stops a command: sends `first` to its group, waits for it (`wait`)
+/// until `kill_at`, then sends SIGKILL and waits until `give_up_at`.
+///
+/// A command still there then cannot be killed (uninterruptible sleep in
+/// the kernel): it may run on for as long as it likes. Returning would let
+/// the library release the lease and campaign again while it runs, so this
+/// calls `unkillable` with [`exit::UNKILLABLE`] (which exits the process, and
+/// the lease expires on its own) and never returns.
+pub(crate) async fn stop_group(
+    mut signal: impl FnMut(Signal),
+    wait: impl Future<Output = io::Result<ExitStatus>>,
+    first: Signal,
+    times: StopTimes,
+    unkillable: impl FnOnce(u8),
+) -> io::Result<ExitStatus> {
+    let mut wait = pin!(wait);
+    debug!(signal = %first, ?times, "stopping the command");
+    signal(first);
+    if let Ok(status) = timeout_at(times.kill_at, &mut wait).await {
+        return status;
+    }
+    warn!("the command did not exit in time; sending SIGKILL");
+    signal(Signal::SIGKILL);
+    if let Ok(status) = timeout_at(times.give_up_at, &mut wait).await {
+        return status;
+    }
+    unkillable(exit::UNKILLABLE);
+    std::future::pending().await
 }
 
 /// Sends `signal` to every process of `group`; a group that is gone already
@@ -98,5 +261,100 @@ pub(crate) fn signal_group(group: Pid, signal: Signal) {
     match killpg(group, signal) {
         Ok(()) | Err(Errno::ESRCH) => {}
         Err(e) => warn!(pid = %group, %signal, error = %e, "could not signal the command"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::RefCell;
+    use std::os::unix::process::ExitStatusExt;
+    use std::sync::{Arc, Mutex};
+
+    use super::*;
+
+    const S: fn(u64) -> Duration = Duration::from_secs;
+
+    #[tokio::test(start_paused = true)]
+    async fn stop_times_end_before_the_library_aborts() {
+        let now = Instant::now();
+        // A signal: the deadline is far; the library aborts at now + grace.
+        let times = StopTimes::new(now, S(3), now + S(12));
+        assert_eq!(times.kill_at, now + Duration::from_millis(2_250));
+        assert_eq!(times.give_up_at, now + Duration::from_millis(2_625));
+        // Renewals failed: the library aborts half a second before the deadline.
+        let times = StopTimes::new(now, S(3), now + S(3));
+        assert_eq!(times.kill_at, now + Duration::from_millis(1_750));
+        assert_eq!(times.give_up_at, now + Duration::from_millis(2_125));
+        // Too close to the deadline for a grace: SIGKILL at once, and still
+        // a moment for it.
+        let times = StopTimes::new(now, S(3), now + Duration::from_millis(200));
+        assert_eq!(times.kill_at, now);
+        assert_eq!(times.give_up_at, now + KILL_WAIT_MIN);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_command_that_exits_after_sigterm_gets_no_sigkill() {
+        let now = Instant::now();
+        let times = StopTimes::new(now, S(3), now + S(12));
+        let sent = RefCell::new(Vec::new());
+        let wait = async {
+            tokio::time::sleep(S(1)).await;
+            Ok(ExitStatus::from_raw(143 << 8))
+        };
+        let status = stop_group(
+            |s| sent.borrow_mut().push(s),
+            wait,
+            Signal::SIGTERM,
+            times,
+            |_| panic!("not unkillable"),
+        )
+        .await
+        .unwrap();
+        assert_eq!(status.code(), Some(143));
+        assert_eq!(*sent.borrow(), [Signal::SIGTERM]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_unkillable_command_exits_the_process_with_its_own_code_and_never_returns() {
+        let now = Instant::now();
+        let times = StopTimes::new(now, S(3), now + S(12));
+        let sent = Arc::new(Mutex::new(Vec::new()));
+        let exited = Arc::new(Mutex::new(Vec::new()));
+        let (signals, exits) = (sent.clone(), exited.clone());
+        // A wait that never completes: the command survives SIGKILL.
+        let stop = tokio::spawn(async move {
+            stop_group(
+                move |s| signals.lock().unwrap().push((s, Instant::now())),
+                std::future::pending(),
+                Signal::SIGINT,
+                times,
+                move |code| exits.lock().unwrap().push((code, Instant::now())),
+            )
+            .await
+        });
+        // Long past the deadline: the stop has still not returned, so the
+        // leader task has not ended and the library cannot release the lease.
+        tokio::time::sleep(S(60)).await;
+        assert!(!stop.is_finished(), "returned to the library");
+        let sent = sent.lock().unwrap().clone();
+        assert_eq!(
+            sent,
+            [(Signal::SIGINT, now), (Signal::SIGKILL, times.kill_at)]
+        );
+        let exited = exited.lock().unwrap().clone();
+        assert_eq!(exited, [(exit::UNKILLABLE, times.give_up_at)]);
+        assert!(times.give_up_at < now + S(3), "before the library aborts");
+        assert!(
+            ![
+                exit::OK,
+                exit::ERROR,
+                exit::USAGE,
+                exit::FREE_OR_NOT_ACQUIRED
+            ]
+            .contains(&exit::UNKILLABLE)
+                && exit::UNKILLABLE != exit::LEASE_LOST,
+            "a code of its own"
+        );
+        stop.abort();
     }
 }

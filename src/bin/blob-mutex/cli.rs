@@ -50,14 +50,21 @@ pub(crate) struct Cli {
 pub(crate) enum Command {
     /// Run CMD while this host holds the lease, and only then.
     ///
-    /// Campaigns for the lease; once leader, starts CMD (in its own process
-    /// group) with BLOB_MUTEX_EPOCH (the fencing token, larger for every new
-    /// leader) and BLOB_MUTEX_HOLDER in its environment. When CMD exits, the
-    /// lease is released and blob-mutex exits with CMD's code. If the lease is
-    /// lost, CMD gets SIGTERM, then SIGKILL shortly before the lease could
-    /// expire, and blob-mutex exits with code 4. SIGINT and SIGTERM are
-    /// forwarded to CMD; the lease is released after CMD has exited (a second
-    /// signal kills CMD at once).
+    /// Campaigns for the lease; once leader, starts CMD with BLOB_MUTEX_EPOCH
+    /// (the fencing token, larger for every new leader) and BLOB_MUTEX_HOLDER
+    /// in its environment. When CMD exits, the lease is released and
+    /// blob-mutex exits with CMD's code. If the lease is lost, CMD gets
+    /// SIGTERM, then SIGKILL shortly before the lease could expire, and
+    /// blob-mutex exits with code 4. SIGINT, SIGTERM and SIGHUP are forwarded
+    /// to CMD; the lease is released after CMD has exited (a second signal
+    /// kills CMD at once).
+    ///
+    /// CMD runs in the process group of a small guard process (this program
+    /// again) that kills the whole group with SIGKILL at once when blob-mutex
+    /// dies (even by SIGKILL), and when the lease's deadline comes without a
+    /// renewal (blob-mutex stopped or frozen), before the lease could expire.
+    /// If CMD survives SIGKILL, blob-mutex exits with code 5 without
+    /// releasing the lease, which then expires on its own.
     #[command(after_help = format!("{RUN_EXAMPLES}\n\n{TABLE}"))]
     Run(RunArgs),
     /// Show the lease's state, holder, epoch and acquisition time.
@@ -71,6 +78,9 @@ pub(crate) enum Command {
     /// exits with code 4 (or campaigns again with --forever).
     #[command(after_help = format!("{BREAK_EXAMPLES}\n\n{TABLE}"))]
     Break(BreakArgs),
+    /// Internal: the guard `run` starts with each command (see guard.rs).
+    #[command(name = crate::guard::SUBCOMMAND, hide = true)]
+    Guard,
 }
 
 /// Where the lease blob is and how to reach it.
@@ -190,8 +200,10 @@ pub(crate) struct RunArgs {
     pub(crate) target: Target,
     #[command(flatten)]
     pub(crate) lease: LeaseArgs,
-    /// Give up (exit code 3) when not leader within this time; 0 makes a
-    /// single attempt. With --forever, bounds only the first term.
+    /// Give up when not leader within this time: exit code 3 when another
+    /// instance holds the lease, 1 (naming the error) when the last attempt
+    /// failed, for example storage unreachable. 0 makes exactly one attempt.
+    /// With --forever, bounds only the first term.
     /// [default: wait as long as it takes]
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub(crate) wait: Option<Duration>,

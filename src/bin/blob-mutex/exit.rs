@@ -18,6 +18,10 @@ pub(crate) const FREE_OR_NOT_ACQUIRED: u8 = 3;
 /// `run`: the lease was lost (broken, taken, or not renewed in time) while the
 /// command ran; the command was stopped.
 pub(crate) const LEASE_LOST: u8 = 4;
+/// `run`: the command survived SIGKILL (it is stuck in the kernel); `run`
+/// exited without releasing the lease, which expires on its own, and did not
+/// start the command again.
+pub(crate) const UNKILLABLE: u8 = 5;
 /// `run`: the command was found but could not be started.
 pub(crate) const CANNOT_EXECUTE: u8 = 126;
 /// `run`: the command was not found.
@@ -32,6 +36,7 @@ Exit codes:
   3      status: the lease is free; break: there was no lease to break;
          run: not leader within --wait (the command did not run)
   4      run: the lease was lost while the command ran; the command was stopped
+  5      run: the command could not be killed; the lease was left to expire
   126    run: the command could not be executed
   127    run: the command was not found
   128+N  run: the command died from signal N, or signal N stopped blob-mutex

@@ -8,6 +8,7 @@ mod break_lease;
 mod child;
 mod cli;
 mod exit;
+mod guard;
 mod run;
 mod status;
 
@@ -36,6 +37,9 @@ fn main() -> ExitCode {
             }
         },
     };
+    if let Command::Guard = cli.command {
+        return guard::serve();
+    }
     init_logging();
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -52,6 +56,7 @@ fn main() -> ExitCode {
             Command::Run(args) => run::run(args).await,
             Command::Status(args) => status::status(args).await,
             Command::Break(args) => break_lease::break_lease(args).await,
+            Command::Guard => unreachable!("the guard was dispatched before the runtime"),
         }
     });
     match result {

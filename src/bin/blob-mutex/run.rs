@@ -13,35 +13,31 @@ use blob_mutex::{
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 use tokio::signal::unix::{signal, SignalKind};
+use tokio::time::Instant;
 use tracing::{info, warn};
 
-use crate::child::{self, Child};
+use crate::child::{self, Child, SpawnError, StopTimes, Watched};
 use crate::cli::RunArgs;
-use crate::exit;
-
-/// The most by which SIGKILL comes before the library's stop grace ends,
-/// so that the command is gone before the library aborts the leader task.
-const KILL_SLACK_MAX: Duration = Duration::from_secs(1);
+use crate::{exit, guard};
 
 /// How the run ended; it chooses the exit code.
 enum Outcome {
     /// The command exited by itself, or after a forwarded signal.
     Exited(ExitStatus),
-    /// The lease was lost and the command was stopped.
-    Lost(StopReason, ExitStatus),
+    /// The lease was lost and the command was stopped; no status when the
+    /// library aborted the leader task (the command was killed then).
+    Lost(StopReason, Option<ExitStatus>),
     /// The command could not be started.
     SpawnFailed(io::Error),
+    /// The command's guard could not be started, or ended while the
+    /// command ran; the message says which.
+    GuardFailed(String),
 }
 
-/// What the leader task, the signal handler, the `--wait` timer and the
-/// exit code share.
+/// What the leader task, the signal handler and the exit code share.
 #[derive(Default)]
 struct State {
-    /// Set once a command was started; `--wait` no longer applies.
-    started: bool,
-    /// Set when `--wait` ran out before a command was started.
-    gave_up: bool,
-    /// The first SIGINT or SIGTERM received, to forward to the command.
+    /// The first SIGINT, SIGTERM or SIGHUP received, to forward to the command.
     signal: Option<Signal>,
     /// The process group of the running command.
     running: Option<Pid>,
@@ -53,8 +49,8 @@ struct Shared {
     command: Vec<OsString>,
     name: String,
     forever: bool,
-    /// How long the command gets between SIGTERM and SIGKILL.
-    kill_after: Duration,
+    /// The library's stop grace: how long the leader task may take to stop.
+    grace: Duration,
     token: CancellationToken,
     state: Mutex<State>,
 }
@@ -74,16 +70,17 @@ impl Shared {
 /// Runs `blob-mutex run` and returns its exit code.
 pub(crate) async fn run(args: RunArgs) -> Result<u8> {
     let settings = args.target.settings()?;
-    let options = args.lease.options(args.target.request_timeout());
-    let kill_after = options
-        .stop_grace
-        .saturating_sub((options.stop_grace / 4).min(KILL_SLACK_MAX));
-    let (acquire_retry, request_timeout) = (options.acquire_retry, options.request_timeout);
+    let mut options = args.lease.options(args.target.request_timeout());
+    if let Some(wait) = args.wait {
+        // The library makes one complete attempt at least, so `--wait 0`
+        // makes exactly one, and it tells a held lease from a failed attempt.
+        options = options.with_acquire_timeout(wait);
+    }
     let shared = Arc::new(Shared {
         command: args.command,
         name: args.target.name(),
         forever: args.forever,
-        kill_after,
+        grace: options.stop_grace,
         token: CancellationToken::new(),
         state: Mutex::new(State::default()),
     });
@@ -94,20 +91,26 @@ pub(crate) async fn run(args: RunArgs) -> Result<u8> {
     preflight(mutex.lease_manager()).await?;
 
     let signals = tokio::spawn(forward_signals(shared.clone()));
-    if let Some(wait) = args.wait {
-        // Even `--wait 0` lets the first attempt, made at once, finish: it
-        // takes at most one request timeout, and the next comes only after
-        // --acquire-retry.
-        let first_attempt = request_timeout.min(acquire_retry);
-        tokio::spawn(give_up_after(wait.max(first_attempt), shared.clone()));
-    }
     info!(blob = %shared.name, holder = mutex.holder(), "campaigning for the lease");
     let result = mutex
         .run_task_when_mutex_acquired(shared.token.clone())
         .await;
     signals.abort();
-    result?;
-    Ok(exit_code(&shared))
+    match (result, args.wait) {
+        (Ok(()), _) => Ok(exit_code(&shared)),
+        (Err(blob_mutex::Error::NotAcquired { .. }), _) => {
+            eprintln!(
+                "blob-mutex: the lease on {} is held by another instance; gave up waiting",
+                shared.name
+            );
+            Ok(exit::FREE_OR_NOT_ACQUIRED)
+        }
+        // The last attempt failed: say so, not that the lease is held.
+        (Err(e), Some(wait)) if e.is_transient() => {
+            Err(anyhow::Error::new(e).context(format!("not leader within --wait {wait:?}")))
+        }
+        (Err(e), _) => Err(e.into()),
+    }
 }
 
 /// Fails fast on what retrying cannot fix (credentials, a bad request);
@@ -134,10 +137,10 @@ fn exit_code(shared: &Shared) -> u8 {
                 StopReason::Deadline => "could not be renewed before its deadline",
                 _ => "was broken or taken by another holder",
             };
+            let how = status.map_or_else(|| "killed".to_owned(), exit::describe);
             eprintln!(
-                "blob-mutex: the lease on {} {why}; the command was stopped ({})",
-                shared.name,
-                exit::describe(status)
+                "blob-mutex: the lease on {} {why}; the command was stopped ({how})",
+                shared.name
             );
             exit::LEASE_LOST
         }
@@ -152,12 +155,9 @@ fn exit_code(shared: &Shared) -> u8 {
                 exit::CANNOT_EXECUTE
             }
         }
-        None if state.gave_up => {
-            eprintln!(
-                "blob-mutex: the lease on {} is held by another instance; gave up waiting",
-                shared.name
-            );
-            exit::FREE_OR_NOT_ACQUIRED
+        Some(Outcome::GuardFailed(message)) => {
+            eprintln!("blob-mutex: {message}");
+            exit::ERROR
         }
         None => match state.signal {
             // Stopped by a signal before the command ran: the shell's convention.
@@ -167,36 +167,111 @@ fn exit_code(shared: &Shared) -> u8 {
     }
 }
 
-/// The leader task: run the command until it exits or leadership ends.
+/// The leader task: run the command, with its guard, until it exits or
+/// leadership ends.
 async fn lead(ctx: LeaderContext, shared: Arc<Shared>) -> Result<()> {
-    {
-        let mut state = shared.state();
-        if state.gave_up {
-            return Ok(());
-        }
-        state.started = true;
-    }
-    let mut child = match Child::spawn(&shared.command, ctx.epoch(), ctx.holder()) {
+    let spawned = Child::spawn(&shared.command, ctx.epoch(), ctx.holder(), ctx.deadline()).await;
+    let mut child = match spawned {
         Ok(child) => child,
-        Err(e) => {
+        Err(SpawnError::Command(e)) => {
             shared.finish(Outcome::SpawnFailed(e));
             return Ok(());
         }
+        Err(SpawnError::Guard(e)) => {
+            return guard_failed(&shared, format!("cannot start the guard process: {e}"));
+        }
     };
-    info!(epoch = ctx.epoch(), pid = %child.group(), "leader: started the command");
+    info!(epoch = ctx.epoch(), pid = child.pid(), group = %child.group(), "leader: started the command");
     shared.state().running = Some(child.group());
+    let mut abort = AbortGuard {
+        ctx: &ctx,
+        shared: &shared,
+        armed: true,
+    };
+    let mut deadlines = ctx.watch_deadline();
     let ended = tokio::select! {
-        status = child.wait() => Ended::ByItself(status?),
+        watched = child.watch(&mut deadlines) => match watched? {
+            // Past the deadline, the guard killed it (`run` was frozen).
+            Watched::Exited(status) | Watched::GuardEnded(status)
+                if Instant::now() + guard::SLACK >= ctx.deadline() =>
+            {
+                Ended::Stopped(StopReason::Deadline, status)
+            }
+            Watched::Exited(status) => Ended::ByItself(status),
+            Watched::GuardEnded(status) => {
+                shared.state().running = None;
+                return guard_failed(
+                    &shared,
+                    format!(
+                        "the guard process ended while the command ran; the command was killed ({})",
+                        exit::describe(status)
+                    ),
+                );
+            }
+        },
         reason = ctx.cancelled() => {
             let first = match reason {
                 StopReason::Shutdown => shared.state().signal.unwrap_or(Signal::SIGTERM),
                 _ => Signal::SIGTERM,
             };
-            Ended::Stopped(reason, child.stop(first, shared.kill_after).await?)
+            let times = StopTimes::new(Instant::now(), shared.grace, ctx.deadline());
+            let (name, pid) = (shared.name.clone(), child.pid());
+            let status = child
+                .stop(first, times, move |code| unkillable(&name, pid, code))
+                .await?;
+            Ended::Stopped(reason, status)
         }
     };
+    abort.armed = false;
     shared.state().running = None;
     conclude(&ctx, &shared, ended)
+}
+
+/// Ends the run (without `--forever`) when the library aborts the leader
+/// task, which then never reaches its own end. The library aborts a task
+/// that has not stopped in time: this stop path ends before that, except
+/// when `run` was frozen past its deadline (the guard has killed the command
+/// then). Dropping the task's [`Child`] kills whatever is left of the group.
+struct AbortGuard<'a> {
+    ctx: &'a LeaderContext,
+    shared: &'a Shared,
+    /// Cleared once the task reaches its own end.
+    armed: bool,
+}
+
+impl Drop for AbortGuard<'_> {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        self.shared.state().running = None;
+        let reason = self.ctx.stop_reason().unwrap_or(StopReason::Deadline);
+        warn!(epoch = self.ctx.epoch(), %reason, "the leader task was aborted; the command was killed");
+        if !self.shared.forever && reason != StopReason::Shutdown {
+            self.shared.finish(Outcome::Lost(reason, None));
+        }
+    }
+}
+
+/// The command survived SIGKILL: exit at once, before the library could
+/// release the lease (it would, once the leader task returned or was
+/// aborted), and without starting the command again. The lease expires on
+/// its own.
+fn unkillable(name: &str, pid: u32, code: u8) {
+    eprintln!(
+        "blob-mutex: the command (pid {pid}) survived SIGKILL; exiting without releasing the lease on {name}, which expires on its own"
+    );
+    std::process::exit(code.into());
+}
+
+/// The guard failed: the run ends with an error, or with `--forever` the
+/// term counts as failed and the campaign goes on after a back-off.
+fn guard_failed(shared: &Shared, message: String) -> Result<()> {
+    if shared.forever {
+        return Err(anyhow!(message));
+    }
+    shared.finish(Outcome::GuardFailed(message));
+    Ok(())
 }
 
 /// How the command ended during one term.
@@ -218,7 +293,7 @@ fn conclude(ctx: &LeaderContext, shared: &Shared, ended: Ended) -> Result<()> {
             Ok(())
         }
         Ended::Stopped(reason, status) if !shared.forever => {
-            shared.finish(Outcome::Lost(reason, status));
+            shared.finish(Outcome::Lost(reason, Some(status)));
             Ok(())
         }
         Ended::Stopped(reason, status) => {
@@ -236,15 +311,17 @@ fn conclude(ctx: &LeaderContext, shared: &Shared, ended: Ended) -> Result<()> {
     }
 }
 
-/// Forwards the first SIGINT or SIGTERM: stops the campaign, which stops
-/// the command with the same signal. A second signal kills the command.
+/// Forwards the first SIGINT, SIGTERM or SIGHUP: stops the campaign, which
+/// stops the command with the same signal. A second signal kills the command.
 async fn forward_signals(shared: Arc<Shared>) -> Result<()> {
     let mut interrupt = signal(SignalKind::interrupt())?;
     let mut terminate = signal(SignalKind::terminate())?;
+    let mut hangup = signal(SignalKind::hangup())?;
     loop {
         let received = tokio::select! {
             _ = interrupt.recv() => Signal::SIGINT,
             _ = terminate.recv() => Signal::SIGTERM,
+            _ = hangup.recv() => Signal::SIGHUP,
         };
         let running = {
             let mut state = shared.state();
@@ -261,16 +338,6 @@ async fn forward_signals(shared: Arc<Shared>) -> Result<()> {
         } else {
             info!(signal = %received, "stopping: the command gets the signal, then the lease is released");
         }
-        shared.token.cancel();
-    }
-}
-
-/// Gives up the campaign when no command has started within `wait`.
-async fn give_up_after(wait: Duration, shared: Arc<Shared>) {
-    tokio::time::sleep(wait).await;
-    let mut state = shared.state();
-    if !state.started {
-        state.gave_up = true;
         shared.token.cancel();
     }
 }
