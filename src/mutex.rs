@@ -662,7 +662,7 @@ impl<S: LeaseStore> Engine<'_, S> {
                 error!(holder = %self.holder, epoch, %reason, "leader task could not be stopped; the lease is left to expire");
             }
             TaskStop::Aborted => {
-                error!(holder = %self.holder, epoch, %reason, grace = ?self.options.stop_grace, "leader task ignored cancellation and was aborted");
+                error!(holder = %self.holder, epoch, %reason, grace = ?self.options.stop_grace, "leader task had not stopped when its grace or the deadline came, and was aborted");
             }
             TaskStop::Returned => {}
         }

@@ -58,7 +58,8 @@ pub enum What {
 pub const FIRST_LEADER: Duration = Duration::from_secs(20);
 
 /// What the library logs when it aborts a leader task.
-pub const ABORT_MESSAGE: &str = "leader task ignored cancellation and was aborted";
+pub const ABORT_MESSAGE: &str =
+    "leader task had not stopped when its grace or the deadline came, and was aborted";
 
 /// One recorded event.
 #[derive(Clone, Debug, PartialEq, Eq)]

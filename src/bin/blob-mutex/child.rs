@@ -9,6 +9,7 @@ use std::pin::pin;
 use std::process::ExitStatus;
 use std::time::Duration;
 
+use blob_mutex::STOP_SLACK;
 use nix::errno::Errno;
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
@@ -27,9 +28,6 @@ pub(crate) const HOLDER_ENV: &str = "BLOB_MUTEX_HOLDER";
 /// The most by which SIGKILL comes before the end of the stop, so that the
 /// command is gone before the library would abort the leader task.
 const KILL_SLACK_MAX: Duration = Duration::from_secs(1);
-/// How long before the deadline the library aborts a leader task that is
-/// still stopping; the stop must have ended by then.
-const LIBRARY_ABORT_SLACK: Duration = Duration::from_millis(500);
 /// The least time SIGKILL is given before the command counts as unkillable.
 const KILL_WAIT_MIN: Duration = Duration::from_millis(50);
 /// How long a guard that was sent SIGKILL may take to be reaped.
@@ -204,17 +202,13 @@ pub(crate) struct StopTimes {
 impl StopTimes {
     /// For a stop that begins `now`, with the library's stop `grace`, in a
     /// term whose deadline is `deadline`. The stop ends before the library
-    /// would abort the leader task (`now + grace`, or half a second before
+    /// would abort the leader task (`now + grace`, or [`STOP_SLACK`] before
     /// the deadline): an aborted task drops the command, and the library then
     /// releases the lease whether or not the command is gone. SIGKILL comes
     /// a quarter of the grace (at most 1 s) before that, and the command has
     /// half of that to be reaped.
     pub(crate) fn new(now: Instant, grace: Duration, deadline: Instant) -> StopTimes {
-        let abort = (now + grace).min(
-            deadline
-                .checked_sub(LIBRARY_ABORT_SLACK)
-                .unwrap_or(deadline),
-        );
+        let abort = (now + grace).min(deadline.checked_sub(STOP_SLACK).unwrap_or(deadline));
         let slack = (grace / 4).min(KILL_SLACK_MAX);
         let kill_at = abort.checked_sub(slack).unwrap_or(now).max(now);
         let give_up_at = (abort - slack / 2).max(kill_at + KILL_WAIT_MIN);
@@ -281,10 +275,10 @@ mod tests {
         let times = StopTimes::new(now, S(3), now + S(12));
         assert_eq!(times.kill_at, now + Duration::from_millis(2_250));
         assert_eq!(times.give_up_at, now + Duration::from_millis(2_625));
-        // Renewals failed: the library aborts half a second before the deadline.
+        // Renewals failed: the library aborts STOP_SLACK (0.45 s) before the deadline.
         let times = StopTimes::new(now, S(3), now + S(3));
-        assert_eq!(times.kill_at, now + Duration::from_millis(1_750));
-        assert_eq!(times.give_up_at, now + Duration::from_millis(2_125));
+        assert_eq!(times.kill_at, now + Duration::from_millis(1_800));
+        assert_eq!(times.give_up_at, now + Duration::from_millis(2_175));
         // Too close to the deadline for a grace: SIGKILL at once, and still
         // a moment for it.
         let times = StopTimes::new(now, S(3), now + Duration::from_millis(200));
