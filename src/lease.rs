@@ -3,7 +3,6 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
-use std::str::FromStr;
 use std::time::Duration;
 
 use azure_core::error::ErrorKind;
@@ -19,6 +18,7 @@ use tracing::{debug, trace};
 use crate::error::{redact, Error, Result};
 use crate::options::{lease_seconds, DEFAULT_REQUEST_TIMEOUT};
 use crate::settings::{BlobSettings, Credential};
+use crate::store::{Acquire, LeaseId, LeaseInfo, LeaseState, LeaseStore};
 
 /// Metadata key of the current holder's name.
 pub const HOLDER_KEY: &str = "holder";
@@ -38,141 +38,10 @@ const LOST_CODES: &[&str] = &[
     "LeaseIdMissing",
 ];
 
-/// A lease id: a UUID chosen by this crate (a *proposed* lease id), so that a
-/// retried acquire of the same round is idempotent.
-#[derive(Clone, Copy, PartialEq, Eq, Hash)]
-pub struct LeaseId(uuid::Uuid);
-
 impl LeaseId {
-    /// A new random lease id.
-    #[must_use]
-    pub fn new() -> Self {
-        LeaseId(uuid::Uuid::new_v4())
+    fn sdk_id(self) -> azure_core::request_options::LeaseId {
+        azure_core::request_options::LeaseId::from(self.as_uuid())
     }
-
-    fn sdk(self) -> azure_core::request_options::LeaseId {
-        azure_core::request_options::LeaseId::from(self.0)
-    }
-}
-
-impl Default for LeaseId {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl fmt::Display for LeaseId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.0.fmt(f)
-    }
-}
-
-impl fmt::Debug for LeaseId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "LeaseId({})", self.0)
-    }
-}
-
-impl FromStr for LeaseId {
-    type Err = Error;
-
-    fn from_str(s: &str) -> Result<Self> {
-        uuid::Uuid::from_str(s)
-            .map(LeaseId)
-            .map_err(|_| Error::invalid("lease_id", "must be a UUID"))
-    }
-}
-
-/// The outcome of an acquire attempt.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Acquire {
-    /// The lease is ours, under the proposed id.
-    Acquired,
-    /// Someone else holds the lease (HTTP 409 `LeaseAlreadyPresent`).
-    Held,
-}
-
-/// The lease state of a blob, as storage reports it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum LeaseState {
-    /// No lease; anyone may acquire.
-    Available,
-    /// Leased and not expired.
-    Leased,
-    /// The lease ran out; anyone may acquire.
-    Expired,
-    /// Being broken; free when the break period ends.
-    Breaking,
-    /// Broken; anyone may acquire.
-    Broken,
-}
-
-impl LeaseState {
-    /// The state's name in the REST API, such as `leased`.
-    #[must_use]
-    pub fn as_str(self) -> &'static str {
-        match self {
-            LeaseState::Available => "available",
-            LeaseState::Leased => "leased",
-            LeaseState::Expired => "expired",
-            LeaseState::Breaking => "breaking",
-            LeaseState::Broken => "broken",
-        }
-    }
-
-    /// Whether a new lease can be acquired now.
-    #[must_use]
-    pub fn is_free(self) -> bool {
-        matches!(
-            self,
-            LeaseState::Available | LeaseState::Expired | LeaseState::Broken
-        )
-    }
-}
-
-impl fmt::Display for LeaseState {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// What [`BlobLeaseManager::inspect`] found on the blob.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct LeaseInfo {
-    /// The lease state.
-    pub state: LeaseState,
-    /// Whether the lease is infinite rather than fixed; `None` unless leased.
-    pub infinite: Option<bool>,
-    /// The `holder` metadata: the name of the last instance that led.
-    pub holder: Option<String>,
-    /// The `epoch` metadata: the fencing token of the last term, 0 if none.
-    pub epoch: u64,
-    /// The `acquired_at` metadata, RFC 3339.
-    pub acquired_at: Option<String>,
-    /// The blob's content length in bytes.
-    pub content_length: u64,
-    /// The blob's `ETag`.
-    pub etag: String,
-}
-
-/// The storage calls the election loop needs; implemented by
-/// [`BlobLeaseManager`] and, in tests, by an in-memory store.
-pub(crate) trait LeaseStore: Send + Sync + 'static {
-    /// Acquire for `duration` with the proposed id, creating the container
-    /// and blob when they are missing.
-    fn acquire(
-        &self,
-        proposed: LeaseId,
-        duration: Duration,
-    ) -> impl Future<Output = Result<Acquire>> + Send;
-    /// Renew; `Error::LeaseLost` when the lease is not ours any more.
-    fn renew(&self, lease: LeaseId) -> impl Future<Output = Result<()>> + Send;
-    /// Release.
-    fn release(&self, lease: LeaseId) -> impl Future<Output = Result<()>> + Send;
-    /// Write `holder`, `epoch = previous + 1` and `acquired_at`; returns the new epoch.
-    fn stamp(&self, lease: LeaseId, holder: &str) -> impl Future<Output = Result<u64>> + Send;
 }
 
 /// Acquires, renews, releases, breaks, changes and inspects the lease on one
@@ -181,6 +50,7 @@ pub(crate) trait LeaseStore: Send + Sync + 'static {
 /// decides when to retry, so that nothing runs past a leader's deadline.
 #[derive(Clone)]
 pub struct BlobLeaseManager {
+    settings: BlobSettings,
     blob: BlobClient,
     container: String,
     blob_name: String,
@@ -204,6 +74,11 @@ impl BlobLeaseManager {
     ///
     /// [`Error::InvalidConnectionString`] when the SAS token cannot be parsed.
     pub fn new(settings: &BlobSettings) -> Result<Self> {
+        Self::from_settings(settings.clone())
+    }
+
+    /// As [`BlobLeaseManager::new`], keeping the settings given.
+    pub(crate) fn from_settings(settings: BlobSettings) -> Result<Self> {
         let credentials = match settings.credential() {
             Credential::SharedKey(key) => {
                 StorageCredentials::access_key(settings.account(), key.clone())
@@ -224,6 +99,7 @@ impl BlobLeaseManager {
             blob,
             container: settings.container().to_owned(),
             blob_name: settings.blob().to_owned(),
+            settings,
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
         })
     }
@@ -233,6 +109,12 @@ impl BlobLeaseManager {
     pub fn with_request_timeout(mut self, timeout: Duration) -> Self {
         self.request_timeout = timeout;
         self
+    }
+
+    /// Where the lease blob lives.
+    #[must_use]
+    pub fn settings(&self) -> &BlobSettings {
+        &self.settings
     }
 
     /// The request timeout in force.
@@ -342,11 +224,11 @@ impl BlobLeaseManager {
         self.capped("change", async {
             let response = self
                 .blob
-                .blob_lease_client(from.sdk())
-                .change(ProposedLeaseId::from(to.sdk()))
+                .blob_lease_client(from.sdk_id())
+                .change(ProposedLeaseId::from(to.sdk_id()))
                 .await
                 .map_err(|e| map_error("change", &e))?;
-            if response.lease_id != to.sdk() {
+            if response.lease_id != to.sdk_id() {
                 return Err(Error::LeaseLost(
                     "change answered with another lease id".into(),
                 ));
@@ -382,37 +264,7 @@ impl BlobLeaseManager {
     ///
     /// Safe: it only reads.
     pub async fn inspect(&self) -> Result<Option<LeaseInfo>> {
-        self.capped("inspect", async {
-            let response = match self.blob.get_properties().await {
-                Ok(response) => response,
-                Err(e) if is_not_found(&e) => return Ok(None),
-                Err(e) => return Err(map_error("inspect", &e)),
-            };
-            let properties = &response.blob.properties;
-            let metadata = response.blob.metadata.unwrap_or_default();
-            let state = match properties.lease_state {
-                Some(azure_core::LeaseState::Leased) => LeaseState::Leased,
-                Some(azure_core::LeaseState::Expired) => LeaseState::Expired,
-                Some(azure_core::LeaseState::Breaking) => LeaseState::Breaking,
-                Some(azure_core::LeaseState::Broken) => LeaseState::Broken,
-                _ => LeaseState::Available,
-            };
-            let infinite = match (state, properties.lease_duration) {
-                (LeaseState::Leased, Some(azure_core::LeaseDuration::Infinite)) => Some(true),
-                (LeaseState::Leased, _) => Some(false),
-                _ => None,
-            };
-            Ok(Some(LeaseInfo {
-                state,
-                infinite,
-                holder: metadata.get(HOLDER_KEY).cloned(),
-                epoch: parse_epoch(&metadata),
-                acquired_at: metadata.get(ACQUIRED_AT_KEY).cloned(),
-                content_length: properties.content_length,
-                etag: properties.etag.to_string(),
-            }))
-        })
-        .await
+        self.capped("inspect", self.inspect_uncapped()).await
     }
 
     /// Writes `holder`, `epoch` (the previous epoch + 1) and `acquired_at` to
@@ -454,10 +306,10 @@ impl BlobLeaseManager {
             let attempt = self
                 .blob
                 .acquire_lease(azure_core::prelude::LeaseDuration::Seconds(seconds))
-                .proposed_lease_id(ProposedLeaseId::from(proposed.sdk()))
+                .proposed_lease_id(ProposedLeaseId::from(proposed.sdk_id()))
                 .await;
             match attempt {
-                Ok(response) if response.lease_id == proposed.sdk() => {
+                Ok(response) if response.lease_id == proposed.sdk_id() => {
                     return Ok(Acquire::Acquired)
                 }
                 Ok(_) => {
@@ -483,6 +335,39 @@ impl BlobLeaseManager {
                     _ => return Err(map_error("acquire", &e)),
                 },
             }
+        }
+    }
+
+    async fn inspect_uncapped(&self) -> Result<Option<LeaseInfo>> {
+        {
+            let response = match self.blob.get_properties().await {
+                Ok(response) => response,
+                Err(e) if is_not_found(&e) => return Ok(None),
+                Err(e) => return Err(map_error("inspect", &e)),
+            };
+            let properties = &response.blob.properties;
+            let metadata = response.blob.metadata.unwrap_or_default();
+            let state = match properties.lease_state {
+                Some(azure_core::LeaseState::Leased) => LeaseState::Leased,
+                Some(azure_core::LeaseState::Expired) => LeaseState::Expired,
+                Some(azure_core::LeaseState::Breaking) => LeaseState::Breaking,
+                Some(azure_core::LeaseState::Broken) => LeaseState::Broken,
+                _ => LeaseState::Available,
+            };
+            let infinite = match (state, properties.lease_duration) {
+                (LeaseState::Leased, Some(azure_core::LeaseDuration::Infinite)) => Some(true),
+                (LeaseState::Leased, _) => Some(false),
+                _ => None,
+            };
+            Ok(Some(LeaseInfo {
+                state,
+                infinite,
+                holder: metadata.get(HOLDER_KEY).cloned(),
+                epoch: parse_epoch(&metadata),
+                acquired_at: metadata.get(ACQUIRED_AT_KEY).cloned(),
+                content_length: properties.content_length,
+                etag: properties.etag.to_string(),
+            }))
         }
     }
 
@@ -516,13 +401,13 @@ impl BlobLeaseManager {
     async fn renew_uncapped(&self, lease: LeaseId) -> Result<()> {
         let response = self
             .blob
-            .blob_lease_client(lease.sdk())
+            .blob_lease_client(lease.sdk_id())
             .renew()
             .await
             .map_err(|e| map_error("renew", &e))?;
         // Azurite renews an expired lease even under a wrong id and answers
         // with the old id: only our own id counts as renewed.
-        if response.lease_id == lease.sdk() {
+        if response.lease_id == lease.sdk_id() {
             Ok(())
         } else {
             Err(Error::LeaseLost(
@@ -533,7 +418,7 @@ impl BlobLeaseManager {
 
     async fn release_uncapped(&self, lease: LeaseId) -> Result<()> {
         self.blob
-            .blob_lease_client(lease.sdk())
+            .blob_lease_client(lease.sdk_id())
             .release()
             .await
             .map(drop)
@@ -544,7 +429,7 @@ impl BlobLeaseManager {
         let current = self
             .blob
             .get_properties()
-            .lease_id(lease.sdk())
+            .lease_id(lease.sdk_id())
             .await
             .map_err(|e| map_error("read metadata", &e))?;
         let mut existing = current.blob.metadata.unwrap_or_default();
@@ -561,7 +446,7 @@ impl BlobLeaseManager {
         }
         self.blob
             .set_metadata()
-            .lease_id(lease.sdk())
+            .lease_id(lease.sdk_id())
             .if_match(IfMatchCondition::Match(
                 current.blob.properties.etag.to_string(),
             ))
@@ -591,6 +476,14 @@ impl LeaseStore for BlobLeaseManager {
 
     fn stamp(&self, lease: LeaseId, holder: &str) -> impl Future<Output = Result<u64>> + Send {
         self.stamp_uncapped(lease, holder)
+    }
+
+    fn inspect(&self) -> impl Future<Output = Result<Option<LeaseInfo>>> + Send {
+        self.inspect_uncapped()
+    }
+
+    fn name(&self) -> String {
+        format!("{}/{}", self.container, self.blob_name)
     }
 }
 

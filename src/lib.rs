@@ -1,25 +1,30 @@
 #![doc = include_str!("../README.md")]
 
 mod backoff;
+#[cfg(feature = "testing")]
+pub mod conformance;
 mod error;
 mod fail_stop;
 mod leadership;
 mod lease;
+#[cfg(feature = "testing")]
+mod memory;
 mod mutex;
 mod options;
 mod settings;
+mod store;
 mod term_tasks;
 
 pub use error::{BoxError, Error, Result};
 pub use fail_stop::FAIL_STOP_EXIT_CODE;
 pub use leadership::{Heartbeat, LeaderContext, Leadership, StopReason, TaskStop, TermReport};
-pub use lease::{
-    Acquire, BlobLeaseManager, LeaseId, LeaseInfo, LeaseState, ACQUIRED_AT_KEY, EPOCH_KEY,
-    HOLDER_KEY,
-};
+pub use lease::{BlobLeaseManager, ACQUIRED_AT_KEY, EPOCH_KEY, HOLDER_KEY};
+#[cfg(feature = "testing")]
+pub use memory::MemoryLeaseStore;
 pub use mutex::BlobDistributedMutex;
 pub use options::{MutexOptions, STOP_SLACK};
 pub use settings::{BlobSettings, AZURITE_ACCOUNT, AZURITE_ENDPOINT};
+pub use store::{Acquire, LeaseId, LeaseInfo, LeaseState, LeaseStore};
 
 /// Re-exported so that callers can name the token type without adding the crate.
 pub use tokio_util::sync::CancellationToken;

@@ -16,9 +16,10 @@ use crate::backoff::{backoff, Jitter};
 use crate::error::{BoxError, Error, Result};
 use crate::fail_stop::{self, FailStop};
 use crate::leadership::{Heartbeat, LeaderContext, Leadership, StopReason, TaskStop, TermReport};
-use crate::lease::{Acquire, BlobLeaseManager, LeaseId, LeaseStore};
+use crate::lease::BlobLeaseManager;
 use crate::options::{default_holder, MutexOptions, ABORT_WAIT, FAIL_STOP_SLACK, STOP_SLACK};
 use crate::settings::BlobSettings;
+use crate::store::{Acquire, LeaseId, LeaseStore};
 use crate::term_tasks::{Ended, TermTasks};
 
 /// The first and the longest wait between renew attempts that failed.
@@ -40,9 +41,8 @@ pub(crate) type TaskFn = dyn Fn(LeaderContext) -> TaskFuture + Send + Sync;
 /// with the same [`BlobSettings`]. The one that acquires the lease runs the
 /// task while it keeps renewing; the others wait and try again. See the crate
 /// documentation for the guarantees and their limits.
-pub struct BlobDistributedMutex {
-    settings: BlobSettings,
-    manager: Arc<BlobLeaseManager>,
+pub struct BlobDistributedMutex<S: LeaseStore = BlobLeaseManager> {
+    store: Arc<S>,
     options: MutexOptions,
     holder: Arc<str>,
     task: Arc<TaskFn>,
@@ -52,17 +52,17 @@ pub struct BlobDistributedMutex {
     campaigning: AtomicBool,
 }
 
-impl std::fmt::Debug for BlobDistributedMutex {
+impl<S: LeaseStore> std::fmt::Debug for BlobDistributedMutex<S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("BlobDistributedMutex")
-            .field("manager", &self.manager)
+            .field("lease", &self.store.name())
             .field("holder", &self.holder)
             .field("options", &self.options)
             .finish_non_exhaustive()
     }
 }
 
-impl BlobDistributedMutex {
+impl BlobDistributedMutex<BlobLeaseManager> {
     /// A mutex with default [`MutexOptions`] that runs `task` while it leads.
     ///
     /// The task is called once per term with a [`LeaderContext`]; it must stop
@@ -99,12 +99,43 @@ impl BlobDistributedMutex {
         E: Into<BoxError> + 'static,
     {
         options.validate()?;
-        let manager =
-            BlobLeaseManager::new(&settings)?.with_request_timeout(options.request_timeout);
+        let manager = BlobLeaseManager::from_settings(settings)?
+            .with_request_timeout(options.request_timeout);
+        Self::with_store(manager, options, task)
+    }
+
+    /// Where the lease blob lives.
+    #[must_use]
+    pub fn settings(&self) -> &BlobSettings {
+        self.store.settings()
+    }
+
+    /// The lease manager this mutex uses, for inspecting the blob.
+    #[must_use]
+    pub fn lease_manager(&self) -> &BlobLeaseManager {
+        &self.store
+    }
+}
+
+impl<S: LeaseStore> BlobDistributedMutex<S> {
+    /// A mutex over any [`LeaseStore`]: for example the in-memory store of
+    /// the `testing` feature, to test leader code with paused Tokio time and
+    /// no emulator, or a store of your own that meets the trait's contract.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidOption`] naming the first invalid option (see
+    /// [`MutexOptions::validate`]).
+    pub fn with_store<F, Fut, E>(store: S, options: MutexOptions, task: F) -> Result<Self>
+    where
+        F: Fn(LeaderContext) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<(), E>> + Send + 'static,
+        E: Into<BoxError> + 'static,
+    {
+        options.validate()?;
         let holder: Arc<str> = options.holder.clone().unwrap_or_else(default_holder).into();
         Ok(BlobDistributedMutex {
-            settings,
-            manager: Arc::new(manager),
+            store: Arc::new(store),
             options,
             holder,
             task: box_task(task),
@@ -114,10 +145,10 @@ impl BlobDistributedMutex {
         })
     }
 
-    /// Where the lease blob lives.
+    /// The lease store this mutex runs on.
     #[must_use]
-    pub fn settings(&self) -> &BlobSettings {
-        &self.settings
+    pub fn store(&self) -> &S {
+        &self.store
     }
 
     /// This instance's holder name.
@@ -130,12 +161,6 @@ impl BlobDistributedMutex {
     #[must_use]
     pub fn options(&self) -> &MutexOptions {
         &self.options
-    }
-
-    /// The lease manager this mutex uses, for inspecting the blob.
-    #[must_use]
-    pub fn lease_manager(&self) -> &BlobLeaseManager {
-        &self.manager
     }
 
     /// A receiver of the leadership state. Like any `watch` channel it holds
@@ -198,7 +223,7 @@ impl BlobDistributedMutex {
     pub async fn run_task_when_mutex_acquired(&self, token: CancellationToken) -> Result<()> {
         let _one = OneCampaign::enter(&self.campaigning)?;
         let engine = Engine {
-            store: self.manager.clone(),
+            store: self.store.clone(),
             options: &self.options,
             holder: self.holder.clone(),
             task: self.task.clone(),
@@ -777,7 +802,7 @@ mod tests;
 #[allow(dead_code)]
 fn assert_send() {
     fn is_send<T: Send>(_: &T) {}
-    fn check(mutex: &BlobDistributedMutex) {
+    fn check(mutex: &BlobDistributedMutex<BlobLeaseManager>) {
         is_send(&mutex.run_task_when_mutex_acquired(CancellationToken::new()));
     }
 }

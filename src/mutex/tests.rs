@@ -13,8 +13,8 @@ use tokio_util::sync::CancellationToken;
 use super::{box_task, Engine, TaskFn};
 use crate::error::{Error, Result};
 use crate::leadership::{LeaderContext, Leadership, StopReason, TaskStop, TermReport};
-use crate::lease::{Acquire, LeaseId, LeaseStore};
 use crate::options::{MutexOptions, STOP_SLACK};
+use crate::store::{Acquire, LeaseId, LeaseInfo, LeaseStore};
 
 /// What happened, and when, in virtual time.
 #[derive(Debug, Clone, PartialEq)]
@@ -189,6 +189,14 @@ impl LeaseStore for MemoryStore {
             _ => Err(Error::LeaseLost("LeaseIdMismatchWithLeaseOperation".into())),
         };
         async move { result }
+    }
+
+    fn inspect(&self) -> impl Future<Output = Result<Option<LeaseInfo>>> + Send {
+        std::future::ready(Ok(None))
+    }
+
+    fn name(&self) -> String {
+        "memory/test".to_owned()
     }
 
     fn stamp(&self, _lease: LeaseId, _holder: &str) -> impl Future<Output = Result<u64>> + Send {

@@ -1,0 +1,196 @@
+//! Behavioural tests of the [`LeaseStore`] contract, written once and run
+//! against every store: the in-memory one, the Azure one on Azurite, and a
+//! store of your own.
+//!
+//! Each check takes two handles `a` and `b` on one fresh lease (two clients
+//! of the same blob, say) and panics with a message naming the rule it found
+//! broken. [`run_all`] runs every quick check, each on a fresh lease;
+//! [`lease_expires_after_its_duration`] waits a whole lease duration (15 s of
+//! Tokio time), so run it on its own, with paused time where the store
+//! allows.
+//!
+//! ```no_run
+//! # async fn example() {
+//! use blob_mutex::{conformance, MemoryLeaseStore};
+//!
+//! conformance::run_all(|name| async move {
+//!     let store = MemoryLeaseStore::new(name);
+//!     (store.clone(), store)
+//! })
+//! .await;
+//! # }
+//! ```
+
+// Every check panics when the store breaks the rule it checks: that is
+// its purpose, said once in the module docs.
+#![allow(clippy::missing_panics_doc)]
+
+use std::future::Future;
+use std::time::Duration;
+
+use crate::error::Error;
+use crate::store::{Acquire, LeaseId, LeaseState, LeaseStore};
+
+/// The lease duration the checks use: the shortest Azure allows.
+pub const DURATION: Duration = Duration::from_secs(15);
+
+/// Runs every quick check, each on a fresh pair of handles from `fresh`,
+/// which is given the check's name (to name a fresh blob, for example).
+pub async fn run_all<S, F, Fut>(fresh: F)
+where
+    S: LeaseStore,
+    F: Fn(&'static str) -> Fut,
+    Fut: Future<Output = (S, S)>,
+{
+    let (a, b) = fresh("acquire").await;
+    acquire_is_exclusive_and_idempotent(&a, &b).await;
+    let (a, b) = fresh("renew").await;
+    renew_keeps_the_lease_and_only_for_its_id(&a, &b).await;
+    let (a, b) = fresh("release").await;
+    release_frees_the_lease_at_once(&a, &b).await;
+    let (a, b) = fresh("stamp").await;
+    stamp_needs_the_lease_and_epochs_increase(&a, &b).await;
+    let (a, b) = fresh("inspect").await;
+    inspect_needs_no_lease_and_shows_the_last_term(&a, &b).await;
+}
+
+/// Acquire grants the lease to one id; the same id acquires again
+/// (idempotent); another id is told it is held, not given an error.
+pub async fn acquire_is_exclusive_and_idempotent<S: LeaseStore>(a: &S, b: &S) {
+    let (first, second) = (LeaseId::new(), LeaseId::new());
+    assert_eq!(
+        ok(a.acquire(first, DURATION).await, "acquire"),
+        Acquire::Acquired
+    );
+    assert_eq!(
+        ok(a.acquire(first, DURATION).await, "acquire again"),
+        Acquire::Acquired,
+        "acquiring again with the holding id must succeed (idempotent acquire)"
+    );
+    assert_eq!(
+        ok(b.acquire(second, DURATION).await, "acquire by another id"),
+        Acquire::Held,
+        "a held lease must not be granted to another id"
+    );
+    ok(a.release(first).await, "release");
+}
+
+/// Renew succeeds for the holder, and is a definitive loss for another id.
+pub async fn renew_keeps_the_lease_and_only_for_its_id<S: LeaseStore>(a: &S, b: &S) {
+    let (holder, other) = (LeaseId::new(), LeaseId::new());
+    ok(a.acquire(holder, DURATION).await, "acquire");
+    ok(a.renew(holder).await, "renew");
+    assert_lost(
+        &b.renew(other).await,
+        "renew under an id that does not hold the lease",
+    );
+    assert_eq!(
+        ok(b.acquire(other, DURATION).await, "acquire by another id"),
+        Acquire::Held,
+        "renewing must keep the lease"
+    );
+    ok(a.release(holder).await, "release");
+}
+
+/// Release lets another id acquire at once; the released id has lost it.
+pub async fn release_frees_the_lease_at_once<S: LeaseStore>(a: &S, b: &S) {
+    let (first, second) = (LeaseId::new(), LeaseId::new());
+    ok(a.acquire(first, DURATION).await, "acquire");
+    ok(a.release(first).await, "release");
+    assert_eq!(
+        ok(b.acquire(second, DURATION).await, "acquire after a release"),
+        Acquire::Acquired,
+        "a released lease must be free at once"
+    );
+    assert_lost(
+        &a.renew(first).await,
+        "renew after the lease passed to another id",
+    );
+    assert_lost(
+        &a.stamp(first, "a").await,
+        "stamp after the lease passed to another id",
+    );
+    ok(b.release(second).await, "release");
+}
+
+/// Stamp works only for the holder, and every stamp returns a larger epoch,
+/// across holders.
+pub async fn stamp_needs_the_lease_and_epochs_increase<S: LeaseStore>(a: &S, b: &S) {
+    let (first, second) = (LeaseId::new(), LeaseId::new());
+    ok(a.acquire(first, DURATION).await, "acquire");
+    let e1 = ok(a.stamp(first, "a").await, "stamp");
+    let e2 = ok(a.stamp(first, "a").await, "stamp again");
+    assert!(e2 > e1, "epochs must strictly increase: {e1} then {e2}");
+    assert_lost(
+        &b.stamp(second, "b").await,
+        "stamp under an id that does not hold the lease",
+    );
+    ok(a.release(first).await, "release");
+    ok(
+        b.acquire(second, DURATION).await,
+        "acquire by the next holder",
+    );
+    let e3 = ok(b.stamp(second, "b").await, "stamp by the next holder");
+    assert!(
+        e3 > e2,
+        "the next holder's epoch must be larger: {e2} then {e3}"
+    );
+    ok(b.release(second).await, "release");
+}
+
+/// Inspect needs no lease and shows the state and the last term's holder
+/// and epoch.
+pub async fn inspect_needs_no_lease_and_shows_the_last_term<S: LeaseStore>(a: &S, b: &S) {
+    let id = LeaseId::new();
+    ok(a.acquire(id, DURATION).await, "acquire");
+    let epoch = ok(a.stamp(id, "holder-a").await, "stamp");
+    let info = ok(b.inspect().await, "inspect by a non-holder").expect("the lease exists");
+    assert_eq!(info.state, LeaseState::Leased);
+    assert_eq!(info.holder.as_deref(), Some("holder-a"));
+    assert_eq!(info.epoch, epoch);
+    ok(a.release(id).await, "release");
+    let info = ok(b.inspect().await, "inspect").expect("the lease exists");
+    assert!(info.state.is_free(), "released, yet {}", info.state);
+}
+
+/// A lease not renewed is granted to another id once its duration has
+/// passed, not before. Waits [`DURATION`] and a little on Tokio's clock.
+pub async fn lease_expires_after_its_duration<S: LeaseStore>(a: &S, b: &S) {
+    let (first, second) = (LeaseId::new(), LeaseId::new());
+    let sent = tokio::time::Instant::now();
+    ok(a.acquire(first, DURATION).await, "acquire");
+    tokio::time::sleep_until(sent + DURATION - Duration::from_secs(1)).await;
+    assert_eq!(
+        ok(
+            b.acquire(second, DURATION).await,
+            "acquire before the expiry"
+        ),
+        Acquire::Held,
+        "the lease must not be granted to another id before its duration passed"
+    );
+    tokio::time::sleep_until(sent + DURATION + Duration::from_millis(500)).await;
+    assert_eq!(
+        ok(
+            b.acquire(second, DURATION).await,
+            "acquire after the expiry"
+        ),
+        Acquire::Acquired,
+        "an expired lease must be free"
+    );
+    assert_lost(
+        &a.renew(first).await,
+        "renew after the lease expired and was taken",
+    );
+    ok(b.release(second).await, "release");
+}
+
+fn ok<T>(result: Result<T, Error>, what: &str) -> T {
+    result.unwrap_or_else(|e| panic!("{what} failed: {e}"))
+}
+
+fn assert_lost<T: std::fmt::Debug>(result: &Result<T, Error>, what: &str) {
+    assert!(
+        matches!(result, Err(Error::LeaseLost(_))),
+        "{what} must fail with Error::LeaseLost (a definitive loss), got {result:?}"
+    );
+}

@@ -1,0 +1,226 @@
+//! A lease store in memory, for testing leader code without storage.
+
+use std::future::Future;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::error::{Error, Result};
+use crate::options::lease_seconds;
+use crate::store::{Acquire, LeaseId, LeaseInfo, LeaseState, LeaseStore};
+
+/// One lease kept in memory, with the same rules as an Azure blob lease.
+/// Clones share the lease, so several mutexes made from clones of one store
+/// compete for it like instances of a service.
+///
+/// Leases expire on Tokio's clock, so tests can run with paused time
+/// (`#[tokio::test(start_paused = true)]`) and take no real time to fail
+/// over:
+///
+/// ```
+/// use std::time::Duration;
+/// use blob_mutex::{BlobDistributedMutex, CancellationToken, LeaderContext, MemoryLeaseStore, MutexOptions};
+///
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() -> Result<(), blob_mutex::Error> {
+/// let store = MemoryLeaseStore::new("jobs");
+/// let task = |ctx: LeaderContext| async move {
+///     ctx.cancelled().await;
+///     Ok::<(), blob_mutex::Error>(())
+/// };
+/// let mutex = BlobDistributedMutex::with_store(store.clone(), MutexOptions::default(), task)?;
+/// let token = CancellationToken::new();
+/// let stop = token.clone();
+/// tokio::spawn(async move {
+///     tokio::time::sleep(Duration::from_secs(60)).await;
+///     stop.cancel();
+/// });
+/// mutex.run_task_when_mutex_acquired(token).await?;
+/// assert_eq!(store.epoch(), 1, "one term in a minute of virtual time");
+/// # Ok(())
+/// # }
+/// ```
+///
+/// It differs from Azure where Azure is slower: an expired lease can be
+/// acquired at the instant it expires, and nothing needs creating first.
+#[derive(Clone, Debug)]
+pub struct MemoryLeaseStore {
+    name: Arc<str>,
+    state: Arc<Mutex<State>>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    /// The lease's id, and when it expires; `None` once released or broken.
+    lease: Option<Held>,
+    /// Whether a lease was ever acquired (the "blob" exists).
+    created: bool,
+    epoch: u64,
+    holder: Option<String>,
+    /// Every call fails with a transport error while set.
+    unavailable: bool,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Held {
+    id: LeaseId,
+    duration: Duration,
+    until: Instant,
+}
+
+impl MemoryLeaseStore {
+    /// A free lease named `name` (used in logs and metrics).
+    #[must_use]
+    pub fn new(name: impl Into<String>) -> Self {
+        MemoryLeaseStore {
+            name: name.into().into(),
+            state: Arc::default(),
+        }
+    }
+
+    /// Breaks the lease, as an operator would: the holder's next renewal
+    /// finds it lost, and anyone may acquire it at once.
+    pub fn break_lease(&self) {
+        self.lock().lease = None;
+    }
+
+    /// While `true`, every call fails with a transient
+    /// [`Error::Transport`], as when storage cannot be reached. The lease
+    /// still expires on time.
+    pub fn set_unavailable(&self, unavailable: bool) {
+        self.lock().unavailable = unavailable;
+    }
+
+    /// The epoch of the last term (0 before the first).
+    #[must_use]
+    pub fn epoch(&self) -> u64 {
+        self.lock().epoch
+    }
+
+    /// The holder of the last term.
+    #[must_use]
+    pub fn holder(&self) -> Option<String> {
+        self.lock().holder.clone()
+    }
+
+    /// Whether a lease is held now (granted and not expired).
+    #[must_use]
+    pub fn is_held(&self) -> bool {
+        self.lock()
+            .lease
+            .is_some_and(|held| held.until > Instant::now())
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Runs `action` on the state now, unless storage is "unavailable".
+    fn call<T: Send>(
+        &self,
+        operation: &'static str,
+        action: impl FnOnce(&mut State, Instant) -> Result<T>,
+    ) -> impl Future<Output = Result<T>> + Send {
+        let mut state = self.lock();
+        let result = if state.unavailable {
+            Err(Error::Transport(format!(
+                "{operation}: the store is unavailable"
+            )))
+        } else {
+            action(&mut state, Instant::now())
+        };
+        std::future::ready(result)
+    }
+}
+
+fn lost(operation: &str) -> Error {
+    Error::LeaseLost(format!("{operation}: the lease is not held under this id"))
+}
+
+impl LeaseStore for MemoryLeaseStore {
+    fn acquire(
+        &self,
+        proposed: LeaseId,
+        duration: Duration,
+    ) -> impl Future<Output = Result<Acquire>> + Send {
+        let seconds = lease_seconds(duration);
+        self.call("acquire", move |state, now| {
+            seconds?;
+            state.created = true;
+            match state.lease {
+                Some(held) if held.id != proposed && held.until > now => Ok(Acquire::Held),
+                _ => {
+                    state.lease = Some(Held {
+                        id: proposed,
+                        duration,
+                        until: now + duration,
+                    });
+                    Ok(Acquire::Acquired)
+                }
+            }
+        })
+    }
+
+    fn renew(&self, lease: LeaseId) -> impl Future<Output = Result<()>> + Send {
+        // Like Azure: an expired lease renews under its own id as long as
+        // nobody else acquired it meanwhile.
+        self.call("renew", move |state, now| match &mut state.lease {
+            Some(held) if held.id == lease => {
+                held.until = now + held.duration;
+                Ok(())
+            }
+            _ => Err(lost("renew")),
+        })
+    }
+
+    fn release(&self, lease: LeaseId) -> impl Future<Output = Result<()>> + Send {
+        self.call("release", move |state, _| match state.lease {
+            Some(held) if held.id == lease => {
+                state.lease = None;
+                Ok(())
+            }
+            _ => Err(lost("release")),
+        })
+    }
+
+    fn stamp(&self, lease: LeaseId, holder: &str) -> impl Future<Output = Result<u64>> + Send {
+        let holder = holder.to_owned();
+        self.call("stamp", move |state, now| match state.lease {
+            Some(held) if held.id == lease && held.until > now => {
+                let epoch = state
+                    .epoch
+                    .checked_add(1)
+                    .ok_or_else(|| Error::InvalidEpoch {
+                        found: state.epoch.to_string(),
+                    })?;
+                state.epoch = epoch;
+                state.holder = Some(holder);
+                Ok(epoch)
+            }
+            _ => Err(lost("stamp")),
+        })
+    }
+
+    fn inspect(&self) -> impl Future<Output = Result<Option<LeaseInfo>>> + Send {
+        self.call("inspect", |state, now| {
+            if !state.created {
+                return Ok(None);
+            }
+            let lease_state = match state.lease {
+                Some(held) if held.until > now => LeaseState::Leased,
+                Some(_) => LeaseState::Expired,
+                None => LeaseState::Available,
+            };
+            let mut info = LeaseInfo::new(lease_state);
+            info.infinite = (lease_state == LeaseState::Leased).then_some(false);
+            info.holder.clone_from(&state.holder);
+            info.epoch = state.epoch;
+            Ok(Some(info))
+        })
+    }
+
+    fn name(&self) -> String {
+        self.name.to_string()
+    }
+}

@@ -1,0 +1,217 @@
+//! The lease-store seam: what the election needs from any store, and the
+//! words it speaks (lease ids, acquire outcomes, lease states).
+
+use std::fmt;
+use std::future::Future;
+use std::str::FromStr;
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+
+/// A lease id: a UUID chosen by this crate (a *proposed* lease id), so that a
+/// retried acquire of the same round is idempotent.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct LeaseId(uuid::Uuid);
+
+impl LeaseId {
+    /// A new random lease id.
+    #[must_use]
+    pub fn new() -> Self {
+        LeaseId(uuid::Uuid::new_v4())
+    }
+
+    /// The id as a UUID.
+    #[must_use]
+    pub fn as_uuid(self) -> uuid::Uuid {
+        self.0
+    }
+}
+
+impl Default for LeaseId {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl fmt::Display for LeaseId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl fmt::Debug for LeaseId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "LeaseId({})", self.0)
+    }
+}
+
+impl FromStr for LeaseId {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self> {
+        uuid::Uuid::from_str(s)
+            .map(LeaseId)
+            .map_err(|_| Error::invalid("lease_id", "must be a UUID"))
+    }
+}
+
+/// The outcome of an acquire attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Acquire {
+    /// The lease is ours, under the proposed id.
+    Acquired,
+    /// Someone else holds the lease (on Azure, HTTP 409 `LeaseAlreadyPresent`).
+    Held,
+}
+
+/// The lease state of a blob, as storage reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LeaseState {
+    /// No lease; anyone may acquire.
+    Available,
+    /// Leased and not expired.
+    Leased,
+    /// The lease ran out; anyone may acquire.
+    Expired,
+    /// Being broken; free when the break period ends.
+    Breaking,
+    /// Broken; anyone may acquire.
+    Broken,
+}
+
+impl LeaseState {
+    /// The state's name in the REST API, such as `leased`.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LeaseState::Available => "available",
+            LeaseState::Leased => "leased",
+            LeaseState::Expired => "expired",
+            LeaseState::Breaking => "breaking",
+            LeaseState::Broken => "broken",
+        }
+    }
+
+    /// Whether a new lease can be acquired now.
+    #[must_use]
+    pub fn is_free(self) -> bool {
+        matches!(
+            self,
+            LeaseState::Available | LeaseState::Expired | LeaseState::Broken
+        )
+    }
+}
+
+impl fmt::Display for LeaseState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What [`LeaseStore::inspect`] found: the lease's state and the metadata
+/// of the last term.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LeaseInfo {
+    /// The lease state.
+    pub state: LeaseState,
+    /// Whether the lease is infinite rather than fixed; `None` unless leased.
+    pub infinite: Option<bool>,
+    /// The `holder` metadata: the name of the last instance that led.
+    pub holder: Option<String>,
+    /// The `epoch` metadata: the fencing token of the last term, 0 if none.
+    pub epoch: u64,
+    /// The `acquired_at` metadata, RFC 3339.
+    pub acquired_at: Option<String>,
+    /// The blob's content length in bytes.
+    pub content_length: u64,
+    /// The blob's `ETag` (empty for stores that have none).
+    pub etag: String,
+}
+
+impl LeaseInfo {
+    /// Information with this state and nothing else known: no holder,
+    /// epoch 0, no content. For stores outside this crate, which cannot
+    /// build the struct with a literal; set the public fields after.
+    #[must_use]
+    pub fn new(state: LeaseState) -> Self {
+        LeaseInfo {
+            state,
+            infinite: None,
+            holder: None,
+            epoch: 0,
+            acquired_at: None,
+            content_length: 0,
+            etag: String::new(),
+        }
+    }
+}
+
+/// What the election needs from a lease store: one lease, acquired under an
+/// id the caller proposes, renewed, released, and stamped with the epoch.
+///
+/// [`BlobLeaseManager`](crate::BlobLeaseManager) is the Azure store;
+/// [`MemoryLeaseStore`](crate::MemoryLeaseStore) (feature `testing`) keeps
+/// the lease in memory for tests. [`BlobDistributedMutex`](crate::BlobDistributedMutex)
+/// runs over any store (see [`BlobDistributedMutex::with_store`](crate::BlobDistributedMutex::with_store)),
+/// and never learns which one it runs on, so everything its safety argument
+/// needs is in this contract. The suite in [`conformance`](crate::conformance)
+/// (feature `testing`) checks a store against it.
+///
+/// # Contract
+///
+/// 1. **Deadline from the send time.** A lease that [`acquire`](Self::acquire)
+///    or [`renew`](Self::renew) grants (or keeps) for `duration` is not
+///    granted to any other proposed id before the instant the call was
+///    *made* plus `duration`, measured on a clock that runs no faster than
+///    the caller's by more than the caller's `clock_drift`. The mutex computes
+///    its deadline from the instant it called, so a store may take as long
+///    as it likes to answer.
+/// 2. **Definitive loss is told apart.** When the lease is not held under the
+///    given id any more (expired and taken, broken, released, changed),
+///    `renew`, `release` and `stamp` return [`Error::LeaseLost`]. Every other
+///    failure is transient ([`Error::is_transient`]) or fatal
+///    ([`Error::is_fatal`]) and says nothing about who holds the lease.
+/// 3. **Idempotent acquire.** Acquiring again with the id that holds the
+///    lease succeeds ([`Acquire::Acquired`]), so a retry after a lost answer
+///    learns the outcome. A lease held under another id answers
+///    [`Acquire::Held`], not an error.
+/// 4. **Epochs strictly increase.** [`stamp`](Self::stamp) succeeds only for
+///    the id that holds the lease, and returns an epoch larger than any it
+///    returned before for this lease, to any holder. It never goes back: a
+///    stored epoch that cannot be increased is [`Error::InvalidEpoch`].
+/// 5. **Renewing keeps the lease alive for `duration` again**, measured from
+///    the renew call, with the duration of the acquire.
+///
+/// The mutex bounds every call with its own time limit and drops the future
+/// when the limit runs out, so a call's future must be safe to drop at any
+/// await point (the call may or may not have taken effect, as with any
+/// network request).
+pub trait LeaseStore: Send + Sync + 'static {
+    /// Acquires the lease for `duration` under `proposed`, creating whatever
+    /// the lease lives in when it is missing.
+    fn acquire(
+        &self,
+        proposed: LeaseId,
+        duration: Duration,
+    ) -> impl Future<Output = Result<Acquire>> + Send;
+
+    /// Renews the lease held under `lease` for the acquire's duration.
+    fn renew(&self, lease: LeaseId) -> impl Future<Output = Result<()>> + Send;
+
+    /// Gives the lease up, so that another id may acquire it at once.
+    fn release(&self, lease: LeaseId) -> impl Future<Output = Result<()>> + Send;
+
+    /// Records `holder` as the holder of a new term and returns the term's
+    /// epoch: larger than every epoch returned before.
+    fn stamp(&self, lease: LeaseId, holder: &str) -> impl Future<Output = Result<u64>> + Send;
+
+    /// The lease's state and the last term's holder and epoch; `None` when
+    /// the lease was never created. Needs no lease.
+    fn inspect(&self) -> impl Future<Output = Result<Option<LeaseInfo>>> + Send;
+
+    /// A short name for the lease, for logs and metrics: `container/blob`
+    /// for the Azure store. Never a secret.
+    fn name(&self) -> String;
+}
