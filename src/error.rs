@@ -28,11 +28,10 @@ pub enum Error {
     #[error("invalid connection string: {0}")]
     InvalidConnectionString(String),
 
-    /// Storage refused the credentials (HTTP 401 or 403), or no credential
-    /// source could be set up at all.
+    /// Storage refused the credentials (HTTP 401 or 403).
     #[error("authentication failed ({status} {code}): {message}")]
     Authentication {
-        /// HTTP status, 401 or 403; 0 when no credential source could be set up.
+        /// HTTP status, 401 or 403.
         status: u16,
         /// The `x-ms-error-code`, for example `AuthenticationFailed`.
         code: String,
@@ -42,8 +41,14 @@ pub enum Error {
 
     /// A token credential could not give a token (for example, the managed
     /// identity endpoint did not answer). Transient: the campaign retries.
-    #[error("no token from the credential: {0}")]
-    CredentialUnavailable(String),
+    #[error("no token from the credential during {operation}")]
+    CredentialUnavailable {
+        /// The storage call that needed the token, for example `renew`.
+        operation: &'static str,
+        /// What the credential said, secrets removed.
+        #[source]
+        source: Cause,
+    },
 
     /// The lease is no longer ours: broken, changed or taken by someone else.
     #[error("lease lost: {0}")]
@@ -62,8 +67,24 @@ pub enum Error {
 
     /// The request did not reach storage or its answer did not come back
     /// (connection refused or reset, DNS, TLS).
-    #[error("transport error: {0}")]
-    Transport(String),
+    #[error("transport error during {operation}")]
+    Transport {
+        /// The storage call, for example `acquire`.
+        operation: &'static str,
+        /// What went wrong, secrets removed, with its own causes.
+        #[source]
+        source: Cause,
+    },
+
+    /// Storage answered in a way this crate cannot use (a body that does not
+    /// parse, an acquire answered under another lease id than proposed).
+    #[error("unexpected answer to {operation}: {message}")]
+    UnexpectedResponse {
+        /// The storage call, for example `acquire`.
+        operation: &'static str,
+        /// What was unexpected.
+        message: String,
+    },
 
     /// A storage call did not finish within its time limit.
     #[error("{operation} timed out after {after:?}")]
@@ -77,14 +98,6 @@ pub enum Error {
     /// The caller's cancellation token was cancelled.
     #[error("cancelled")]
     Cancelled,
-
-    /// The leader task returned an error.
-    #[error("leader task failed")]
-    TaskFailed(#[source] BoxError),
-
-    /// The leader task panicked.
-    #[error("leader task panicked: {0}")]
-    TaskPanicked(String),
 
     /// The campaign gave up: this instance did not lead within
     /// [`MutexOptions::acquire_timeout`](crate::MutexOptions::acquire_timeout)
@@ -127,7 +140,9 @@ impl Error {
     #[must_use]
     pub fn is_transient(&self) -> bool {
         match self {
-            Error::Transport(_) | Error::Timeout { .. } | Error::CredentialUnavailable(_) => true,
+            Error::Transport { .. }
+            | Error::Timeout { .. }
+            | Error::CredentialUnavailable { .. } => true,
             Error::Storage { status, .. } => matches!(status, 408 | 429 | 500 | 502 | 503 | 504),
             _ => false,
         }
@@ -155,6 +170,75 @@ impl Error {
             field,
             reason: reason.into(),
         }
+    }
+}
+
+impl Error {
+    /// A transport error during `operation`, from a message (redacted here).
+    #[must_use]
+    pub fn transport(operation: &'static str, message: impl Into<String>) -> Self {
+        Error::Transport {
+            operation,
+            source: Cause::new(message),
+        }
+    }
+}
+
+/// The cause of an error, as text with every secret removed, and its own
+/// cause in turn: the chain of a lower-level error (the SDK's, the HTTP
+/// client's), kept walkable through [`std::error::Error::source`] without
+/// the URLs, keys and signatures those errors may print.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cause {
+    message: String,
+    source: Option<Box<Cause>>,
+}
+
+impl Cause {
+    /// A cause with this message (redacted) and no cause of its own.
+    #[must_use]
+    pub fn new(message: impl Into<String>) -> Self {
+        Cause {
+            message: redact(&message.into()),
+            source: None,
+        }
+    }
+
+    /// The chain of `error`, each message redacted.
+    pub(crate) fn of(error: &(dyn std::error::Error + 'static)) -> Self {
+        Cause {
+            message: redact(&error.to_string()),
+            source: error.source().map(|next| Box::new(Cause::of(next))),
+        }
+    }
+}
+
+impl std::fmt::Display for Cause {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for Cause {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.source
+            .as_deref()
+            .map(|cause| cause as &(dyn std::error::Error + 'static))
+    }
+}
+
+/// An error and its causes on one line (`a: b: c`), for log fields.
+pub(crate) struct Chain<'a>(pub(crate) &'a (dyn std::error::Error + 'static));
+
+impl std::fmt::Display for Chain<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0)?;
+        let mut source = self.0.source();
+        while let Some(cause) = source {
+            write!(f, ": {cause}")?;
+            source = cause.source();
+        }
+        Ok(())
     }
 }
 
@@ -223,6 +307,41 @@ mod tests {
         assert_eq!(
             redact("see http://127.0.0.1:10000/devstoreaccount1 now"),
             "see http://127.0.0.1:10000/devstoreaccount1 now"
+        );
+    }
+
+    #[test]
+    fn a_cause_keeps_the_chain_without_secrets() {
+        #[derive(Debug)]
+        struct Outer(std::io::Error);
+        impl std::fmt::Display for Outer {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("error sending request for url (https://a.blob.core.windows.net/c/b?sig=SECRET)")
+            }
+        }
+        impl std::error::Error for Outer {
+            fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+                Some(&self.0)
+            }
+        }
+        let outer = Outer(std::io::Error::new(
+            std::io::ErrorKind::ConnectionRefused,
+            "refused",
+        ));
+        let error = Error::Transport {
+            operation: "renew",
+            source: Cause::of(&outer),
+        };
+        let text = Chain(&error).to_string();
+        assert_eq!(
+            text,
+            "transport error during renew: error sending request for url \
+             (https://a.blob.core.windows.net/c/b?<redacted>): refused"
+        );
+        assert_eq!(
+            error.to_string(),
+            "transport error during renew",
+            "the cause is not repeated"
         );
     }
 

@@ -15,7 +15,7 @@ use time::format_description::well_known::Rfc3339;
 use time::OffsetDateTime;
 use tracing::{debug, trace};
 
-use crate::error::{redact, Error, Result};
+use crate::error::{redact, Cause, Error, Result};
 use crate::options::{lease_seconds, DEFAULT_REQUEST_TIMEOUT};
 use crate::settings::{BlobSettings, Credential};
 use crate::store::{Acquire, LeaseId, LeaseInfo, LeaseState, LeaseStore};
@@ -313,10 +313,9 @@ impl BlobLeaseManager {
                     return Ok(Acquire::Acquired)
                 }
                 Ok(_) => {
-                    return Err(Error::Storage {
-                        status: 201,
-                        code: None,
-                        message: "acquire answered with another lease id than proposed".into(),
+                    return Err(Error::UnexpectedResponse {
+                        operation: "acquire",
+                        message: "answered with another lease id than proposed".into(),
                     })
                 }
                 Err(e) => match http_status(&e) {
@@ -547,22 +546,19 @@ fn map_error(operation: &'static str, error: &azure_core::Error) -> Error {
             },
         };
     }
-    let mut message = format!("{operation}: {error}");
-    let mut source = std::error::Error::source(error);
-    while let Some(cause) = source {
-        message.push_str(": ");
-        message.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    let message = redact(&message);
     match error.kind() {
-        ErrorKind::Credential => Error::CredentialUnavailable(message),
-        ErrorKind::DataConversion => Error::Storage {
-            status: 0,
-            code: None,
-            message,
+        ErrorKind::Credential => Error::CredentialUnavailable {
+            operation,
+            source: Cause::of(error),
         },
-        _ => Error::Transport(message),
+        ErrorKind::DataConversion => Error::UnexpectedResponse {
+            operation,
+            message: redact(&error.to_string()),
+        },
+        _ => Error::Transport {
+            operation,
+            source: Cause::of(error),
+        },
     }
 }
 
@@ -613,7 +609,7 @@ mod tests {
         let error = azure_core::Error::message(ErrorKind::Credential, "IMDS timed out");
         let mapped = map_error("acquire", &error);
         assert!(
-            matches!(mapped, Error::CredentialUnavailable(_))
+            matches!(mapped, Error::CredentialUnavailable { .. })
                 && mapped.is_transient()
                 && !mapped.is_fatal(),
             "{mapped:?}"

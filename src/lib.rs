@@ -15,7 +15,7 @@ mod settings;
 mod store;
 mod term_tasks;
 
-pub use error::{BoxError, Error, Result};
+pub use error::{BoxError, Cause, Error, Result};
 pub use fail_stop::FAIL_STOP_EXIT_CODE;
 pub use leadership::{Heartbeat, LeaderContext, Leadership, StopReason, TaskStop, TermReport};
 pub use lease::{BlobLeaseManager, ACQUIRED_AT_KEY, EPOCH_KEY, HOLDER_KEY};

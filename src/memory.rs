@@ -124,9 +124,7 @@ impl MemoryLeaseStore {
     ) -> impl Future<Output = Result<T>> + Send {
         let mut state = self.lock();
         let result = if state.unavailable {
-            Err(Error::Transport(format!(
-                "{operation}: the store is unavailable"
-            )))
+            Err(Error::transport(operation, "the store is unavailable"))
         } else {
             action(&mut state, Instant::now())
         };

@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, trace, warn};
 
 use crate::backoff::{backoff, Jitter};
-use crate::error::{BoxError, Error, Result};
+use crate::error::{BoxError, Chain, Error, Result};
 use crate::fail_stop::{self, FailStop};
 use crate::leadership::{Heartbeat, LeaderContext, Leadership, StopReason, TaskStop, TermReport};
 use crate::lease::BlobLeaseManager;
@@ -335,7 +335,7 @@ impl<S: LeaseStore> Engine<'_, S> {
             Ok(()) => debug!(holder = %self.holder, "campaign stopped"),
             Err(e) => {
                 // The caller gets the error itself; logging it loudly too would show it twice.
-                debug!(holder = %self.holder, error = %e, "campaign stopped by a fatal error");
+                debug!(holder = %self.holder, error = %Chain(e), "campaign stopped by a fatal error");
             }
         }
         result
@@ -419,7 +419,7 @@ impl<S: LeaseStore> Engine<'_, S> {
                         self.options.acquire_retry.max(ACQUIRE_BACKOFF_MAX),
                         failures,
                     );
-                    warn!(holder = %self.holder, error = %e, failures, retry_in = ?wait, "acquire failed");
+                    warn!(holder = %self.holder, error = %Chain(&e), failures, retry_in = ?wait, "acquire failed");
                     (wait, Some(e))
                 }
             };
@@ -517,7 +517,7 @@ impl<S: LeaseStore> Engine<'_, S> {
             Err(e) => e,
         };
         if !matches!(e, Error::Cancelled) {
-            warn!(holder = %self.holder, error = %e, "could not write the epoch; giving the lease back");
+            warn!(holder = %self.holder, error = %Chain(&e), "could not write the epoch; giving the lease back");
         }
         self.release(lease, self.options.request_timeout).await;
         Err(match e {
@@ -545,7 +545,7 @@ impl<S: LeaseStore> Engine<'_, S> {
             failure = term.tasks.failed() => (failure.reason, Some(failure.message)),
             end = renewal => match end {
                 RenewEnd::Lost(e) => {
-                    warn!(holder = %self.holder, epoch, error = %e, "lease lost; stopping the leader task");
+                    warn!(holder = %self.holder, epoch, error = %Chain(&e), "lease lost; stopping the leader task");
                     (StopReason::LeaseLost, None)
                 }
                 RenewEnd::Deadline => {
@@ -625,7 +625,7 @@ impl<S: LeaseStore> Engine<'_, S> {
                 end = &mut renewal, if renewing => {
                     renewing = false;
                     if let RenewEnd::Lost(e) = end {
-                        warn!(holder = %self.holder, epoch, error = %e, "lease lost while the leader task stops");
+                        warn!(holder = %self.holder, epoch, error = %Chain(&e), "lease lost while the leader task stops");
                         lease_held = false;
                     }
                 }
@@ -705,7 +705,7 @@ impl<S: LeaseStore> Engine<'_, S> {
         match bounded("release", limit, self.store.release(lease)).await {
             Ok(()) => debug!(holder = %self.holder, "released lease"),
             Err(e) => {
-                debug!(holder = %self.holder, error = %e, "release failed; the lease will expire");
+                debug!(holder = %self.holder, error = %Chain(&e), "release failed; the lease will expire");
             }
         }
     }
@@ -739,7 +739,7 @@ impl<S: LeaseStore> Engine<'_, S> {
                 Err(e) => {
                     failures = failures.saturating_add(1);
                     let wait = backoff(RENEW_RETRY_FIRST, RENEW_RETRY_MAX, failures);
-                    warn!(holder = %self.holder, error = %e, failures, retry_in = ?wait, "renew failed");
+                    warn!(holder = %self.holder, error = %Chain(&e), failures, retry_in = ?wait, "renew failed");
                     next = Instant::now() + wait;
                 }
             }

@@ -123,8 +123,8 @@ impl BlobSettings {
     ///
     /// # Errors
     ///
-    /// [`Error::Authentication`] when no credential source can be set up, and
-    /// [`Error::InvalidOption`] when a name is invalid.
+    /// [`Error::InvalidOption`] naming `credential` when no credential source
+    /// can be set up, or the field of a name that is invalid.
     pub fn with_default_credential(
         account: impl Into<String>,
         container: impl Into<String>,

@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::error;
 
-use crate::error::BoxError;
+use crate::error::{BoxError, Chain};
 use crate::leadership::StopReason;
 
 /// How one piece of a term's work ended by itself.
@@ -217,21 +217,9 @@ where
 {
     match (CatchUnwind(Box::pin(task))).await {
         Ok(Ok(())) => Ended::Returned,
-        Ok(Err(e)) => Ended::Failed(error_chain(&*e)),
+        Ok(Err(e)) => Ended::Failed(Chain(&*e).to_string()),
         Err(payload) => Ended::Panicked(panic_message(&*payload)),
     }
-}
-
-/// An error and its sources on one line.
-fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut message = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        message.push_str(": ");
-        message.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    message
 }
 
 /// The text of a panic's payload.

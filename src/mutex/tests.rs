@@ -642,7 +642,7 @@ async fn transient_acquire_failures_back_off_and_recover() {
         for _ in 0..6 {
             server
                 .queued_acquire_errors
-                .push_back(Error::Transport("connection refused".into()));
+                .push_back(Error::transport("acquire", "connection refused"));
         }
     }
     let task = recording_task(h.store.clone(), Some(Duration::ZERO));

@@ -119,7 +119,11 @@ async fn preflight(manager: &BlobLeaseManager) -> Result<()> {
     match manager.inspect().await {
         Err(e) if e.is_fatal() => Err(e.into()),
         Err(e) => {
-            warn!(error = %e, "cannot read the lease blob yet; retrying");
+            let e = anyhow::Error::new(e);
+            warn!(
+                error = format!("{e:#}"),
+                "cannot read the lease blob yet; retrying"
+            );
             Ok(())
         }
         Ok(_) => Ok(()),

@@ -221,7 +221,10 @@ async fn a_credential_that_fails_three_times_then_works_is_retried() {
             .lock()
             .unwrap()
             .queued_acquire_errors
-            .push_back(Error::CredentialUnavailable("IMDS timed out".into()));
+            .push_back(Error::CredentialUnavailable {
+                operation: "acquire",
+                source: crate::error::Cause::new("IMDS timed out"),
+            });
     }
     let task = recording_task(h.store.clone(), Some(Duration::ZERO));
     let start = Instant::now();
@@ -536,7 +539,7 @@ async fn a_failing_sub_task_ends_the_term_with_its_error() {
     let task = box_task(move |ctx: LeaderContext| async move {
         ctx.spawn(async {
             tokio::time::sleep(Duration::from_secs(1)).await;
-            Err::<(), Error>(Error::Transport("the queue went away".into()))
+            Err::<(), Error>(Error::transport("consume", "the queue went away"))
         });
         ctx.cancelled().await;
         Ok::<(), Error>(())
@@ -546,7 +549,7 @@ async fn a_failing_sub_task_ends_the_term_with_its_error() {
     assert_eq!((report.epoch, report.reason), (1, StopReason::Failed));
     assert_eq!(
         report.failure.as_deref(),
-        Some("transport error: the queue went away")
+        Some("transport error during consume: the queue went away")
     );
     assert_eq!(
         h.store.released_at().unwrap() - h.store.acquired_at().unwrap(),
@@ -652,12 +655,12 @@ async fn acquire_timeout_gives_the_last_error_when_storage_fails() {
             .lock()
             .unwrap()
             .queued_acquire_errors
-            .push_back(Error::Transport("connection refused".into()));
+            .push_back(Error::transport("acquire", "connection refused"));
     }
     let task = recording_task(h.store.clone(), Some(Duration::ZERO));
     let start = Instant::now();
     let err = h.run(task, Duration::from_secs(60)).await.unwrap_err();
-    assert!(matches!(err, Error::Transport(_)), "{err:?}");
+    assert!(matches!(err, Error::Transport { .. }), "{err:?}");
     // Attempts at 0, ~1, ~3 and at the limit itself.
     assert_eq!(Instant::now() - start, Duration::from_secs(4));
     assert_eq!(acquire_attempts(&h.store), 4);
