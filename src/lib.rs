@@ -9,6 +9,7 @@ mod leadership;
 mod lease;
 #[cfg(feature = "testing")]
 mod memory;
+mod metrics;
 mod mutex;
 mod options;
 mod settings;

@@ -17,6 +17,7 @@ use crate::error::{BoxError, Chain, Error, Result};
 use crate::fail_stop::{self, FailStop};
 use crate::leadership::{Heartbeat, LeaderContext, Leadership, StopReason, TaskStop, TermReport};
 use crate::lease::BlobLeaseManager;
+use crate::metrics::{Attempt, Metrics};
 use crate::options::{default_holder, MutexOptions, ABORT_WAIT, FAIL_STOP_SLACK, STOP_SLACK};
 use crate::settings::BlobSettings;
 use crate::store::{Acquire, LeaseId, LeaseStore};
@@ -48,6 +49,7 @@ pub struct BlobDistributedMutex<S: LeaseStore = BlobLeaseManager> {
     task: Arc<TaskFn>,
     state: Arc<watch::Sender<Leadership>>,
     reports: broadcast::Sender<TermReport>,
+    metrics: Metrics,
     /// Set while a campaign runs: one campaign per mutex at a time.
     campaigning: AtomicBool,
 }
@@ -135,6 +137,7 @@ impl<S: LeaseStore> BlobDistributedMutex<S> {
         options.validate()?;
         let holder: Arc<str> = options.holder.clone().unwrap_or_else(default_holder).into();
         Ok(BlobDistributedMutex {
+            metrics: Metrics::new(&store.name()),
             store: Arc::new(store),
             options,
             holder,
@@ -229,6 +232,7 @@ impl<S: LeaseStore> BlobDistributedMutex<S> {
             task: self.task.clone(),
             state: &self.state,
             reports: &self.reports,
+            metrics: &self.metrics,
         };
         engine.run(token).await
     }
@@ -323,6 +327,7 @@ pub(crate) struct Engine<'a, S> {
     pub(crate) task: Arc<TaskFn>,
     pub(crate) state: &'a watch::Sender<Leadership>,
     pub(crate) reports: &'a broadcast::Sender<TermReport>,
+    pub(crate) metrics: &'a Metrics,
 }
 
 impl<S: LeaseStore> Engine<'_, S> {
@@ -402,17 +407,20 @@ impl<S: LeaseStore> Engine<'_, S> {
             };
             let (wait, failed) = match attempt {
                 Ok(Acquire::Acquired) => {
+                    self.metrics.attempt(Attempt::Acquired);
                     let deadline =
                         sent + self.options.lease_duration - self.options.effective_safety_margin();
                     return Ok(Some((proposed, deadline)));
                 }
                 Ok(Acquire::Held) => {
+                    self.metrics.attempt(Attempt::Held);
                     failures = 0;
                     trace!(holder = %self.holder, "lease held by another instance");
                     (self.options.acquire_retry, None)
                 }
                 Err(e) if e.is_fatal() => return Err(e),
                 Err(e) => {
+                    self.metrics.attempt(Attempt::Error);
                     failures = failures.saturating_add(1);
                     let wait = backoff(
                         self.options.acquire_retry,
@@ -475,6 +483,7 @@ impl<S: LeaseStore> Engine<'_, S> {
             FailStop::arm(move || deadline.get().into_std(), tasks.done_check(), epoch)
         });
         self.state.send_replace(Leadership::Leader { epoch });
+        self.metrics.term_started();
         debug!(holder = %self.holder, epoch, "became leader");
         let leader = tasks.spawn_leader((self.task)(context));
         let renewed = deadline.clone();
@@ -696,6 +705,7 @@ impl<S: LeaseStore> Engine<'_, S> {
         } else {
             warn!(holder = %self.holder, epoch, %reason, %tasks, failure, "term ended");
         }
+        self.metrics.term_ended(report);
         self.state.send_replace(Leadership::Ended(report.clone()));
         // Nobody listening is fine.
         let _ = self.reports.send(report.clone());
@@ -730,13 +740,18 @@ impl<S: LeaseStore> Engine<'_, S> {
             let limit = self.options.request_timeout.min(stop_at - sent);
             match bounded("renew", limit, self.store.renew(lease)).await {
                 Ok(()) => {
+                    self.metrics.renewed(sent.elapsed());
                     deadline.set(sent + lease_duration - margin);
                     next = sent + interval;
                     failures = 0;
                     trace!(holder = %self.holder, "renewed lease");
                 }
-                Err(e @ Error::LeaseLost(_)) => return RenewEnd::Lost(e),
+                Err(e @ Error::LeaseLost(_)) => {
+                    self.metrics.renew_failed();
+                    return RenewEnd::Lost(e);
+                }
                 Err(e) => {
+                    self.metrics.renew_failed();
                     failures = failures.saturating_add(1);
                     let wait = backoff(RENEW_RETRY_FIRST, RENEW_RETRY_MAX, failures);
                     warn!(holder = %self.holder, error = %Chain(&e), failures, retry_in = ?wait, "renew failed");

@@ -237,6 +237,7 @@ struct Harness {
     options: MutexOptions,
     state: watch::Sender<Leadership>,
     reports: broadcast::Sender<TermReport>,
+    metrics: crate::metrics::Metrics,
     received: Mutex<broadcast::Receiver<TermReport>>,
     token: CancellationToken,
 }
@@ -250,6 +251,7 @@ impl Harness {
             options: options.with_jitter_seed(7),
             state: watch::channel(Leadership::Follower).0,
             reports,
+            metrics: crate::metrics::Metrics::new("memory/test"),
             received: Mutex::new(received),
             token: CancellationToken::new(),
         }
@@ -277,6 +279,7 @@ impl Harness {
             task,
             state: &self.state,
             reports: &self.reports,
+            metrics: &self.metrics,
         }
     }
 
@@ -321,6 +324,8 @@ fn defaults() -> MutexOptions {
 
 const D: Duration = Duration::from_secs(15);
 
+#[cfg(feature = "metrics")]
+mod metrics;
 mod term;
 
 #[tokio::test(start_paused = true)]

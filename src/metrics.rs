@@ -1,0 +1,123 @@
+//! Leadership figures through the `metrics` facade (feature `metrics`), so
+//! that any exporter (Prometheus, `StatsD`, `OpenTelemetry`) shows them. They
+//! observe the election and never steer it.
+//!
+//! | name | kind | labels | meaning |
+//! |---|---|---|---|
+//! | `blob_mutex_is_leader` | gauge | `container`, `blob` | 1 while this instance leads, else 0 |
+//! | `blob_mutex_terms_total` | counter | `container`, `blob` | terms started (the epoch was stamped) |
+//! | `blob_mutex_term_ends_total` | counter | `container`, `blob`, `reason` | terms ended, by [`StopReason`](crate::StopReason) word: `lost`, `deadline`, `stalled`, `shutdown`, `finished`, `failed`, `panicked` |
+//! | `blob_mutex_acquire_attempts_total` | counter | `container`, `blob`, `outcome` | acquire attempts: `acquired`, `held`, `error` |
+//! | `blob_mutex_renewals_total` | counter | `container`, `blob` | successful renewals |
+//! | `blob_mutex_renew_failures_total` | counter | `container`, `blob` | failed renewals (transient or not) |
+//! | `blob_mutex_renew_seconds` | histogram | `container`, `blob` | time from sending a successful renewal to its answer |
+//! | `blob_mutex_task_failures_total` | counter | `container`, `blob` | terms whose leader task or a sub-task failed or panicked |
+//! | `blob_mutex_task_aborts_total` | counter | `container`, `blob` | terms whose tasks had to be aborted |
+//! | `blob_mutex_tasks_stuck_total` | counter | `container`, `blob` | terms with a task that could be neither stopped nor aborted |
+//!
+//! `container` and `blob` come from [`LeaseStore::name`](crate::LeaseStore::name)
+//! (`container/blob`; a name without `/` is all `blob`). No label ever
+//! carries a secret or a lease id.
+
+use std::time::Duration;
+
+#[cfg(feature = "metrics")]
+use crate::leadership::TaskStop;
+use crate::leadership::TermReport;
+
+/// The figures of one mutex; a no-op without the `metrics` feature.
+#[derive(Clone, Debug)]
+pub(crate) struct Metrics {
+    #[cfg(feature = "metrics")]
+    labels: [(&'static str, String); 2],
+}
+
+/// The outcome of an acquire attempt, as a label.
+#[derive(Clone, Copy)]
+pub(crate) enum Attempt {
+    Acquired,
+    Held,
+    Error,
+}
+
+#[cfg(feature = "metrics")]
+impl Metrics {
+    pub(crate) fn new(lease: &str) -> Self {
+        let (container, blob) = lease.split_once('/').unwrap_or(("", lease));
+        let metrics = Metrics {
+            labels: [
+                ("container", container.to_owned()),
+                ("blob", blob.to_owned()),
+            ],
+        };
+        ::metrics::gauge!("blob_mutex_is_leader", &metrics.labels).set(0.0);
+        metrics
+    }
+
+    pub(crate) fn attempt(&self, outcome: Attempt) {
+        let outcome = match outcome {
+            Attempt::Acquired => "acquired",
+            Attempt::Held => "held",
+            Attempt::Error => "error",
+        };
+        let labels = self.with("outcome", outcome);
+        ::metrics::counter!("blob_mutex_acquire_attempts_total", &labels).increment(1);
+    }
+
+    pub(crate) fn term_started(&self) {
+        ::metrics::gauge!("blob_mutex_is_leader", &self.labels).set(1.0);
+        ::metrics::counter!("blob_mutex_terms_total", &self.labels).increment(1);
+    }
+
+    pub(crate) fn term_ended(&self, report: &TermReport) {
+        ::metrics::gauge!("blob_mutex_is_leader", &self.labels).set(0.0);
+        let labels = self.with("reason", report.reason.as_str());
+        ::metrics::counter!("blob_mutex_term_ends_total", &labels).increment(1);
+        if report.failure.is_some() {
+            ::metrics::counter!("blob_mutex_task_failures_total", &self.labels).increment(1);
+        }
+        match report.tasks {
+            TaskStop::Aborted => {
+                ::metrics::counter!("blob_mutex_task_aborts_total", &self.labels).increment(1);
+            }
+            TaskStop::Stuck => {
+                ::metrics::counter!("blob_mutex_tasks_stuck_total", &self.labels).increment(1);
+            }
+            TaskStop::Returned => {}
+        }
+    }
+
+    pub(crate) fn renewed(&self, took: Duration) {
+        ::metrics::counter!("blob_mutex_renewals_total", &self.labels).increment(1);
+        ::metrics::histogram!("blob_mutex_renew_seconds", &self.labels).record(took.as_secs_f64());
+    }
+
+    pub(crate) fn renew_failed(&self) {
+        ::metrics::counter!("blob_mutex_renew_failures_total", &self.labels).increment(1);
+    }
+
+    fn with(&self, key: &'static str, value: &'static str) -> [(&'static str, String); 3] {
+        let [container, blob] = self.labels.clone();
+        [container, blob, (key, value.to_owned())]
+    }
+}
+
+// The same methods as with the feature, doing nothing, so that the engine
+// calls them unconditionally.
+#[cfg(not(feature = "metrics"))]
+#[allow(clippy::unused_self)]
+impl Metrics {
+    pub(crate) fn new(_lease: &str) -> Self {
+        Metrics {}
+    }
+
+    pub(crate) fn attempt(&self, _outcome: Attempt) {}
+
+    pub(crate) fn term_started(&self) {}
+
+    pub(crate) fn term_ended(&self, _report: &TermReport) {}
+
+    pub(crate) fn renewed(&self, _took: Duration) {}
+
+    pub(crate) fn renew_failed(&self) {}
+}
