@@ -671,30 +671,6 @@ async fn wait_0_makes_exactly_one_attempt_against_a_held_lease() {
 }
 
 #[tokio::test]
-async fn sighup_is_forwarded_like_sigterm() {
-    let case = Case::new("sighup");
-    let mut a = case.run("a", 0, &[]);
-    case.started("a", Duration::from_secs(30)).await;
-    kill(a.id().expect("a runs"), "HUP");
-    let status = exited(&mut a, Duration::from_secs(10)).await;
-    assert_eq!(
-        status.code(),
-        Some(129),
-        "the command's code: {}",
-        case.stderr("a")
-    );
-    assert!(case.path("hup-a").exists(), "the command got SIGHUP");
-    assert!(!case.path("term-a").exists(), "the command got SIGTERM");
-    let after = case.output("status", &[]).await;
-    assert_eq!(
-        after.status.code(),
-        Some(3),
-        "released: {}",
-        text(&after.stdout)
-    );
-}
-
-#[tokio::test]
 async fn break_stops_the_running_command_and_run_exits_with_lease_lost() {
     let case = Case::new("break");
     let mut a = case.run("a", 0, &["--renew-interval", "1s"]);
@@ -802,18 +778,40 @@ async fn status_and_json_agree_with_the_lease() {
 
 #[tokio::test]
 async fn sigterm_is_forwarded_and_the_lease_released_after_the_command_exited() {
-    let case = Case::new("sigterm");
+    signal_is_forwarded_and_the_lease_released("sigterm", "TERM", 143, "term-a").await;
+}
+
+#[tokio::test]
+async fn sighup_is_forwarded_like_sigterm() {
+    signal_is_forwarded_and_the_lease_released("sighup", "HUP", 129, "hup-a").await;
+}
+
+/// `run` forwards `signal` to the command, whose script traps it (leaving
+/// the file `marker`) and exits with `code`; the lease is then released.
+async fn signal_is_forwarded_and_the_lease_released(
+    name: &'static str,
+    signal: &str,
+    code: i32,
+    marker: &str,
+) {
+    let case = Case::new(name);
     let mut a = case.run("a", 0, &[]);
     case.started("a", Duration::from_secs(30)).await;
-    kill(a.id().expect("a runs"), "TERM");
+    kill(a.id().expect("a runs"), signal);
     let status = exited(&mut a, Duration::from_secs(10)).await;
     assert_eq!(
         status.code(),
-        Some(143),
+        Some(code),
         "the command's code: {}",
         case.stderr("a")
     );
-    assert!(case.path("term-a").exists(), "the command got SIGTERM");
+    assert!(case.path(marker).exists(), "the command got SIG{signal}");
+    if signal != "TERM" {
+        assert!(
+            !case.path("term-a").exists(),
+            "the command got SIGTERM instead"
+        );
+    }
     let after = case.output("status", &[]).await;
     assert_eq!(
         after.status.code(),
