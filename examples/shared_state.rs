@@ -31,7 +31,9 @@ use tokio::sync::{mpsc, Mutex};
 /// The receiving end of the job channel: each term takes it for its length.
 type Jobs = Arc<Mutex<mpsc::Receiver<u64>>>;
 
-/// The leader task: takes jobs from the channel until its term ends.
+/// The leader task: takes jobs from the channel until its term ends. A job
+/// still in the channel then waits for this instance's next term (a real
+/// service would hand it back to a queue that every instance reads).
 async fn lead(ctx: LeaderContext, jobs: Jobs, done: Arc<AtomicU64>) -> anyhow::Result<()> {
     // One term at a time runs on this instance, so the lock is free.
     let mut jobs = jobs.lock().await;
