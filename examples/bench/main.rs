@@ -22,7 +22,8 @@
 //! `--sections overhead,contention,cost,handover,crash` [all, in that order],
 //! `--out DIR` [`bench-results`], `--endpoint URL` (use a running Azurite's
 //! blob endpoint, `http://<ip>:<port>/devstoreaccount1`, instead of starting
-//! one). The worker processes are the `worker` example next to this program.
+//! one). The worker processes are the `fault-worker` example
+//! (`tests/fixtures/fault_worker.rs`) next to this program.
 //!
 //! One module per section (`overhead.rs`, `contention.rs`, `cost.rs` with
 //! `footprint.rs`, `failover.rs` for `handover` and `crash`); the rest is
@@ -87,7 +88,7 @@ impl Config {
         args.retain(|a| a != "--quick");
         let worker = std::env::current_exe()
             .context("locate this program")?
-            .with_file_name("worker");
+            .with_file_name(format!("fault-worker{}", std::env::consts::EXE_SUFFIX));
         let mut config = Config {
             crash_reps: if quick { 5 } else { 12 },
             handover_reps: if quick { 10 } else { 30 },

@@ -1,5 +1,5 @@
-//! Worker processes (the `worker` example) contending for one blob, and the
-//! lines they print: `LEADING epoch=<n> id=<id>` when a term starts and
+//! Worker processes (the `fault-worker` example) contending for one blob,
+//! and the lines they print: `LEADING epoch=<n> id=<id>` when a term starts and
 //! `STOPPED ...` when its task has stopped.
 
 use std::path::PathBuf;

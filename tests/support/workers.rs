@@ -1,8 +1,9 @@
 //! Runs worker processes against one blob, records what they print, and
 //! analyses the record: overlap, gaps, epochs, handovers.
 //!
-//! A [`Cluster`] starts example workers (`target/debug/examples/worker`) or
-//! any command that prints the same lines:
+//! A [`Cluster`] starts fault workers (`tests/fixtures/fault_worker.rs`,
+//! built as `target/debug/examples/fault-worker`) or any command that prints
+//! the same lines:
 //!
 //! ```text
 //! LEADING epoch=<n> id=<id>
@@ -78,7 +79,7 @@ pub struct Spec {
 }
 
 impl Spec {
-    /// The example worker `name` on `container`/`blob`, connecting with
+    /// The fault worker `name` on `container`/`blob`, connecting with
     /// `connection_string`, with extra worker options such as
     /// `["--acquire-retry-ms", "500"]`.
     pub fn worker(
@@ -105,8 +106,9 @@ impl Spec {
     }
 }
 
-/// The example worker binary, next to the test binary:
-/// `target/debug/deps/<test>` → `target/debug/examples/worker`.
+/// The fault worker binary (`tests/fixtures/fault_worker.rs`, declared in
+/// `Cargo.toml` as the example `fault-worker`), next to the test binary:
+/// `target/debug/deps/<test>` → `target/debug/examples/fault-worker`.
 pub fn worker_bin() -> PathBuf {
     let exe = std::env::current_exe().expect("the test binary's path");
     let profile = exe
@@ -115,10 +117,10 @@ pub fn worker_bin() -> PathBuf {
         .expect("the test binary is in target/<profile>/deps");
     let bin = profile
         .join("examples")
-        .join(format!("worker{}", std::env::consts::EXE_SUFFIX));
+        .join(format!("fault-worker{}", std::env::consts::EXE_SUFFIX));
     assert!(
         bin.exists(),
-        "the example worker is missing at {}: run `cargo build --examples` (scripts/test does)",
+        "the fault worker is missing at {}: run `cargo build --examples` (scripts/test does)",
         bin.display()
     );
     bin
@@ -232,7 +234,7 @@ impl Cluster {
         index
     }
 
-    /// Starts `count` example workers `w0`, `w1`, … on `container`/`blob`,
+    /// Starts `count` fault workers `w0`, `w1`, … on `container`/`blob`,
     /// all with `options`; worker `i` connects with `connection_string(i)`
     /// (through a proxy of its own, one shared proxy, or straight to Azurite).
     pub fn spawn_workers(
