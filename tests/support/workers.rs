@@ -110,6 +110,12 @@ impl Spec {
 /// `Cargo.toml` as the example `fault-worker`), next to the test binary:
 /// `target/debug/deps/<test>` → `target/debug/examples/fault-worker`.
 pub fn worker_bin() -> PathBuf {
+    example_bin("fault-worker")
+}
+
+/// An example's binary, next to the test binary:
+/// `target/<profile>/deps/<test>` → `target/<profile>/examples/<name>`.
+pub fn example_bin(name: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("the test binary's path");
     let profile = exe
         .parent()
@@ -117,10 +123,10 @@ pub fn worker_bin() -> PathBuf {
         .expect("the test binary is in target/<profile>/deps");
     let bin = profile
         .join("examples")
-        .join(format!("fault-worker{}", std::env::consts::EXE_SUFFIX));
+        .join(format!("{name}{}", std::env::consts::EXE_SUFFIX));
     assert!(
         bin.exists(),
-        "the fault worker is missing at {}: run `cargo build --examples` (scripts/test does)",
+        "the example {name} is missing at {}: run `cargo build --examples` (scripts/test does)",
         bin.display()
     );
     bin

@@ -1,0 +1,66 @@
+//! The worker users copy (`examples/worker.rs`), not the fault fixture: two
+//! of them take turns, and every line of the documented contract comes, in
+//! order, from each.
+
+mod support;
+
+use std::process::Command;
+use std::time::Duration;
+
+use support::azurite;
+use support::workers::{example_bin, Cluster, Spec, What};
+
+fn spec(name: &str, container: &str) -> Spec {
+    let mut command = Command::new(example_bin("worker"));
+    command.args([container, "example-worker", name]).env(
+        "AZURE_STORAGE_CONNECTION_STRING",
+        azurite::shared().connection_string(),
+    );
+    Spec {
+        name: name.to_owned(),
+        command,
+    }
+}
+
+#[tokio::test]
+async fn the_example_worker_hands_over_and_prints_its_contract() {
+    let container = azurite::unique_container("example-worker");
+    let mut cluster = Cluster::new();
+    cluster.spawn(spec("w0", &container));
+    cluster.spawn(spec("w1", &container));
+    let (leader, epoch, _) = cluster.wait_first_leader().await;
+    let sent = cluster.terminate(leader);
+    let (reason, stopped) = cluster
+        .wait_stopped(leader, sent, Duration::from_secs(10))
+        .await;
+    assert_eq!(reason, "shutdown");
+    let (next, next_epoch, led_at) = cluster
+        .wait_leading_after(stopped, Duration::from_secs(10))
+        .await;
+    assert_ne!(next, leader);
+    assert!(next_epoch > epoch);
+    let status = cluster.wait_exit(leader, Duration::from_secs(10)).await;
+    assert_eq!(status.code(), Some(0), "{}", cluster.dump_all());
+    let lines: Vec<What> = cluster
+        .events()
+        .into_iter()
+        .filter(|e| e.worker == leader)
+        .map(|e| e.what)
+        .filter(|w| {
+            matches!(
+                w,
+                What::Leading { .. } | What::Stopped { .. } | What::ExitedLine
+            )
+        })
+        .collect();
+    assert!(
+        matches!(
+            lines.as_slice(),
+            [What::Leading { .. }, What::Stopped { .. }, What::ExitedLine]
+        ),
+        "LEADING, STOPPED, EXITED in order: {lines:?}"
+    );
+    assert!(led_at >= stopped);
+    cluster.history().assert_safe(&cluster.dump());
+    cluster.kill_all();
+}
