@@ -1,4 +1,7 @@
 #![doc = include_str!("../README.md")]
+// docs.rs builds with `--cfg docsrs` (see `[package.metadata.docs.rs]`) and marks
+// the items that need an optional feature.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod backoff;
 #[cfg(feature = "testing")]

@@ -121,10 +121,16 @@ impl BlobSettings {
     /// `AZURE_CREDENTIAL_KIND` picks one) against
     /// `https://{account}.blob.core.windows.net`.
     ///
+    /// Needs the `azure_identity` feature (on by default). Without it, build a
+    /// `TokenCredential` yourself and pass it to
+    /// [`BlobSettings::with_token_credential`].
+    ///
     /// # Errors
     ///
     /// [`Error::InvalidOption`] naming `credential` when no credential source
     /// can be set up, or the field of a name that is invalid.
+    #[cfg(feature = "azure_identity")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "azure_identity")))]
     pub fn with_default_credential(
         account: impl Into<String>,
         container: impl Into<String>,
