@@ -164,7 +164,16 @@ async fn a_foreign_lease_keeps_everyone_a_follower_until_it_ends() {
         "took {after:?} to lead after the foreign lease ended"
     );
     assert!(next_epoch > epoch);
-    cluster.history().assert_safe(&cluster.dump());
+    // The foreign client takes the lease by breaking it and acquiring, so a
+    // follower may slip in between: the break overlap of the test above,
+    // bounded by a renew interval, which only the epoch protects against.
+    let history = cluster.history();
+    assert!(history.epochs_increase(), "{}", cluster.dump());
+    assert!(
+        history.overlap <= RENEW + Duration::from_secs(1),
+        "{}",
+        history.summary()
+    );
     println!(
         "foreign lease: held {:.1}s with no leader here; a worker led {:.3}s after it was released; {}",
         (released - taken).as_secs_f64(),
