@@ -28,6 +28,17 @@ impl Jitter {
         unit
     }
 
+    /// A uniform whole number below `bound` (which must not be 0).
+    pub(crate) fn below(&mut self, bound: usize) -> usize {
+        #[allow(
+            clippy::cast_possible_truncation,
+            clippy::cast_sign_loss,
+            clippy::cast_precision_loss
+        )] // a fraction of `bound` below `bound`, which fits a usize
+        let pick = (self.next_unit() * bound as f64) as usize;
+        pick.min(bound.saturating_sub(1))
+    }
+
     /// `base × (1 ± fraction)`, uniformly.
     pub(crate) fn apply(&mut self, base: Duration) -> Duration {
         let factor = 1.0 + self.fraction * (2.0 * self.next_unit() - 1.0);

@@ -10,7 +10,9 @@ use azure_core::prelude::{IfMatchCondition, LeaseBreakPeriod, ProposedLeaseId};
 use azure_core::request_options::Metadata;
 use azure_core::RetryOptions;
 use azure_storage::{CloudLocation, StorageCredentials};
-use azure_storage_blobs::prelude::{BlobClient, ClientBuilder};
+use azure_storage_blobs::blob::BlobProperties;
+use azure_storage_blobs::prelude::{BlobClient, ClientBuilder, ContainerClient};
+use futures_util::StreamExt;
 use time::format_description::well_known::Rfc3339;
 use time::OffsetDateTime;
 use tracing::{debug, trace};
@@ -18,7 +20,7 @@ use tracing::{debug, trace};
 use crate::error::{redact, Cause, Error, Result};
 use crate::options::{lease_seconds, DEFAULT_REQUEST_TIMEOUT};
 use crate::settings::{BlobSettings, Credential};
-use crate::store::{Acquire, LeaseId, LeaseInfo, LeaseState, LeaseStore};
+use crate::store::{Acquire, LeaseId, LeaseInfo, LeaseSetStore, LeaseState, LeaseStore};
 
 /// Metadata key of the current holder's name.
 pub const HOLDER_KEY: &str = "holder";
@@ -79,29 +81,20 @@ impl BlobLeaseManager {
 
     /// As [`BlobLeaseManager::new`], keeping the settings given.
     pub(crate) fn from_settings(settings: BlobSettings) -> Result<Self> {
-        let credentials = match settings.credential() {
-            Credential::SharedKey(key) => {
-                StorageCredentials::access_key(settings.account(), key.clone())
-            }
-            Credential::Sas(sas) => StorageCredentials::sas_token(sas).map_err(|_| {
-                Error::InvalidConnectionString("the SAS token is malformed".to_owned())
-            })?,
-            Credential::Token(token) => StorageCredentials::token_credential(token.clone()),
-        };
-        let location = CloudLocation::Custom {
-            account: settings.account().to_owned(),
-            uri: settings.endpoint().to_owned(),
-        };
-        let blob = ClientBuilder::with_location(location, credentials)
-            .retry(RetryOptions::none())
-            .blob_client(settings.container(), settings.blob());
-        Ok(BlobLeaseManager {
+        let blob = container_client(&settings)?.blob_client(settings.blob());
+        Ok(Self::on(blob, settings))
+    }
+
+    /// A manager of `blob`, whose client (and its connection pool) may be
+    /// shared with other managers of the same container.
+    fn on(blob: BlobClient, settings: BlobSettings) -> Self {
+        BlobLeaseManager {
             blob,
             container: settings.container().to_owned(),
             blob_name: settings.blob().to_owned(),
             settings,
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
-        })
+        }
     }
 
     /// The same manager with another cap on each call (default 3 s).
@@ -344,29 +337,10 @@ impl BlobLeaseManager {
                 Err(e) if is_not_found(&e) => return Ok(None),
                 Err(e) => return Err(map_error("inspect", &e)),
             };
-            let properties = &response.blob.properties;
-            let metadata = response.blob.metadata.unwrap_or_default();
-            let state = match properties.lease_state {
-                Some(azure_core::LeaseState::Leased) => LeaseState::Leased,
-                Some(azure_core::LeaseState::Expired) => LeaseState::Expired,
-                Some(azure_core::LeaseState::Breaking) => LeaseState::Breaking,
-                Some(azure_core::LeaseState::Broken) => LeaseState::Broken,
-                _ => LeaseState::Available,
-            };
-            let infinite = match (state, properties.lease_duration) {
-                (LeaseState::Leased, Some(azure_core::LeaseDuration::Infinite)) => Some(true),
-                (LeaseState::Leased, _) => Some(false),
-                _ => None,
-            };
-            Ok(Some(LeaseInfo {
-                state,
-                infinite,
-                holder: metadata.get(HOLDER_KEY).cloned(),
-                epoch: parse_epoch(&metadata),
-                acquired_at: metadata.get(ACQUIRED_AT_KEY).cloned(),
-                content_length: properties.content_length,
-                etag: properties.etag.to_string(),
-            }))
+            Ok(Some(lease_info(
+                &response.blob.properties,
+                response.blob.metadata.as_ref(),
+            )))
         }
     }
 
@@ -483,6 +457,156 @@ impl LeaseStore for BlobLeaseManager {
 
     fn name(&self) -> String {
         format!("{}/{}", self.container, self.blob_name)
+    }
+}
+
+/// What a blob's properties and metadata say of its lease.
+fn lease_info(
+    properties: &BlobProperties,
+    metadata: Option<&HashMap<String, String>>,
+) -> LeaseInfo {
+    let empty = HashMap::new();
+    let metadata = metadata.unwrap_or(&empty);
+    let state = match properties.lease_state {
+        Some(azure_core::LeaseState::Leased) => LeaseState::Leased,
+        Some(azure_core::LeaseState::Expired) => LeaseState::Expired,
+        Some(azure_core::LeaseState::Breaking) => LeaseState::Breaking,
+        Some(azure_core::LeaseState::Broken) => LeaseState::Broken,
+        _ => LeaseState::Available,
+    };
+    let mut info = LeaseInfo::new(state);
+    info.infinite = match (state, properties.lease_duration) {
+        (LeaseState::Leased, Some(azure_core::LeaseDuration::Infinite)) => Some(true),
+        (LeaseState::Leased, _) => Some(false),
+        _ => None,
+    };
+    info.holder = metadata.get(HOLDER_KEY).cloned();
+    info.epoch = parse_epoch(metadata);
+    info.acquired_at = metadata.get(ACQUIRED_AT_KEY).cloned();
+    info.content_length = properties.content_length;
+    info.etag = properties.etag.to_string();
+    info
+}
+
+/// A client of the settings' container, with the SDK's retries off.
+fn container_client(settings: &BlobSettings) -> Result<ContainerClient> {
+    let credentials = match settings.credential() {
+        Credential::SharedKey(key) => {
+            StorageCredentials::access_key(settings.account(), key.clone())
+        }
+        Credential::Sas(sas) => StorageCredentials::sas_token(sas)
+            .map_err(|_| Error::InvalidConnectionString("the SAS token is malformed".to_owned()))?,
+        Credential::Token(token) => StorageCredentials::token_credential(token.clone()),
+    };
+    let location = CloudLocation::Custom {
+        account: settings.account().to_owned(),
+        uri: settings.endpoint().to_owned(),
+    };
+    Ok(ClientBuilder::with_location(location, credentials)
+        .retry(RetryOptions::none())
+        .container_client(settings.container()))
+}
+
+/// A set of leases in one container: each lease is the blob `<set>/<name>`,
+/// where `<set>` is the settings' blob name. All its leases share one HTTP
+/// client and connection pool, and one List Blobs call (with metadata)
+/// reads the state of all of them.
+#[derive(Clone)]
+pub struct BlobLeaseSetStore {
+    container: ContainerClient,
+    settings: BlobSettings,
+    request_timeout: Duration,
+}
+
+impl fmt::Debug for BlobLeaseSetStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BlobLeaseSetStore")
+            .field("container", &self.settings.container())
+            .field("set", &self.settings.blob())
+            .finish_non_exhaustive()
+    }
+}
+
+impl BlobLeaseSetStore {
+    /// The set named by the settings' blob name, in the settings' container,
+    /// with a 3 s request timeout.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidConnectionString`] when the SAS token cannot be parsed.
+    pub fn new(settings: &BlobSettings) -> Result<Self> {
+        Ok(BlobLeaseSetStore {
+            container: container_client(settings)?,
+            settings: settings.clone(),
+            request_timeout: DEFAULT_REQUEST_TIMEOUT,
+        })
+    }
+
+    /// The same store with another cap on each call (default 3 s).
+    #[must_use = "the store is returned by value"]
+    pub fn with_request_timeout(mut self, timeout: Duration) -> Self {
+        self.request_timeout = timeout;
+        self
+    }
+
+    fn blob_name(&self, name: &str) -> String {
+        format!("{}/{name}", self.settings.blob())
+    }
+
+    async fn list_uncapped(&self, prefix: String) -> Result<Vec<(String, LeaseInfo)>> {
+        let set = format!("{}/", self.settings.blob());
+        let mut pages = self
+            .container
+            .list_blobs()
+            .prefix(format!("{set}{prefix}"))
+            .include_metadata(true)
+            .into_stream();
+        let mut listed = Vec::new();
+        while let Some(page) = pages.next().await {
+            let page = match page {
+                Ok(page) => page,
+                Err(e) if is_not_found(&e) => return Ok(listed),
+                Err(e) => return Err(map_error("list", &e)),
+            };
+            for blob in page.blobs.blobs() {
+                if let Some(name) = blob.name.strip_prefix(&set) {
+                    listed.push((
+                        name.to_owned(),
+                        lease_info(&blob.properties, blob.metadata.as_ref()),
+                    ));
+                }
+            }
+        }
+        Ok(listed)
+    }
+}
+
+impl LeaseSetStore for BlobLeaseSetStore {
+    type Lease = BlobLeaseManager;
+
+    fn lease(&self, name: &str) -> Result<BlobLeaseManager> {
+        let blob = self.blob_name(name);
+        let settings = self
+            .settings
+            .for_blob(self.settings.container(), blob.clone())?;
+        Ok(
+            BlobLeaseManager::on(self.container.blob_client(blob), settings)
+                .with_request_timeout(self.request_timeout),
+        )
+    }
+
+    fn list(&self, prefix: &str) -> impl Future<Output = Result<Vec<(String, LeaseInfo)>>> + Send {
+        let limit = self.request_timeout;
+        let listing = self.list_uncapped(prefix.to_owned());
+        async move {
+            match tokio::time::timeout(limit, listing).await {
+                Ok(result) => result,
+                Err(_) => Err(Error::Timeout {
+                    operation: "list",
+                    after: limit,
+                }),
+            }
+        }
     }
 }
 

@@ -4,12 +4,14 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod backoff;
+mod balance;
 #[cfg(feature = "testing")]
 pub mod conformance;
 mod error;
 mod fail_stop;
 mod leadership;
 mod lease;
+mod lease_set;
 #[cfg(feature = "testing")]
 mod memory;
 mod metrics;
@@ -19,16 +21,18 @@ mod settings;
 mod store;
 mod term_tasks;
 
+pub use balance::Strategy;
 pub use error::{BoxError, Cause, Error, Result};
 pub use fail_stop::FAIL_STOP_EXIT_CODE;
 pub use leadership::{Heartbeat, LeaderContext, Leadership, StopReason, TaskStop, TermReport};
-pub use lease::{BlobLeaseManager, ACQUIRED_AT_KEY, EPOCH_KEY, HOLDER_KEY};
+pub use lease::{BlobLeaseManager, BlobLeaseSetStore, ACQUIRED_AT_KEY, EPOCH_KEY, HOLDER_KEY};
+pub use lease_set::{BlobLeaseSet, LeaseSetOptions, PartitionContext, PartitionReport};
 #[cfg(feature = "testing")]
-pub use memory::MemoryLeaseStore;
+pub use memory::{MemoryLeaseSetStore, MemoryLeaseStore};
 pub use mutex::BlobDistributedMutex;
 pub use options::{MutexOptions, STOP_SLACK};
 pub use settings::{BlobSettings, AZURITE_ACCOUNT, AZURITE_ENDPOINT};
-pub use store::{Acquire, LeaseId, LeaseInfo, LeaseState, LeaseStore};
+pub use store::{Acquire, LeaseId, LeaseInfo, LeaseSetStore, LeaseState, LeaseStore};
 
 /// Re-exported so that callers can name the token type without adding the crate.
 pub use tokio_util::sync::CancellationToken;

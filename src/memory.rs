@@ -1,5 +1,6 @@
 //! A lease store in memory, for testing leader code without storage.
 
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
@@ -8,7 +9,7 @@ use tokio::time::Instant;
 
 use crate::error::{Error, Result};
 use crate::options::lease_seconds;
-use crate::store::{Acquire, LeaseId, LeaseInfo, LeaseState, LeaseStore};
+use crate::store::{Acquire, LeaseId, LeaseInfo, LeaseSetStore, LeaseState, LeaseStore};
 
 /// One lease kept in memory, with the same rules as an Azure blob lease.
 /// Clones share the lease, so several mutexes made from clones of one store
@@ -220,5 +221,59 @@ impl LeaseStore for MemoryLeaseStore {
 
     fn name(&self) -> String {
         self.name.to_string()
+    }
+}
+
+/// Many [`MemoryLeaseStore`]s by name, listed together: the in-memory
+/// [`LeaseSetStore`]. Clones share the leases.
+#[derive(Clone, Debug, Default)]
+pub struct MemoryLeaseSetStore {
+    leases: Arc<Mutex<BTreeMap<String, MemoryLeaseStore>>>,
+}
+
+impl MemoryLeaseSetStore {
+    /// An empty set.
+    #[must_use]
+    pub fn new() -> Self {
+        MemoryLeaseSetStore::default()
+    }
+
+    /// The lease named `name`, to break it or make it unavailable in a test.
+    #[must_use]
+    pub fn get(&self, name: &str) -> MemoryLeaseStore {
+        self.leases
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry(name.to_owned())
+            .or_insert_with(|| MemoryLeaseStore::new(name))
+            .clone()
+    }
+}
+
+impl LeaseSetStore for MemoryLeaseSetStore {
+    type Lease = MemoryLeaseStore;
+
+    fn lease(&self, name: &str) -> Result<MemoryLeaseStore> {
+        Ok(self.get(name))
+    }
+
+    fn list(&self, prefix: &str) -> impl Future<Output = Result<Vec<(String, LeaseInfo)>>> + Send {
+        let leases: Vec<(String, MemoryLeaseStore)> = self
+            .leases
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .filter(|(name, _)| name.starts_with(prefix))
+            .map(|(name, lease)| (name.clone(), lease.clone()))
+            .collect();
+        async move {
+            let mut listed = Vec::with_capacity(leases.len());
+            for (name, lease) in leases {
+                if let Some(info) = lease.inspect().await? {
+                    listed.push((name, info));
+                }
+            }
+            Ok(listed)
+        }
     }
 }

@@ -346,6 +346,27 @@ impl<S: LeaseStore> Engine<'_, S> {
         result
     }
 
+    /// One attempt to acquire and, if it succeeds, one whole term: what a
+    /// lease set runs for each partition it claims. `Ok(false)` when the
+    /// lease was held by another instance or the caller cancelled first.
+    ///
+    /// # Errors
+    ///
+    /// A failed acquire attempt, a fatal error of the term, or
+    /// [`Error::TaskNotStopped`].
+    pub(crate) async fn lead_once(&self, token: &CancellationToken) -> Result<bool> {
+        let mut jitter = Jitter::new(self.options.jitter_seed, self.options.acquire_jitter);
+        let acquired = match self.acquire(token, &mut jitter, Some(Instant::now())).await {
+            Ok(Some(acquired)) => acquired,
+            Ok(None) | Err(Error::NotAcquired { .. }) => return Ok(false),
+            Err(e) => return Err(e),
+        };
+        let (lease, deadline) = acquired;
+        self.lead(lease, deadline, token).await?;
+        self.state.send_replace(Leadership::Stopped);
+        Ok(true)
+    }
+
     async fn campaign(&self, token: &CancellationToken, jitter: &mut Jitter) -> Result<()> {
         let mut give_up_at = self.options.acquire_timeout.map(|t| Instant::now() + t);
         loop {

@@ -215,3 +215,34 @@ pub trait LeaseStore: Send + Sync + 'static {
     /// for the Azure store. Never a secret.
     fn name(&self) -> String;
 }
+
+/// Many named leases in one namespace, listed together: what a
+/// [`BlobLeaseSet`](crate::BlobLeaseSet) needs for its partitions and its
+/// members. On Azure, a container and a blob-name prefix
+/// ([`BlobLeaseSetStore`](crate::BlobLeaseSetStore)); in memory,
+/// [`MemoryLeaseSetStore`](crate::MemoryLeaseSetStore) (feature `testing`).
+///
+/// # Contract
+///
+/// Each lease from [`lease`](Self::lease) meets the [`LeaseStore`]
+/// contract on its own. [`list`](Self::list) reads the state of every lease
+/// whose name starts with a prefix in one call (one request per 5 000 names
+/// on Azure), as storage sees it at that moment, with the holder and epoch
+/// of each lease's last term; a lease that was never acquired may be
+/// missing from it.
+pub trait LeaseSetStore: Send + Sync + 'static {
+    /// The store of one lease.
+    type Lease: LeaseStore;
+
+    /// The lease named `name` within the set.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidOption`] when the name cannot name a lease.
+    fn lease(&self, name: &str) -> Result<Self::Lease>;
+
+    /// Every lease of the set whose name starts with `prefix`, by name
+    /// (without the set's own prefix), with what [`LeaseStore::inspect`]
+    /// would say of it.
+    fn list(&self, prefix: &str) -> impl Future<Output = Result<Vec<(String, LeaseInfo)>>> + Send;
+}

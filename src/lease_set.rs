@@ -1,0 +1,464 @@
+//! Many partitions shared among instances, each worked on by exactly one
+//! instance at a time, with the guarantees of the mutex for each.
+//!
+//! # How it works
+//!
+//! - **Membership.** Each instance holds a lease on its own member blob,
+//!   `<set>/members/<holder>`, with the election engine (the same one the
+//!   mutex runs). While it holds it, it is visible to the others; when it
+//!   crashes, the server expires that lease and it is gone, with no clock
+//!   compared between hosts. The membership term's task is the balancer, so
+//!   losing membership stops everything this instance runs in the set.
+//! - **Balancing.** Every `balance_interval` (jittered), one List Blobs call
+//!   with metadata reads the whole set: live members and which partitions
+//!   are leased. [`Strategy`] decides what to claim and what to give up.
+//! - **Partitions.** Each claimed partition is one term of the election
+//!   engine on `<set>/partitions/<name>`: one acquire attempt and, if it
+//!   succeeds, epoch stamp, task, renewals, drain-then-release, exactly as
+//!   the mutex does. A held lease is never broken or stolen: a newcomer gets
+//!   its share because over-loaded owners give partitions up. The partition
+//!   terms are sub-tasks of the membership term.
+//! - **Cost.** All leases of a process share one HTTP client. Claims made in
+//!   one cycle are spread over the renew interval, so that their renewals
+//!   are too. Requests per hour for one instance owning `k` of `M`
+//!   partitions, with defaults: `3600/5` renewals of each owned partition
+//!   and of the member blob (`720 × (k + 1)`), plus one List Blobs call per
+//!   cycle (`720`), plus the acquire, stamp and release of each move.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::future::Future;
+use std::ops::Deref;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{broadcast, watch};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, warn};
+
+use crate::backoff::Jitter;
+use crate::balance::{plan, Plan, Strategy, View};
+use crate::error::{BoxError, Chain, Error, Result};
+use crate::leadership::{LeaderContext, Leadership, TermReport};
+use crate::lease::BlobLeaseSetStore;
+use crate::metrics::Metrics;
+use crate::mutex::{box_task, BlobDistributedMutex, Engine};
+use crate::options::{default_holder, MutexOptions, STOP_SLACK};
+use crate::settings::BlobSettings;
+use crate::store::{LeaseSetStore, LeaseState, LeaseStore};
+
+const MEMBERS: &str = "members/";
+const PARTITIONS: &str = "partitions/";
+
+/// What a partition's task is given: everything a [`LeaderContext`] gives
+/// (through `Deref`: epoch, cancellation, heartbeat, sub-tasks, deadline)
+/// plus the partition's name.
+#[derive(Clone, Debug)]
+pub struct PartitionContext {
+    leader: LeaderContext,
+    partition: Arc<str>,
+}
+
+impl PartitionContext {
+    /// The partition this term owns.
+    #[must_use]
+    pub fn partition(&self) -> &str {
+        &self.partition
+    }
+}
+
+impl Deref for PartitionContext {
+    type Target = LeaderContext;
+
+    fn deref(&self) -> &LeaderContext {
+        &self.leader
+    }
+}
+
+/// How one partition's term ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PartitionReport {
+    /// The partition.
+    pub partition: String,
+    /// How its term ended.
+    pub report: TermReport,
+}
+
+/// Timing and behaviour of a [`BlobLeaseSet`].
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct LeaseSetOptions {
+    /// The election options of every partition's lease and of the member
+    /// lease. Default: [`MutexOptions::default`].
+    pub mutex: MutexOptions,
+    /// How often an instance reads the set and balances. Default: 5 s.
+    pub balance_interval: Duration,
+    /// How partitions are spread. Default: [`Strategy::Balanced`].
+    pub strategy: Strategy,
+}
+
+impl Default for LeaseSetOptions {
+    fn default() -> Self {
+        LeaseSetOptions {
+            mutex: MutexOptions::default(),
+            balance_interval: Duration::from_secs(5),
+            strategy: Strategy::Balanced,
+        }
+    }
+}
+
+impl LeaseSetOptions {
+    /// Sets [`mutex`](Self::mutex).
+    #[must_use = "options are built by value; use the returned options"]
+    pub fn with_mutex(mut self, mutex: MutexOptions) -> Self {
+        self.mutex = mutex;
+        self
+    }
+
+    /// Sets [`balance_interval`](Self::balance_interval).
+    #[must_use = "options are built by value; use the returned options"]
+    pub fn with_balance_interval(mut self, interval: Duration) -> Self {
+        self.balance_interval = interval;
+        self
+    }
+
+    /// Sets [`strategy`](Self::strategy).
+    #[must_use = "options are built by value; use the returned options"]
+    pub fn with_strategy(mut self, strategy: Strategy) -> Self {
+        self.strategy = strategy;
+        self
+    }
+
+    fn validate(&self) -> Result<()> {
+        self.mutex.validate()?;
+        if self.balance_interval.is_zero() || self.balance_interval > Duration::from_secs(300) {
+            return Err(Error::invalid(
+                "balance_interval",
+                format!(
+                    "must be from 1 ns to 300 s, got {:?}",
+                    self.balance_interval
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+type TaskFuture = Pin<Box<dyn Future<Output = Result<(), BoxError>> + Send>>;
+type PartitionFn = dyn Fn(PartitionContext) -> TaskFuture + Send + Sync;
+
+/// Partitions shared among the instances that run the same set: each
+/// partition's task runs on at most one instance at a time, and the
+/// partitions are spread over the live instances. See the module docs.
+pub struct BlobLeaseSet<S: LeaseSetStore = BlobLeaseSetStore> {
+    shared: Arc<Shared<S>>,
+    options: LeaseSetOptions,
+}
+
+/// What the balancer and the partition terms share.
+struct Shared<S: LeaseSetStore> {
+    store: S,
+    partitions: Vec<String>,
+    options: LeaseSetOptions,
+    holder: Arc<str>,
+    task: Arc<PartitionFn>,
+    owned: watch::Sender<BTreeMap<String, u64>>,
+    reports: broadcast::Sender<PartitionReport>,
+}
+
+impl<S: LeaseSetStore> std::fmt::Debug for BlobLeaseSet<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BlobLeaseSet")
+            .field("holder", &self.shared.holder)
+            .field("partitions", &self.shared.partitions.len())
+            .field("options", &self.options)
+            .finish_non_exhaustive()
+    }
+}
+
+impl BlobLeaseSet<BlobLeaseSetStore> {
+    /// The set named by the settings' blob name, in their container: its
+    /// leases are the blobs `<set>/members/<holder>` and
+    /// `<set>/partitions/<name>`.
+    ///
+    /// # Errors
+    ///
+    /// As [`BlobLeaseSet::with_store`], and
+    /// [`Error::InvalidConnectionString`] for a malformed SAS token.
+    pub fn new<F, Fut, E>(
+        settings: &BlobSettings,
+        partitions: impl IntoIterator<Item = impl Into<String>>,
+        options: LeaseSetOptions,
+        task: F,
+    ) -> Result<Self>
+    where
+        F: Fn(PartitionContext) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<(), E>> + Send + 'static,
+        E: Into<BoxError> + 'static,
+    {
+        let store =
+            BlobLeaseSetStore::new(settings)?.with_request_timeout(options.mutex.request_timeout);
+        Self::with_store(store, partitions, options, task)
+    }
+}
+
+impl<S: LeaseSetStore> BlobLeaseSet<S> {
+    /// A set over any [`LeaseSetStore`].
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidOption`] for invalid options, no partitions, a
+    /// partition named twice, or a name that cannot name a lease.
+    pub fn with_store<F, Fut, E>(
+        store: S,
+        partitions: impl IntoIterator<Item = impl Into<String>>,
+        options: LeaseSetOptions,
+        task: F,
+    ) -> Result<Self>
+    where
+        F: Fn(PartitionContext) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<(), E>> + Send + 'static,
+        E: Into<BoxError> + 'static,
+    {
+        options.validate()?;
+        let partitions: Vec<String> = partitions.into_iter().map(Into::into).collect();
+        let unique: BTreeSet<&String> = partitions.iter().collect();
+        if partitions.is_empty() || unique.len() != partitions.len() {
+            return Err(Error::invalid(
+                "partitions",
+                "must name at least one partition, each once",
+            ));
+        }
+        for p in &partitions {
+            store.lease(&format!("{PARTITIONS}{p}"))?;
+        }
+        let holder: Arc<str> = options
+            .mutex
+            .holder
+            .clone()
+            .unwrap_or_else(default_holder)
+            .into();
+        let task: Arc<PartitionFn> = Arc::new(move |ctx| {
+            let fut = task(ctx);
+            Box::pin(async move { fut.await.map_err(Into::into) })
+        });
+        Ok(BlobLeaseSet {
+            shared: Arc::new(Shared {
+                store,
+                partitions,
+                options: options.clone(),
+                holder,
+                task,
+                owned: watch::channel(BTreeMap::new()).0,
+                reports: broadcast::channel(64).0,
+            }),
+            options,
+        })
+    }
+
+    /// This instance's name (its member blob and its partitions' `holder`).
+    #[must_use]
+    pub fn holder(&self) -> &str {
+        &self.shared.holder
+    }
+
+    /// The partitions this instance owns now, with the epoch of each term.
+    #[must_use]
+    pub fn watch(&self) -> watch::Receiver<BTreeMap<String, u64>> {
+        self.shared.owned.subscribe()
+    }
+
+    /// A report for every partition term of this instance that ends from now
+    /// on, sent once its tasks have stopped (before the lease is released).
+    #[must_use]
+    pub fn partition_reports(&self) -> broadcast::Receiver<PartitionReport> {
+        self.shared.reports.subscribe()
+    }
+
+    /// Takes part in the set until `token` is cancelled: holds this
+    /// instance's membership, balances, and runs one task per partition it
+    /// owns.
+    ///
+    /// # Errors
+    ///
+    /// The fatal errors of [`BlobDistributedMutex::run_task_when_mutex_acquired`].
+    ///
+    /// # Cancellation safety
+    ///
+    /// As the mutex's: cancel through `token` to drain and release every
+    /// partition; dropping the future aborts the tasks and leaves the
+    /// leases to expire.
+    pub async fn run(&self, token: CancellationToken) -> Result<()> {
+        let shared = self.shared.clone();
+        let member = shared.store.lease(&format!("{MEMBERS}{}", shared.holder))?;
+        let membership = BlobDistributedMutex::with_store(
+            member,
+            membership_options(&self.options.mutex, &shared.holder),
+            move |ctx| balance(ctx, shared.clone()),
+        )?;
+        membership.run_task_when_mutex_acquired(token).await
+    }
+}
+
+/// The member lease's options: the partitions' options, with a grace long
+/// enough for the partition terms to drain and release when membership
+/// ends, as far as the lease's timing allows (beyond it they are aborted
+/// and their leases left to expire, which is safe too).
+fn membership_options(partition: &MutexOptions, holder: &str) -> MutexOptions {
+    let usable = partition
+        .lease_duration
+        .saturating_sub(partition.effective_safety_margin());
+    let most = usable.saturating_sub(
+        partition.effective_renew_interval() + STOP_SLACK + Duration::from_millis(1),
+    );
+    let wanted = partition.stop_grace + partition.request_timeout;
+    partition
+        .clone()
+        .with_holder(holder.to_owned())
+        .with_stop_grace(wanted.min(most).max(partition.stop_grace.min(most)))
+}
+
+/// One claimed partition: its term runs until `token` is cancelled or the
+/// term ends by itself.
+struct Claim {
+    token: CancellationToken,
+    handle: JoinHandle<()>,
+}
+
+/// The membership term's task: balance every cycle until the term ends.
+async fn balance<S: LeaseSetStore>(ctx: LeaderContext, shared: Arc<Shared<S>>) -> Result<()> {
+    let options = &shared.options;
+    let mut random = Jitter::new(options.mutex.jitter_seed, options.mutex.acquire_jitter);
+    let mut claims: BTreeMap<String, Claim> = BTreeMap::new();
+    loop {
+        claims.retain(|_, claim| !claim.handle.is_finished());
+        match read_set(&shared, &ctx).await {
+            Ok((members, leased)) => {
+                let mine: BTreeSet<String> = claims.keys().cloned().collect();
+                let view = View {
+                    me: &shared.holder,
+                    members: &members,
+                    partitions: &shared.partitions,
+                    mine: &mine,
+                    leased: &leased,
+                };
+                let Plan { claim, release } = plan(&view, options.strategy, &mut random);
+                if let Some(partition) = release {
+                    debug!(holder = %shared.holder, %partition, "giving a partition up to balance the set");
+                    if let Some(claim) = claims.get(&partition) {
+                        claim.token.cancel();
+                    }
+                }
+                let spread = options.mutex.effective_renew_interval()
+                    / u32::try_from(claim.len().max(1)).unwrap_or(u32::MAX);
+                for (i, partition) in claim.into_iter().enumerate() {
+                    let delay = spread * u32::try_from(i).unwrap_or(u32::MAX);
+                    let claim = start_claim(&ctx, &shared, partition.clone(), delay);
+                    claims.insert(partition, claim);
+                }
+            }
+            Err(e) if e.is_fatal() => return Err(e),
+            Err(e) => {
+                warn!(holder = %shared.holder, error = %Chain(&e), "cannot read the set; balancing later");
+            }
+        }
+        let wait = random.apply(options.balance_interval);
+        tokio::select! {
+            _ = ctx.cancelled() => return Ok(()),
+            () = tokio::time::sleep(wait) => {}
+        }
+    }
+}
+
+/// The live members and the leased partitions, from one listing each.
+async fn read_set<S: LeaseSetStore>(
+    shared: &Shared<S>,
+    ctx: &LeaderContext,
+) -> Result<(BTreeSet<String>, BTreeSet<String>)> {
+    let leased =
+        |listing: Vec<(String, crate::store::LeaseInfo)>, prefix: &str| -> BTreeSet<String> {
+            listing
+                .into_iter()
+                .filter(|(_, info)| info.state == LeaseState::Leased)
+                .filter_map(|(name, _)| name.strip_prefix(prefix).map(str::to_owned))
+                .collect()
+        };
+    let limit = shared.options.mutex.request_timeout;
+    let list = |prefix: &'static str| async move {
+        tokio::select! {
+            _ = ctx.cancelled() => Err(Error::Cancelled),
+            r = tokio::time::timeout(limit, shared.store.list(prefix)) => r.unwrap_or(Err(Error::Timeout { operation: "list", after: limit })),
+        }
+    };
+    let members = leased(list(MEMBERS).await?, MEMBERS);
+    let partitions = leased(list(PARTITIONS).await?, PARTITIONS);
+    Ok((members, partitions))
+}
+
+/// Starts one partition's term as a sub-task of the membership term, after
+/// `delay` (claims of one cycle are spread over the renew interval).
+fn start_claim<S: LeaseSetStore>(
+    ctx: &LeaderContext,
+    shared: &Arc<Shared<S>>,
+    partition: String,
+    delay: Duration,
+) -> Claim {
+    let token = ctx.token().child_token();
+    let (shared, claim_token) = (shared.clone(), token.clone());
+    let handle = ctx.spawn(async move {
+        tokio::select! {
+            () = claim_token.cancelled() => return Ok::<(), Error>(()),
+            () = tokio::time::sleep(delay) => {}
+        }
+        run_partition(&shared, &partition, &claim_token).await
+    });
+    Claim { token, handle }
+}
+
+/// One term on one partition: acquire once, lead, drain, release.
+async fn run_partition<S: LeaseSetStore>(
+    shared: &Arc<Shared<S>>,
+    partition: &str,
+    token: &CancellationToken,
+) -> Result<()> {
+    let store = Arc::new(shared.store.lease(&format!("{PARTITIONS}{partition}"))?);
+    let name: Arc<str> = partition.into();
+    let (user, owned) = (shared.task.clone(), shared.owned.clone());
+    let task = box_task(move |leader: LeaderContext| {
+        let epoch = leader.epoch();
+        owned.send_modify(|o| {
+            o.insert(name.to_string(), epoch);
+        });
+        user(PartitionContext {
+            leader,
+            partition: name.clone(),
+        })
+    });
+    let state = watch::channel(Leadership::Follower).0;
+    let reports = broadcast::channel(1).0;
+    let mut ended = reports.subscribe();
+    let metrics = Metrics::new(&store.name());
+    let engine = Engine {
+        store,
+        options: &shared.options.mutex,
+        holder: shared.holder.clone(),
+        task,
+        state: &state,
+        reports: &reports,
+        metrics: &metrics,
+    };
+    let result = engine.lead_once(token).await;
+    shared.owned.send_modify(|o| {
+        o.remove(partition);
+    });
+    if let Ok(report) = ended.try_recv() {
+        // Nobody listening is fine.
+        let _ = shared.reports.send(PartitionReport {
+            partition: partition.to_owned(),
+            report,
+        });
+    }
+    result.map(drop)
+}

@@ -1,0 +1,225 @@
+//! A lease set over the in-memory store, with paused time, and over
+//! Azurite: partitions are spread evenly, rebalanced when instances join and
+//! leave, and no partition's task ever runs on two instances at once.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use blob_mutex::{
+    BlobLeaseSet, BlobLeaseSetStore, CancellationToken, LeaseSetOptions, LeaseSetStore,
+    MemoryLeaseSetStore, PartitionContext,
+};
+use support::azurite;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+/// When each partition's task ran, on which instance: (partition, holder, start, end).
+type Record = Arc<Mutex<Vec<(String, String, Instant, Option<Instant>)>>>;
+
+/// Marks the end of a task's run when the task is dropped (returned or aborted).
+struct Running(Record, usize);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.0.lock().unwrap()[self.1].3 = Some(Instant::now());
+    }
+}
+
+async fn work(ctx: PartitionContext, record: Record) -> Result<(), blob_mutex::Error> {
+    let index = {
+        let mut r = record.lock().unwrap();
+        r.push((
+            ctx.partition().to_owned(),
+            ctx.holder().to_owned(),
+            Instant::now(),
+            None,
+        ));
+        r.len() - 1
+    };
+    let _running = Running(record, index);
+    ctx.cancelled().await;
+    Ok(())
+}
+
+struct Instance {
+    owned: tokio::sync::watch::Receiver<BTreeMap<String, u64>>,
+    token: CancellationToken,
+    handle: JoinHandle<()>,
+}
+
+fn start<S: LeaseSetStore + Clone>(
+    store: &S,
+    name: &str,
+    partitions: &[String],
+    record: &Record,
+) -> Instance {
+    start_with(store, name, partitions, record, LeaseSetOptions::default())
+}
+
+/// Starts an instance named `name`, with jitter seeded from its name.
+fn start_with<S: LeaseSetStore + Clone>(
+    store: &S,
+    name: &str,
+    partitions: &[String],
+    record: &Record,
+    options: LeaseSetOptions,
+) -> Instance {
+    let seed = name
+        .bytes()
+        .fold(7u64, |h, b| h.wrapping_mul(31).wrapping_add(u64::from(b)));
+    let mutex = options.mutex.clone();
+    let options = options.with_mutex(mutex.with_holder(name.to_owned()).with_jitter_seed(seed));
+    let record = record.clone();
+    let set = BlobLeaseSet::with_store(store.clone(), partitions.to_vec(), options, move |ctx| {
+        work(ctx, record.clone())
+    })
+    .unwrap();
+    let owned = set.watch();
+    let token = CancellationToken::new();
+    let run = token.clone();
+    let handle = tokio::spawn(async move { set.run(run).await.unwrap() });
+    Instance {
+        owned,
+        token,
+        handle,
+    }
+}
+
+fn counts(instances: &[&Instance]) -> Vec<usize> {
+    instances.iter().map(|i| i.owned.borrow().len()).collect()
+}
+
+/// Waits (in virtual time) until the owned counts are `want`.
+async fn settle(instances: &[&Instance], want: &[usize], limit: Duration) -> Duration {
+    let start = Instant::now();
+    while counts(instances) != want {
+        assert!(
+            start.elapsed() < limit,
+            "counts {:?} after {limit:?}, want {want:?}",
+            counts(instances)
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    start.elapsed()
+}
+
+/// No partition ran on two instances at once.
+fn assert_no_overlap(record: &Record) {
+    let now = Instant::now();
+    let mut by_partition: BTreeMap<String, Vec<(Instant, Instant)>> = BTreeMap::new();
+    for (p, _, start, end) in record.lock().unwrap().iter() {
+        by_partition
+            .entry(p.clone())
+            .or_default()
+            .push((*start, end.unwrap_or(now)));
+    }
+    for (p, mut runs) in by_partition {
+        runs.sort();
+        for w in runs.windows(2) {
+            assert!(
+                w[0].1 <= w[1].0,
+                "partition {p} ran twice at once: {runs:?}"
+            );
+        }
+    }
+}
+
+fn partitions(m: usize) -> Vec<String> {
+    (0..m).map(|i| format!("p{i:02}")).collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn twelve_partitions_spread_over_three_then_four_instances_then_three() {
+    let store = MemoryLeaseSetStore::new();
+    let record: Record = Arc::default();
+    let all = partitions(12);
+    let a = start(&store, "a", &all, &record);
+    let b = start(&store, "b", &all, &record);
+    let c = start(&store, "c", &all, &record);
+    // Cycles of 5 s, claims spread over the 5 s renew interval: a cold start
+    // balances in a few cycles.
+    let took = settle(&[&a, &b, &c], &[4, 4, 4], Duration::from_secs(60)).await;
+    println!("3 instances balanced 12 partitions in {took:?}");
+
+    let d = start(&store, "d", &all, &record);
+    // One voluntary release per instance per cycle, drained then released.
+    let took = settle(&[&a, &b, &c, &d], &[3, 3, 3, 3], Duration::from_secs(60)).await;
+    println!("a 4th instance got its share in {took:?}");
+    assert_no_overlap(&record);
+
+    // b leaves gracefully: its partitions are drained, released and taken.
+    b.token.cancel();
+    b.handle.await.unwrap();
+    let took = settle(&[&a, &c, &d], &[4, 4, 4], Duration::from_secs(60)).await;
+    println!("b's partitions owned again in {took:?}");
+    assert_no_overlap(&record);
+    for i in [a, c, d] {
+        i.token.cancel();
+        i.handle.await.unwrap();
+    }
+    assert!(
+        record.lock().unwrap().iter().all(|r| r.3.is_some()),
+        "every task stopped"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_crashed_instance_partitions_are_owned_again_only_after_their_leases_expired() {
+    let store = MemoryLeaseSetStore::new();
+    let record: Record = Arc::default();
+    let all = partitions(6);
+    let a = start(&store, "a", &all, &record);
+    let b = start(&store, "b", &all, &record);
+    settle(&[&a, &b], &[3, 3], Duration::from_secs(60)).await;
+    // A crash: the tasks stop at once, nothing is released.
+    let crashed = Instant::now();
+    b.handle.abort();
+    let _ = b.handle.await;
+    let b_partitions: Vec<String> = b.owned.borrow().keys().cloned().collect();
+    let took = settle(&[&a], &[6], Duration::from_secs(60)).await;
+    let retaken: Vec<Instant> = record
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(p, holder, start, _)| {
+            holder == "a" && *start > crashed && b_partitions.contains(p)
+        })
+        .map(|r| r.2)
+        .collect();
+    assert_eq!(retaken.len(), 3);
+    assert!(
+        retaken
+            .iter()
+            .all(|t| *t - crashed >= Duration::from_secs(10)),
+        "taken before the crashed instance's leases could expire: {:?}",
+        retaken.iter().map(|t| *t - crashed).collect::<Vec<_>>()
+    );
+    println!("a crashed instance's partitions owned again {took:?} after the crash");
+    assert_no_overlap(&record);
+    a.token.cancel();
+    a.handle.await.unwrap();
+}
+
+/// Real time on Azurite: the listing is one List Blobs call with metadata.
+#[tokio::test]
+async fn on_azurite_two_instances_share_four_partitions_and_one_takes_all_when_the_other_leaves() {
+    let settings = azurite::shared().settings(&azurite::unique_container("partitions"), "set");
+    let store = BlobLeaseSetStore::new(&settings).unwrap();
+    let record: Record = Arc::default();
+    let all = partitions(4);
+    let options = LeaseSetOptions::default().with_balance_interval(Duration::from_secs(1));
+    let a = start_with(&store, "a", &all, &record, options.clone());
+    let b = start_with(&store, "b", &all, &record, options);
+    let took = settle(&[&a, &b], &[2, 2], Duration::from_secs(30)).await;
+    println!("on Azurite, 2 instances balanced 4 partitions in {took:?}");
+    b.token.cancel();
+    b.handle.await.unwrap();
+    let took = settle(&[&a], &[4], Duration::from_secs(20)).await;
+    println!("on Azurite, b's partitions were owned again {took:?} after it left");
+    assert_no_overlap(&record);
+    a.token.cancel();
+    a.handle.await.unwrap();
+}
