@@ -1,12 +1,14 @@
 //! Shared test support: Azurite (`azurite`), the fault proxy (`proxy`),
-//! worker processes and their history (`workers`), a client that is not this
-//! crate (`foreign`), and polling helpers.
+//! worker processes and their history (`workers`), lease-set workers'
+//! history by partition (`partitions`), a client that is not this crate
+//! (`foreign`), and polling helpers.
 // Each integration test file is its own crate and uses a different part of
 // this module, so items unused by one file are expected.
 #![allow(dead_code, unreachable_pub)]
 
 pub mod azurite;
 pub mod foreign;
+pub mod partitions;
 pub mod proxy;
 pub mod workers;
 

@@ -38,6 +38,15 @@ pub enum What {
     Stuck { epoch: u64 },
     /// `WORK epoch=<n>`: a sub-task of the term did a unit of work.
     Work { epoch: u64 },
+    /// `OWNING partition=<p> epoch=<n>`: a partition's task started.
+    Owning { partition: String, epoch: u64 },
+    /// `RELEASED partition=<p> epoch=<n> reason=<word>`: a partition's
+    /// task stopped (its lease is released next, unless it was lost).
+    Released {
+        partition: String,
+        epoch: u64,
+        reason: String,
+    },
     /// `EXITED`: the worker's campaign returned and it is about to exit.
     ExitedLine,
     /// The cluster sent SIGKILL (the process can run no more code).
@@ -528,6 +537,15 @@ pub fn parse_line(line: &str) -> Option<What> {
             reason: field("reason").unwrap_or_default(),
         }),
         "WORK" => Some(What::Work { epoch: epoch()? }),
+        "OWNING" => Some(What::Owning {
+            partition: field("partition")?,
+            epoch: epoch()?,
+        }),
+        "RELEASED" => Some(What::Released {
+            partition: field("partition")?,
+            epoch: epoch()?,
+            reason: field("reason").unwrap_or_default(),
+        }),
         "EXITED" => Some(What::ExitedLine),
         _ => None,
     }
@@ -603,7 +621,9 @@ impl History {
                 | What::Terminated
                 | What::Log(_)
                 | What::Stuck { .. }
-                | What::Work { .. } => continue,
+                | What::Work { .. }
+                | What::Owning { .. }
+                | What::Released { .. } => continue,
             };
             if let Some(i) = open.remove(&e.worker) {
                 intervals[i].end = Some(e.at);

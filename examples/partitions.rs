@@ -1,0 +1,112 @@
+//! A worker that takes part in a lease set: many partitions shared among
+//! instances, each worked on by exactly one at a time.
+//!
+//! ```text
+//! cargo run --example partitions -- <container> <set> <instance-id> <partitions>
+//! ```
+//!
+//! Start it several times on one set with different ids: the partitions
+//! (`p00` … up to the count given) spread evenly over the instances, and move
+//! when one joins, leaves or crashes. The connection string comes from
+//! `AZURE_STORAGE_CONNECTION_STRING` (Azurite's defaults when unset). Ctrl-C
+//! or SIGTERM stops every partition's task, releases its lease, then exits.
+//!
+//! Standard output has one line per change, for scripts:
+//! `OWNING partition=<p> epoch=<n> id=<id>` from the partition's task when
+//! it starts; `RELEASED partition=<p> epoch=<n> id=<id> reason=<word>` from
+//! the set's partition report, sent once the task has stopped, whatever
+//! ended the term; `EXITED id=<id>` last.
+
+use std::time::Duration;
+
+use anyhow::Context;
+use blob_mutex::{
+    BlobLeaseSet, BlobSettings, CancellationToken, LeaseSetOptions, MutexOptions, PartitionContext,
+};
+use tokio::sync::broadcast::error::RecvError;
+
+/// One partition's task: a unit of work every second, written with the epoch.
+async fn work(ctx: PartitionContext) -> anyhow::Result<()> {
+    let (partition, epoch) = (ctx.partition().to_owned(), ctx.epoch());
+    println!(
+        "OWNING partition={partition} epoch={epoch} id={}",
+        ctx.holder()
+    );
+    loop {
+        tokio::select! {
+            _ = ctx.cancelled() => return Ok(()),
+            () = tokio::time::sleep(Duration::from_secs(1)) => {
+                tracing::info!(%partition, epoch, "wrote a unit of work");
+            }
+        }
+    }
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "warn,blob_mutex=info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let mut args = std::env::args().skip(1);
+    let usage = "usage: partitions <container> <set> <instance-id> <partitions>";
+    let (Some(container), Some(set), Some(id), Some(count), None) = (
+        args.next(),
+        args.next(),
+        args.next(),
+        args.next(),
+        args.next(),
+    ) else {
+        anyhow::bail!(usage);
+    };
+    let count: usize = count.parse().context(usage)?;
+    let settings = match std::env::var("AZURE_STORAGE_CONNECTION_STRING") {
+        Ok(cs) if !cs.trim().is_empty() => {
+            BlobSettings::from_connection_string(&cs, container, set)
+        }
+        _ => BlobSettings::azurite(container, set),
+    }
+    .context("invalid storage settings")?;
+    let partitions = (0..count).map(|i| format!("p{i:02}"));
+    let options =
+        LeaseSetOptions::default().with_mutex(MutexOptions::default().with_holder(id.clone()));
+    let lease_set = BlobLeaseSet::new(&settings, partitions, options, work)?;
+
+    // The end of every partition's term, reported by the set, not by the task.
+    let mut reports = lease_set.partition_reports();
+    let printer = tokio::spawn(async move {
+        loop {
+            match reports.recv().await {
+                Ok(r) => println!(
+                    "RELEASED partition={} epoch={} id={id} reason={}",
+                    r.partition, r.report.epoch, r.report.reason
+                ),
+                Err(RecvError::Lagged(missed)) => {
+                    tracing::error!(missed, "missed partition reports")
+                }
+                Err(RecvError::Closed) => return id,
+            }
+        }
+    });
+
+    let token = CancellationToken::new();
+    let on_signal = token.clone();
+    let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .context("listen for SIGTERM")?;
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = sigterm.recv() => {}
+        }
+        on_signal.cancel();
+    });
+    let result = lease_set.run(token).await;
+    drop(lease_set);
+    let id = printer.await?;
+    result.context("the lease set stopped with an error")?;
+    println!("EXITED id={id}");
+    Ok(())
+}

@@ -1,0 +1,114 @@
+//! Lease-set workers in separate processes on Azurite: 12 partitions spread
+//! over 3 instances, then 4 when one joins; a graceful leave and a crash;
+//! no partition ever owned by two processes at once.
+
+// Times here are instants of one monotonic record, subtracted in the order
+// they happened; an underflow would be a test failure anyway.
+#![allow(clippy::unchecked_time_subtraction)]
+
+mod support;
+
+use std::time::Duration;
+
+use support::azurite;
+use support::partitions::{assert_safe, owned_now, terms};
+use support::workers::{Cluster, Spec};
+
+const PARTITIONS: &str = "12";
+/// Balance cycle 1 s; lease 15 s; retry 0.5 s.
+const FLAGS: &[&str] = &[
+    "--partitions",
+    PARTITIONS,
+    "--balance-ms",
+    "1000",
+    "--acquire-retry-ms",
+    "500",
+];
+const LEASE: Duration = Duration::from_secs(15);
+
+fn spawn(cluster: &mut Cluster, name: &str, container: &str) -> usize {
+    cluster.spawn(Spec::worker(
+        name,
+        &azurite::shared().connection_string(),
+        container,
+        "set",
+        FLAGS,
+    ))
+}
+
+/// Waits until the workers own `want` partitions each; returns when.
+async fn settle(cluster: &Cluster, want: &[usize], limit: Duration) -> Duration {
+    let workers = want.len().max(cluster.len());
+    cluster
+        .wait_for(&format!("partition counts {want:?}"), limit, |events| {
+            let now = owned_now(&terms(events), workers);
+            (now[..want.len()] == *want).then_some(())
+        })
+        .await;
+    cluster.now()
+}
+
+#[tokio::test]
+async fn partitions_spread_rebalance_on_join_and_leave_and_never_overlap() {
+    let container = azurite::unique_container("partitions");
+    let mut cluster = Cluster::new();
+    for name in ["a", "b", "c"] {
+        spawn(&mut cluster, name, &container);
+    }
+    // A cold start: cycles of 1 s, claims spread over the 5 s renew interval.
+    let balanced = settle(&cluster, &[4, 4, 4], Duration::from_secs(60)).await;
+
+    let d = spawn(&mut cluster, "d", &container);
+    let joined = cluster.now();
+    let rebalanced = settle(&cluster, &[3, 3, 3, 3], Duration::from_secs(60)).await;
+    assert_eq!(d, 3);
+
+    let left = cluster.terminate(1);
+    let reowned = settle(&cluster, &[4, 0, 4, 4], Duration::from_secs(60)).await;
+    let exited = cluster.wait_exit(1, Duration::from_secs(20)).await;
+    assert_eq!(exited.code(), Some(0), "{}", cluster.dump_all());
+
+    assert_safe(&terms(&cluster.events()), cluster.now(), &cluster.dump());
+    println!(
+        "partitions: 3 workers balanced 12 partitions {:.1}s after start; a 4th got its share {:.1}s after \
+         joining; a graceful leave's partitions owned again in {:.1}s",
+        balanced.as_secs_f64(),
+        (rebalanced - joined).as_secs_f64(),
+        (reowned - left).as_secs_f64()
+    );
+    cluster.kill_all();
+}
+
+#[tokio::test]
+async fn a_crashed_worker_partitions_are_owned_again_only_after_their_leases_expired() {
+    let container = azurite::unique_container("partitions-kill");
+    let mut cluster = Cluster::new();
+    for name in ["a", "b", "c"] {
+        spawn(&mut cluster, name, &container);
+    }
+    settle(&cluster, &[4, 4, 4], Duration::from_secs(60)).await;
+    let killed = cluster.kill(2);
+    let reowned = settle(&cluster, &[6, 6, 0], LEASE + Duration::from_secs(30)).await;
+    let all = terms(&cluster.events());
+    // Every partition the killed worker owned was owned again only once the
+    // lease could have expired: its last renewal came at most a renew
+    // interval (5 s) before the kill.
+    for (partition, ts) in &all {
+        let mut after_kill = ts.iter().filter(|t| t.worker != 2 && t.start > killed);
+        let victim = ts.iter().any(|t| t.worker == 2 && t.end == Some(killed));
+        if let (true, Some(next)) = (victim, after_kill.next()) {
+            assert!(
+                next.start - killed >= LEASE - Duration::from_secs(5),
+                "partition {partition} owned again {:?} after the kill\n{}",
+                next.start - killed,
+                cluster.dump()
+            );
+        }
+    }
+    assert_safe(&all, cluster.now(), &cluster.dump());
+    println!(
+        "partitions: a killed worker's partitions were all owned again {:.1}s after the kill",
+        (reowned - killed).as_secs_f64()
+    );
+    cluster.kill_all();
+}
