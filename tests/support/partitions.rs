@@ -17,7 +17,7 @@ pub struct Term {
 }
 
 /// Every partition's terms, in order of their start. A term ends at its
-/// `RELEASED` line, or when its worker was SIGKILLed or exited.
+/// `RELEASED` line, or when its worker was killed (SIGKILL) or exited.
 pub fn terms(events: &[Event]) -> BTreeMap<String, Vec<Term>> {
     let mut events = events.to_vec();
     events.sort_by_key(|e| e.at);
