@@ -30,7 +30,7 @@ pub fn terms(events: &[Event]) -> BTreeMap<String, Vec<Term>> {
                     epoch: *epoch,
                     start: e.at,
                     end: None,
-                })
+                });
             }
             What::Released {
                 partition, epoch, ..
