@@ -85,7 +85,7 @@ async fn main() -> anyhow::Result<()> {
                     r.partition, r.report.epoch, r.report.reason
                 ),
                 Err(RecvError::Lagged(missed)) => {
-                    tracing::error!(missed, "missed partition reports")
+                    tracing::error!(missed, "missed partition reports");
                 }
                 Err(RecvError::Closed) => return id,
             }
