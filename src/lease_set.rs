@@ -372,28 +372,30 @@ async fn balance<S: LeaseSetStore>(ctx: LeaderContext, shared: Arc<Shared<S>>) -
     }
 }
 
-/// The live members and the leased partitions, from one listing each.
+/// The live members and the leased partitions, from one listing of the
+/// whole set.
 async fn read_set<S: LeaseSetStore>(
     shared: &Shared<S>,
     ctx: &LeaderContext,
 ) -> Result<(BTreeSet<String>, BTreeSet<String>)> {
-    let leased =
-        |listing: Vec<(String, crate::store::LeaseInfo)>, prefix: &str| -> BTreeSet<String> {
-            listing
-                .into_iter()
-                .filter(|(_, info)| info.state == LeaseState::Leased)
-                .filter_map(|(name, _)| name.strip_prefix(prefix).map(str::to_owned))
-                .collect()
-        };
     let limit = shared.options.mutex.request_timeout;
-    let list = |prefix: &'static str| async move {
-        tokio::select! {
-            _ = ctx.cancelled() => Err(Error::Cancelled),
-            r = tokio::time::timeout(limit, shared.store.list(prefix)) => r.unwrap_or(Err(Error::Timeout { operation: "list", after: limit })),
+    let listing = tokio::select! {
+        _ = ctx.cancelled() => return Err(Error::Cancelled),
+        r = tokio::time::timeout(limit, shared.store.list("")) => {
+            r.unwrap_or(Err(Error::Timeout { operation: "list", after: limit }))?
         }
     };
-    let members = leased(list(MEMBERS).await?, MEMBERS);
-    let partitions = leased(list(PARTITIONS).await?, PARTITIONS);
+    let (mut members, mut partitions) = (BTreeSet::new(), BTreeSet::new());
+    for (name, info) in listing {
+        if info.state != LeaseState::Leased {
+            continue;
+        }
+        if let Some(member) = name.strip_prefix(MEMBERS) {
+            members.insert(member.to_owned());
+        } else if let Some(partition) = name.strip_prefix(PARTITIONS) {
+            partitions.insert(partition.to_owned());
+        }
+    }
     Ok((members, partitions))
 }
 
