@@ -12,7 +12,8 @@ use std::time::Duration;
 
 use support::azurite;
 use support::partitions::{assert_safe, owned_now, terms};
-use support::workers::{Cluster, Spec};
+use support::proxy::Proxy;
+use support::workers::{Cluster, Spec, What};
 
 const PARTITIONS: &str = "12";
 /// Balance cycle 1 s; lease 15 s; retry 0.5 s.
@@ -27,13 +28,16 @@ const FLAGS: &[&str] = &[
 const LEASE: Duration = Duration::from_secs(15);
 
 fn spawn(cluster: &mut Cluster, name: &str, container: &str) -> usize {
-    cluster.spawn(Spec::worker(
+    spawn_via(
+        cluster,
         name,
-        &azurite::shared().connection_string(),
         container,
-        "set",
-        FLAGS,
-    ))
+        &azurite::shared().connection_string(),
+    )
+}
+
+fn spawn_via(cluster: &mut Cluster, name: &str, container: &str, connection: &str) -> usize {
+    cluster.spawn(Spec::worker(name, connection, container, "set", FLAGS))
 }
 
 /// Waits until the workers own `want` partitions each; returns when.
@@ -110,5 +114,74 @@ async fn a_crashed_worker_partitions_are_owned_again_only_after_their_leases_exp
         "partitions: a killed worker's partitions were all owned again {:.1}s after the kill",
         (reowned - killed).as_secs_f64()
     );
+    cluster.kill_all();
+}
+
+/// One worker cut off from storage (both directions blackholed): each of
+/// its partitions' tasks stops before that partition's lease could expire,
+/// and the other worker owns them only after it could have.
+#[tokio::test]
+async fn a_partitioned_worker_stops_each_partition_before_its_lease_can_expire() {
+    let container = azurite::unique_container("partitions-cut");
+    let proxy = Proxy::start(azurite::shared().port);
+    let mut cluster = Cluster::new();
+    let cut = spawn_via(&mut cluster, "cut", &container, &proxy.connection_string());
+    spawn(&mut cluster, "other", &container);
+    settle(&cluster, &[6, 6], Duration::from_secs(60)).await;
+    proxy.partition();
+    let cut_at = cluster.now();
+    settle(&cluster, &[0, 12], LEASE + Duration::from_secs(30)).await;
+
+    // The earliest server-side expiry of each partition the cut worker held:
+    // its last acquire or renew of that partition that reached storage.
+    let log = proxy.log();
+    let expiry = |partition: &str| {
+        let path = format!("/set/partitions/{partition}?");
+        log.iter()
+            .filter(|r| (r.is("acquire") || r.is("renew")) && r.target.contains(&path))
+            .filter_map(|r| r.forwarded_at)
+            .max()
+            .map(|last| cluster.at(last) + LEASE)
+    };
+    let all = terms(&cluster.events());
+    let mut checked = 0;
+    for (partition, ts) in &all {
+        let Some(held) = ts.iter().find(|t| t.worker == cut && t.start < cut_at) else {
+            continue;
+        };
+        let expiry = expiry(partition).expect("the cut worker's lease requests were logged");
+        let stopped = held.end.expect("the cut worker's task stopped");
+        assert!(
+            stopped < expiry,
+            "partition {partition}: task stopped at {stopped:?}, after the earliest expiry {expiry:?}\n{}",
+            cluster.dump()
+        );
+        let next = ts
+            .iter()
+            .find(|t| t.worker != cut && t.start > cut_at)
+            .expect("owned again");
+        assert!(
+            next.start >= expiry,
+            "partition {partition} owned again before its lease could expire"
+        );
+        checked += 1;
+    }
+    assert_eq!(checked, 6);
+    let reasons: Vec<String> = cluster
+        .events()
+        .into_iter()
+        .filter(|e| e.worker == cut && e.at > cut_at)
+        .filter_map(|e| match e.what {
+            What::Released { reason, .. } => Some(reason),
+            _ => None,
+        })
+        .collect();
+    // Each partition stops at its own deadline, or earlier, when the
+    // membership term reaches its deadline first and ends its partitions.
+    assert!(
+        !reasons.is_empty() && reasons.iter().all(|r| r == "deadline" || r == "shutdown"),
+        "{reasons:?}"
+    );
+    assert_safe(&all, cluster.now(), &cluster.dump());
     cluster.kill_all();
 }
