@@ -16,6 +16,7 @@ mod metrics;
 mod mutex;
 mod options;
 mod settings;
+mod state;
 mod store;
 mod term_tasks;
 
@@ -28,7 +29,7 @@ pub use memory::MemoryLeaseStore;
 pub use mutex::BlobDistributedMutex;
 pub use options::{MutexOptions, STOP_SLACK};
 pub use settings::{BlobSettings, AZURITE_ACCOUNT, AZURITE_ENDPOINT};
-pub use store::{Acquire, LeaseId, LeaseInfo, LeaseState, LeaseStore};
+pub use store::{Acquire, LeaseId, LeaseInfo, LeaseState, LeaseStore, MAX_STATE_LEN};
 
 /// Re-exported so that callers can name the token type without adding the crate.
 pub use tokio_util::sync::CancellationToken;
