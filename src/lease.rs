@@ -497,9 +497,9 @@ impl BlobLeaseManager {
         match self.blob.get_content().await {
             Ok(content) => Ok(content),
             Err(e) => match http_status(&e) {
-                Some((404, _)) => Ok(Vec::new()),
-                // A range request on an empty blob: 416 InvalidRange.
-                Some((416, _)) => Ok(Vec::new()),
+                // No blob yet (404), or a range request on an empty blob
+                // (416 InvalidRange): no state.
+                Some((404 | 416, _)) => Ok(Vec::new()),
                 _ => Err(map_error("read state", &e)),
             },
         }
