@@ -36,9 +36,10 @@ async fn put(args: StatePutArgs) -> Result<u8> {
     // Only from the environment `run` gives its command: a flag would show
     // the lease id to every user of `ps`. The value is never printed.
     let lease: LeaseId = match std::env::var(LEASE_ID_ENV) {
-        Ok(value) => value.trim().parse().map_err(|_| {
-            UsageError(format!("{LEASE_ID_ENV} is not a lease id (a UUID)"))
-        })?,
+        Ok(value) => value
+            .trim()
+            .parse()
+            .map_err(|_| UsageError(format!("{LEASE_ID_ENV} is not a lease id (a UUID)")))?,
         Err(_) => {
             return Err(UsageError(format!(
                 "state put writes under the lease of `blob-mutex run`: run it inside the command \
