@@ -27,6 +27,7 @@ impl Case {
     }
 
     /// `blob-mutex <args>`, connected through the environment variable.
+    #[allow(clippy::unused_self)] // a method, like the others of the case
     fn command(&self, args: &[&str]) -> Command {
         let mut command = Command::new(BIN);
         command

@@ -20,14 +20,12 @@ pub(crate) async fn state(command: StateCommand) -> Result<u8> {
 async fn get(args: StateGetArgs) -> Result<u8> {
     let manager = args.target.target().lease_manager()?;
     let state = manager.read_state().await?;
-    match &args.output {
-        Some(path) => std::fs::write(path, &state)
-            .with_context(|| format!("cannot write {}", path.display()))?,
-        None => {
-            let mut out = std::io::stdout().lock();
-            out.write_all(&state)?;
-            out.flush()?;
-        }
+    if let Some(path) = &args.output {
+        std::fs::write(path, &state).with_context(|| format!("cannot write {}", path.display()))?;
+    } else {
+        let mut out = std::io::stdout().lock();
+        out.write_all(&state)?;
+        out.flush()?;
     }
     Ok(exit::OK)
 }
