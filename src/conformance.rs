@@ -29,7 +29,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use crate::error::Error;
-use crate::store::{Acquire, LeaseId, LeaseState, LeaseStore};
+use crate::store::{Acquire, LeaseId, LeaseState, LeaseStore, MAX_STATE_LEN};
 
 /// The lease duration the checks use: the shortest Azure allows.
 pub const DURATION: Duration = Duration::from_secs(15);
@@ -52,6 +52,10 @@ where
     stamp_needs_the_lease_and_epochs_increase(&a, &b).await;
     let (a, b) = fresh("inspect").await;
     inspect_needs_no_lease_and_shows_the_last_term(&a, &b).await;
+    let (a, b) = fresh("state-fenced").await;
+    state_writes_land_only_under_the_lease(&a, &b).await;
+    let (a, b) = fresh("state-kept").await;
+    state_is_kept_across_terms_with_the_metadata(&a, &b).await;
 }
 
 /// Acquire grants the lease to one id; the same id acquires again
@@ -153,6 +157,90 @@ pub async fn inspect_needs_no_lease_and_shows_the_last_term<S: LeaseStore>(a: &S
     assert!(info.state.is_free(), "released, yet {}", info.state);
 }
 
+/// A state write lands only under the id that holds the lease: it is
+/// refused ([`Error::StateWriteRefused`]) for another id, after a release,
+/// and after the lease passed to another id, and a refused write leaves the
+/// state as the holders wrote it. Reads need no lease.
+pub async fn state_writes_land_only_under_the_lease<S: LeaseStore>(a: &S, b: &S) {
+    let (first, second) = (LeaseId::new(), LeaseId::new());
+    ok(a.acquire(first, DURATION).await, "acquire");
+    ok(
+        a.write_state(first, b"one").await,
+        "write state under the lease",
+    );
+    assert_eq!(
+        ok(b.read_state().await, "read state by a non-holder"),
+        b"one",
+        "a read needs no lease"
+    );
+    assert_refused(
+        &b.write_state(second, b"intruder").await,
+        "write state under an id that does not hold the lease",
+    );
+    ok(a.release(first).await, "release");
+    assert_refused(
+        &a.write_state(first, b"late").await,
+        "write state after a release",
+    );
+    ok(
+        b.acquire(second, DURATION).await,
+        "acquire by the next holder",
+    );
+    assert_refused(
+        &a.write_state(first, b"late").await,
+        "write state after the lease passed to another id",
+    );
+    assert_eq!(
+        ok(b.read_state().await, "read state"),
+        b"one",
+        "a refused write must not land"
+    );
+    ok(
+        b.write_state(second, b"two").await,
+        "write state by the next holder",
+    );
+    assert_eq!(ok(a.read_state().await, "read state"), b"two");
+    ok(b.release(second).await, "release");
+}
+
+/// The state survives the end of a term and the next holder's stamp; a
+/// write keeps the term's holder and epoch; state over [`MAX_STATE_LEN`] is
+/// refused with [`Error::InvalidOption`] and changes nothing.
+pub async fn state_is_kept_across_terms_with_the_metadata<S: LeaseStore>(a: &S, b: &S) {
+    let (first, second) = (LeaseId::new(), LeaseId::new());
+    ok(a.acquire(first, DURATION).await, "acquire");
+    let epoch = ok(a.stamp(first, "holder-a").await, "stamp");
+    ok(a.write_state(first, b"checkpoint=1").await, "write state");
+    let info = ok(b.inspect().await, "inspect").expect("the lease exists");
+    assert_eq!(
+        (info.holder.as_deref(), info.epoch),
+        (Some("holder-a"), epoch),
+        "a state write must keep the term's holder and epoch"
+    );
+    let too_long = vec![b'x'; MAX_STATE_LEN + 1];
+    let result = a.write_state(first, &too_long).await;
+    assert!(
+        matches!(result, Err(Error::InvalidOption { field: "state", .. })),
+        "state over MAX_STATE_LEN must be refused with Error::InvalidOption, got {result:?}"
+    );
+    ok(a.release(first).await, "release");
+    ok(
+        b.acquire(second, DURATION).await,
+        "acquire by the next holder",
+    );
+    let next = ok(
+        b.stamp(second, "holder-b").await,
+        "stamp by the next holder",
+    );
+    assert!(next > epoch, "epochs must increase across a state write");
+    assert_eq!(
+        ok(b.read_state().await, "read state in the next term"),
+        b"checkpoint=1",
+        "lease calls must keep the state"
+    );
+    ok(b.release(second).await, "release");
+}
+
 /// A lease not renewed is granted to another id once its duration has
 /// passed, not before. Waits [`DURATION`] and a little on Tokio's clock.
 pub async fn lease_expires_after_its_duration<S: LeaseStore>(a: &S, b: &S) {
@@ -181,11 +269,22 @@ pub async fn lease_expires_after_its_duration<S: LeaseStore>(a: &S, b: &S) {
         &a.renew(first).await,
         "renew after the lease expired and was taken",
     );
+    assert_refused(
+        &a.write_state(first, b"late").await,
+        "write state after the lease expired and was taken",
+    );
     ok(b.release(second).await, "release");
 }
 
 fn ok<T>(result: Result<T, Error>, what: &str) -> T {
     result.unwrap_or_else(|e| panic!("{what} failed: {e}"))
+}
+
+fn assert_refused(result: &Result<(), Error>, what: &str) {
+    assert!(
+        matches!(result, Err(Error::StateWriteRefused(_))),
+        "{what} must fail with Error::StateWriteRefused, got {result:?}"
+    );
 }
 
 fn assert_lost<T: std::fmt::Debug>(result: &Result<T, Error>, what: &str) {

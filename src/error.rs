@@ -132,6 +132,26 @@ pub enum Error {
     /// (see [`MutexOptions::fail_stop`](crate::MutexOptions::fail_stop)).
     #[error("leader task did not stop after cancellation and abort")]
     TaskNotStopped,
+
+    /// Storage refused a state write (see [`LeaseStore::write_state`](crate::LeaseStore::write_state))
+    /// because the lease id it carried does not hold the lease any more:
+    /// the lease expired, was released, broken, or passed on to another
+    /// holder. The write did not land, and no retry with the same lease id
+    /// ever will; the bytes stored are the last ones a holder wrote.
+    ///
+    /// It is told apart from [`Error::LeaseLost`], which the election's own
+    /// calls (renew, release, stamp) return, so that a leader task can match
+    /// on "my write was fenced off" without reading the term's stop reason.
+    #[error("state write refused: {0}")]
+    StateWriteRefused(String),
+
+    /// The store does not implement this call (a [`LeaseStore`](crate::LeaseStore)
+    /// written before the call was added to the trait).
+    #[error("this lease store does not support {operation}")]
+    Unsupported {
+        /// The call, for example `write state`.
+        operation: &'static str,
+    },
 }
 
 impl Error {
@@ -150,7 +170,8 @@ impl Error {
 
     /// Whether the error can never go away by retrying with the same settings:
     /// invalid options or connection strings, authentication failures (401,
-    /// 403), an epoch that cannot be increased, and HTTP 400 (a request
+    /// 403), an epoch that cannot be increased, a call the store does not
+    /// support, and HTTP 400 (a request
     /// storage will never accept). A credential that could not give a token
     /// is not fatal: token endpoints have hiccups.
     #[must_use]
@@ -159,7 +180,8 @@ impl Error {
             Error::InvalidOption { .. }
             | Error::InvalidConnectionString(_)
             | Error::Authentication { .. }
-            | Error::InvalidEpoch { .. } => true,
+            | Error::InvalidEpoch { .. }
+            | Error::Unsupported { .. } => true,
             Error::Storage { status, .. } => *status == 400,
             _ => false,
         }

@@ -8,7 +8,9 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::error::BoxError;
+use crate::error::{BoxError, Result};
+use crate::state::TermState;
+use crate::store::LeaseId;
 use crate::term_tasks::Shared as TermShared;
 
 /// The state of one [`BlobDistributedMutex`](crate::BlobDistributedMutex), as
@@ -152,6 +154,7 @@ pub struct LeaderContext {
     pub(crate) heartbeat: Heartbeat,
     pub(crate) deadline: watch::Receiver<Instant>,
     pub(crate) tasks: Arc<TermShared>,
+    pub(crate) state: Arc<dyn TermState>,
 }
 
 impl LeaderContext {
@@ -247,6 +250,92 @@ impl LeaderContext {
     #[must_use]
     pub fn heartbeat(&self) -> &Heartbeat {
         &self.heartbeat
+    }
+
+    /// The leader state: the bytes the last leader wrote with
+    /// [`write_state`](Self::write_state) (a checkpoint, an offset, the time
+    /// of the last run), kept in the lease blob itself. Empty when no leader
+    /// has written yet; content the blob had before the first election is
+    /// kept until a leader writes.
+    ///
+    /// Reads are not fenced: they need no lease. Within a term, no other
+    /// leader's write can land while this term's lease is held, so what this
+    /// term read stays the state until this term writes.
+    ///
+    /// # Errors
+    ///
+    /// The kinds of [`Error`](crate::Error) for a failed storage call;
+    /// [`Error::Timeout`](crate::Error::Timeout) when the call did not finish
+    /// within the request timeout or before the term's deadline.
+    ///
+    /// # Cancellation safety
+    ///
+    /// Cancellation safe: it only reads.
+    pub async fn read_state(&self) -> Result<Vec<u8>> {
+        self.state.read().await
+    }
+
+    /// Replaces the leader state with `state`, fenced by storage: the write
+    /// carries this term's lease id, and storage lands it only while that
+    /// lease holds the blob. The term's metadata (`holder`, `epoch`,
+    /// `acquired_at`, and any other) is kept.
+    ///
+    /// This is the protection a downstream epoch check gives, without the
+    /// downstream system: a leader that was paused past its lease and writes
+    /// late is refused by storage itself. It covers this one blob and only
+    /// writes made through this call (or `blob-mutex state put`).
+    ///
+    /// A checkpoint that a new leader resumes from:
+    ///
+    /// ```no_run
+    /// use blob_mutex::{Error, LeaderContext};
+    ///
+    /// async fn lead(ctx: LeaderContext) -> Result<(), Error> {
+    ///     // Resume where the last leader stopped (empty: start from 0).
+    ///     let state = ctx.read_state().await?;
+    ///     let mut offset: u64 = std::str::from_utf8(&state)
+    ///         .ok()
+    ///         .and_then(|s| s.trim().parse().ok())
+    ///         .unwrap_or(0);
+    ///     while !ctx.is_cancelled() {
+    ///         offset += 1; // process one item
+    ///         match ctx.write_state(offset.to_string()).await {
+    ///             Ok(()) => {}
+    ///             // The lease is gone: another leader owns the checkpoint now.
+    ///             Err(Error::StateWriteRefused(_)) => return Ok(()),
+    ///             Err(e) => return Err(e),
+    ///         }
+    ///     }
+    ///     Ok(())
+    /// }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// - [`Error::StateWriteRefused`](crate::Error::StateWriteRefused) when
+    ///   storage refused the lease id (the lease expired, was broken,
+    ///   released or passed on), or the term's deadline has passed: nothing
+    ///   was written, and nothing ever will be under this term. Stop.
+    /// - [`Error::InvalidOption`](crate::Error::InvalidOption) for state
+    ///   longer than [`MAX_STATE_LEN`](crate::MAX_STATE_LEN) (4 MiB).
+    /// - [`Error::Timeout`](crate::Error::Timeout) and the other kinds of a
+    ///   failed storage call: the write may or may not have landed (and if
+    ///   it did, it was under this term's lease).
+    ///
+    /// # Cancellation safety
+    ///
+    /// Not cancellation safe: a dropped write may or may not have landed.
+    pub async fn write_state(&self, state: impl AsRef<[u8]>) -> Result<()> {
+        self.state.write(state.as_ref()).await
+    }
+
+    /// This term's lease id, for a process of this leader's own that writes
+    /// the state on its behalf (the `blob-mutex` CLI passes it to its
+    /// command). Whoever has it can write the state, release the lease and
+    /// change it: never log it or hand it outside this leader.
+    #[must_use]
+    pub fn lease_id(&self) -> LeaseId {
+        self.state.lease_id()
     }
 }
 

@@ -20,7 +20,9 @@ use tracing::{debug, trace};
 use crate::error::{redact, Cause, Error, Result};
 use crate::options::{lease_seconds, DEFAULT_REQUEST_TIMEOUT};
 use crate::settings::{BlobSettings, Credential};
-use crate::store::{Acquire, LeaseId, LeaseInfo, LeaseSetStore, LeaseState, LeaseStore};
+use crate::store::{
+    check_state_len, Acquire, LeaseId, LeaseInfo, LeaseSetStore, LeaseState, LeaseStore,
+};
 
 /// Metadata key of the current holder's name.
 pub const HOLDER_KEY: &str = "holder";
@@ -278,6 +280,42 @@ impl BlobLeaseManager {
             .await
     }
 
+    /// The leader state: the blob's content (see [`LeaseStore::read_state`]).
+    /// Empty when the blob does not exist or is empty. Needs no lease.
+    ///
+    /// # Errors
+    ///
+    /// The kinds of [`Error`] for a failed storage call.
+    ///
+    /// # Cancellation safety
+    ///
+    /// Safe: it only reads.
+    pub async fn read_state(&self) -> Result<Vec<u8>> {
+        self.capped("read state", self.read_state_uncapped()).await
+    }
+
+    /// Replaces the blob's content with `state` under the lease held by
+    /// `lease` (Put Blob with the lease id), sending the blob's metadata
+    /// along so that the term's `holder`, `epoch` and `acquired_at` stay
+    /// (see [`LeaseStore::write_state`]).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::StateWriteRefused`] when storage refuses the lease id (the
+    /// lease expired, was released, broken or passed on): nothing was
+    /// written. [`Error::InvalidOption`] for state longer than
+    /// [`MAX_STATE_LEN`](crate::MAX_STATE_LEN). Other kinds when storage
+    /// cannot be asked.
+    ///
+    /// # Cancellation safety
+    ///
+    /// Not cancellation safe: a dropped write may or may not have landed
+    /// (and lands only under the lease).
+    pub async fn write_state(&self, lease: LeaseId, state: &[u8]) -> Result<()> {
+        self.capped("write state", self.write_state_uncapped(lease, state))
+            .await
+    }
+
     async fn capped<T>(
         &self,
         operation: &'static str,
@@ -430,6 +468,75 @@ impl BlobLeaseManager {
     }
 }
 
+impl BlobLeaseManager {
+    async fn read_state_uncapped(&self) -> Result<Vec<u8>> {
+        match self.blob.get_content().await {
+            Ok(content) => Ok(content),
+            Err(e) => match http_status(&e) {
+                // No blob yet (404), or a range request on an empty blob
+                // (416 InvalidRange): no state.
+                Some((404 | 416, _)) => Ok(Vec::new()),
+                _ => Err(map_error("read state", &e)),
+            },
+        }
+    }
+
+    async fn write_state_uncapped(&self, lease: LeaseId, state: &[u8]) -> Result<()> {
+        check_state_len(state)?;
+        // Put Blob replaces all metadata: read it under the lease and send it
+        // along. `If-Match` keeps a metadata write that came in between (only
+        // this lease's holder can make one) from being lost; then read again.
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            let current = self
+                .blob
+                .get_properties()
+                .lease_id(lease.sdk_id())
+                .await
+                .map_err(|e| refused(map_error("write state", &e)))?;
+            let mut metadata = Metadata::new();
+            for (key, value) in current.blob.metadata.unwrap_or_default() {
+                metadata.insert(key, value);
+            }
+            let put = self
+                .blob
+                .put_block_blob(state.to_vec())
+                .lease_id(lease.sdk_id())
+                .content_type("application/octet-stream")
+                .metadata(metadata)
+                .if_match(IfMatchCondition::Match(
+                    current.blob.properties.etag.to_string(),
+                ))
+                .await;
+            match put {
+                Ok(_) => {
+                    trace!(blob = %self.blob_name, len = state.len(), "wrote leader state");
+                    return Ok(());
+                }
+                Err(e)
+                    if attempts < 3
+                        && matches!(
+                            http_status(&e),
+                            Some((412, Some(code))) if code == "ConditionNotMet"
+                        ) =>
+                {
+                    debug!(blob = %self.blob_name, "the blob changed between read and write; reading again");
+                }
+                Err(e) => return Err(refused(map_error("write state", &e))),
+            }
+        }
+    }
+}
+
+/// A lost lease, as the answer to a state write: the write was refused.
+fn refused(error: Error) -> Error {
+    match error {
+        Error::LeaseLost(message) => Error::StateWriteRefused(message),
+        other => other,
+    }
+}
+
 impl LeaseStore for BlobLeaseManager {
     fn acquire(
         &self,
@@ -457,6 +564,14 @@ impl LeaseStore for BlobLeaseManager {
 
     fn name(&self) -> String {
         format!("{}/{}", self.container, self.blob_name)
+    }
+
+    fn read_state(&self) -> impl Future<Output = Result<Vec<u8>>> + Send {
+        self.read_state_uncapped()
+    }
+
+    fn write_state(&self, lease: LeaseId, state: &[u8]) -> impl Future<Output = Result<()>> + Send {
+        self.write_state_uncapped(lease, state)
     }
 }
 

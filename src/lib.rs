@@ -18,6 +18,7 @@ mod metrics;
 mod mutex;
 mod options;
 mod settings;
+mod state;
 mod store;
 mod term_tasks;
 
@@ -32,7 +33,9 @@ pub use memory::{MemoryLeaseSetStore, MemoryLeaseStore};
 pub use mutex::BlobDistributedMutex;
 pub use options::{MutexOptions, STOP_SLACK};
 pub use settings::{BlobSettings, AZURITE_ACCOUNT, AZURITE_ENDPOINT};
-pub use store::{Acquire, LeaseId, LeaseInfo, LeaseSetStore, LeaseState, LeaseStore};
+pub use store::{
+    Acquire, LeaseId, LeaseInfo, LeaseSetStore, LeaseState, LeaseStore, MAX_STATE_LEN,
+};
 
 /// Re-exported so that callers can name the token type without adding the crate.
 pub use tokio_util::sync::CancellationToken;

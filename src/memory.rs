@@ -9,7 +9,9 @@ use tokio::time::Instant;
 
 use crate::error::{Error, Result};
 use crate::options::lease_seconds;
-use crate::store::{Acquire, LeaseId, LeaseInfo, LeaseSetStore, LeaseState, LeaseStore};
+use crate::store::{
+    check_state_len, Acquire, LeaseId, LeaseInfo, LeaseSetStore, LeaseState, LeaseStore,
+};
 
 /// One lease kept in memory, with the same rules as an Azure blob lease.
 /// Clones share the lease, so several mutexes made from clones of one store
@@ -59,6 +61,8 @@ struct State {
     created: bool,
     epoch: u64,
     holder: Option<String>,
+    /// The leader state (the blob's content).
+    content: Vec<u8>,
     /// Every call fails with a transport error while set.
     unavailable: bool,
 }
@@ -215,12 +219,36 @@ impl LeaseStore for MemoryLeaseStore {
             info.infinite = (lease_state == LeaseState::Leased).then_some(false);
             info.holder.clone_from(&state.holder);
             info.epoch = state.epoch;
+            info.content_length = u64::try_from(state.content.len()).unwrap_or(u64::MAX);
             Ok(Some(info))
         })
     }
 
     fn name(&self) -> String {
         self.name.to_string()
+    }
+
+    fn read_state(&self) -> impl Future<Output = Result<Vec<u8>>> + Send {
+        self.call("read state", |state, _| Ok(state.content.clone()))
+    }
+
+    fn write_state(
+        &self,
+        lease: LeaseId,
+        content: &[u8],
+    ) -> impl Future<Output = Result<()>> + Send {
+        let checked = check_state_len(content).map(|()| content.to_vec());
+        // Like Azure: a write under an expired lease is refused even when
+        // nobody has acquired it since (412 `LeaseLost`).
+        self.call("write state", move |state, now| match state.lease {
+            Some(held) if held.id == lease && held.until > now => {
+                state.content = checked?;
+                Ok(())
+            }
+            _ => Err(Error::StateWriteRefused(
+                "write state: the lease is not held under this id".to_owned(),
+            )),
+        })
     }
 }
 

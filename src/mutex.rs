@@ -20,6 +20,7 @@ use crate::lease::BlobLeaseManager;
 use crate::metrics::{Attempt, Metrics};
 use crate::options::{default_holder, MutexOptions, ABORT_WAIT, FAIL_STOP_SLACK, STOP_SLACK};
 use crate::settings::BlobSettings;
+use crate::state::Fenced;
 use crate::store::{Acquire, LeaseId, LeaseStore};
 use crate::term_tasks::{Ended, TermTasks};
 
@@ -498,6 +499,12 @@ impl<S: LeaseStore> Engine<'_, S> {
             heartbeat,
             deadline: deadline.subscribe(),
             tasks: tasks.spawner(),
+            state: Arc::new(Fenced::new(
+                self.store.clone(),
+                lease,
+                deadline.subscribe(),
+                self.options.request_timeout,
+            )),
         };
         let fail_stop = self.options.fail_stop.then(|| {
             let deadline = deadline.clone();

@@ -214,6 +214,63 @@ pub trait LeaseStore: Send + Sync + 'static {
     /// A short name for the lease, for logs and metrics: `container/blob`
     /// for the Azure store. Never a secret.
     fn name(&self) -> String;
+
+    /// The leader state: the bytes last written with
+    /// [`write_state`](Self::write_state), or whatever the lease blob held
+    /// before the first write (the crate never overwrites an existing blob's
+    /// content). Empty when nothing was ever written or the lease was never
+    /// created. Needs no lease, and is not fenced: a reader may see a state
+    /// that a newer holder replaces a moment later.
+    ///
+    /// The default implementation returns [`Error::Unsupported`].
+    fn read_state(&self) -> impl Future<Output = Result<Vec<u8>>> + Send {
+        std::future::ready(Err(Error::Unsupported {
+            operation: "read state",
+        }))
+    }
+
+    /// Replaces the leader state with `state`, under the lease held by
+    /// `lease`, keeping the term's metadata (holder, epoch, acquisition time
+    /// and any other) as it is.
+    ///
+    /// # Contract
+    ///
+    /// 6. **State writes are fenced by the store.** A write carrying `lease`
+    ///    lands only while `lease` holds the lease: once it has expired,
+    ///    been released, broken, or passed to another id, the store refuses
+    ///    the write with [`Error::StateWriteRefused`] and the state keeps
+    ///    what the holders wrote. A write that fails otherwise (transient,
+    ///    time-out) may or may not have landed, and landed only under the
+    ///    lease. State longer than [`MAX_STATE_LEN`] is refused with
+    ///    [`Error::InvalidOption`] before anything is sent. Lease calls
+    ///    (acquire, renew, release, stamp) leave the state as it is.
+    ///
+    /// The default implementation returns [`Error::Unsupported`].
+    fn write_state(&self, lease: LeaseId, state: &[u8]) -> impl Future<Output = Result<()>> + Send {
+        let _ = (lease, state);
+        std::future::ready(Err(Error::Unsupported {
+            operation: "write state",
+        }))
+    }
+}
+
+/// The largest leader state, in bytes (4 MiB), that
+/// [`LeaseStore::write_state`] accepts. A single Put Blob takes far more;
+/// the limit keeps every write one request that fits in a renew interval.
+pub const MAX_STATE_LEN: usize = 4 * 1024 * 1024;
+
+/// Refuses state longer than [`MAX_STATE_LEN`].
+pub(crate) fn check_state_len(state: &[u8]) -> Result<()> {
+    if state.len() > MAX_STATE_LEN {
+        return Err(Error::invalid(
+            "state",
+            format!(
+                "{} bytes is more than the limit of {MAX_STATE_LEN} bytes (4 MiB)",
+                state.len()
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// Many named leases in one namespace, listed together: what a

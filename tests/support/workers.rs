@@ -49,6 +49,14 @@ pub enum What {
     },
     /// `EXITED`: the worker's campaign returned and it is about to exit.
     ExitedLine,
+    /// `STATE-WRITTEN epoch=<n> tick=<k>`: a state write of the term landed.
+    StateWritten { epoch: u64, tick: u64 },
+    /// `STATE-READ epoch=<n> last=<state>`: the state the term found when it
+    /// began (spaces shown as `_`, `-` when empty).
+    StateRead { epoch: u64, last: String },
+    /// `STATE-REFUSED epoch=<n> tick=<k>`: a state write of the term was
+    /// refused (`Error::StateWriteRefused`).
+    StateRefused { epoch: u64, tick: u64 },
     /// The cluster sent SIGKILL (the process can run no more code).
     Killed,
     /// The cluster sent SIGTERM.
@@ -547,6 +555,18 @@ pub fn parse_line(line: &str) -> Option<What> {
             reason: field("reason").unwrap_or_default(),
         }),
         "EXITED" => Some(What::ExitedLine),
+        "STATE-WRITTEN" => Some(What::StateWritten {
+            epoch: epoch()?,
+            tick: field("tick")?.parse().ok()?,
+        }),
+        "STATE-READ" => Some(What::StateRead {
+            epoch: epoch()?,
+            last: field("last")?,
+        }),
+        "STATE-REFUSED" => Some(What::StateRefused {
+            epoch: epoch()?,
+            tick: field("tick")?.parse().ok()?,
+        }),
         _ => None,
     }
 }
@@ -623,7 +643,10 @@ impl History {
                 | What::Stuck { .. }
                 | What::Work { .. }
                 | What::Owning { .. }
-                | What::Released { .. } => continue,
+                | What::Released { .. }
+                | What::StateWritten { .. }
+                | What::StateRead { .. }
+                | What::StateRefused { .. } => continue,
             };
             if let Some(i) = open.remove(&e.worker) {
                 intervals[i].end = Some(e.at);

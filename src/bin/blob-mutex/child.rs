@@ -24,6 +24,15 @@ use crate::guard::Guard;
 pub(crate) const EPOCH_ENV: &str = "BLOB_MUTEX_EPOCH";
 /// The environment variable that carries this host's holder name.
 pub(crate) const HOLDER_ENV: &str = "BLOB_MUTEX_HOLDER";
+/// The environment variable that carries the term's lease id, for
+/// `blob-mutex state put` in the command. Never printed.
+pub(crate) const LEASE_ID_ENV: &str = "BLOB_MUTEX_LEASE_ID";
+/// The environment variable that carries the lease blob's container.
+pub(crate) const CONTAINER_ENV: &str = "BLOB_MUTEX_CONTAINER";
+/// The environment variable that carries the lease blob's name.
+pub(crate) const BLOB_ENV: &str = "BLOB_MUTEX_BLOB";
+/// Set to `true` when `run` was given `--dev` (Azurite's default account).
+pub(crate) const DEV_ENV: &str = "BLOB_MUTEX_DEV";
 
 /// The most by which SIGKILL comes before the end of the stop, so that the
 /// command is gone before the library would abort the leader task.
@@ -65,11 +74,12 @@ pub(crate) struct Child {
 impl Child {
     /// Starts a guard that knows `deadline`, then `command` (program and
     /// arguments) in the guard's process group, with the epoch and holder in
-    /// its environment.
+    /// its environment, and `env` besides.
     pub(crate) async fn spawn(
         command: &[OsString],
         epoch: u64,
         holder: &str,
+        env: &[(&str, String)],
         deadline: Instant,
     ) -> Result<Child, SpawnError> {
         let (program, args) = command.split_first().ok_or_else(|| {
@@ -84,6 +94,7 @@ impl Child {
             .args(args)
             .env(EPOCH_ENV, epoch.to_string())
             .env(HOLDER_ENV, holder)
+            .envs(env.iter().map(|(key, value)| (*key, value)))
             .process_group(guard.group().as_raw())
             .kill_on_drop(true)
             .spawn()

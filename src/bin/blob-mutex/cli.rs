@@ -10,6 +10,7 @@ use anyhow::Result;
 use blob_mutex::{BlobLeaseManager, BlobSettings, MutexOptions};
 use clap::{Args, Parser, Subcommand};
 
+use crate::child::{BLOB_ENV, CONTAINER_ENV, DEV_ENV};
 use crate::exit::{UsageError, TABLE};
 
 const RUN_EXAMPLES: &str = "\
@@ -35,6 +36,15 @@ Examples:
   blob-mutex break --container leases --blob nightly
   # Let the leader keep it for up to 10 more seconds.
   blob-mutex break --container leases --blob nightly --period 10s";
+
+const STATE_EXAMPLES: &str = "\
+Examples:
+  # Inside the command that `run` started: no flags needed.
+  blob-mutex run --container leases --blob nightly -- sh -c \\
+    'last=$(blob-mutex state get); ./job.sh --since \"$last\" && date -u +%FT%TZ | blob-mutex state put'
+
+  # Outside: read the state the last leader wrote.
+  blob-mutex state get --container leases --blob nightly";
 
 /// Run a command on one host at a time, using an Azure Blob Storage lease.
 #[derive(Debug, Parser)]
@@ -78,6 +88,18 @@ pub(crate) enum Command {
     /// exits with code 4 (or campaigns again with --forever).
     #[command(after_help = format!("{BREAK_EXAMPLES}\n\n{TABLE}"))]
     Break(BreakArgs),
+    /// Read or write the leader state kept in the lease blob.
+    ///
+    /// `state put` writes under the lease of the `run` that started the
+    /// command: storage refuses it (exit code 4) once that lease was lost,
+    /// broken or passed on, so a command that was paused past its lease
+    /// cannot overwrite the next leader's state. `state get` needs no lease.
+    /// Inside the command, the container, blob and lease id come from `run`
+    /// (BLOB_MUTEX_CONTAINER, BLOB_MUTEX_BLOB, BLOB_MUTEX_LEASE_ID) and the
+    /// account from AZURE_STORAGE_CONNECTION_STRING; the lease id is never
+    /// printed. The state is at most 4 MiB.
+    #[command(subcommand, after_help = format!("{STATE_EXAMPLES}\n\n{TABLE}"))]
+    State(StateCommand),
     /// Internal: the guard `run` starts with each command (see guard.rs).
     #[command(name = crate::guard::SUBCOMMAND, hide = true)]
     Guard,
@@ -139,6 +161,23 @@ impl Target {
     pub(crate) fn request_timeout(&self) -> Duration {
         self.request_timeout
             .unwrap_or(MutexOptions::default().request_timeout)
+    }
+
+    /// What `blob-mutex state get/put` in the command needs to find this
+    /// blob with no flags: the container, the blob, and the account as `run`
+    /// was given it (a connection string given as a flag is passed in the
+    /// environment, never on a command line).
+    pub(crate) fn command_env(&self) -> Vec<(&'static str, String)> {
+        let mut env = vec![
+            (CONTAINER_ENV, self.container.clone()),
+            (BLOB_ENV, self.blob.clone()),
+        ];
+        if self.dev {
+            env.push((DEV_ENV, "true".to_owned()));
+        } else if let Some(connection) = &self.connection_string {
+            env.push(("AZURE_STORAGE_CONNECTION_STRING", connection.clone()));
+        }
+        env
     }
 
     /// `container/blob`, for messages.
@@ -236,6 +275,77 @@ pub(crate) struct BreakArgs {
     /// How long the current holder may keep the lease, 0s to 60s [default: 0s].
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub(crate) period: Option<Duration>,
+}
+
+/// `blob-mutex state get|put`.
+#[derive(Debug, Subcommand)]
+pub(crate) enum StateCommand {
+    /// Print the leader state (the bytes last written) to standard output,
+    /// or to --output. Prints nothing when no leader has written yet.
+    Get(StateGetArgs),
+    /// Replace the leader state with the bytes of --input (standard input
+    /// by default), under the lease of the `run` that started this command.
+    Put(StatePutArgs),
+}
+
+/// Where the state is: as [`Target`], with the container and blob also
+/// taken from what `run` gives its command.
+#[derive(Debug, Args)]
+pub(crate) struct StateTarget {
+    /// Storage connection string (never printed).
+    #[arg(
+        long,
+        env = "AZURE_STORAGE_CONNECTION_STRING",
+        hide_env_values = true,
+        value_name = "STRING"
+    )]
+    connection_string: Option<String>,
+    /// Use Azurite's default account at http://127.0.0.1:10000 (ignores any
+    /// connection string).
+    #[arg(long, env = DEV_ENV)]
+    dev: bool,
+    /// The container of the lease blob.
+    #[arg(long, short = 'c', env = CONTAINER_ENV)]
+    container: String,
+    /// The lease blob.
+    #[arg(long, short = 'b', env = BLOB_ENV)]
+    blob: String,
+    /// The longest the storage requests may take [default: 3s].
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    request_timeout: Option<Duration>,
+}
+
+impl StateTarget {
+    /// The same place as a [`Target`].
+    pub(crate) fn target(&self) -> Target {
+        Target {
+            connection_string: self.connection_string.clone(),
+            dev: self.dev,
+            container: self.container.clone(),
+            blob: self.blob.clone(),
+            request_timeout: self.request_timeout,
+        }
+    }
+}
+
+/// `blob-mutex state get`.
+#[derive(Debug, Args)]
+pub(crate) struct StateGetArgs {
+    #[command(flatten)]
+    pub(crate) target: StateTarget,
+    /// Write the state to this file instead of standard output.
+    #[arg(long, short = 'o', value_name = "FILE")]
+    pub(crate) output: Option<std::path::PathBuf>,
+}
+
+/// `blob-mutex state put`.
+#[derive(Debug, Args)]
+pub(crate) struct StatePutArgs {
+    #[command(flatten)]
+    pub(crate) target: StateTarget,
+    /// Read the state from this file; `-` or none: standard input.
+    #[arg(long, short = 'i', value_name = "FILE")]
+    pub(crate) input: Option<std::path::PathBuf>,
 }
 
 /// Parses `500ms`, `15s`, `2m`, `1h`, or a bare number of seconds.

@@ -18,6 +18,9 @@ pub(crate) const FREE_OR_NOT_ACQUIRED: u8 = 3;
 /// `run`: the lease was lost (broken, taken, or not renewed in time) while the
 /// command ran; the command was stopped.
 pub(crate) const LEASE_LOST: u8 = 4;
+/// `state put`: storage refused the write, because the lease of the `run`
+/// that started the command was lost, broken or passed on; nothing was written.
+pub(crate) const STATE_REFUSED: u8 = LEASE_LOST;
 /// `run`: the command survived SIGKILL (it is stuck in the kernel); `run`
 /// exited without releasing the lease, which expires on its own, and did not
 /// start the command again.
@@ -35,7 +38,8 @@ Exit codes:
   2      usage: a bad flag, an invalid option value or an invalid connection string
   3      status: the lease is free; break: there was no lease to break;
          run: not leader within --wait (the command did not run)
-  4      run: the lease was lost while the command ran; the command was stopped
+  4      run: the lease was lost while the command ran; the command was stopped;
+         state put: refused, the lease was lost, broken or passed on (nothing written)
   5      run: the command could not be killed; the lease was left to expire
   126    run: the command could not be executed
   127    run: the command was not found
@@ -64,6 +68,7 @@ pub(crate) fn of_error(error: &anyhow::Error) -> u8 {
         Some(
             blob_mutex::Error::InvalidOption { .. } | blob_mutex::Error::InvalidConnectionString(_),
         ) => USAGE,
+        Some(blob_mutex::Error::StateWriteRefused(_)) => STATE_REFUSED,
         _ => ERROR,
     }
 }

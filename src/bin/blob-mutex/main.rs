@@ -1,5 +1,5 @@
 //! `blob-mutex`: run a command on one host at a time, using an Azure Blob
-//! Storage lease; show or break the lease.
+//! Storage lease; show or break the lease; read and write the leader state.
 //!
 //! Run `blob-mutex --help` (and `blob-mutex <command> --help`) for the
 //! commands, examples and exit codes.
@@ -10,6 +10,7 @@ mod cli;
 mod exit;
 mod guard;
 mod run;
+mod state;
 mod status;
 
 use std::io::IsTerminal;
@@ -56,6 +57,7 @@ fn main() -> ExitCode {
             Command::Run(args) => run::run(args).await,
             Command::Status(args) => status::status(args).await,
             Command::Break(args) => break_lease::break_lease(args).await,
+            Command::State(command) => state::state(command).await,
             Command::Guard => unreachable!("the guard was dispatched before the runtime"),
         }
     });

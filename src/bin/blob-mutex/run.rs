@@ -48,6 +48,8 @@ struct State {
 struct Shared {
     command: Vec<OsString>,
     name: String,
+    /// The command's environment besides the epoch and holder.
+    env: Vec<(&'static str, String)>,
     forever: bool,
     /// The library's stop grace: how long the leader task may take to stop.
     grace: Duration,
@@ -79,6 +81,7 @@ pub(crate) async fn run(args: RunArgs) -> Result<u8> {
     let shared = Arc::new(Shared {
         command: args.command,
         name: args.target.name(),
+        env: args.target.command_env(),
         forever: args.forever,
         grace: options.stop_grace,
         token: CancellationToken::new(),
@@ -174,7 +177,18 @@ fn exit_code(shared: &Shared) -> u8 {
 /// The leader task: run the command, with its guard, until it exits or
 /// leadership ends.
 async fn lead(ctx: LeaderContext, shared: Arc<Shared>) -> Result<()> {
-    let spawned = Child::spawn(&shared.command, ctx.epoch(), ctx.holder(), ctx.deadline()).await;
+    // What `blob-mutex state get/put` needs inside the command. The lease id
+    // is this holder's own: the command is its process, and it is never printed.
+    let mut env = shared.env.clone();
+    env.push((child::LEASE_ID_ENV, ctx.lease_id().to_string()));
+    let spawned = Child::spawn(
+        &shared.command,
+        ctx.epoch(),
+        ctx.holder(),
+        &env,
+        ctx.deadline(),
+    )
+    .await;
     let mut child = match spawned {
         Ok(child) => child,
         Err(SpawnError::Command(e)) => {
