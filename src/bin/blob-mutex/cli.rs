@@ -83,9 +83,9 @@ pub(crate) enum Command {
     Guard,
 }
 
-/// Where the lease blob is and how to reach it.
+/// How to reach the storage account: the flags every command shares.
 #[derive(Debug, Args)]
-pub(crate) struct Target {
+pub(crate) struct Account {
     /// Storage connection string (never printed).
     #[arg(
         long,
@@ -98,22 +98,16 @@ pub(crate) struct Target {
     /// connection string).
     #[arg(long)]
     dev: bool,
-    /// The container of the lease blob (run creates it when missing).
-    #[arg(long, short = 'c')]
-    pub(crate) container: String,
-    /// The lease blob (run creates it, empty, when missing).
-    #[arg(long, short = 'b')]
-    pub(crate) blob: String,
     /// The longest any single storage request may take [default: 3s].
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     request_timeout: Option<Duration>,
 }
 
-impl Target {
-    /// The library's settings for this blob.
-    pub(crate) fn settings(&self) -> Result<BlobSettings> {
+impl Account {
+    /// The library's settings for `blob` in `container`.
+    pub(crate) fn settings(&self, container: &str, blob: &str) -> Result<BlobSettings> {
         if self.dev {
-            return Ok(BlobSettings::azurite(&self.container, &self.blob)?);
+            return Ok(BlobSettings::azurite(container, blob)?);
         }
         let Some(connection) = self.connection_string.as_deref() else {
             return Err(UsageError(
@@ -124,10 +118,34 @@ impl Target {
             .into());
         };
         Ok(BlobSettings::from_connection_string(
-            connection,
-            &self.container,
-            &self.blob,
+            connection, container, blob,
         )?)
+    }
+
+    /// The request timeout to use: the flag's value or the library's default.
+    pub(crate) fn request_timeout(&self) -> Duration {
+        self.request_timeout
+            .unwrap_or(MutexOptions::default().request_timeout)
+    }
+}
+
+/// Where the lease blob is and how to reach it.
+#[derive(Debug, Args)]
+pub(crate) struct Target {
+    #[command(flatten)]
+    account: Account,
+    /// The container of the lease blob (run creates it when missing).
+    #[arg(long, short = 'c')]
+    pub(crate) container: String,
+    /// The lease blob (run creates it, empty, when missing).
+    #[arg(long, short = 'b')]
+    pub(crate) blob: String,
+}
+
+impl Target {
+    /// The library's settings for this blob.
+    pub(crate) fn settings(&self) -> Result<BlobSettings> {
+        self.account.settings(&self.container, &self.blob)
     }
 
     /// A lease manager for this blob, for `status` and `break`.
@@ -137,8 +155,7 @@ impl Target {
 
     /// The request timeout to use: the flag's value or the library's default.
     pub(crate) fn request_timeout(&self) -> Duration {
-        self.request_timeout
-            .unwrap_or(MutexOptions::default().request_timeout)
+        self.account.request_timeout()
     }
 
     /// `container/blob`, for messages.
