@@ -7,7 +7,7 @@ use std::ffi::OsString;
 use std::time::Duration;
 
 use anyhow::Result;
-use blob_mutex::{BlobLeaseManager, BlobSettings, MutexOptions};
+use blob_mutex::{BlobLeaseManager, BlobLeaseSetStore, BlobSettings, MutexOptions};
 use clap::{Args, Parser, Subcommand};
 
 use crate::exit::{UsageError, TABLE};
@@ -28,6 +28,12 @@ Examples:
   blob-mutex status --container leases --blob nightly
   blob-mutex status --container leases --blob nightly --json | jq .holder
   blob-mutex status --container leases --blob nightly >/dev/null && echo held";
+
+const PARTITIONS_EXAMPLES: &str = "\
+Examples:
+  blob-mutex partitions --container leases --set ingest
+  blob-mutex partitions --container leases --set ingest --json | jq '.partitions[] | {name, owner}'
+  blob-mutex partitions --container leases --set ingest >/dev/null || echo 'no such set'";
 
 const BREAK_EXAMPLES: &str = "\
 Examples:
@@ -78,6 +84,18 @@ pub(crate) enum Command {
     /// exits with code 4 (or campaigns again with --forever).
     #[command(after_help = format!("{BREAK_EXAMPLES}\n\n{TABLE}"))]
     Break(BreakArgs),
+    /// Show who owns which partition of a lease set, with epochs.
+    ///
+    /// Lists the set's partitions (by name, with their lease state, owner,
+    /// epoch and acquisition time) and its live members (those holding their
+    /// member lease) with how many partitions each owns. The owner is shown
+    /// only while the partition is leased; the epoch and acquisition time
+    /// are those of the partition's last term.
+    ///
+    /// Exits 0 when the set has any partition or member blob, 3 when it has
+    /// none.
+    #[command(after_help = format!("{PARTITIONS_EXAMPLES}\n\n{TABLE}"))]
+    Partitions(PartitionsArgs),
     /// Internal: the guard `run` starts with each command (see guard.rs).
     #[command(name = crate::guard::SUBCOMMAND, hide = true)]
     Guard,
@@ -161,6 +179,28 @@ impl Target {
     /// `container/blob`, for messages.
     pub(crate) fn name(&self) -> String {
         format!("{}/{}", self.container, self.blob)
+    }
+}
+
+/// Where a lease set is and how to reach it.
+#[derive(Debug, Args)]
+pub(crate) struct SetTarget {
+    #[command(flatten)]
+    account: Account,
+    /// The container of the lease set.
+    #[arg(long, short = 'c')]
+    pub(crate) container: String,
+    /// The lease set: the prefix of its blobs, SET/members/HOLDER and
+    /// SET/partitions/NAME.
+    #[arg(long, short = 's')]
+    pub(crate) set: String,
+}
+
+impl SetTarget {
+    /// The store of this set's leases.
+    pub(crate) fn store(&self) -> Result<BlobLeaseSetStore> {
+        let settings = self.account.settings(&self.container, &self.set)?;
+        Ok(BlobLeaseSetStore::new(&settings)?.with_request_timeout(self.account.request_timeout()))
     }
 }
 
@@ -253,6 +293,18 @@ pub(crate) struct BreakArgs {
     /// How long the current holder may keep the lease, 0s to 60s [default: 0s].
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub(crate) period: Option<Duration>,
+}
+
+/// `blob-mutex partitions`.
+#[derive(Debug, Args)]
+pub(crate) struct PartitionsArgs {
+    #[command(flatten)]
+    pub(crate) target: SetTarget,
+    /// Print one JSON object instead of tables: container, set, exists,
+    /// partitions (name, state, owner, epoch, acquired_at) and members
+    /// (holder, owns).
+    #[arg(long)]
+    pub(crate) json: bool,
 }
 
 /// Parses `500ms`, `15s`, `2m`, `1h`, or a bare number of seconds.

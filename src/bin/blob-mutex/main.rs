@@ -1,5 +1,6 @@
 //! `blob-mutex`: run a command on one host at a time, using an Azure Blob
-//! Storage lease; show or break the lease.
+//! Storage lease; show or break the lease; show who owns which partition
+//! of a lease set.
 //!
 //! Run `blob-mutex --help` (and `blob-mutex <command> --help`) for the
 //! commands, examples and exit codes.
@@ -9,6 +10,7 @@ mod child;
 mod cli;
 mod exit;
 mod guard;
+mod partitions;
 mod run;
 mod status;
 
@@ -56,6 +58,7 @@ fn main() -> ExitCode {
             Command::Run(args) => run::run(args).await,
             Command::Status(args) => status::status(args).await,
             Command::Break(args) => break_lease::break_lease(args).await,
+            Command::Partitions(args) => partitions::partitions(args).await,
             Command::Guard => unreachable!("the guard was dispatched before the runtime"),
         }
     });
