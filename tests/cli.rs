@@ -974,3 +974,182 @@ async fn help_has_an_example_and_the_exit_codes_for_every_command() {
         }
     }
 }
+
+/// `blob-mutex partitions` for `set` in `container`, connected through the
+/// environment variable.
+async fn partitions(container: &str, set: &str, flags: &[&str]) -> Output {
+    Command::new(BIN)
+        .args(["partitions", "--container", container, "--set", set])
+        .args(flags)
+        .env(
+            "AZURE_STORAGE_CONNECTION_STRING",
+            azurite::shared().connection_string(),
+        )
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .output()
+        .await
+        .expect("run blob-mutex partitions")
+}
+
+/// Makes the lease set `jobs` in `container` with the library, lease by
+/// lease, each acquired and stamped under its holder's name: alpha owns p1
+/// and p4; p2 was alpha's, then beta's; p3 was gamma's and is free; alpha
+/// and beta are members, gamma has left. Returns the epoch of each
+/// partition's last term.
+async fn make_set(container: &str) -> std::collections::BTreeMap<String, u64> {
+    use blob_mutex::{Acquire, BlobLeaseSetStore, LeaseId, LeaseSetStore};
+
+    let store = BlobLeaseSetStore::new(&azurite::shared().settings(container, "jobs")).unwrap();
+    let mut epochs = std::collections::BTreeMap::new();
+    for (name, holder, release) in [
+        ("partitions/p3", "gamma", true),
+        ("partitions/p1", "alpha", false),
+        ("partitions/p2", "alpha", true),
+        ("partitions/p2", "beta", false),
+        ("partitions/p4", "alpha", false),
+        ("members/alpha", "alpha", false),
+        ("members/beta", "beta", false),
+        ("members/gamma", "gamma", true),
+    ] {
+        let lease = store.lease(name).unwrap();
+        let id = LeaseId::new();
+        let acquired = lease.acquire(id, Duration::from_secs(60)).await.unwrap();
+        assert_eq!(acquired, Acquire::Acquired, "{name} for {holder}");
+        let epoch = lease.stamp(id, holder).await.unwrap();
+        if let Some(partition) = name.strip_prefix("partitions/") {
+            epochs.insert(partition.to_owned(), epoch);
+        }
+        if release {
+            lease.release(id).await.unwrap();
+        }
+    }
+    epochs
+}
+
+#[tokio::test]
+async fn partitions_names_the_owner_and_epoch_of_each_partition_and_the_live_members() {
+    let container = azurite::unique_container("cli-partitions");
+    let epochs = make_set(&container).await;
+    assert_eq!(
+        epochs["p2"],
+        epochs["p1"] + 1,
+        "beta's term follows alpha's"
+    );
+
+    let table = partitions(&container, "jobs", &[]).await;
+    let stderr = text(&table.stderr);
+    assert_eq!(table.status.code(), Some(0), "stderr: {stderr}");
+    let table = text(&table.stdout);
+    let row = |first: &str| -> Vec<String> {
+        table
+            .lines()
+            .find(|line| line.split_whitespace().next() == Some(first))
+            .unwrap_or_else(|| panic!("a row for {first} in {table}"))
+            .split_whitespace()
+            .map(str::to_owned)
+            .collect()
+    };
+    for (partition, state, owner) in [
+        ("p1", "leased", "alpha"),
+        ("p2", "leased", "beta"),
+        ("p3", "available", "-"),
+        ("p4", "leased", "alpha"),
+    ] {
+        let row = row(partition);
+        assert_eq!(
+            row[..4],
+            [partition, state, owner, &epochs[partition].to_string()],
+            "{table}"
+        );
+        assert!(row[4].starts_with("20"), "acquired at: {table}");
+    }
+    assert_eq!(
+        epochs["p2"],
+        epochs["p1"] + 1,
+        "beta's term follows alpha's"
+    );
+    assert_eq!(row("alpha"), ["alpha", "2"], "{table}");
+    assert_eq!(row("beta"), ["beta", "1"], "{table}");
+    assert!(!table.contains("gamma"), "gamma has left: {table}");
+    assert!(table.contains("partitions   4 (3 leased)"), "{table}");
+
+    let json = partitions(&container, "jobs", &["--json"]).await;
+    assert_eq!(json.status.code(), Some(0));
+    let json = text(&json.stdout);
+    assert_eq!(json.lines().count(), 1, "{json}");
+    assert!(
+        json.starts_with(&format!(
+            "{{\"container\":\"{container}\",\"set\":\"jobs\",\"exists\":true,\"partitions\":["
+        )),
+        "{json}"
+    );
+    let mut at = 0;
+    for (partition, state, owner) in [
+        ("p1", "leased", "\"alpha\""),
+        ("p2", "leased", "\"beta\""),
+        ("p3", "available", "null"),
+        ("p4", "leased", "\"alpha\""),
+    ] {
+        let object = format!(
+            "{{\"name\":\"{partition}\",\"state\":\"{state}\",\"owner\":{owner},\"epoch\":{},\"acquired_at\":\"20",
+            epochs[partition]
+        );
+        let found = json[at..]
+            .find(&object)
+            .unwrap_or_else(|| panic!("{object} after {at} in {json}"));
+        at += found + object.len();
+    }
+    assert!(
+        json.ends_with(
+            "\"members\":[{\"holder\":\"alpha\",\"owns\":2},{\"holder\":\"beta\",\"owns\":1}]}\n"
+        ),
+        "{json}"
+    );
+}
+
+#[tokio::test]
+async fn partitions_of_an_empty_set_exits_3_and_without_set_2() {
+    use blob_mutex::{BlobLeaseSetStore, LeaseId, LeaseSetStore};
+
+    // Another set whose name starts with this one's, in the same container.
+    let container = azurite::unique_container("cli-partitions-empty");
+    let other = BlobLeaseSetStore::new(&azurite::shared().settings(&container, "jobs-2")).unwrap();
+    let lease = other.lease("partitions/p1").unwrap();
+    lease
+        .acquire(LeaseId::new(), Duration::from_secs(15))
+        .await
+        .unwrap();
+    let missing = azurite::unique_container("cli-partitions-missing");
+    for (container, flags) in [
+        (&container, &[][..]),
+        (&container, &["--json"]),
+        (&missing, &[]),
+    ] {
+        let empty = partitions(container, "jobs", flags).await;
+        let stdout = text(&empty.stdout);
+        assert_eq!(
+            empty.status.code(),
+            Some(3),
+            "{stdout} {}",
+            text(&empty.stderr)
+        );
+        assert!(empty.stderr.is_empty(), "{}", text(&empty.stderr));
+        let expected = if flags.is_empty() {
+            format!("set          {container}/jobs\npartitions   none (no blobs in the set)\n")
+        } else {
+            format!(
+                "{{\"container\":\"{container}\",\"set\":\"jobs\",\"exists\":false,\"partitions\":[],\"members\":[]}}\n"
+            )
+        };
+        assert_eq!(stdout, expected);
+    }
+    let missing_set = blob_mutex(&["partitions", "--dev", "--container", &container]).await;
+    assert_one_line_error(&missing_set, 2, "--set");
+    let help = blob_mutex(&["partitions", "--help"]).await;
+    let help = text(&help.stdout);
+    assert!(
+        help.contains("Examples:\n  ") && help.contains("Exit codes:"),
+        "{help}"
+    );
+}

@@ -7,7 +7,7 @@ use std::ffi::OsString;
 use std::time::Duration;
 
 use anyhow::Result;
-use blob_mutex::{BlobLeaseManager, BlobSettings, MutexOptions};
+use blob_mutex::{BlobLeaseManager, BlobLeaseSetStore, BlobSettings, MutexOptions};
 use clap::{Args, Parser, Subcommand};
 
 use crate::child::{BLOB_ENV, CONTAINER_ENV, DEV_ENV};
@@ -29,6 +29,12 @@ Examples:
   blob-mutex status --container leases --blob nightly
   blob-mutex status --container leases --blob nightly --json | jq .holder
   blob-mutex status --container leases --blob nightly >/dev/null && echo held";
+
+const PARTITIONS_EXAMPLES: &str = "\
+Examples:
+  blob-mutex partitions --container leases --set ingest
+  blob-mutex partitions --container leases --set ingest --json | jq '.partitions[] | {name, owner}'
+  blob-mutex partitions --container leases --set ingest >/dev/null || echo 'no such set'";
 
 const BREAK_EXAMPLES: &str = "\
 Examples:
@@ -100,14 +106,26 @@ pub(crate) enum Command {
     /// printed. The state is at most 4 MiB.
     #[command(subcommand, after_help = format!("{STATE_EXAMPLES}\n\n{TABLE}"))]
     State(StateCommand),
+    /// Show who owns which partition of a lease set, with epochs.
+    ///
+    /// Lists the set's partitions (by name, with their lease state, owner,
+    /// epoch and acquisition time) and its live members (those holding their
+    /// member lease) with how many partitions each owns. The owner is shown
+    /// only while the partition is leased; the epoch and acquisition time
+    /// are those of the partition's last term.
+    ///
+    /// Exits 0 when the set has any partition or member blob, 3 when it has
+    /// none.
+    #[command(after_help = format!("{PARTITIONS_EXAMPLES}\n\n{TABLE}"))]
+    Partitions(PartitionsArgs),
     /// Internal: the guard `run` starts with each command (see guard.rs).
     #[command(name = crate::guard::SUBCOMMAND, hide = true)]
     Guard,
 }
 
-/// Where the lease blob is and how to reach it.
+/// How to reach the storage account: the flags every command shares.
 #[derive(Debug, Args)]
-pub(crate) struct Target {
+pub(crate) struct Account {
     /// Storage connection string (never printed).
     #[arg(
         long,
@@ -120,22 +138,16 @@ pub(crate) struct Target {
     /// connection string).
     #[arg(long)]
     dev: bool,
-    /// The container of the lease blob (run creates it when missing).
-    #[arg(long, short = 'c')]
-    pub(crate) container: String,
-    /// The lease blob (run creates it, empty, when missing).
-    #[arg(long, short = 'b')]
-    pub(crate) blob: String,
     /// The longest any single storage request may take [default: 3s].
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     request_timeout: Option<Duration>,
 }
 
-impl Target {
-    /// The library's settings for this blob.
-    pub(crate) fn settings(&self) -> Result<BlobSettings> {
+impl Account {
+    /// The library's settings for `blob` in `container`.
+    pub(crate) fn settings(&self, container: &str, blob: &str) -> Result<BlobSettings> {
         if self.dev {
-            return Ok(BlobSettings::azurite(&self.container, &self.blob)?);
+            return Ok(BlobSettings::azurite(container, blob)?);
         }
         let Some(connection) = self.connection_string.as_deref() else {
             return Err(UsageError(
@@ -146,10 +158,34 @@ impl Target {
             .into());
         };
         Ok(BlobSettings::from_connection_string(
-            connection,
-            &self.container,
-            &self.blob,
+            connection, container, blob,
         )?)
+    }
+
+    /// The request timeout to use: the flag's value or the library's default.
+    pub(crate) fn request_timeout(&self) -> Duration {
+        self.request_timeout
+            .unwrap_or(MutexOptions::default().request_timeout)
+    }
+}
+
+/// Where the lease blob is and how to reach it.
+#[derive(Debug, Args)]
+pub(crate) struct Target {
+    #[command(flatten)]
+    account: Account,
+    /// The container of the lease blob (run creates it when missing).
+    #[arg(long, short = 'c')]
+    pub(crate) container: String,
+    /// The lease blob (run creates it, empty, when missing).
+    #[arg(long, short = 'b')]
+    pub(crate) blob: String,
+}
+
+impl Target {
+    /// The library's settings for this blob.
+    pub(crate) fn settings(&self) -> Result<BlobSettings> {
+        self.account.settings(&self.container, &self.blob)
     }
 
     /// A lease manager for this blob, for `status` and `break`.
@@ -159,8 +195,7 @@ impl Target {
 
     /// The request timeout to use: the flag's value or the library's default.
     pub(crate) fn request_timeout(&self) -> Duration {
-        self.request_timeout
-            .unwrap_or(MutexOptions::default().request_timeout)
+        self.account.request_timeout()
     }
 
     /// What `blob-mutex state get/put` in the command needs to find this
@@ -172,9 +207,9 @@ impl Target {
             (CONTAINER_ENV, self.container.clone()),
             (BLOB_ENV, self.blob.clone()),
         ];
-        if self.dev {
+        if self.account.dev {
             env.push((DEV_ENV, "true".to_owned()));
-        } else if let Some(connection) = &self.connection_string {
+        } else if let Some(connection) = &self.account.connection_string {
             env.push(("AZURE_STORAGE_CONNECTION_STRING", connection.clone()));
         }
         env
@@ -183,6 +218,28 @@ impl Target {
     /// `container/blob`, for messages.
     pub(crate) fn name(&self) -> String {
         format!("{}/{}", self.container, self.blob)
+    }
+}
+
+/// Where a lease set is and how to reach it.
+#[derive(Debug, Args)]
+pub(crate) struct SetTarget {
+    #[command(flatten)]
+    account: Account,
+    /// The container of the lease set.
+    #[arg(long, short = 'c')]
+    pub(crate) container: String,
+    /// The lease set: the prefix of its blobs, SET/members/HOLDER and
+    /// SET/partitions/NAME.
+    #[arg(long, short = 's')]
+    pub(crate) set: String,
+}
+
+impl SetTarget {
+    /// The store of this set's leases.
+    pub(crate) fn store(&self) -> Result<BlobLeaseSetStore> {
+        let settings = self.account.settings(&self.container, &self.set)?;
+        Ok(BlobLeaseSetStore::new(&settings)?.with_request_timeout(self.account.request_timeout()))
     }
 }
 
@@ -319,11 +376,13 @@ impl StateTarget {
     /// The same place as a [`Target`].
     pub(crate) fn target(&self) -> Target {
         Target {
-            connection_string: self.connection_string.clone(),
-            dev: self.dev,
+            account: Account {
+                connection_string: self.connection_string.clone(),
+                dev: self.dev,
+                request_timeout: self.request_timeout,
+            },
             container: self.container.clone(),
             blob: self.blob.clone(),
-            request_timeout: self.request_timeout,
         }
     }
 }
@@ -346,6 +405,18 @@ pub(crate) struct StatePutArgs {
     /// Read the state from this file; `-` or none: standard input.
     #[arg(long, short = 'i', value_name = "FILE")]
     pub(crate) input: Option<std::path::PathBuf>,
+}
+
+/// `blob-mutex partitions`.
+#[derive(Debug, Args)]
+pub(crate) struct PartitionsArgs {
+    #[command(flatten)]
+    pub(crate) target: SetTarget,
+    /// Print one JSON object instead of tables: container, set, exists,
+    /// partitions (name, state, owner, epoch, acquired_at) and members
+    /// (holder, owns).
+    #[arg(long)]
+    pub(crate) json: bool,
 }
 
 /// Parses `500ms`, `15s`, `2m`, `1h`, or a bare number of seconds.

@@ -5,7 +5,8 @@ use std::fmt;
 use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
 
-/// Success: `status` found the lease held, `break` broke it, `run`'s command exited 0.
+/// Success: `status` found the lease held, `break` broke it, `run`'s command exited 0,
+/// `partitions` found the set.
 pub(crate) const OK: u8 = 0;
 /// An error: storage could not be reached, refused the credentials, or failed.
 pub(crate) const ERROR: u8 = 1;
@@ -14,6 +15,7 @@ pub(crate) const ERROR: u8 = 1;
 pub(crate) const USAGE: u8 = 2;
 /// `status`: the lease is free. `break`: there was no lease to break.
 /// `run --wait`: the lease was not acquired in time; the command did not run.
+/// `partitions`: the set has no blobs.
 pub(crate) const FREE_OR_NOT_ACQUIRED: u8 = 3;
 /// `run`: the lease was lost (broken, taken, or not renewed in time) while the
 /// command ran; the command was stopped.
@@ -33,11 +35,13 @@ pub(crate) const NOT_FOUND: u8 = 127;
 /// The exit-code table shown at the end of `--help`.
 pub(crate) const TABLE: &str = "\
 Exit codes:
-  0      success: run's command exited 0; status: the lease is held; break: the lease was broken
+  0      success: run's command exited 0; status: the lease is held; break: the lease was broken;
+         partitions: the set exists
   1      error: storage unreachable, authentication refused, or another failure
   2      usage: a bad flag, an invalid option value or an invalid connection string
   3      status: the lease is free; break: there was no lease to break;
-         run: not leader within --wait (the command did not run)
+         run: not leader within --wait (the command did not run);
+         partitions: the set has no partitions and no members
   4      run: the lease was lost while the command ran; the command was stopped;
          state put: refused, the lease was lost, broken or passed on (nothing written)
   5      run: the command could not be killed; the lease was left to expire

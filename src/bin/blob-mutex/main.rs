@@ -1,5 +1,6 @@
 //! `blob-mutex`: run a command on one host at a time, using an Azure Blob
-//! Storage lease; show or break the lease; read and write the leader state.
+//! Storage lease; show or break the lease; read and write the leader state;
+//! show who owns which partition of a lease set.
 //!
 //! Run `blob-mutex --help` (and `blob-mutex <command> --help`) for the
 //! commands, examples and exit codes.
@@ -9,6 +10,7 @@ mod child;
 mod cli;
 mod exit;
 mod guard;
+mod partitions;
 mod run;
 mod state;
 mod status;
@@ -58,6 +60,7 @@ fn main() -> ExitCode {
             Command::Status(args) => status::status(args).await,
             Command::Break(args) => break_lease::break_lease(args).await,
             Command::State(command) => state::state(command).await,
+            Command::Partitions(args) => partitions::partitions(args).await,
             Command::Guard => unreachable!("the guard was dispatched before the runtime"),
         }
     });

@@ -104,7 +104,7 @@ impl<'a> View<'a> {
 }
 
 /// A JSON string literal: quotes, backslashes and control characters escaped.
-fn json_string(value: &str) -> String {
+pub(crate) fn json_string(value: &str) -> String {
     let mut out = String::with_capacity(value.len() + 2);
     out.push('"');
     for c in value.chars() {
