@@ -19,11 +19,12 @@
 //!   its share because over-loaded owners give partitions up. The partition
 //!   terms are sub-tasks of the membership term.
 //! - **Cost.** All leases of a process share one HTTP client. Claims made in
-//!   one cycle are spread over the renew interval, so that their renewals
-//!   are too. Requests per hour for one instance owning `k` of `M`
-//!   partitions, with defaults: `3600/5` renewals of each owned partition
-//!   and of the member blob (`720 × (k + 1)`), plus one List Blobs call per
-//!   cycle (`720`), plus the acquire, stamp and release of each move.
+//!   one cycle are spread over the renew interval (or the balance interval,
+//!   when shorter), so that their renewals are too. Requests per hour for
+//!   one instance owning `k` of `M` partitions, with defaults: `3600/5`
+//!   renewals of each owned partition and of the member blob
+//!   (`720 × (k + 1)`), plus one List Blobs call per cycle (`720`), plus the
+//!   acquire, stamp and release of each move.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
@@ -351,8 +352,14 @@ async fn balance<S: LeaseSetStore>(ctx: LeaderContext, shared: Arc<Shared<S>>) -
                         claim.token.cancel();
                     }
                 }
-                let spread = options.mutex.effective_renew_interval()
-                    / u32::try_from(claim.len().max(1)).unwrap_or(u32::MAX);
+                // Claims of one cycle (and so their renewals) are spread over
+                // the renew interval, or the cycle when that is shorter, so
+                // that a claim waits at most one cycle.
+                let window = options
+                    .mutex
+                    .effective_renew_interval()
+                    .min(options.balance_interval);
+                let spread = window / u32::try_from(claim.len().max(1)).unwrap_or(u32::MAX);
                 for (i, partition) in claim.into_iter().enumerate() {
                     let delay = spread * u32::try_from(i).unwrap_or(u32::MAX);
                     let claim = start_claim(&ctx, &shared, partition.clone(), delay);

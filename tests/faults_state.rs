@@ -96,18 +96,21 @@ async fn a_leader_whose_lease_was_broken_is_refused_by_storage() {
     let (old, epoch, _) = cluster.wait_first_leader().await;
     first_write(&cluster, epoch, Duration::from_secs(10)).await;
     let foreign = Foreign::new(&azurite.connection_string(), &container, "state");
+    let before = cluster.now();
     foreign.break_lease();
+    // The foreign client returns a moment after the break took effect: the
+    // other worker may lead before `broke` is read.
     let broke = cluster.now();
     // The other worker leads at its next retry; the old leader learns of the
     // break only at its next renewal (up to 2 s later) and meanwhile keeps
     // writing: storage refuses those writes.
     let (next, next_epoch, _) = cluster
-        .wait_leading_after(broke, Duration::from_secs(10))
+        .wait_leading_after(before, Duration::from_secs(10))
         .await;
     assert_ne!(next, old);
     let new_first = first_write(&cluster, next_epoch, Duration::from_secs(10)).await;
     cluster
-        .wait_stopped(old, broke, Duration::from_secs(10))
+        .wait_stopped(old, before, Duration::from_secs(10))
         .await;
     let late: Vec<_> = written(&cluster, epoch)
         .into_iter()
