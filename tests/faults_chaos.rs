@@ -17,37 +17,13 @@ mod support;
 use std::time::{Duration, Instant};
 
 use support::azurite;
+use support::chaos::{env_u64, seed, Rng};
 use support::proxy::{Direction, Injected, Mode, Proxy};
 use support::workers::{Cluster, Spec, What};
 
 const WORKERS: usize = 5;
 const LEASE: Duration = Duration::from_secs(15);
 const RETRY: Duration = Duration::from_millis(500);
-
-/// `SplitMix64`.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-
-    fn millis(&mut self, from: u64, to: u64) -> Duration {
-        Duration::from_millis(from + self.below(to - from))
-    }
-}
-
-fn env_u64(name: &str) -> Option<u64> {
-    std::env::var(name).ok().and_then(|v| v.trim().parse().ok())
-}
 
 #[derive(Default)]
 struct Tally {
@@ -62,16 +38,7 @@ struct Tally {
 #[allow(clippy::too_many_lines)] // one scenario, read top to bottom
 async fn chaos_soak_keeps_one_leader_at_a_time() {
     let secs = env_u64("BLOB_MUTEX_CHAOS_SECS").unwrap_or(180);
-    let seed = env_u64("BLOB_MUTEX_CHAOS_SEED").unwrap_or_else(|| {
-        u64::try_from(
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_nanos()
-                % u128::from(u64::MAX),
-        )
-        .unwrap()
-    });
+    let seed = seed();
     println!("chaos: {secs}s, seed {seed} (BLOB_MUTEX_CHAOS_SEED={seed} repeats the choices)");
     let mut rng = Rng(seed);
     let container = azurite::unique_container("chaos");

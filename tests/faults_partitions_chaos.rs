@@ -18,6 +18,7 @@ mod support;
 use std::time::Duration;
 
 use support::azurite;
+use support::chaos::{env_u64, seed, Rng};
 use support::partitions::{assert_safe, terms, Term};
 use support::workers::{Cluster, Spec};
 
@@ -35,27 +36,6 @@ const FLAGS: &[&str] = &[
 /// and room for a loaded two-core machine.
 const REOWN_BOUND: Duration = LEASE.saturating_add(Duration::from_secs(8));
 
-/// `SplitMix64`.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
-
-fn env_u64(name: &str) -> Option<u64> {
-    std::env::var(name).ok().and_then(|v| v.trim().parse().ok())
-}
-
 fn spawn(cluster: &mut Cluster, container: &str) -> usize {
     let name = format!("w{}", cluster.len());
     cluster.spawn(Spec::worker(
@@ -70,14 +50,7 @@ fn spawn(cluster: &mut Cluster, container: &str) -> usize {
 #[tokio::test]
 async fn partition_chaos_soak_never_owns_a_partition_twice() {
     let secs = env_u64("BLOB_MUTEX_PARTITION_CHAOS_SECS").unwrap_or(120);
-    let seed = env_u64("BLOB_MUTEX_CHAOS_SEED").unwrap_or_else(|| {
-        u64::from(
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .subsec_nanos(),
-        )
-    });
+    let seed = seed();
     println!(
         "partition chaos: {secs}s, seed {seed} (BLOB_MUTEX_CHAOS_SEED={seed} repeats the choices)"
     );

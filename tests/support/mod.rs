@@ -7,6 +7,7 @@
 #![allow(dead_code, unreachable_pub)]
 
 pub mod azurite;
+pub mod chaos;
 pub mod foreign;
 pub mod partitions;
 pub mod proxy;

@@ -1,0 +1,40 @@
+//! What the chaos soaks share: a small seedable random source, and their
+//! settings from the environment.
+
+use std::time::Duration;
+
+/// `SplitMix64`: reproducible from its seed.
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+
+    pub fn millis(&mut self, from: u64, to: u64) -> Duration {
+        Duration::from_millis(from + self.below(to - from))
+    }
+}
+
+/// A whole number from the environment variable `name`, if set.
+pub fn env_u64(name: &str) -> Option<u64> {
+    std::env::var(name).ok().and_then(|v| v.trim().parse().ok())
+}
+
+/// The seed in `BLOB_MUTEX_CHAOS_SEED`, or one from the clock.
+pub fn seed() -> u64 {
+    env_u64("BLOB_MUTEX_CHAOS_SEED").unwrap_or_else(|| {
+        let since = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        since.as_secs() ^ u64::from(since.subsec_nanos())
+    })
+}
