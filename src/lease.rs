@@ -17,6 +17,7 @@ use time::format_description::well_known::Rfc3339;
 use time::OffsetDateTime;
 use tracing::{debug, trace};
 
+use crate::bounded::bounded;
 use crate::error::{redact, Cause, Error, Result};
 use crate::options::{lease_seconds, DEFAULT_REQUEST_TIMEOUT};
 use crate::settings::{BlobSettings, Credential};
@@ -321,13 +322,7 @@ impl BlobLeaseManager {
         operation: &'static str,
         call: impl Future<Output = Result<T>>,
     ) -> Result<T> {
-        match tokio::time::timeout(self.request_timeout, call).await {
-            Ok(result) => result,
-            Err(_) => Err(Error::Timeout {
-                operation,
-                after: self.request_timeout,
-            }),
-        }
+        bounded(operation, self.request_timeout, call).await
     }
 
     async fn acquire_uncapped(&self, proposed: LeaseId, duration: Duration) -> Result<Acquire> {
@@ -711,17 +706,11 @@ impl LeaseSetStore for BlobLeaseSetStore {
     }
 
     fn list(&self, prefix: &str) -> impl Future<Output = Result<Vec<(String, LeaseInfo)>>> + Send {
-        let limit = self.request_timeout;
-        let listing = self.list_uncapped(prefix.to_owned());
-        async move {
-            match tokio::time::timeout(limit, listing).await {
-                Ok(result) => result,
-                Err(_) => Err(Error::Timeout {
-                    operation: "list",
-                    after: limit,
-                }),
-            }
-        }
+        bounded(
+            "list",
+            self.request_timeout,
+            self.list_uncapped(prefix.to_owned()),
+        )
     }
 }
 

@@ -40,6 +40,7 @@ use tracing::{debug, warn};
 
 use crate::backoff::Jitter;
 use crate::balance::{plan, Plan, Strategy, View};
+use crate::bounded::bounded;
 use crate::error::{BoxError, Chain, Error, Result};
 use crate::leadership::{LeaderContext, Leadership, TermReport};
 use crate::lease::BlobLeaseSetStore;
@@ -388,9 +389,7 @@ async fn read_set<S: LeaseSetStore>(
     let limit = shared.options.mutex.request_timeout;
     let listing = tokio::select! {
         _ = ctx.cancelled() => return Err(Error::Cancelled),
-        r = tokio::time::timeout(limit, shared.store.list("")) => {
-            r.unwrap_or(Err(Error::Timeout { operation: "list", after: limit }))?
-        }
+        r = bounded("list", limit, shared.store.list("")) => r?,
     };
     let (mut members, mut partitions) = (BTreeSet::new(), BTreeSet::new());
     for (name, info) in listing {

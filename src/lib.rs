@@ -5,6 +5,7 @@
 
 mod backoff;
 mod balance;
+mod bounded;
 #[cfg(feature = "testing")]
 pub mod conformance;
 mod error;

@@ -13,6 +13,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, trace, warn};
 
 use crate::backoff::{backoff, Jitter};
+use crate::bounded::bounded;
 use crate::error::{BoxError, Chain, Error, Result};
 use crate::fail_stop::{self, FailStop};
 use crate::leadership::{Heartbeat, LeaderContext, Leadership, StopReason, TaskStop, TermReport};
@@ -803,27 +804,6 @@ async fn watchdog(timeout: Option<Duration>, beats: &mut watch::Receiver<u64>) {
             Ok(Err(_)) => return sleep_until(last + timeout).await,
             Err(_) => return,
         }
-    }
-}
-
-/// Runs a storage call with a time limit.
-async fn bounded<T>(
-    operation: &'static str,
-    limit: Duration,
-    call: impl Future<Output = Result<T>>,
-) -> Result<T> {
-    if limit.is_zero() {
-        return Err(Error::Timeout {
-            operation,
-            after: limit,
-        });
-    }
-    match tokio::time::timeout(limit, call).await {
-        Ok(result) => result,
-        Err(_) => Err(Error::Timeout {
-            operation,
-            after: limit,
-        }),
     }
 }
 

@@ -9,6 +9,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use crate::bounded::bounded;
 use crate::error::{Error, Result};
 use crate::store::{check_state_len, LeaseId, LeaseStore};
 
@@ -60,7 +61,7 @@ impl<S: LeaseStore> TermState for Fenced<S> {
     fn read(&self) -> BoxFuture<'_, Result<Vec<u8>>> {
         Box::pin(async move {
             let limit = self.limit();
-            capped("read state", limit, self.store.read_state()).await
+            bounded("read state", limit, self.store.read_state()).await
         })
     }
 
@@ -73,7 +74,7 @@ impl<S: LeaseStore> TermState for Fenced<S> {
                     "the term's deadline has passed; nothing was sent".to_owned(),
                 ));
             }
-            capped(
+            bounded(
                 "write state",
                 limit,
                 self.store.write_state(self.lease, state),
@@ -85,25 +86,6 @@ impl<S: LeaseStore> TermState for Fenced<S> {
     fn lease_id(&self) -> LeaseId {
         self.lease
     }
-}
-
-async fn capped<T>(
-    operation: &'static str,
-    limit: Duration,
-    call: impl Future<Output = Result<T>>,
-) -> Result<T> {
-    if limit.is_zero() {
-        return Err(Error::Timeout {
-            operation,
-            after: limit,
-        });
-    }
-    tokio::time::timeout(limit, call)
-        .await
-        .unwrap_or(Err(Error::Timeout {
-            operation,
-            after: limit,
-        }))
 }
 
 #[cfg(all(test, feature = "testing"))]
