@@ -440,7 +440,15 @@ pub(crate) async fn partitions(
         0 => None,
         size => Some(big(config, azurite, size).await?),
     };
+    targets(report, &cells, big.as_ref());
+    report.section("partitions", json(&cells, big.as_ref()));
+    details(config, report, &cells, big.as_ref());
+    Ok(())
+}
 
+/// The rows of the summary: rebalance and re-own times, the request rate,
+/// and the one process's deadlines, CPU and memory.
+fn targets(report: &mut Report, cells: &[Cell], big: Option<&Big>) {
     let cycle_target = 3.0 * BALANCE_SECS;
     let crash_target = LEASE_SECS + BALANCE_SECS + RETRY_SECS;
     if !cells.is_empty() {
@@ -482,7 +490,7 @@ pub(crate) async fn partitions(
             None,
         );
     }
-    if let Some(b) = &big {
+    if let Some(b) = big {
         let missed = b.deadlines + b.deadline_log_lines;
         report.target(
             &format!(
@@ -509,7 +517,9 @@ pub(crate) async fn partitions(
             Some(mib(b.hwm_kib) <= 64.0),
         );
     }
+}
 
+fn json(cells: &[Cell], big: Option<&Big>) -> Json {
     let mut fields = vec![
         ("balance_interval_seconds", Json::Num(BALANCE_SECS)),
         (
@@ -523,7 +533,7 @@ pub(crate) async fn partitions(
         ),
         ("cells", Json::Arr(cells.iter().map(Cell::json).collect())),
     ];
-    if let Some(b) = &big {
+    if let Some(b) = big {
         let s = stats(&b.renew);
         fields.push((
             "one_process",
@@ -552,8 +562,11 @@ pub(crate) async fn partitions(
             ]),
         ));
     }
-    report.section("partitions", Json::obj(fields));
+    Json::obj(fields)
+}
 
+/// The section's Markdown: the grid's table and the one process's.
+fn details(config: &Config, report: &mut Report, cells: &[Cell], big: Option<&Big>) {
     let d = &mut report.details;
     let _ = writeln!(d, "### Partitions: lease sets over worker processes\n");
     if !cells.is_empty() {
@@ -573,7 +586,7 @@ pub(crate) async fn partitions(
             "| N | M | cold start | join | graceful leave | crash | owned k (min–max) | renew + list /h per instance vs formula | all requests /h (max) | moves in window | cell took |"
         );
         let _ = writeln!(d, "|---|---|---|---|---|---|---|---|---|---|---|");
-        for c in &cells {
+        for c in cells {
             let (low, high) = c.deviations();
             let k = c.costs.iter().map(|x| x.owned);
             let _ = writeln!(
@@ -598,7 +611,7 @@ pub(crate) async fn partitions(
         }
         d.push('\n');
     }
-    if let Some(b) = &big {
+    if let Some(b) = big {
         let s = stats(&b.renew);
         let _ = writeln!(
             d,
@@ -630,7 +643,6 @@ pub(crate) async fn partitions(
             b.owned_at_end,
         );
     }
-    Ok(())
 }
 
 #[cfg(test)]
