@@ -1,6 +1,7 @@
 //! Benchmark of the election against a local Azurite: failover and handover
 //! times, storage requests per hour, the crate's latency over a bare SDK
-//! call, the worker's CPU and memory footprint, and 50-way contention.
+//! call, the worker's CPU and memory footprint, 50-way contention, and lease
+//! sets of many partitions.
 //!
 //! ```text
 //! cargo build --release --examples
@@ -19,14 +20,21 @@
 //! `--cost-secs N` (request-cost and footprint window) [180 / 60],
 //! `--overhead-samples N` [2000 / 500], `--candidates N` [50],
 //! `--contention-secs N` [30 / 15],
-//! `--sections overhead,contention,cost,handover,crash` [all, in that order],
+//! `--partition-n LIST` (instances per lease set) [3,4,8 / 3,4],
+//! `--partition-m LIST` (partitions per set) [16,64,256 / 16,64],
+//! `--partition-secs N` (steady window of each set) [60 / 30],
+//! `--set-size N` (partitions owned by one process; 0 skips it) [1000],
+//! `--set-secs N` (its steady window) [120 / 60],
+//! `--sections overhead,contention,cost,handover,crash,partitions` [all, in
+//! that order; `--quick` leaves `partitions` out unless it is named],
 //! `--out DIR` [`bench-results`], `--endpoint URL` (use a running Azurite's
 //! blob endpoint, `http://<ip>:<port>/devstoreaccount1`, instead of starting
 //! one). The worker processes are the `fault-worker` example
 //! (`tests/fixtures/fault_worker.rs`) next to this program.
 //!
 //! One module per section (`overhead.rs`, `contention.rs`, `cost.rs` with
-//! `footprint.rs`, `failover.rs` for `handover` and `crash`); the rest is
+//! `footprint.rs`, `failover.rs` for `handover` and `crash`, `partitions.rs`);
+//! the rest is
 //! shared: `azurite.rs`, `proxy.rs` (the counting proxy), `workers.rs` (the
 //! worker processes), `stats.rs`, `json.rs` and `report.rs`.
 
@@ -37,6 +45,7 @@ mod failover;
 mod footprint;
 mod json;
 mod overhead;
+mod partitions;
 mod proxy;
 mod report;
 mod stats;
@@ -65,7 +74,14 @@ const JITTER: f64 = 0.2;
 const IDLE_WORK_MS: &str = "600000";
 
 /// The sections, in the order they run.
-const SECTIONS: [&str; 5] = ["overhead", "contention", "cost", "handover", "crash"];
+const SECTIONS: [&str; 6] = [
+    "overhead",
+    "contention",
+    "cost",
+    "handover",
+    "crash",
+    "partitions",
+];
 
 struct Config {
     crash_reps: usize,
@@ -74,6 +90,11 @@ struct Config {
     overhead_samples: usize,
     candidates: usize,
     contention_window: Duration,
+    partition_ns: Vec<usize>,
+    partition_ms: Vec<usize>,
+    partition_window: Duration,
+    set_size: usize,
+    partition_window_big: Duration,
     sections: Vec<String>,
     out: PathBuf,
     endpoint: Option<String>,
@@ -96,7 +117,20 @@ impl Config {
             overhead_samples: if quick { 500 } else { 2000 },
             candidates: 50,
             contention_window: Duration::from_secs(if quick { 15 } else { 30 }),
-            sections: SECTIONS.iter().map(|s| (*s).to_owned()).collect(),
+            partition_ns: if quick { vec![3, 4] } else { vec![3, 4, 8] },
+            partition_ms: if quick {
+                vec![16, 64]
+            } else {
+                vec![16, 64, 256]
+            },
+            partition_window: Duration::from_secs(if quick { 30 } else { 60 }),
+            set_size: 1000,
+            partition_window_big: Duration::from_secs(if quick { 60 } else { 120 }),
+            sections: SECTIONS
+                .iter()
+                .filter(|s| !(quick && **s == "partitions"))
+                .map(|s| (*s).to_owned())
+                .collect(),
             out: PathBuf::from("bench-results"),
             endpoint: None,
             worker,
@@ -114,6 +148,15 @@ impl Config {
                 "--contention-secs" => {
                     config.contention_window = Duration::from_secs(value()?.parse()?);
                 }
+                "--partition-n" => config.partition_ns = list(&value()?)?,
+                "--partition-m" => config.partition_ms = list(&value()?)?,
+                "--partition-secs" => {
+                    config.partition_window = Duration::from_secs(value()?.parse()?);
+                }
+                "--set-size" => config.set_size = value()?.parse()?,
+                "--set-secs" => {
+                    config.partition_window_big = Duration::from_secs(value()?.parse()?);
+                }
                 "--sections" => {
                     config.sections = value()?.split(',').map(str::to_owned).collect();
                     for s in &config.sections {
@@ -130,6 +173,10 @@ impl Config {
             "need at least one repetition"
         );
         ensure!(
+            config.partition_ns.iter().all(|n| *n >= 2),
+            "a lease set needs at least two instances (one is crashed)"
+        );
+        ensure!(
             config.candidates >= 2,
             "contention needs at least two candidates"
         );
@@ -143,6 +190,14 @@ impl Config {
     fn runs(&self, section: &str) -> bool {
         self.sections.iter().any(|s| s == section)
     }
+}
+
+/// A comma-separated list of numbers; empty for none.
+fn list(text: &str) -> Result<Vec<usize>> {
+    text.split(',')
+        .filter(|s| !s.is_empty())
+        .map(|s| s.parse().with_context(|| format!("not a number: {s}")))
+        .collect()
 }
 
 async fn run(config: Config) -> Result<()> {
@@ -188,6 +243,13 @@ async fn run(config: Config) -> Result<()> {
             let h = failover::handover(&config, &azurite, exit, reps).await?;
             failover::report(&mut report, &h);
         }
+    }
+    if config.runs("partitions") {
+        eprintln!(
+            "partitions: N in {:?} x M in {:?}, then one process owning {} ...",
+            config.partition_ns, config.partition_ms, config.set_size
+        );
+        partitions::partitions(&config, &azurite, &mut report).await?;
     }
     let elapsed = began.elapsed().as_secs_f64();
     report.section(

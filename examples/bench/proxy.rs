@@ -1,10 +1,11 @@
 //! The counting proxy: forwards a client's connections to Azurite and logs
-//! each storage request's time and kind.
+//! each storage request's time and kind, and how long until the first byte
+//! of its response.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -25,6 +26,7 @@ pub(crate) enum Kind {
     SetMetadata,
     CreateContainer,
     PutBlob,
+    List,
     Other,
 }
 
@@ -40,6 +42,7 @@ impl Kind {
             Kind::SetMetadata => "set_metadata",
             Kind::CreateContainer => "create_container",
             Kind::PutBlob => "put_blob",
+            Kind::List => "list",
             Kind::Other => "other",
         }
     }
@@ -68,6 +71,7 @@ impl Kind {
             "PUT" if query.is_empty() => Kind::PutBlob,
             "HEAD" => Kind::GetProperties,
             "GET" if has("comp=metadata") => Kind::GetProperties,
+            "GET" if has("comp=list") => Kind::List,
             _ => Kind::Other,
         }
     }
@@ -96,6 +100,8 @@ pub(crate) fn counts_json(counts: &BTreeMap<Kind, usize>) -> Json {
 }
 
 type RequestLog = Arc<Mutex<Vec<(Instant, Kind)>>>;
+/// Each request's send time and kind, with the time to its response's first byte.
+type LatencyLog = Arc<Mutex<Vec<(Instant, Kind, Duration)>>>;
 
 /// A pass-through TCP proxy on 127.0.0.1 that logs every HTTP request it
 /// forwards (time and kind). It parses only request heads and skips bodies
@@ -104,6 +110,7 @@ pub(crate) struct Proxy {
     /// The blob endpoint to give a client instead of Azurite's.
     pub(crate) endpoint: String,
     log: RequestLog,
+    latencies: LatencyLog,
     accept: tokio::task::JoinHandle<()>,
 }
 
@@ -118,18 +125,21 @@ impl Proxy {
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         let port = listener.local_addr()?.port();
         let log: RequestLog = Arc::default();
-        let log_for_accept = log.clone();
+        let latencies: LatencyLog = Arc::default();
+        let (log_for_accept, latencies_for_accept) = (log.clone(), latencies.clone());
         let accept = tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
                 let log = log_for_accept.clone();
+                let latencies = latencies_for_accept.clone();
                 tokio::spawn(async move {
-                    let _ = forward(client, upstream, log).await;
+                    let _ = forward(client, upstream, log, latencies).await;
                 });
             }
         });
         Ok(Proxy {
             endpoint: format!("http://127.0.0.1:{port}/{ACCOUNT}"),
             log,
+            latencies,
             accept,
         })
     }
@@ -142,16 +152,50 @@ impl Proxy {
             .filter(|(at, _)| *at >= from && *at < to)
             .collect()
     }
+
+    /// The time from sending to the first byte of the response, in
+    /// seconds, of each request of `kind` sent in `[from, to)` that got one.
+    pub(crate) fn latencies(&self, kind: Kind, from: Instant, to: Instant) -> Vec<f64> {
+        let log = self.latencies.lock().expect("latency log");
+        log.iter()
+            .filter(|(at, k, _)| *k == kind && *at >= from && *at < to)
+            .map(|(_, _, took)| took.as_secs_f64())
+            .collect()
+    }
 }
 
-async fn forward(client: TcpStream, upstream: SocketAddr, log: RequestLog) -> Result<()> {
+/// Forwards one connection both ways. The client (the storage SDK) does
+/// not pipeline: the first bytes from the server after a request are its
+/// response, so the time to them is the request's latency.
+async fn forward(
+    client: TcpStream,
+    upstream: SocketAddr,
+    log: RequestLog,
+    latencies: LatencyLog,
+) -> Result<()> {
     client.set_nodelay(true)?;
     let server = TcpStream::connect(upstream).await?;
     server.set_nodelay(true)?;
     let (mut client_read, mut client_write) = client.into_split();
     let (mut server_read, mut server_write) = server.into_split();
+    let pending: Arc<Mutex<Option<(Instant, Kind)>>> = Arc::default();
+    let awaiting = pending.clone();
     let down = tokio::spawn(async move {
-        let _ = tokio::io::copy(&mut server_read, &mut client_write).await;
+        let mut buffer = vec![0u8; 16 * 1024];
+        while let Ok(n) = server_read.read(&mut buffer).await {
+            if n == 0 {
+                break;
+            }
+            if let Some((at, kind)) = awaiting.lock().expect("pending request").take() {
+                latencies
+                    .lock()
+                    .expect("latency log")
+                    .push((at, kind, at.elapsed()));
+            }
+            if client_write.write_all(&buffer[..n]).await.is_err() {
+                break;
+            }
+        }
         let _ = client_write.shutdown().await;
     });
     let mut buffer = vec![0u8; 16 * 1024];
@@ -162,7 +206,8 @@ async fn forward(client: TcpStream, upstream: SocketAddr, log: RequestLog) -> Re
         if n == 0 {
             break;
         }
-        server_write.write_all(&buffer[..n]).await?;
+        // Log the requests this chunk completes before forwarding it, so
+        // that a response cannot arrive before its request is pending.
         let mut chunk = &buffer[..n];
         while !chunk.is_empty() {
             if body_left > 0 {
@@ -184,13 +229,14 @@ async fn forward(client: TcpStream, upstream: SocketAddr, log: RequestLog) -> Re
             let text = String::from_utf8_lossy(&head[..head_len]).into_owned();
             head.clear();
             let kind = Kind::classify(&text);
-            log.lock()
-                .expect("request log")
-                .push((Instant::now(), kind));
+            let now = Instant::now();
+            log.lock().expect("request log").push((now, kind));
+            *pending.lock().expect("pending request") = Some((now, kind));
             body_left = header(&text, "content-length")
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(0);
         }
+        server_write.write_all(&buffer[..n]).await?;
     }
     let _ = server_write.shutdown().await;
     let _ = down.await;
@@ -216,6 +262,7 @@ mod tests {
             ("PUT /a/c/b", Kind::PutBlob),
             ("HEAD /a/c/b", Kind::GetProperties),
             ("GET /a/c/b?comp=metadata", Kind::GetProperties),
+            ("GET /a/c?restype=container&comp=list", Kind::List),
             ("GET /a/c/b", Kind::Other),
         ] {
             assert_eq!(Kind::classify(&head(line)), kind, "{line}");

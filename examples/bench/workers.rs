@@ -142,6 +142,14 @@ impl Group {
         }
     }
 
+    /// The next event, or `None` when none arrives before `until`.
+    pub(crate) async fn next_event(&mut self, until: tokio::time::Instant) -> Option<Event> {
+        tokio::time::timeout_at(until, self.events.recv())
+            .await
+            .ok()
+            .flatten()
+    }
+
     /// Events that arrived since the last look.
     pub(crate) fn drain(&mut self) -> Vec<Event> {
         let mut out = Vec::new();
