@@ -420,7 +420,18 @@ fn start_claim<S: LeaseSetStore>(
             () = claim_token.cancelled() => return Ok::<(), Error>(()),
             () = tokio::time::sleep(delay) => {}
         }
-        run_partition(&shared, &partition, &claim_token).await
+        match run_partition(&shared, &partition, &claim_token).await {
+            // A task that cannot be stopped, or settings storage will never
+            // accept, end the membership term (and so every partition).
+            Err(e) if e.is_fatal() || matches!(e, Error::TaskNotStopped) => Err(e),
+            // Anything else ends this claim only: the partition stays free
+            // for a later cycle, and the others are not disturbed.
+            Err(e) => {
+                warn!(holder = %shared.holder, %partition, error = %Chain(&e), "could not own the partition; trying again in a later cycle");
+                Ok(())
+            }
+            Ok(()) => Ok(()),
+        }
     });
     Claim { token, handle }
 }

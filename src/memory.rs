@@ -67,6 +67,26 @@ struct State {
     unavailable: bool,
 }
 
+impl State {
+    /// What an inspection or a listing sees now.
+    fn info(&self, now: Instant) -> Option<LeaseInfo> {
+        if !self.created {
+            return None;
+        }
+        let lease_state = match self.lease {
+            Some(held) if held.until > now => LeaseState::Leased,
+            Some(_) => LeaseState::Expired,
+            None => LeaseState::Available,
+        };
+        let mut info = LeaseInfo::new(lease_state);
+        info.infinite = (lease_state == LeaseState::Leased).then_some(false);
+        info.holder.clone_from(&self.holder);
+        info.epoch = self.epoch;
+        info.content_length = u64::try_from(self.content.len()).unwrap_or(u64::MAX);
+        Some(info)
+    }
+}
+
 #[derive(Debug, Clone, Copy)]
 struct Held {
     id: LeaseId,
@@ -206,22 +226,7 @@ impl LeaseStore for MemoryLeaseStore {
     }
 
     fn inspect(&self) -> impl Future<Output = Result<Option<LeaseInfo>>> + Send {
-        self.call("inspect", |state, now| {
-            if !state.created {
-                return Ok(None);
-            }
-            let lease_state = match state.lease {
-                Some(held) if held.until > now => LeaseState::Leased,
-                Some(_) => LeaseState::Expired,
-                None => LeaseState::Available,
-            };
-            let mut info = LeaseInfo::new(lease_state);
-            info.infinite = (lease_state == LeaseState::Leased).then_some(false);
-            info.holder.clone_from(&state.holder);
-            info.epoch = state.epoch;
-            info.content_length = u64::try_from(state.content.len()).unwrap_or(u64::MAX);
-            Ok(Some(info))
-        })
+        self.call("inspect", |state, now| Ok(state.info(now)))
     }
 
     fn name(&self) -> String {
@@ -286,22 +291,17 @@ impl LeaseSetStore for MemoryLeaseSetStore {
     }
 
     fn list(&self, prefix: &str) -> impl Future<Output = Result<Vec<(String, LeaseInfo)>>> + Send {
-        let leases: Vec<(String, MemoryLeaseStore)> = self
+        // One call for the whole set, as on Azure: a lease made unavailable
+        // fails its own calls, not the listing.
+        let now = Instant::now();
+        let listed = self
             .leases
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .iter()
             .filter(|(name, _)| name.starts_with(prefix))
-            .map(|(name, lease)| (name.clone(), lease.clone()))
+            .filter_map(|(name, lease)| Some((name.clone(), lease.lock().info(now)?)))
             .collect();
-        async move {
-            let mut listed = Vec::with_capacity(leases.len());
-            for (name, lease) in leases {
-                if let Some(info) = lease.inspect().await? {
-                    listed.push((name, info));
-                }
-            }
-            Ok(listed)
-        }
+        std::future::ready(Ok(listed))
     }
 }

@@ -223,3 +223,32 @@ async fn on_azurite_two_instances_share_four_partitions_and_one_takes_all_when_t
     a.token.cancel();
     a.handle.await.unwrap();
 }
+
+/// A partition whose lease cannot be reached (transient errors) stays free
+/// until it can; the instance's other partitions are not disturbed.
+#[tokio::test(start_paused = true)]
+async fn a_partition_that_cannot_be_acquired_does_not_disturb_the_others() {
+    let store = MemoryLeaseSetStore::new();
+    let record: Record = Arc::default();
+    let all = partitions(4);
+    store.get("partitions/p00").set_unavailable(true);
+    let a = start(&store, "a", &all, &record);
+    settle(&[&a], &[3], Duration::from_secs(60)).await;
+    // Several cycles in which p00's acquire fails.
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    store.get("partitions/p00").set_unavailable(false);
+    settle(&[&a], &[4], Duration::from_secs(30)).await;
+    let ended: Vec<String> = record
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|r| r.3.is_some())
+        .map(|r| r.0.clone())
+        .collect();
+    assert!(
+        ended.is_empty(),
+        "terms ended while another partition failed: {ended:?}"
+    );
+    a.token.cancel();
+    a.handle.await.unwrap();
+}
