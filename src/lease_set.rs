@@ -18,9 +18,11 @@
 //!   the mutex does. A held lease is never broken or stolen: a newcomer gets
 //!   its share because over-loaded owners give partitions up. The partition
 //!   terms are sub-tasks of the membership term.
-//! - **Cost.** All leases of a process share one HTTP client. Claims made in
-//!   one cycle are spread over the renew interval (or the balance interval,
-//!   when shorter), so that their renewals are too. Requests per hour for
+//! - **Cost.** All leases of a process share one HTTP client. Claims of one
+//!   cycle are paced 5 ms apart (at most 200 acquires a second), and each
+//!   partition term renews the first time at a random point of the second
+//!   half of the renew interval, so that renewals are spread, not sent in
+//!   bursts. Requests per hour for
 //!   one instance owning `k` of `M` partitions, with defaults: `3600/5`
 //!   renewals of each owned partition and of the member blob
 //!   (`720 × (k + 1)`), plus one List Blobs call per cycle (`720`), plus the
@@ -51,6 +53,9 @@ use crate::settings::BlobSettings;
 use crate::store::{LeaseSetStore, LeaseState, LeaseStore};
 
 const MEMBERS: &str = "members/";
+/// The time between two claims of one cycle: a cold start with many
+/// partitions sends at most 200 acquires a second.
+const CLAIM_PACE: Duration = Duration::from_millis(5);
 const PARTITIONS: &str = "partitions/";
 
 /// What a partition's task is given: everything a [`LeaderContext`] gives
@@ -353,16 +358,8 @@ async fn balance<S: LeaseSetStore>(ctx: LeaderContext, shared: Arc<Shared<S>>) -
                         claim.token.cancel();
                     }
                 }
-                // Claims of one cycle (and so their renewals) are spread over
-                // the renew interval, or the cycle when that is shorter, so
-                // that a claim waits at most one cycle.
-                let window = options
-                    .mutex
-                    .effective_renew_interval()
-                    .min(options.balance_interval);
-                let spread = window / u32::try_from(claim.len().max(1)).unwrap_or(u32::MAX);
                 for (i, partition) in claim.into_iter().enumerate() {
-                    let delay = spread * u32::try_from(i).unwrap_or(u32::MAX);
+                    let delay = CLAIM_PACE * u32::try_from(i).unwrap_or(u32::MAX);
                     let claim = start_claim(&ctx, &shared, partition.clone(), delay);
                     claims.insert(partition, claim);
                 }
@@ -406,7 +403,7 @@ async fn read_set<S: LeaseSetStore>(
 }
 
 /// Starts one partition's term as a sub-task of the membership term, after
-/// `delay` (claims of one cycle are spread over the renew interval).
+/// `delay` (claims of one cycle are paced).
 fn start_claim<S: LeaseSetStore>(
     ctx: &LeaderContext,
     shared: &Arc<Shared<S>>,

@@ -364,7 +364,13 @@ impl<S: LeaseStore> Engine<'_, S> {
             Err(e) => return Err(e),
         };
         let (lease, deadline) = acquired;
-        self.lead(lease, deadline, token).await?;
+        // Many terms of one set may start together: their first renewal
+        // comes at a random point of the second half of the renew interval,
+        // so that their renewals do not come in bursts.
+        let interval = self.options.effective_renew_interval();
+        let first = Jitter::new(self.options.jitter_seed, 1.0 / 3.0).apply(interval.mul_f64(0.75));
+        self.lead(lease, deadline, first.min(interval), token)
+            .await?;
         self.state.send_replace(Leadership::Stopped);
         Ok(true)
     }
@@ -376,7 +382,8 @@ impl<S: LeaseStore> Engine<'_, S> {
                 return Ok(());
             };
             give_up_at = None;
-            let pause = match self.lead(lease, deadline, token).await? {
+            let first = self.options.effective_renew_interval();
+            let pause = match self.lead(lease, deadline, first, token).await? {
                 Term::Shutdown => return Ok(()),
                 Term::Failed => jitter.apply(self.options.failure_backoff),
                 Term::Ended(reason) => {
@@ -474,12 +481,14 @@ impl<S: LeaseStore> Engine<'_, S> {
         }
     }
 
-    /// One term: stamp the epoch, run the task, keep renewing, stop the
-    /// term's tasks, report, release.
+    /// One term: stamp the epoch, run the task, keep renewing (the first
+    /// renewal `first_renewal` after the acquire was sent), stop the term's
+    /// tasks, report, release.
     async fn lead(
         &self,
         lease: LeaseId,
         deadline: Instant,
+        first_renewal: Duration,
         token: &CancellationToken,
     ) -> Result<Term> {
         let deadline = Arc::new(Deadline::new(deadline));
@@ -526,7 +535,7 @@ impl<S: LeaseStore> Engine<'_, S> {
             child,
             fail_stop,
         };
-        let mut renewal = pin!(self.keep_renewing(lease, &renewed));
+        let mut renewal = pin!(self.keep_renewing(lease, &renewed, first_renewal));
         let watchdog = watchdog(self.options.heartbeat_timeout, &mut beats);
         let (stop, failure) = self
             .until_stop(&mut term, renewal.as_mut(), watchdog, token)
@@ -749,15 +758,21 @@ impl<S: LeaseStore> Engine<'_, S> {
         }
     }
 
-    /// Renews every `renew_interval` and moves the deadline forward. Returns
+    /// Renews every `renew_interval` (the first time `first` after the
+    /// acquire was sent) and moves the deadline forward. Returns
     /// when the lease is lost or when `deadline − stop_grace − STOP_SLACK`
     /// comes before a renewal succeeds. Every request is cut at that instant.
-    async fn keep_renewing(&self, lease: LeaseId, deadline: &Deadline) -> RenewEnd {
+    async fn keep_renewing(
+        &self,
+        lease: LeaseId,
+        deadline: &Deadline,
+        first: Duration,
+    ) -> RenewEnd {
         let lease_duration = self.options.lease_duration;
         let margin = self.options.effective_safety_margin();
         let interval = self.options.effective_renew_interval();
         let stop_budget = self.options.stop_grace + STOP_SLACK;
-        let mut next = deadline.get() + margin - lease_duration + interval;
+        let mut next = deadline.get() + margin - lease_duration + first;
         let mut failures: u32 = 0;
         loop {
             let stop_at = deadline.get() - stop_budget;

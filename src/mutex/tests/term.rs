@@ -676,3 +676,40 @@ async fn acquire_timeout_bounds_only_the_first_term() {
         "it went on leading after the first term"
     );
 }
+
+/// A partition term (`lead_once`) renews the first time at a random point of
+/// the second half of the renew interval, so that many terms started
+/// together do not renew together; later renewals follow the interval.
+#[tokio::test(start_paused = true)]
+async fn one_term_spreads_its_first_renewal_over_the_second_half_of_the_interval() {
+    let mut firsts = Vec::new();
+    for seed in 1..=8 {
+        let mut h = Harness::new(defaults());
+        h.options = h.options.clone().with_jitter_seed(seed);
+        let task = recording_task(h.store.clone(), Some(Duration::ZERO));
+        let engine = h.engine(task);
+        let token = h.token.clone();
+        let stop = async {
+            tokio::time::sleep(Duration::from_secs(12)).await;
+            token.cancel();
+        };
+        let (led, ()) = tokio::join!(engine.lead_once(&h.token), stop);
+        assert!(led.unwrap());
+        let acquired = h.store.acquired_at().unwrap();
+        let renewals: Vec<Instant> = h
+            .store
+            .events()
+            .into_iter()
+            .filter(|(_, e)| *e == Event::Renewed)
+            .map(|(t, _)| t)
+            .collect();
+        let first = renewals[0] - acquired;
+        let interval = h.options.effective_renew_interval();
+        assert!(first >= interval / 2 && first <= interval, "{first:?}");
+        assert_eq!(renewals[1] - renewals[0], interval);
+        firsts.push(first);
+    }
+    firsts.sort();
+    firsts.dedup();
+    assert!(firsts.len() >= 6, "first renewals are spread: {firsts:?}");
+}
