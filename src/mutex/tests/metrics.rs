@@ -36,36 +36,40 @@ fn counter(all: &[(String, Option<String>, DebugValue)], name: &str, extra: Opti
         .unwrap_or(0)
 }
 
-#[test]
-fn each_transition_moves_its_figure() {
-    let recorder = DebuggingRecorder::new();
+/// Runs `work` on a paused current-thread runtime with `recorder` as this
+/// thread's metrics recorder.
+fn recorded<T>(recorder: &DebuggingRecorder, work: impl Future<Output = T>) -> T {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .start_paused(true)
         .build()
         .unwrap();
-    let leading_seen = ::metrics::with_local_recorder(&recorder, || {
-        runtime.block_on(async {
-            let h = Harness::new(defaults());
-            let task = recording_task(h.store.clone(), Some(Duration::ZERO));
-            // Broken at 12 s, found lost by the renewal at 15 s; a second
-            // term after the retry period; shut down at 30 s.
-            let mut state = h.state.subscribe();
-            let watcher = async {
-                state.wait_for(|s| s.epoch() == Some(1)).await.unwrap();
-            };
-            let (result, ()) = tokio::join!(
-                h.run_and(
-                    task,
-                    Duration::from_secs(30),
-                    Duration::from_secs(12),
-                    MemoryStore::break_lease
-                ),
-                watcher
-            );
-            result.unwrap();
-            h.store.events()
-        })
+    ::metrics::with_local_recorder(recorder, || runtime.block_on(work))
+}
+
+#[test]
+fn each_transition_moves_its_figure() {
+    let recorder = DebuggingRecorder::new();
+    let leading_seen = recorded(&recorder, async {
+        let h = Harness::new(defaults());
+        let task = recording_task(h.store.clone(), Some(Duration::ZERO));
+        // Broken at 12 s, found lost by the renewal at 15 s; a second
+        // term after the retry period; shut down at 30 s.
+        let mut state = h.state.subscribe();
+        let watcher = async {
+            state.wait_for(|s| s.epoch() == Some(1)).await.unwrap();
+        };
+        let (result, ()) = tokio::join!(
+            h.run_and(
+                task,
+                Duration::from_secs(30),
+                Duration::from_secs(12),
+                MemoryStore::break_lease
+            ),
+            watcher
+        );
+        result.unwrap();
+        h.store.events()
     });
     let renewals = leading_seen
         .iter()
@@ -110,29 +114,22 @@ fn each_transition_moves_its_figure() {
 #[test]
 fn failures_and_aborts_are_counted() {
     let recorder = DebuggingRecorder::new();
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .start_paused(true)
-        .build()
-        .unwrap();
-    ::metrics::with_local_recorder(&recorder, || {
-        runtime.block_on(async {
-            let h = Harness::new(defaults());
-            // The first term's task fails; the second ignores its cancellation.
-            let store = h.store.clone();
-            let task = box_task(move |ctx: LeaderContext| {
-                let store = store.clone();
-                async move {
-                    if ctx.epoch() == 1 {
-                        return Err(Error::transport("work", "gone"));
-                    }
-                    store.record(Event::TaskStarted(ctx.epoch()));
-                    std::future::pending::<()>().await;
-                    Ok(())
+    recorded(&recorder, async {
+        let h = Harness::new(defaults());
+        // The first term's task fails; the second ignores its cancellation.
+        let store = h.store.clone();
+        let task = box_task(move |ctx: LeaderContext| {
+            let store = store.clone();
+            async move {
+                if ctx.epoch() == 1 {
+                    return Err(Error::transport("work", "gone"));
                 }
-            });
-            h.run(task, Duration::from_secs(10)).await.unwrap();
+                store.record(Event::TaskStarted(ctx.epoch()));
+                std::future::pending::<()>().await;
+                Ok(())
+            }
         });
+        h.run(task, Duration::from_secs(10)).await.unwrap();
     });
     let all = figures(&recorder);
     assert_eq!(
