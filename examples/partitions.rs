@@ -94,13 +94,17 @@ async fn main() -> anyhow::Result<()> {
 
     let token = CancellationToken::new();
     let on_signal = token.clone();
+    #[cfg(unix)]
     let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .context("listen for SIGTERM")?;
     tokio::spawn(async move {
+        #[cfg(unix)]
         tokio::select! {
             _ = tokio::signal::ctrl_c() => {}
             _ = sigterm.recv() => {}
         }
+        #[cfg(not(unix))]
+        let _ = tokio::signal::ctrl_c().await;
         on_signal.cancel();
     });
     let result = lease_set.run(token).await;
