@@ -8,6 +8,7 @@ mod balance;
 mod bounded;
 #[cfg(feature = "testing")]
 pub mod conformance;
+mod engine;
 mod error;
 mod fail_stop;
 mod leadership;

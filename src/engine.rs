@@ -1,0 +1,616 @@
+//! The election engine: campaign, lead one term while renewing, stop the
+//! term's tasks (cancel, grace, abort), report, release, campaign again.
+//! [`BlobDistributedMutex`](crate::BlobDistributedMutex) runs it on one
+//! lease; a [`BlobLeaseSet`](crate::BlobLeaseSet) runs one term of it per
+//! partition. It never learns which store it runs on.
+
+use std::future::Future;
+use std::pin::{pin, Pin};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use tokio::sync::{broadcast, watch};
+use tokio::task::{JoinError, JoinHandle};
+use tokio::time::{sleep, sleep_until, Instant};
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, error, trace, warn};
+
+use crate::backoff::{backoff, Jitter};
+use crate::bounded::bounded;
+use crate::error::{BoxError, Chain, Error, Result};
+use crate::fail_stop::{self, FailStop};
+use crate::leadership::{Heartbeat, LeaderContext, Leadership, StopReason, TaskStop, TermReport};
+use crate::metrics::{Attempt, Metrics};
+use crate::options::{MutexOptions, ABORT_WAIT, FAIL_STOP_SLACK, STOP_SLACK};
+use crate::state::Fenced;
+use crate::store::{Acquire, LeaseId, LeaseStore};
+use crate::term_tasks::{Ended, TermTasks};
+
+/// The first and the longest wait between renew attempts that failed.
+const RENEW_RETRY_FIRST: Duration = Duration::from_millis(200);
+const RENEW_RETRY_MAX: Duration = Duration::from_secs(2);
+/// The longest wait between acquire attempts that failed (before jitter),
+/// unless `acquire_retry` is longer.
+const ACQUIRE_BACKOFF_MAX: Duration = Duration::from_secs(5);
+
+type TaskFuture = Pin<Box<dyn Future<Output = Result<(), BoxError>> + Send>>;
+pub(crate) type TaskFn = dyn Fn(LeaderContext) -> TaskFuture + Send + Sync;
+
+/// Erases the task's types so the mutex needs no type parameters.
+pub(crate) fn box_task<F, Fut, E>(task: F) -> Arc<TaskFn>
+where
+    F: Fn(LeaderContext) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<(), E>> + Send + 'static,
+    E: Into<BoxError> + 'static,
+{
+    Arc::new(move |ctx| {
+        let fut = task(ctx);
+        Box::pin(async move { fut.await.map_err(Into::into) })
+    })
+}
+
+/// The leader's deadline, moved forward by each renewal and read by the
+/// stop logic, the fail-stop thread and the leader task (through
+/// [`LeaderContext::deadline`]).
+pub(crate) struct Deadline(watch::Sender<Instant>);
+
+impl Deadline {
+    fn new(instant: Instant) -> Self {
+        Deadline(watch::channel(instant).0)
+    }
+
+    fn get(&self) -> Instant {
+        *self.0.borrow()
+    }
+
+    fn set(&self, instant: Instant) {
+        self.0.send_replace(instant);
+    }
+
+    fn subscribe(&self) -> watch::Receiver<Instant> {
+        self.0.subscribe()
+    }
+}
+
+/// How a term ended, for the campaign.
+#[derive(Debug)]
+enum Term {
+    /// The caller cancelled; the tasks have stopped and the lease is released.
+    Shutdown,
+    /// A task failed, panicked or stalled: back off before campaigning again.
+    Failed,
+    /// The term ended for this reason; campaign again after a retry period.
+    Ended(StopReason),
+}
+
+/// How the renew loop ended.
+enum RenewEnd {
+    Lost(Error),
+    Deadline,
+}
+
+/// What a term needs once its tasks run.
+struct Running<'t> {
+    epoch: u64,
+    lease: LeaseId,
+    deadline: Arc<Deadline>,
+    tasks: &'t TermTasks,
+    leader: JoinHandle<Ended>,
+    reason: Arc<OnceLock<StopReason>>,
+    child: CancellationToken,
+    fail_stop: Option<FailStop>,
+}
+
+pub(crate) struct Engine<'a, S> {
+    pub(crate) store: Arc<S>,
+    pub(crate) options: &'a MutexOptions,
+    pub(crate) holder: Arc<str>,
+    pub(crate) task: Arc<TaskFn>,
+    pub(crate) state: &'a watch::Sender<Leadership>,
+    pub(crate) reports: &'a broadcast::Sender<TermReport>,
+    pub(crate) metrics: &'a Metrics,
+}
+
+impl<S: LeaseStore> Engine<'_, S> {
+    pub(crate) async fn run(&self, token: CancellationToken) -> Result<()> {
+        let mut jitter = Jitter::new(self.options.jitter_seed, self.options.acquire_jitter);
+        debug!(holder = %self.holder, "campaign started");
+        let result = self.campaign(&token, &mut jitter).await;
+        self.state.send_replace(Leadership::Stopped);
+        match &result {
+            Ok(()) => debug!(holder = %self.holder, "campaign stopped"),
+            Err(e) => {
+                // The caller gets the error itself; logging it loudly too would show it twice.
+                debug!(holder = %self.holder, error = %Chain(e), "campaign stopped by a fatal error");
+            }
+        }
+        result
+    }
+
+    /// One attempt to acquire and, if it succeeds, one whole term: what a
+    /// lease set runs for each partition it claims. `Ok(false)` when the
+    /// lease was held by another instance or the caller cancelled first.
+    ///
+    /// # Errors
+    ///
+    /// A failed acquire attempt, a fatal error of the term, or
+    /// [`Error::TaskNotStopped`].
+    pub(crate) async fn lead_once(&self, token: &CancellationToken) -> Result<bool> {
+        let mut jitter = Jitter::new(self.options.jitter_seed, self.options.acquire_jitter);
+        let acquired = match self.acquire(token, &mut jitter, Some(Instant::now())).await {
+            Ok(Some(acquired)) => acquired,
+            Ok(None) | Err(Error::NotAcquired { .. }) => return Ok(false),
+            Err(e) => return Err(e),
+        };
+        let (lease, deadline) = acquired;
+        // Many terms of one set may start together: their first renewal
+        // comes at a random point of the second half of the renew interval,
+        // so that their renewals do not come in bursts.
+        let interval = self.options.effective_renew_interval();
+        let first = Jitter::new(self.options.jitter_seed, 1.0 / 3.0).apply(interval.mul_f64(0.75));
+        self.lead(lease, deadline, first.min(interval), token)
+            .await?;
+        self.state.send_replace(Leadership::Stopped);
+        Ok(true)
+    }
+
+    async fn campaign(&self, token: &CancellationToken, jitter: &mut Jitter) -> Result<()> {
+        let mut give_up_at = self.options.acquire_timeout.map(|t| Instant::now() + t);
+        loop {
+            let Some((lease, deadline)) = self.acquire(token, jitter, give_up_at).await? else {
+                return Ok(());
+            };
+            give_up_at = None;
+            let first = self.options.effective_renew_interval();
+            let pause = match self.lead(lease, deadline, first, token).await? {
+                Term::Shutdown => return Ok(()),
+                Term::Failed => jitter.apply(self.options.failure_backoff),
+                Term::Ended(reason) => {
+                    trace!(holder = %self.holder, %reason, "campaigning again after stepping down");
+                    self.options.pause_after_term()
+                }
+            };
+            if !self.pause(token, pause).await {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Waits; `false` when cancelled first.
+    async fn pause(&self, token: &CancellationToken, wait: Duration) -> bool {
+        tokio::select! {
+            () = token.cancelled() => false,
+            () = sleep(wait) => true,
+        }
+    }
+
+    /// Tries until the lease is ours; `None` when cancelled first. Past
+    /// `give_up_at`, the first attempt that does not acquire ends the campaign.
+    async fn acquire(
+        &self,
+        token: &CancellationToken,
+        jitter: &mut Jitter,
+        give_up_at: Option<Instant>,
+    ) -> Result<Option<(LeaseId, Instant)>> {
+        let proposed = LeaseId::new();
+        let mut failures: u32 = 0;
+        loop {
+            if token.is_cancelled() {
+                return Ok(None);
+            }
+            let sent = Instant::now();
+            let attempt = tokio::select! {
+                () = token.cancelled() => {
+                    // The dropped request may have acquired the lease on the
+                    // server already: give it back rather than leave it to expire.
+                    // Bounded short so that shutdown stays quick.
+                    let limit = self.options.request_timeout.min(Duration::from_secs(1));
+                    self.release(proposed, limit).await;
+                    return Ok(None);
+                }
+                r = bounded(
+                    "acquire",
+                    self.options.request_timeout,
+                    self.store.acquire(proposed, self.options.lease_duration),
+                ) => r,
+            };
+            let (wait, failed) = match attempt {
+                Ok(Acquire::Acquired) => {
+                    self.metrics.attempt(Attempt::Acquired);
+                    let deadline =
+                        sent + self.options.lease_duration - self.options.effective_safety_margin();
+                    return Ok(Some((proposed, deadline)));
+                }
+                Ok(Acquire::Held) => {
+                    self.metrics.attempt(Attempt::Held);
+                    failures = 0;
+                    trace!(holder = %self.holder, "lease held by another instance");
+                    (self.options.acquire_retry, None)
+                }
+                Err(e) if e.is_fatal() => return Err(e),
+                Err(e) => {
+                    self.metrics.attempt(Attempt::Error);
+                    failures = failures.saturating_add(1);
+                    let wait = backoff(
+                        self.options.acquire_retry,
+                        self.options.acquire_retry.max(ACQUIRE_BACKOFF_MAX),
+                        failures,
+                    );
+                    warn!(holder = %self.holder, error = %Chain(&e), failures, retry_in = ?wait, "acquire failed");
+                    (wait, Some(e))
+                }
+            };
+            let mut wait = jitter.apply(wait);
+            if let Some(give_up_at) = give_up_at {
+                let now = Instant::now();
+                if now >= give_up_at {
+                    // The acquire may have reached storage before it failed.
+                    if failed.is_some() {
+                        self.release(proposed, self.options.request_timeout).await;
+                    }
+                    return Err(failed.unwrap_or(Error::NotAcquired {
+                        after: self.options.acquire_timeout.unwrap_or_default(),
+                    }));
+                }
+                wait = wait.min(give_up_at - now);
+            }
+            if !self.pause(token, wait).await {
+                return Ok(None);
+            }
+        }
+    }
+
+    /// One term: stamp the epoch, run the task, keep renewing (the first
+    /// renewal `first_renewal` after the acquire was sent), stop the term's
+    /// tasks, report, release.
+    async fn lead(
+        &self,
+        lease: LeaseId,
+        deadline: Instant,
+        first_renewal: Duration,
+        token: &CancellationToken,
+    ) -> Result<Term> {
+        let deadline = Arc::new(Deadline::new(deadline));
+        let epoch = match self.stamp(lease, &deadline, token).await {
+            Ok(epoch) => epoch,
+            Err(over) => return over,
+        };
+        let child = token.child_token();
+        // Dropping `tasks` (with this future) cancels and aborts the term's work.
+        let tasks = TermTasks::new(epoch, child.clone());
+        let reason = Arc::new(OnceLock::new());
+        let (heartbeat, mut beats) = Heartbeat::new();
+        let context = LeaderContext {
+            epoch,
+            holder: self.holder.clone(),
+            token: child.clone(),
+            reason: reason.clone(),
+            heartbeat,
+            deadline: deadline.subscribe(),
+            tasks: tasks.spawner(),
+            state: Arc::new(Fenced::new(
+                self.store.clone(),
+                lease,
+                deadline.subscribe(),
+                self.options.request_timeout,
+            )),
+        };
+        let fail_stop = self.options.fail_stop.then(|| {
+            let deadline = deadline.clone();
+            FailStop::arm(move || deadline.get().into_std(), tasks.done_check(), epoch)
+        });
+        self.state.send_replace(Leadership::Leader { epoch });
+        self.metrics.term_started();
+        debug!(holder = %self.holder, epoch, "became leader");
+        let leader = tasks.spawn_leader((self.task)(context));
+        let renewed = deadline.clone();
+        let mut term = Running {
+            epoch,
+            lease,
+            deadline,
+            tasks: &tasks,
+            leader,
+            reason,
+            child,
+            fail_stop,
+        };
+        let mut renewal = pin!(self.keep_renewing(lease, &renewed, first_renewal));
+        let watchdog = watchdog(self.options.heartbeat_timeout, &mut beats);
+        let (stop, failure) = self
+            .until_stop(&mut term, renewal.as_mut(), watchdog, token)
+            .await;
+        self.stop(term, stop, failure, renewal).await
+    }
+
+    /// Stamps the epoch; on failure gives the lease back and says how the
+    /// term is over.
+    async fn stamp(
+        &self,
+        lease: LeaseId,
+        deadline: &Deadline,
+        token: &CancellationToken,
+    ) -> std::result::Result<u64, Result<Term>> {
+        let left = deadline
+            .get()
+            .saturating_duration_since(Instant::now() + self.options.stop_grace + STOP_SLACK);
+        let limit = self.options.request_timeout.min(left);
+        let stamped = tokio::select! {
+            () = token.cancelled() => Err(Error::Cancelled),
+            r = bounded("stamp", limit, self.store.stamp(lease, &self.holder)) => r,
+        };
+        let e = match stamped {
+            Ok(epoch) => return Ok(epoch),
+            Err(e) => e,
+        };
+        if !matches!(e, Error::Cancelled) {
+            warn!(holder = %self.holder, error = %Chain(&e), "could not write the epoch; giving the lease back");
+        }
+        self.release(lease, self.options.request_timeout).await;
+        Err(match e {
+            Error::Cancelled => Ok(Term::Shutdown),
+            e if e.is_fatal() => Err(e),
+            _ => Ok(Term::Ended(StopReason::LeaseLost)),
+        })
+    }
+
+    /// Leads until something ends the term; returns why, with the leader
+    /// task's failure if that is what ended it.
+    async fn until_stop(
+        &self,
+        term: &mut Running<'_>,
+        renewal: Pin<&mut impl Future<Output = RenewEnd>>,
+        watchdog: impl Future<Output = ()>,
+        token: &CancellationToken,
+    ) -> (StopReason, Option<String>) {
+        let epoch = term.epoch;
+        let (stop, failure) = tokio::select! {
+            joined = &mut term.leader => {
+                let ended = joined_task(joined);
+                (ended.reason(), ended.failure())
+            }
+            failure = term.tasks.failed() => (failure.reason, Some(failure.message)),
+            end = renewal => match end {
+                RenewEnd::Lost(e) => {
+                    warn!(holder = %self.holder, epoch, error = %Chain(&e), "lease lost; stopping the leader task");
+                    (StopReason::LeaseLost, None)
+                }
+                RenewEnd::Deadline => {
+                    warn!(holder = %self.holder, epoch, "renewals failed until the deadline; stopping the leader task");
+                    (StopReason::Deadline, None)
+                }
+            },
+            () = watchdog => {
+                warn!(holder = %self.holder, epoch, "leader task missed its heartbeat; stepping down");
+                (StopReason::Stalled, None)
+            }
+            () = token.cancelled() => (StopReason::Shutdown, None),
+        };
+        match (&failure, stop) {
+            (Some(message), StopReason::Panicked) => {
+                error!(holder = %self.holder, epoch, panic = %message, "leader task panicked");
+            }
+            (Some(message), _) => {
+                error!(holder = %self.holder, epoch, error = %message, "leader task failed");
+            }
+            (None, _) => {}
+        }
+        // A process that was frozen past its deadline wakes to whichever
+        // timer comes first; what matters is that the deadline has passed.
+        if Instant::now() >= term.deadline.get() && stop != StopReason::LeaseLost {
+            return (StopReason::Deadline, failure);
+        }
+        // A task that returned because the caller's cancellation reached it
+        // first was shut down.
+        if stop == StopReason::Finished && token.is_cancelled() {
+            return (StopReason::Shutdown, failure);
+        }
+        (stop, failure)
+    }
+
+    /// Stops the term's tasks (cancel, grace, abort), reports the end of the
+    /// term, and releases the lease once nothing of the term runs.
+    async fn stop(
+        &self,
+        mut term: Running<'_>,
+        stop: StopReason,
+        mut failure: Option<String>,
+        mut renewal: Pin<&mut impl Future<Output = RenewEnd>>,
+    ) -> Result<Term> {
+        let epoch = term.epoch;
+        let _ = term.reason.set(stop);
+        term.child.cancel();
+        debug!(holder = %self.holder, epoch, reason = %stop, "stopping the leader task");
+        // While the lease is still ours and nothing is wrong with storage
+        // or the task's progress, keep renewing while the tasks drain.
+        let mut renewing = matches!(
+            stop,
+            StopReason::Shutdown | StopReason::Finished | StopReason::Failed | StopReason::Panicked
+        );
+        let mut lease_held = stop != StopReason::LeaseLost;
+        let grace_end = Instant::now() + self.options.stop_grace;
+        // The abort lands before the deadline, whatever the reason, and with
+        // time left for the abort to take effect and for fail-stop.
+        let abort_at = |deadline: &Deadline| {
+            let latest = deadline.get().checked_sub(STOP_SLACK).unwrap_or(grace_end);
+            grace_end.min(latest)
+        };
+        if let Some(guard) = &term.fail_stop {
+            guard.stop_by((grace_end + ABORT_WAIT + FAIL_STOP_SLACK).into_std());
+        }
+        let mut leader_running = !term.leader.is_finished();
+        let stopped = loop {
+            tokio::select! {
+                () = term.tasks.all_ended() => break TaskStop::Returned,
+                joined = &mut term.leader, if leader_running => {
+                    leader_running = false;
+                    if let Some(message) = joined_task(joined).failure() {
+                        error!(holder = %self.holder, epoch, error = %message, "leader task failed while stopping");
+                        failure.get_or_insert(message);
+                    }
+                }
+                end = &mut renewal, if renewing => {
+                    renewing = false;
+                    if let RenewEnd::Lost(e) = end {
+                        warn!(holder = %self.holder, epoch, error = %Chain(&e), "lease lost while the leader task stops");
+                        lease_held = false;
+                    }
+                }
+                () = sleep_until(abort_at(&term.deadline)) => {
+                    if Instant::now() < abort_at(&term.deadline) {
+                        continue; // a renewal moved the deadline
+                    }
+                    term.tasks.abort_all();
+                    break match tokio::time::timeout(ABORT_WAIT, term.tasks.all_ended()).await {
+                        Ok(()) => TaskStop::Aborted,
+                        Err(_) => TaskStop::Stuck,
+                    };
+                }
+            }
+        };
+        if leader_running && term.leader.is_finished() {
+            failure = failure.or(joined_task((&mut term.leader).await).failure());
+        }
+        if failure.is_none() {
+            failure = term.tasks.failure().map(|f| f.message);
+        }
+        let report = TermReport {
+            epoch,
+            reason: stop,
+            tasks: stopped,
+            failure,
+        };
+        self.report(&report);
+        if stopped == TaskStop::Stuck {
+            if self.options.fail_stop {
+                fail_stop::exit(epoch, "the leader task could not be aborted");
+            }
+            return Err(Error::TaskNotStopped);
+        }
+        if let Some(guard) = term.fail_stop.take() {
+            guard.disarm();
+        }
+        if lease_held {
+            self.release(term.lease, self.options.request_timeout).await;
+        }
+        debug!(holder = %self.holder, epoch, "no longer leader");
+        Ok(match stop {
+            StopReason::Shutdown => Term::Shutdown,
+            // A task that failed or stopped making progress (even while it
+            // was stopping) backs off, so that a healthy instance takes over first.
+            StopReason::Stalled | StopReason::Failed | StopReason::Panicked => Term::Failed,
+            _ if report.failure.is_some() => Term::Failed,
+            other => Term::Ended(other),
+        })
+    }
+
+    /// Says how a term ended: a `tracing` event, the state channel and the
+    /// term reports.
+    fn report(&self, report: &TermReport) {
+        let (epoch, reason, tasks) = (report.epoch, report.reason, report.tasks);
+        let failure = report.failure.as_deref().unwrap_or("");
+        match tasks {
+            TaskStop::Stuck => {
+                error!(holder = %self.holder, epoch, %reason, "leader task could not be stopped; the lease is left to expire");
+            }
+            TaskStop::Aborted => {
+                error!(holder = %self.holder, epoch, %reason, grace = ?self.options.stop_grace, "leader task had not stopped when its grace or the deadline came, and was aborted");
+            }
+            TaskStop::Returned => {}
+        }
+        if matches!(reason, StopReason::Shutdown | StopReason::Finished) && failure.is_empty() {
+            debug!(holder = %self.holder, epoch, %reason, %tasks, "term ended");
+        } else {
+            warn!(holder = %self.holder, epoch, %reason, %tasks, failure, "term ended");
+        }
+        self.metrics.term_ended(report);
+        self.state.send_replace(Leadership::Ended(report.clone()));
+        // Nobody listening is fine.
+        let _ = self.reports.send(report.clone());
+    }
+
+    async fn release(&self, lease: LeaseId, limit: Duration) {
+        match bounded("release", limit, self.store.release(lease)).await {
+            Ok(()) => debug!(holder = %self.holder, "released lease"),
+            Err(e) => {
+                debug!(holder = %self.holder, error = %Chain(&e), "release failed; the lease will expire");
+            }
+        }
+    }
+
+    /// Renews every `renew_interval` (the first time `first` after the
+    /// acquire was sent) and moves the deadline forward. Returns
+    /// when the lease is lost or when `deadline − stop_grace − STOP_SLACK`
+    /// comes before a renewal succeeds. Every request is cut at that instant.
+    async fn keep_renewing(
+        &self,
+        lease: LeaseId,
+        deadline: &Deadline,
+        first: Duration,
+    ) -> RenewEnd {
+        let lease_duration = self.options.lease_duration;
+        let margin = self.options.effective_safety_margin();
+        let interval = self.options.effective_renew_interval();
+        let stop_budget = self.options.stop_grace + STOP_SLACK;
+        let mut next = deadline.get() + margin - lease_duration + first;
+        let mut failures: u32 = 0;
+        loop {
+            let stop_at = deadline.get() - stop_budget;
+            sleep_until(next.min(stop_at)).await;
+            let sent = Instant::now();
+            if sent >= stop_at {
+                return RenewEnd::Deadline;
+            }
+            let limit = self.options.request_timeout.min(stop_at - sent);
+            match bounded("renew", limit, self.store.renew(lease)).await {
+                Ok(()) => {
+                    self.metrics.renewed(sent.elapsed());
+                    deadline.set(sent + lease_duration - margin);
+                    next = sent + interval;
+                    failures = 0;
+                    trace!(holder = %self.holder, "renewed lease");
+                }
+                Err(e @ Error::LeaseLost(_)) => {
+                    self.metrics.renew_failed();
+                    return RenewEnd::Lost(e);
+                }
+                Err(e) => {
+                    self.metrics.renew_failed();
+                    failures = failures.saturating_add(1);
+                    let wait = backoff(RENEW_RETRY_FIRST, RENEW_RETRY_MAX, failures);
+                    warn!(holder = %self.holder, error = %Chain(&e), failures, retry_in = ?wait, "renew failed");
+                    next = Instant::now() + wait;
+                }
+            }
+        }
+    }
+}
+
+/// Completes when the task has not beaten for `timeout`; never without a
+/// timeout. A task that dropped its heartbeat beats no more.
+async fn watchdog(timeout: Option<Duration>, beats: &mut watch::Receiver<u64>) {
+    let Some(timeout) = timeout else {
+        return std::future::pending().await;
+    };
+    let mut last = Instant::now();
+    loop {
+        match tokio::time::timeout_at(last + timeout, beats.changed()).await {
+            Ok(Ok(())) => last = Instant::now(),
+            Ok(Err(_)) => return sleep_until(last + timeout).await,
+            Err(_) => return,
+        }
+    }
+}
+
+/// How the leader task ended, from its handle. Its future catches its own
+/// panics, so the handle fails only when the task was aborted, which the
+/// report tells as [`TaskStop::Aborted`], not as a failure.
+fn joined_task(joined: std::result::Result<Ended, JoinError>) -> Ended {
+    match joined {
+        Ok(ended) => ended,
+        Err(e) if e.is_cancelled() => Ended::Returned,
+        Err(e) => Ended::Failed(e.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests;
