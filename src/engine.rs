@@ -414,12 +414,58 @@ impl<S: LeaseStore> Engine<'_, S> {
         mut term: Running<'_>,
         stop: StopReason,
         mut failure: Option<String>,
-        mut renewal: Pin<&mut impl Future<Output = RenewEnd>>,
+        renewal: Pin<&mut impl Future<Output = RenewEnd>>,
     ) -> Result<Term> {
         let epoch = term.epoch;
         let _ = term.reason.set(stop);
         term.child.cancel();
         debug!(holder = %self.holder, epoch, reason = %stop, "stopping the leader task");
+        let (stopped, lease_held) = self.drain(&mut term, stop, &mut failure, renewal).await;
+        if failure.is_none() {
+            failure = term.tasks.failure().map(|f| f.message);
+        }
+        let report = TermReport {
+            epoch,
+            reason: stop,
+            tasks: stopped,
+            failure,
+        };
+        self.report(&report);
+        if stopped == TaskStop::Stuck {
+            if self.options.fail_stop {
+                fail_stop::exit(epoch, "the leader task could not be aborted");
+            }
+            return Err(Error::TaskNotStopped);
+        }
+        if let Some(guard) = term.fail_stop.take() {
+            guard.disarm();
+        }
+        if lease_held {
+            self.release(term.lease, self.options.request_timeout).await;
+        }
+        debug!(holder = %self.holder, epoch, "no longer leader");
+        Ok(match stop {
+            StopReason::Shutdown => Term::Shutdown,
+            // A task that failed or stopped making progress (even while it
+            // was stopping) backs off, so that a healthy instance takes over first.
+            StopReason::Stalled | StopReason::Failed | StopReason::Panicked => Term::Failed,
+            _ if report.failure.is_some() => Term::Failed,
+            other => Term::Ended(other),
+        })
+    }
+
+    /// Waits for the term's tasks after they were asked to stop: up to the
+    /// grace (renewing meanwhile while the lease is still ours), then aborts
+    /// what is left, at `deadline − STOP_SLACK` at the latest. Returns how the
+    /// tasks ended and whether the lease is still ours to release; a failure
+    /// of the leader task while it stopped is added to `failure`.
+    async fn drain(
+        &self,
+        term: &mut Running<'_>,
+        stop: StopReason,
+        failure: &mut Option<String>,
+        mut renewal: Pin<&mut impl Future<Output = RenewEnd>>,
+    ) -> (TaskStop, bool) {
         // While the lease is still ours and nothing is wrong with storage
         // or the task's progress, keep renewing while the tasks drain.
         let mut renewing = matches!(
@@ -427,6 +473,7 @@ impl<S: LeaseStore> Engine<'_, S> {
             StopReason::Shutdown | StopReason::Finished | StopReason::Failed | StopReason::Panicked
         );
         let mut lease_held = stop != StopReason::LeaseLost;
+        let epoch = term.epoch;
         let grace_end = Instant::now() + self.options.stop_grace;
         // The abort lands before the deadline, whatever the reason, and with
         // time left for the abort to take effect and for fail-stop.
@@ -468,39 +515,11 @@ impl<S: LeaseStore> Engine<'_, S> {
             }
         };
         if leader_running && term.leader.is_finished() {
-            failure = failure.or(joined_task((&mut term.leader).await).failure());
-        }
-        if failure.is_none() {
-            failure = term.tasks.failure().map(|f| f.message);
-        }
-        let report = TermReport {
-            epoch,
-            reason: stop,
-            tasks: stopped,
-            failure,
-        };
-        self.report(&report);
-        if stopped == TaskStop::Stuck {
-            if self.options.fail_stop {
-                fail_stop::exit(epoch, "the leader task could not be aborted");
+            if let Some(message) = joined_task((&mut term.leader).await).failure() {
+                failure.get_or_insert(message);
             }
-            return Err(Error::TaskNotStopped);
         }
-        if let Some(guard) = term.fail_stop.take() {
-            guard.disarm();
-        }
-        if lease_held {
-            self.release(term.lease, self.options.request_timeout).await;
-        }
-        debug!(holder = %self.holder, epoch, "no longer leader");
-        Ok(match stop {
-            StopReason::Shutdown => Term::Shutdown,
-            // A task that failed or stopped making progress (even while it
-            // was stopping) backs off, so that a healthy instance takes over first.
-            StopReason::Stalled | StopReason::Failed | StopReason::Panicked => Term::Failed,
-            _ if report.failure.is_some() => Term::Failed,
-            other => Term::Ended(other),
-        })
+        (stopped, lease_held)
     }
 
     /// Says how a term ended: a `tracing` event, the state channel and the
