@@ -24,6 +24,8 @@ use support::workers::{Cluster, Spec};
 
 const WORKERS: usize = 5;
 const LEASE: Duration = Duration::from_secs(15);
+/// The partitions of the set, as `--partitions` below says.
+const PARTITIONS: usize = 16;
 const FLAGS: &[&str] = &[
     "--partitions",
     "16",
@@ -75,8 +77,21 @@ async fn partition_chaos_soak_never_owns_a_partition_twice() {
         live.push(spawn(&mut cluster, &container));
         joined += 1;
     }
-    // Let the last kill's partitions be owned again before judging.
-    tokio::time::sleep(REOWN_BOUND).await;
+    // Every partition owned again (by a live worker) before judging; the
+    // bound per kill is checked below.
+    cluster
+        .wait_for(
+            "every partition to be owned",
+            REOWN_BOUND + Duration::from_secs(5),
+            |events| {
+                let owned = terms(events)
+                    .values()
+                    .filter(|ts| ts.last().is_some_and(|t| t.end.is_none()))
+                    .count();
+                (owned == PARTITIONS).then_some(())
+            },
+        )
+        .await;
     let all = terms(&cluster.events());
     assert_safe(&all, cluster.now(), &cluster.dump());
 
