@@ -31,7 +31,10 @@ pub struct MutexOptions {
     /// `lease_duration` (5 s for the default lease).
     pub renew_interval: Option<Duration>,
     /// How long a follower waits between attempts to acquire a lease someone
-    /// else holds (before jitter). Default: 1 s.
+    /// else holds (before jitter). After a term that did not fail, the
+    /// instance waits one whole retry period, `acquire_retry × (1 +
+    /// acquire_jitter)`, before it campaigns again, so that a waiting
+    /// follower gets its turn first. Default: 1 s.
     pub acquire_retry: Duration,
     /// The jitter applied to every wait, as a fraction: each wait is drawn
     /// uniformly from `wait × (1 ± acquire_jitter)`. From 0 to 0.9. Default: 0.2.

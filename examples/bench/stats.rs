@@ -53,11 +53,11 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 
 /// `SplitMix64` for the random pauses between repetitions.
 ///
-/// `src/mutex.rs` and `tests/support/proxy.rs` have the same ten lines. The
-/// library's is crate-private, and the test one is a private function of the
-/// fault proxy, whose module needs the rest of `tests/support`; a `#[path]`
-/// include would compile that whole proxy into this program for one
-/// function. A local copy is the smaller dependency.
+/// `src/backoff.rs` (the library's jitter) and `tests/support/chaos.rs` have
+/// the same ten lines. The library's is crate-private, and the test one lives
+/// in `tests/support`, whose modules need one another; a `#[path]` include
+/// would compile them into this program for one function. A local copy is
+/// the smaller dependency.
 pub(crate) struct Rng(u64);
 
 impl Rng {
