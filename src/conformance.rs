@@ -56,6 +56,10 @@ where
     state_writes_land_only_under_the_lease(&a, &b).await;
     let (a, b) = fresh("state-kept").await;
     state_is_kept_across_terms_with_the_metadata(&a, &b).await;
+    let (a, b) = fresh("change").await;
+    change_passes_the_lease_to_the_proposed_id(&a, &b).await;
+    let (a, b) = fresh("stamp-floor").await;
+    stamp_at_least_keeps_epochs_increasing(&a, &b).await;
 }
 
 /// Acquire grants the lease to one id; the same id acquires again
@@ -273,6 +277,66 @@ pub async fn lease_expires_after_its_duration<S: LeaseStore>(a: &S, b: &S) {
         &a.write_state(first, b"late").await,
         "write state after the lease expired and was taken",
     );
+    ok(b.release(second).await, "release");
+}
+
+/// Change passes the lease from the holder's id to the proposed one with
+/// no gap: the proposed id holds it (its acquire is idempotent, it may
+/// stamp and renew), a third id is told it is held, and the old id has lost
+/// it. Changing again with the same ids succeeds; changing a lease neither
+/// id holds is a loss.
+pub async fn change_passes_the_lease_to_the_proposed_id<S: LeaseStore>(a: &S, b: &S) {
+    let (from, to, third) = (LeaseId::new(), LeaseId::new(), LeaseId::new());
+    ok(a.acquire(from, DURATION).await, "acquire");
+    let e1 = ok(a.stamp(from, "a").await, "stamp");
+    ok(a.change(from, to).await, "change to the proposed id");
+    ok(a.change(from, to).await, "change retried with the same ids");
+    assert_eq!(
+        ok(b.acquire(third, DURATION).await, "acquire by a third id"),
+        Acquire::Held,
+        "a changed lease stays held"
+    );
+    assert_eq!(
+        ok(b.acquire(to, DURATION).await, "acquire by the proposed id"),
+        Acquire::Acquired,
+        "the proposed id finds the lease its own"
+    );
+    assert_lost(&a.renew(from).await, "renew under the id changed away");
+    assert_lost(&a.stamp(from, "a").await, "stamp under the id changed away");
+    let e2 = ok(b.stamp(to, "b").await, "stamp by the new holder");
+    assert!(e2 > e1, "epochs must strictly increase: {e1} then {e2}");
+    ok(b.renew(to).await, "renew by the new holder");
+    ok(b.release(to).await, "release by the new holder");
+    assert_lost(&a.change(from, third).await, "change of a free lease");
+}
+
+/// Stamping at a floor returns at least the floor and never less than the
+/// next epoch; epochs keep increasing after it.
+pub async fn stamp_at_least_keeps_epochs_increasing<S: LeaseStore>(a: &S, b: &S) {
+    let (first, second) = (LeaseId::new(), LeaseId::new());
+    ok(a.acquire(first, DURATION).await, "acquire");
+    let e1 = ok(a.stamp(first, "a").await, "stamp");
+    let e2 = ok(
+        a.stamp_at_least(first, "a", e1 + 10).await,
+        "stamp at a floor above the next epoch",
+    );
+    assert_eq!(e2, e1 + 10, "the floor is the epoch when it is larger");
+    let e3 = ok(
+        a.stamp_at_least(first, "a", 1).await,
+        "stamp at a floor below the next epoch",
+    );
+    assert_eq!(e3, e2 + 1, "a low floor changes nothing");
+    assert_lost(
+        &b.stamp_at_least(second, "b", e3 + 5).await,
+        "stamp at a floor under an id that does not hold the lease",
+    );
+    ok(a.release(first).await, "release");
+    ok(
+        b.acquire(second, DURATION).await,
+        "acquire by the next holder",
+    );
+    let e4 = ok(b.stamp(second, "b").await, "stamp by the next holder");
+    assert!(e4 > e3, "epochs must strictly increase: {e3} then {e4}");
     ok(b.release(second).await, "release");
 }
 

@@ -217,21 +217,7 @@ impl BlobLeaseManager {
     /// Retry with the same ids to learn the outcome: changing to the id that
     /// already holds the lease succeeds.
     pub async fn change(&self, from: LeaseId, to: LeaseId) -> Result<()> {
-        self.capped("change", async {
-            let response = self
-                .blob
-                .blob_lease_client(from.sdk_id())
-                .change(ProposedLeaseId::from(to.sdk_id()))
-                .await
-                .map_err(|e| map_error("change", &e))?;
-            if response.lease_id != to.sdk_id() {
-                return Err(Error::LeaseLost(
-                    "change answered with another lease id".into(),
-                ));
-            }
-            Ok(())
-        })
-        .await
+        self.capped("change", self.change_uncapped(from, to)).await
     }
 
     /// Creates the container and an empty lease blob if they do not exist
@@ -277,7 +263,7 @@ impl BlobLeaseManager {
     ///
     /// Not cancellation safe: the epoch may or may not have been written.
     pub async fn stamp(&self, lease: LeaseId, holder: &str) -> Result<u64> {
-        self.capped("stamp", self.stamp_uncapped(lease, holder))
+        self.capped("stamp", self.stamp_uncapped(lease, holder, 0))
             .await
     }
 
@@ -422,6 +408,21 @@ impl BlobLeaseManager {
         }
     }
 
+    async fn change_uncapped(&self, from: LeaseId, to: LeaseId) -> Result<()> {
+        let response = self
+            .blob
+            .blob_lease_client(from.sdk_id())
+            .change(ProposedLeaseId::from(to.sdk_id()))
+            .await
+            .map_err(|e| map_error("change", &e))?;
+        if response.lease_id != to.sdk_id() {
+            return Err(Error::LeaseLost(
+                "change answered with another lease id".into(),
+            ));
+        }
+        Ok(())
+    }
+
     async fn release_uncapped(&self, lease: LeaseId) -> Result<()> {
         self.blob
             .blob_lease_client(lease.sdk_id())
@@ -431,7 +432,7 @@ impl BlobLeaseManager {
             .map_err(|e| map_error("release", &e))
     }
 
-    async fn stamp_uncapped(&self, lease: LeaseId, holder: &str) -> Result<u64> {
+    async fn stamp_uncapped(&self, lease: LeaseId, holder: &str, floor: u64) -> Result<u64> {
         let current = self
             .blob
             .get_properties()
@@ -439,7 +440,7 @@ impl BlobLeaseManager {
             .await
             .map_err(|e| map_error("read metadata", &e))?;
         let mut existing = current.blob.metadata.unwrap_or_default();
-        let epoch = next_epoch(&existing)?;
+        let epoch = next_epoch(&existing)?.max(floor);
         let now = OffsetDateTime::now_utc()
             .format(&Rfc3339)
             .unwrap_or_default();
@@ -550,7 +551,20 @@ impl LeaseStore for BlobLeaseManager {
     }
 
     fn stamp(&self, lease: LeaseId, holder: &str) -> impl Future<Output = Result<u64>> + Send {
-        self.stamp_uncapped(lease, holder)
+        self.stamp_uncapped(lease, holder, 0)
+    }
+
+    fn stamp_at_least(
+        &self,
+        lease: LeaseId,
+        holder: &str,
+        floor: u64,
+    ) -> impl Future<Output = Result<u64>> + Send {
+        self.stamp_uncapped(lease, holder, floor)
+    }
+
+    fn change(&self, from: LeaseId, to: LeaseId) -> impl Future<Output = Result<()>> + Send {
+        self.change_uncapped(from, to)
     }
 
     fn inspect(&self) -> impl Future<Output = Result<Option<LeaseInfo>>> + Send {

@@ -208,6 +208,15 @@ impl LeaseStore for MemoryLeaseStore {
     }
 
     fn stamp(&self, lease: LeaseId, holder: &str) -> impl Future<Output = Result<u64>> + Send {
+        self.stamp_at_least(lease, holder, 0)
+    }
+
+    fn stamp_at_least(
+        &self,
+        lease: LeaseId,
+        holder: &str,
+        floor: u64,
+    ) -> impl Future<Output = Result<u64>> + Send {
         let holder = holder.to_owned();
         self.call("stamp", move |state, now| match state.lease {
             Some(held) if held.id == lease && held.until > now => {
@@ -216,12 +225,24 @@ impl LeaseStore for MemoryLeaseStore {
                     .checked_add(1)
                     .ok_or_else(|| Error::InvalidEpoch {
                         found: state.epoch.to_string(),
-                    })?;
+                    })?
+                    .max(floor);
                 state.epoch = epoch;
                 state.holder = Some(holder);
                 Ok(epoch)
             }
             _ => Err(lost("stamp")),
+        })
+    }
+
+    fn change(&self, from: LeaseId, to: LeaseId) -> impl Future<Output = Result<()>> + Send {
+        // Like Azure: only a lease that has not expired can change hands.
+        self.call("change", move |state, now| match &mut state.lease {
+            Some(held) if held.until > now && (held.id == from || held.id == to) => {
+                held.id = to;
+                Ok(())
+            }
+            _ => Err(lost("change")),
         })
     }
 

@@ -229,6 +229,59 @@ pub trait LeaseStore: Send + Sync + 'static {
         }))
     }
 
+    /// Passes the lease held under `from` to the id `to` (Change Lease), so
+    /// that whoever proposed `to` finds the lease already its own, with no
+    /// moment in which a third id could take it. Used for a planned
+    /// handover to a preferred successor.
+    ///
+    /// # Contract
+    ///
+    /// 7. **Change keeps the lease, under another id.** After a change
+    ///    succeeds, the lease is held under `to` with the time it had left
+    ///    (and the acquire's duration for later renewals); `from` holds
+    ///    nothing, so its `renew`, `release`, `stamp` and `write_state`
+    ///    answer [`Error::LeaseLost`] (or [`Error::StateWriteRefused`]).
+    ///    Changing to the id that already holds the lease succeeds, so a
+    ///    retry learns the outcome. When neither `from` nor `to` holds the
+    ///    lease, the answer is [`Error::LeaseLost`].
+    ///
+    /// The default implementation returns [`Error::Unsupported`].
+    fn change(&self, from: LeaseId, to: LeaseId) -> impl Future<Output = Result<()>> + Send {
+        let _ = (from, to);
+        std::future::ready(Err(Error::Unsupported {
+            operation: "change lease",
+        }))
+    }
+
+    /// Like [`stamp`](Self::stamp), but the new epoch is at least `floor`:
+    /// `max(stored + 1, floor)`. A store over several accounts (a quorum)
+    /// uses it to write one epoch, the largest a majority has seen plus one,
+    /// on every account it holds.
+    ///
+    /// # Contract
+    ///
+    /// 8. **Stamping at a floor keeps rule 4**, and returns an epoch that is
+    ///    at least `floor`. With `floor` 0 or 1 it is `stamp`.
+    ///
+    /// The default implementation calls [`stamp`](Self::stamp) when `floor`
+    /// is at most 1 and returns [`Error::Unsupported`] otherwise.
+    fn stamp_at_least(
+        &self,
+        lease: LeaseId,
+        holder: &str,
+        floor: u64,
+    ) -> impl Future<Output = Result<u64>> + Send {
+        let stamp = self.stamp(lease, holder);
+        async move {
+            if floor > 1 {
+                return Err(Error::Unsupported {
+                    operation: "stamp at least",
+                });
+            }
+            stamp.await
+        }
+    }
+
     /// Replaces the leader state with `state`, under the lease held by
     /// `lease`, keeping the term's metadata (holder, epoch, acquisition time
     /// and any other) as it is.
