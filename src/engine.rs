@@ -9,7 +9,7 @@ use std::pin::{pin, Pin};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use tokio::sync::{broadcast, watch};
+use tokio::sync::{broadcast, watch, Notify};
 use tokio::task::{JoinError, JoinHandle};
 use tokio::time::{sleep, sleep_until, Instant};
 use tokio_util::sync::CancellationToken;
@@ -99,6 +99,8 @@ struct Running<'t> {
     reason: Arc<OnceLock<StopReason>>,
     child: CancellationToken,
     fail_stop: Option<FailStop>,
+    /// The proposed lease id of the candidate the term hands over to.
+    successor: Option<LeaseId>,
 }
 
 pub(crate) struct Engine<'a, S> {
@@ -137,7 +139,17 @@ impl<S: LeaseStore> Engine<'_, S> {
     /// [`Error::TaskNotStopped`].
     pub(crate) async fn lead_once(&self, token: &CancellationToken) -> Result<bool> {
         let mut jitter = Jitter::new(self.options.jitter_seed, self.options.acquire_jitter);
-        let acquired = match self.acquire(token, &mut jitter, Some(Instant::now())).await {
+        // A partition's term never advertises nor hands over.
+        let acquired = match self
+            .acquire_as(
+                LeaseId::new(),
+                token,
+                &mut jitter,
+                Some(Instant::now()),
+                None,
+            )
+            .await
+        {
             Ok(Some(acquired)) => acquired,
             Ok(None) | Err(Error::NotAcquired { .. }) => return Ok(false),
             Err(e) => return Err(e),
@@ -184,15 +196,18 @@ impl<S: LeaseStore> Engine<'_, S> {
         }
     }
 
-    /// Tries until the lease is ours; `None` when cancelled first. Past
-    /// `give_up_at`, the first attempt that does not acquire ends the campaign.
-    async fn acquire(
+    /// Tries until the lease is ours under `proposed`; `None` when
+    /// cancelled first. Past `give_up_at`, the first attempt that does not
+    /// acquire ends the campaign. `held` is told each time another instance
+    /// holds the lease.
+    async fn acquire_as(
         &self,
+        proposed: LeaseId,
         token: &CancellationToken,
         jitter: &mut Jitter,
         give_up_at: Option<Instant>,
+        held: Option<&Notify>,
     ) -> Result<Option<(LeaseId, Instant)>> {
-        let proposed = LeaseId::new();
         let mut failures: u32 = 0;
         loop {
             if token.is_cancelled() {
@@ -225,6 +240,9 @@ impl<S: LeaseStore> Engine<'_, S> {
                     self.metrics.attempt(Attempt::Held);
                     failures = 0;
                     trace!(holder = %self.holder, "lease held by another instance");
+                    if let Some(held) = held {
+                        held.notify_one();
+                    }
                     (self.options.acquire_retry, None)
                 }
                 Err(e) if e.is_fatal() => return Err(e),
@@ -313,11 +331,13 @@ impl<S: LeaseStore> Engine<'_, S> {
             reason,
             child,
             fail_stop,
+            successor: None,
         };
         let mut renewal = pin!(self.keep_renewing(lease, &renewed, first_renewal));
         let watchdog = watchdog(self.options.heartbeat_timeout, &mut beats);
+        let successor = self.successor();
         let (stop, failure) = self
-            .until_stop(&mut term, renewal.as_mut(), watchdog, token)
+            .until_stop(&mut term, renewal.as_mut(), watchdog, successor, token)
             .await;
         self.stop(term, stop, failure, renewal).await
     }
@@ -360,6 +380,7 @@ impl<S: LeaseStore> Engine<'_, S> {
         term: &mut Running<'_>,
         renewal: Pin<&mut impl Future<Output = RenewEnd>>,
         watchdog: impl Future<Output = ()>,
+        successor: impl Future<Output = LeaseId>,
         token: &CancellationToken,
     ) -> (StopReason, Option<String>) {
         let epoch = term.epoch;
@@ -384,6 +405,10 @@ impl<S: LeaseStore> Engine<'_, S> {
                 (StopReason::Stalled, None)
             }
             () = token.cancelled() => (StopReason::Shutdown, None),
+            to = successor => {
+                term.successor = Some(to);
+                (StopReason::Handover, None)
+            }
         };
         match (&failure, stop) {
             (Some(message), StopReason::Panicked) => {
@@ -440,8 +465,10 @@ impl<S: LeaseStore> Engine<'_, S> {
         if let Some(guard) = term.fail_stop.take() {
             guard.disarm();
         }
-        if lease_held {
-            self.release(term.lease, self.options.request_timeout).await;
+        match (lease_held, stop, term.successor) {
+            (true, StopReason::Handover, Some(to)) => self.hand_over(term.lease, to).await,
+            (true, _, _) => self.release(term.lease, self.options.request_timeout).await,
+            (false, _, _) => {}
         }
         debug!(holder = %self.holder, epoch, "no longer leader");
         Ok(match stop {
@@ -470,7 +497,11 @@ impl<S: LeaseStore> Engine<'_, S> {
         // or the task's progress, keep renewing while the tasks drain.
         let mut renewing = matches!(
             stop,
-            StopReason::Shutdown | StopReason::Finished | StopReason::Failed | StopReason::Panicked
+            StopReason::Shutdown
+                | StopReason::Finished
+                | StopReason::Failed
+                | StopReason::Panicked
+                | StopReason::Handover
         );
         let mut lease_held = stop != StopReason::LeaseLost;
         let epoch = term.epoch;
@@ -631,5 +662,6 @@ fn joined_task(joined: std::result::Result<Ended, JoinError>) -> Ended {
     }
 }
 
+mod successor;
 #[cfg(test)]
 mod tests;

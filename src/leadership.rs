@@ -62,11 +62,15 @@ pub enum StopReason {
     Failed,
     /// The leader task, or one of its sub-tasks, panicked.
     Panicked,
+    /// A live candidate with a higher priority was waiting: the term was
+    /// stopped and the lease handed to that candidate (see
+    /// [`MutexOptions::priority`](crate::MutexOptions::priority)).
+    Handover,
 }
 
 impl StopReason {
     /// One lower-case word: `shutdown`, `lost`, `deadline`, `stalled`,
-    /// `finished`, `failed` or `panicked`.
+    /// `finished`, `failed`, `panicked` or `handover`.
     #[must_use]
     pub fn as_str(self) -> &'static str {
         match self {
@@ -77,6 +81,7 @@ impl StopReason {
             StopReason::Finished => "finished",
             StopReason::Failed => "failed",
             StopReason::Panicked => "panicked",
+            StopReason::Handover => "handover",
         }
     }
 }

@@ -22,8 +22,11 @@ use crate::error::{redact, Cause, Error, Result};
 use crate::options::{lease_seconds, DEFAULT_REQUEST_TIMEOUT};
 use crate::settings::{BlobSettings, Credential};
 use crate::store::{
-    check_state_len, Acquire, LeaseId, LeaseInfo, LeaseSetStore, LeaseState, LeaseStore,
+    check_state_len, Acquire, Candidate, LeaseId, LeaseInfo, LeaseSetStore, LeaseState, LeaseStore,
 };
+
+mod candidates;
+pub use candidates::{PRIORITY_KEY, PROPOSED_KEY};
 
 /// Metadata key of the current holder's name.
 pub const HOLDER_KEY: &str = "holder";
@@ -569,6 +572,35 @@ impl LeaseStore for BlobLeaseManager {
 
     fn inspect(&self) -> impl Future<Output = Result<Option<LeaseInfo>>> + Send {
         self.inspect_uncapped()
+    }
+
+    fn supports_candidates(&self) -> bool {
+        true
+    }
+
+    fn advertise(
+        &self,
+        record: LeaseId,
+        candidate: &Candidate,
+        duration: Duration,
+    ) -> impl Future<Output = Result<Acquire>> + Send {
+        self.advertise_uncapped(record, candidate.clone(), duration)
+    }
+
+    fn keep_advertising(
+        &self,
+        record: LeaseId,
+        holder: &str,
+    ) -> impl Future<Output = Result<()>> + Send {
+        self.keep_advertising_uncapped(record, holder.to_owned())
+    }
+
+    fn withdraw(&self, record: LeaseId, holder: &str) -> impl Future<Output = Result<()>> + Send {
+        self.withdraw_uncapped(record, holder.to_owned())
+    }
+
+    fn candidates(&self) -> impl Future<Output = Result<Vec<Candidate>>> + Send {
+        self.candidates_uncapped()
     }
 
     fn name(&self) -> String {

@@ -28,7 +28,10 @@ pub use balance::Strategy;
 pub use error::{BoxError, Cause, Error, Result};
 pub use fail_stop::FAIL_STOP_EXIT_CODE;
 pub use leadership::{Heartbeat, LeaderContext, Leadership, StopReason, TaskStop, TermReport};
-pub use lease::{BlobLeaseManager, BlobLeaseSetStore, ACQUIRED_AT_KEY, EPOCH_KEY, HOLDER_KEY};
+pub use lease::{
+    BlobLeaseManager, BlobLeaseSetStore, ACQUIRED_AT_KEY, EPOCH_KEY, HOLDER_KEY, PRIORITY_KEY,
+    PROPOSED_KEY,
+};
 pub use lease_set::{BlobLeaseSet, LeaseSetOptions, PartitionContext, PartitionReport};
 #[cfg(feature = "testing")]
 pub use memory::{MemoryLeaseSetStore, MemoryLeaseStore};
@@ -36,7 +39,7 @@ pub use mutex::BlobDistributedMutex;
 pub use options::{MutexOptions, STOP_SLACK};
 pub use settings::{BlobSettings, AZURITE_ACCOUNT, AZURITE_ENDPOINT};
 pub use store::{
-    Acquire, LeaseId, LeaseInfo, LeaseSetStore, LeaseState, LeaseStore, MAX_STATE_LEN,
+    Acquire, Candidate, LeaseId, LeaseInfo, LeaseSetStore, LeaseState, LeaseStore, MAX_STATE_LEN,
 };
 
 /// Re-exported so that callers can name the token type without adding the crate.

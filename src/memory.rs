@@ -10,7 +10,7 @@ use tokio::time::Instant;
 use crate::error::{Error, Result};
 use crate::options::lease_seconds;
 use crate::store::{
-    check_state_len, Acquire, LeaseId, LeaseInfo, LeaseSetStore, LeaseState, LeaseStore,
+    check_state_len, Acquire, Candidate, LeaseId, LeaseInfo, LeaseSetStore, LeaseState, LeaseStore,
 };
 
 /// One lease kept in memory, with the same rules as an Azure blob lease.
@@ -65,6 +65,17 @@ struct State {
     content: Vec<u8>,
     /// Every call fails with a transport error while set.
     unavailable: bool,
+    /// The candidates' records, by holder name.
+    candidates: BTreeMap<String, Record>,
+}
+
+/// One candidate's record: held like a lease, and listed while held.
+#[derive(Debug, Clone)]
+struct Record {
+    lease: LeaseId,
+    duration: Duration,
+    until: Instant,
+    candidate: Candidate,
 }
 
 impl State {
@@ -243,6 +254,80 @@ impl LeaseStore for MemoryLeaseStore {
                 Ok(())
             }
             _ => Err(lost("change")),
+        })
+    }
+
+    fn supports_candidates(&self) -> bool {
+        true
+    }
+
+    fn advertise(
+        &self,
+        record: LeaseId,
+        candidate: &Candidate,
+        duration: Duration,
+    ) -> impl Future<Output = Result<Acquire>> + Send {
+        let candidate = candidate.clone();
+        let seconds = lease_seconds(duration);
+        self.call("advertise", move |state, now| {
+            seconds?;
+            match state.candidates.get(&candidate.holder) {
+                Some(r) if r.lease != record && r.until > now => Ok(Acquire::Held),
+                _ => {
+                    let holder = candidate.holder.clone();
+                    let until = now + duration;
+                    let record = Record {
+                        lease: record,
+                        duration,
+                        until,
+                        candidate,
+                    };
+                    state.candidates.insert(holder, record);
+                    Ok(Acquire::Acquired)
+                }
+            }
+        })
+    }
+
+    fn keep_advertising(
+        &self,
+        record: LeaseId,
+        holder: &str,
+    ) -> impl Future<Output = Result<()>> + Send {
+        let holder = holder.to_owned();
+        self.call("keep advertising", move |state, now| {
+            match state.candidates.get_mut(&holder) {
+                // Like a lease: an expired record renews under its own id.
+                Some(r) if r.lease == record => {
+                    r.until = now + r.duration;
+                    Ok(())
+                }
+                _ => Err(lost("keep advertising")),
+            }
+        })
+    }
+
+    fn withdraw(&self, record: LeaseId, holder: &str) -> impl Future<Output = Result<()>> + Send {
+        let holder = holder.to_owned();
+        self.call("withdraw", move |state, _| {
+            match state.candidates.get(&holder) {
+                Some(r) if r.lease == record => {
+                    state.candidates.remove(&holder);
+                    Ok(())
+                }
+                _ => Err(lost("withdraw")),
+            }
+        })
+    }
+
+    fn candidates(&self) -> impl Future<Output = Result<Vec<Candidate>>> + Send {
+        self.call("list candidates", |state, now| {
+            Ok(state
+                .candidates
+                .values()
+                .filter(|r| r.until > now)
+                .map(|r| r.candidate.clone())
+                .collect())
         })
     }
 

@@ -111,7 +111,9 @@ impl<S: LeaseStore> BlobDistributedMutex<S> {
     /// # Errors
     ///
     /// [`Error::InvalidOption`] naming the first invalid option (see
-    /// [`MutexOptions::validate`]).
+    /// [`MutexOptions::validate`]); [`Error::Unsupported`] for a
+    /// [`priority`](MutexOptions::priority) on a store that cannot keep
+    /// candidates.
     pub fn with_store<F, Fut, E>(store: S, options: MutexOptions, task: F) -> Result<Self>
     where
         F: Fn(LeaderContext) -> Fut + Send + Sync + 'static,
@@ -119,6 +121,11 @@ impl<S: LeaseStore> BlobDistributedMutex<S> {
         E: Into<BoxError> + 'static,
     {
         options.validate()?;
+        if options.priority.is_some() && !store.supports_candidates() {
+            return Err(Error::Unsupported {
+                operation: "candidates beside the lease (the priority option)",
+            });
+        }
         let holder: Arc<str> = options.holder.clone().unwrap_or_else(default_holder).into();
         Ok(BlobDistributedMutex {
             metrics: Metrics::new(&store.name()),

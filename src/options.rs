@@ -81,6 +81,27 @@ pub struct MutexOptions {
     /// bounded: once it has led, the campaign goes on. Default: `None` (wait
     /// as long as it takes).
     pub acquire_timeout: Option<Duration>,
+    /// This instance's priority as a preferred successor; any integer.
+    /// With a priority set, the instance takes part in planned handovers:
+    /// while it waits for the lease it advertises itself as a candidate
+    /// beside the lease (holder, priority and the lease id its acquire
+    /// attempts propose, on a record the store times out when the instance
+    /// dies), and while it leads it lists the candidates once per renew
+    /// interval. A leader that sees a live candidate with a strictly higher
+    /// priority stops its term ([`StopReason::Handover`](crate::StopReason::Handover):
+    /// cancel, grace, abort, as for any stop) and then changes the lease to
+    /// the candidate's proposed id (Change Lease) instead of releasing it,
+    /// so that no third instance can take it in between. Equal priorities
+    /// never hand over.
+    ///
+    /// Default: `None`: the instance takes no part, sends exactly the
+    /// requests it sent without the option, and is never handed over to.
+    /// Every instance of a service that uses priorities should set one (for
+    /// a rolling upgrade: the old version 0, the new one 1). The store must
+    /// support candidates ([`LeaseStore::supports_candidates`](crate::LeaseStore::supports_candidates));
+    /// otherwise making the mutex fails with [`Error::Unsupported`].
+    /// A [`BlobLeaseSet`](crate::BlobLeaseSet)'s partitions ignore it.
+    pub priority: Option<i64>,
 }
 
 impl Default for MutexOptions {
@@ -100,6 +121,7 @@ impl Default for MutexOptions {
             holder: None,
             jitter_seed: None,
             acquire_timeout: None,
+            priority: None,
         }
     }
 }
@@ -147,6 +169,8 @@ impl MutexOptions {
         with_jitter_seed: jitter_seed: u64 = Some;
         /// Sets [`acquire_timeout`](Self::acquire_timeout).
         with_acquire_timeout: acquire_timeout: Duration = Some;
+        /// Sets [`priority`](Self::priority).
+        with_priority: priority: i64 = Some;
     }
 
     /// The renew interval in force: [`renew_interval`](Self::renew_interval),

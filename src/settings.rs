@@ -495,6 +495,11 @@ pub(crate) fn validate_blob(name: &str) -> Result<()> {
             "must not have empty, '.' or '..' path segments (or a leading or trailing '/')",
         );
     }
+    // `<lease blob>.candidates/…` holds the candidates of a lease (see
+    // `MutexOptions::priority`): no lease may live there.
+    if segments.iter().any(|s| s.ends_with(".candidates")) {
+        return fail("must not have a path segment ending in '.candidates' (reserved for the candidates beside a lease)");
+    }
     Ok(())
 }
 
@@ -642,6 +647,7 @@ mod tests {
             "jobs/nightly",
             "a.b",
             "with space",
+            "x.candidatesy/z",
             &"b".repeat(1024),
         ] {
             validate_blob(ok).unwrap();
@@ -656,6 +662,8 @@ mod tests {
             "dot.",
             "a\\b",
             "tab\t",
+            "jobs.candidates/h",
+            "x/.candidates",
             &"b".repeat(1025),
             "a/".repeat(255).trim_end_matches('/'),
         ] {

@@ -148,6 +148,46 @@ impl LeaseInfo {
     }
 }
 
+/// An instance that waits for the lease and would like to lead: what it
+/// advertises beside the lease (see [`LeaseStore::advertise`]) so that a
+/// leader with a lower priority can hand the lease over to it.
+///
+/// `Debug` leaves the proposed lease id out: it is another holder's lease
+/// id, and is never logged.
+#[derive(Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Candidate {
+    /// The candidate's holder name.
+    pub holder: String,
+    /// Its priority: a leader hands over only to a strictly higher one.
+    pub priority: i64,
+    /// The lease id its acquire attempts propose: a handover changes the
+    /// lease to this id, and the candidate's next attempt finds the lease
+    /// already its own.
+    pub proposed: LeaseId,
+}
+
+impl Candidate {
+    /// A candidate named `holder` with `priority`, proposing `proposed`.
+    #[must_use]
+    pub fn new(holder: impl Into<String>, priority: i64, proposed: LeaseId) -> Self {
+        Candidate {
+            holder: holder.into(),
+            priority,
+            proposed,
+        }
+    }
+}
+
+impl fmt::Debug for Candidate {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Candidate")
+            .field("holder", &self.holder)
+            .field("priority", &self.priority)
+            .finish_non_exhaustive()
+    }
+}
+
 /// What the election needs from a lease store: one lease, acquired under an
 /// id the caller proposes, renewed, released, and stamped with the epoch.
 ///
@@ -280,6 +320,85 @@ pub trait LeaseStore: Send + Sync + 'static {
             }
             stamp.await
         }
+    }
+
+    /// Whether this store can keep candidates beside the lease
+    /// ([`advertise`](Self::advertise) and the calls after it). A mutex with
+    /// a [`priority`](crate::MutexOptions::priority) refuses a store that
+    /// cannot, with [`Error::Unsupported`].
+    ///
+    /// The default implementation returns `false`.
+    fn supports_candidates(&self) -> bool {
+        false
+    }
+
+    /// Advertises `candidate` beside the lease, for `duration`, under the
+    /// lease id `record` of the candidate's own record (one record per
+    /// holder name; on Azure the blob `<lease blob>.candidates/<holder>`,
+    /// leased under `record`). Needs no lease on the lease itself.
+    ///
+    /// # Contract
+    ///
+    /// 9. **Candidates are timed by the store.** After `advertise` answers
+    ///    [`Acquire::Acquired`], [`candidates`](Self::candidates) lists the
+    ///    candidate as advertised last until the record is withdrawn or
+    ///    `duration` has passed since the last `advertise` or
+    ///    [`keep_advertising`](Self::keep_advertising) under `record`, so a
+    ///    candidate that crashed vanishes by itself. A record held under
+    ///    another id (another instance with the same holder name) answers
+    ///    [`Acquire::Held`] and is left as it is. `keep_advertising` and
+    ///    [`withdraw`](Self::withdraw) answer [`Error::LeaseLost`] when the
+    ///    record is not held under `record`. Safety never rests on this
+    ///    rule: a handover to a candidate that is gone leaves the lease to
+    ///    expire under its id, and nobody leads until it has.
+    ///
+    /// The default implementation returns [`Error::Unsupported`].
+    fn advertise(
+        &self,
+        record: LeaseId,
+        candidate: &Candidate,
+        duration: Duration,
+    ) -> impl Future<Output = Result<Acquire>> + Send {
+        let _ = (record, candidate, duration);
+        std::future::ready(Err(Error::Unsupported {
+            operation: "advertise a candidate",
+        }))
+    }
+
+    /// Keeps the record of `holder`, held under `record`, for its duration
+    /// again (rule 9).
+    ///
+    /// The default implementation returns [`Error::Unsupported`].
+    fn keep_advertising(
+        &self,
+        record: LeaseId,
+        holder: &str,
+    ) -> impl Future<Output = Result<()>> + Send {
+        let _ = (record, holder);
+        std::future::ready(Err(Error::Unsupported {
+            operation: "advertise a candidate",
+        }))
+    }
+
+    /// Ends the record of `holder`, held under `record`: the candidate is
+    /// no longer listed (rule 9).
+    ///
+    /// The default implementation returns [`Error::Unsupported`].
+    fn withdraw(&self, record: LeaseId, holder: &str) -> impl Future<Output = Result<()>> + Send {
+        let _ = (record, holder);
+        std::future::ready(Err(Error::Unsupported {
+            operation: "withdraw a candidate",
+        }))
+    }
+
+    /// Every candidate advertised now (rule 9), in one call (one List Blobs
+    /// request on Azure). Needs no lease.
+    ///
+    /// The default implementation returns [`Error::Unsupported`].
+    fn candidates(&self) -> impl Future<Output = Result<Vec<Candidate>>> + Send {
+        std::future::ready(Err(Error::Unsupported {
+            operation: "list candidates",
+        }))
     }
 
     /// Replaces the leader state with `state`, under the lease held by

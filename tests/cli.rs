@@ -1153,3 +1153,44 @@ async fn partitions_of_an_empty_set_exits_3_and_without_set_2() {
         "{help}"
     );
 }
+
+#[tokio::test]
+async fn a_run_with_a_higher_priority_takes_over_and_the_old_one_exits_lease_lost() {
+    let case = Case::new("priority");
+    let flags = |priority: &'static str| {
+        [
+            "--priority",
+            priority,
+            "--renew-interval",
+            "2s",
+            "--acquire-retry",
+            "500ms",
+        ]
+    };
+    let mut a = case.run("a", 0, &flags("-1"));
+    let epoch = case.started("a", Duration::from_secs(30)).await;
+    let mut b = case.run("b", 0, &flags("0"));
+    // The leader lists the candidates every 2 s; the candidate retries
+    // every 500 ms; the command's stop and process start-up on top.
+    let next = case.started("b", Duration::from_secs(15)).await;
+    assert_eq!(next, epoch + 1);
+    let status = exited(&mut a, Duration::from_secs(10)).await;
+    assert_eq!(status.code(), Some(4), "stderr: {}", case.stderr("a"));
+    let stderr = case.stderr("a");
+    assert!(stderr.contains("handed over"), "{stderr}");
+    // The commands never overlapped: a's ended before b's started.
+    let times = case.times();
+    let end_a = times
+        .iter()
+        .find(|(what, who, _)| what == "end" && who == "a")
+        .map(|t| t.2);
+    assert!(
+        end_a.is_some_and(|end| end <= case.start_time("b")),
+        "{times:?}"
+    );
+    case.stop("b");
+    assert_eq!(
+        exited(&mut b, Duration::from_secs(10)).await.code(),
+        Some(0)
+    );
+}

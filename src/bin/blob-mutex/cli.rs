@@ -308,6 +308,14 @@ pub(crate) struct RunArgs {
     /// failed).
     #[arg(long)]
     pub(crate) forever: bool,
+    /// This host's priority as a preferred successor, any integer. While
+    /// another host leads, this one advertises itself beside the lease; a
+    /// leader with a lower priority stops its command and hands the lease
+    /// over (Change Lease). Equal priorities never hand over. Set it on
+    /// every host of the service (for a rolling upgrade: old version 0, new
+    /// version 1). [default: none, takes no part]
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    pub(crate) priority: Option<i64>,
     /// The command to run, and its arguments, after `--`.
     #[arg(last = true, required = true, value_name = "CMD")]
     pub(crate) command: Vec<OsString>,

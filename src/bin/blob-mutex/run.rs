@@ -78,6 +78,9 @@ pub(crate) async fn run(args: RunArgs) -> Result<u8> {
         // makes exactly one, and it tells a held lease from a failed attempt.
         options = options.with_acquire_timeout(wait);
     }
+    if let Some(priority) = args.priority {
+        options = options.with_priority(priority);
+    }
     let shared = Arc::new(Shared {
         command: args.command,
         name: args.target.name(),
@@ -142,6 +145,7 @@ fn exit_code(shared: &Shared) -> u8 {
         Some(Outcome::Lost(reason, status)) => {
             let why = match reason {
                 StopReason::Deadline => "could not be renewed before its deadline",
+                StopReason::Handover => "was handed over to a waiting host with a higher priority",
                 _ => "was broken or taken by another holder",
             };
             let how = status.map_or_else(|| "killed".to_owned(), exit::describe);
