@@ -29,7 +29,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use crate::error::Error;
-use crate::store::{Acquire, LeaseId, LeaseState, LeaseStore, MAX_STATE_LEN};
+use crate::store::{Acquire, Candidate, LeaseId, LeaseState, LeaseStore, MAX_STATE_LEN};
 
 /// The lease duration the checks use: the shortest Azure allows.
 pub const DURATION: Duration = Duration::from_secs(15);
@@ -60,6 +60,8 @@ where
     change_passes_the_lease_to_the_proposed_id(&a, &b).await;
     let (a, b) = fresh("stamp-floor").await;
     stamp_at_least_keeps_epochs_increasing(&a, &b).await;
+    let (a, b) = fresh("candidates").await;
+    candidates_are_listed_while_their_record_is_held(&a, &b).await;
 }
 
 /// Acquire grants the lease to one id; the same id acquires again
@@ -246,12 +248,24 @@ pub async fn state_is_kept_across_terms_with_the_metadata<S: LeaseStore>(a: &S, 
 }
 
 /// A lease not renewed is granted to another id once its duration has
-/// passed, not before. Waits [`DURATION`] and a little on Tokio's clock.
+/// passed, not before; a candidate record not kept alive vanishes likewise (rule 9,
+/// where supported). Waits [`DURATION`] and a little on Tokio's clock.
 pub async fn lease_expires_after_its_duration<S: LeaseStore>(a: &S, b: &S) {
     let (first, second) = (LeaseId::new(), LeaseId::new());
+    let candidate = Candidate::new("expiring-candidate", 1, LeaseId::new());
     let sent = tokio::time::Instant::now();
     ok(a.acquire(first, DURATION).await, "acquire");
+    if a.supports_candidates() {
+        ok(a.advertise(first, &candidate, DURATION).await, "advertise");
+    }
     tokio::time::sleep_until(sent + DURATION - Duration::from_secs(1)).await;
+    if a.supports_candidates() {
+        let found = ok(b.candidates().await, "list candidates before the expiry");
+        assert!(
+            found.contains(&candidate),
+            "a candidate must be listed until its record expires"
+        );
+    }
     assert_eq!(
         ok(
             b.acquire(second, DURATION).await,
@@ -273,6 +287,13 @@ pub async fn lease_expires_after_its_duration<S: LeaseStore>(a: &S, b: &S) {
         &a.renew(first).await,
         "renew after the lease expired and was taken",
     );
+    if a.supports_candidates() {
+        let found = ok(b.candidates().await, "list candidates after the expiry");
+        assert!(
+            !found.contains(&candidate),
+            "a candidate whose record expired must vanish by itself (rule 9)"
+        );
+    }
     assert_refused(
         &a.write_state(first, b"late").await,
         "write state after the lease expired and was taken",
@@ -338,6 +359,73 @@ pub async fn stamp_at_least_keeps_epochs_increasing<S: LeaseStore>(a: &S, b: &S)
     let e4 = ok(b.stamp(second, "b").await, "stamp by the next holder");
     assert!(e4 > e3, "epochs must strictly increase: {e3} then {e4}");
     ok(b.release(second).await, "release");
+}
+
+/// Rule 9, for a store that [supports candidates](LeaseStore::supports_candidates)
+/// (a store that does not is skipped): an advertised candidate is listed
+/// with its holder, priority and proposed id, by a handle that holds
+/// nothing; a second record for the same holder name under another id is
+/// told it is held and changes nothing; a withdrawn candidate is no longer
+/// listed, and its record is then lost to `keep_advertising` and `withdraw`.
+pub async fn candidates_are_listed_while_their_record_is_held<S: LeaseStore>(a: &S, b: &S) {
+    if !a.supports_candidates() {
+        return;
+    }
+    let (record, other) = (LeaseId::new(), LeaseId::new());
+    let first = Candidate::new("candidate-a", 7, LeaseId::new());
+    let listed = |found: &[Candidate], c: &Candidate| found.iter().any(|f| f == c);
+    assert_eq!(
+        ok(a.advertise(record, &first, DURATION).await, "advertise"),
+        Acquire::Acquired
+    );
+    let found = ok(b.candidates().await, "list candidates by a non-holder");
+    assert!(
+        listed(&found, &first),
+        "an advertised candidate must be listed as advertised"
+    );
+    let impostor = Candidate::new("candidate-a", 9, LeaseId::new());
+    assert_eq!(
+        ok(
+            b.advertise(other, &impostor, DURATION).await,
+            "advertise the same holder under another record"
+        ),
+        Acquire::Held,
+        "a record held under another id is not taken over"
+    );
+    let found = ok(a.candidates().await, "list candidates");
+    assert!(
+        listed(&found, &first) && !listed(&found, &impostor),
+        "a refused advertisement must change nothing"
+    );
+    ok(
+        a.keep_advertising(record, "candidate-a").await,
+        "keep advertising",
+    );
+    let second = Candidate::new("candidate-b", -3, LeaseId::new());
+    ok(
+        b.advertise(other, &second, DURATION).await,
+        "advertise a second candidate",
+    );
+    let found = ok(a.candidates().await, "list candidates");
+    assert!(
+        listed(&found, &first) && listed(&found, &second),
+        "both candidates are listed"
+    );
+    ok(a.withdraw(record, "candidate-a").await, "withdraw");
+    let found = ok(b.candidates().await, "list candidates");
+    assert!(
+        !found.iter().any(|c| c.holder == "candidate-a"),
+        "a withdrawn candidate must not be listed"
+    );
+    assert_lost(
+        &a.keep_advertising(record, "candidate-a").await,
+        "keep advertising after a withdrawal",
+    );
+    assert_lost(&a.withdraw(record, "candidate-a").await, "withdraw twice");
+    ok(
+        b.withdraw(other, "candidate-b").await,
+        "withdraw the second candidate",
+    );
 }
 
 fn ok<T>(result: Result<T, Error>, what: &str) -> T {
