@@ -1,7 +1,7 @@
 //! Benchmark of the election against a local Azurite: failover and handover
 //! times, storage requests per hour, the crate's latency over a bare SDK
-//! call, the worker's CPU and memory footprint, 50-way contention, and lease
-//! sets of many partitions.
+//! call, the worker's CPU and memory footprint, 50-way contention, planned
+//! handover to a preferred successor, and lease sets of many partitions.
 //!
 //! ```text
 //! cargo build --release --examples
@@ -20,12 +20,14 @@
 //! `--cost-secs N` (request-cost and footprint window) [180 / 60],
 //! `--overhead-samples N` [2000 / 500], `--candidates N` [50],
 //! `--contention-secs N` [30 / 15],
+//! `--successor-reps N` (handovers to a preferred successor) [20 / 5],
+//! `--successor-secs N` (its advertising-cost window) [60 / 20],
 //! `--partition-n LIST` (instances per lease set) [3,4,8 / 3,4],
 //! `--partition-m LIST` (partitions per set) [16,64,256 / 16,64],
 //! `--partition-secs N` (steady window of each set) [60 / 30],
 //! `--set-size N` (partitions owned by one process; 0 skips it) [1000],
 //! `--set-secs N` (its steady window) [120 / 60],
-//! `--sections overhead,contention,cost,handover,crash,partitions` [all, in
+//! `--sections overhead,contention,cost,handover,crash,successor,partitions` [all, in
 //! that order; `--quick` leaves `partitions` out unless it is named],
 //! `--out DIR` [`bench-results`], `--endpoint URL` (use a running Azurite's
 //! blob endpoint, `http://<ip>:<port>/devstoreaccount1`, instead of starting
@@ -33,7 +35,8 @@
 //! (`tests/fixtures/fault_worker.rs`) next to this program.
 //!
 //! One module per section (`overhead.rs`, `contention.rs`, `cost.rs` with
-//! `footprint.rs`, `failover.rs` for `handover` and `crash`, `partitions.rs`);
+//! `footprint.rs`, `failover.rs` for `handover` and `crash`, `successor.rs`,
+//! `partitions.rs`);
 //! the rest is
 //! shared: `azurite.rs`, `proxy.rs` (the counting proxy), `workers.rs` (the
 //! worker processes), `stats.rs`, `json.rs` and `report.rs`.
@@ -49,6 +52,7 @@ mod partitions;
 mod proxy;
 mod report;
 mod stats;
+mod successor;
 mod workers;
 
 use std::path::PathBuf;
@@ -74,12 +78,13 @@ const JITTER: f64 = 0.2;
 const IDLE_WORK_MS: &str = "600000";
 
 /// The sections, in the order they run.
-const SECTIONS: [&str; 6] = [
+const SECTIONS: [&str; 7] = [
     "overhead",
     "contention",
     "cost",
     "handover",
     "crash",
+    "successor",
     "partitions",
 ];
 
@@ -90,6 +95,8 @@ struct Config {
     overhead_samples: usize,
     candidates: usize,
     contention_window: Duration,
+    successor_reps: usize,
+    successor_window: Duration,
     partition_ns: Vec<usize>,
     partition_ms: Vec<usize>,
     partition_window: Duration,
@@ -117,6 +124,8 @@ impl Config {
             overhead_samples: if quick { 500 } else { 2000 },
             candidates: 50,
             contention_window: Duration::from_secs(if quick { 15 } else { 30 }),
+            successor_reps: if quick { 5 } else { 20 },
+            successor_window: Duration::from_secs(if quick { 20 } else { 60 }),
             partition_ns: if quick { vec![3, 4] } else { vec![3, 4, 8] },
             partition_ms: if quick {
                 vec![16, 64]
@@ -148,6 +157,10 @@ impl Config {
                 "--contention-secs" => {
                     config.contention_window = Duration::from_secs(value()?.parse()?);
                 }
+                "--successor-reps" => config.successor_reps = value()?.parse()?,
+                "--successor-secs" => {
+                    config.successor_window = Duration::from_secs(value()?.parse()?);
+                }
                 "--partition-n" => config.partition_ns = list(&value()?)?,
                 "--partition-m" => config.partition_ms = list(&value()?)?,
                 "--partition-secs" => {
@@ -169,8 +182,12 @@ impl Config {
             }
         }
         ensure!(
-            config.crash_reps >= 1 && config.handover_reps >= 1,
+            config.crash_reps >= 1 && config.handover_reps >= 1 && config.successor_reps >= 1,
             "need at least one repetition"
+        );
+        ensure!(
+            config.successor_window >= Duration::from_secs(1),
+            "--successor-secs needs at least one second"
         );
         ensure!(
             config.partition_ns.iter().all(|n| *n >= 2),
@@ -243,6 +260,13 @@ async fn run(config: Config) -> Result<()> {
             let h = failover::handover(&config, &azurite, exit, reps).await?;
             failover::report(&mut report, &h);
         }
+    }
+    if config.runs("successor") {
+        eprintln!(
+            "handover to a preferred successor x {} ...",
+            config.successor_reps
+        );
+        successor::successor(&config, &azurite, &mut report).await?;
     }
     if config.runs("partitions") {
         eprintln!(

@@ -74,18 +74,30 @@ impl Group {
         }
     }
 
+    /// The container of the group's blob, `leader`.
+    pub(crate) fn container(&self) -> &str {
+        &self.container
+    }
+
     pub(crate) fn workers(&self) -> &[Worker] {
         &self.workers
     }
 
     /// Starts one more worker that reaches storage at `endpoint`; returns its id.
     pub(crate) fn spawn(&mut self, endpoint: &str) -> Result<String> {
+        self.spawn_with(endpoint, &[])
+    }
+
+    /// Starts one more worker, as [`Group::spawn`], with `extra` arguments
+    /// after the group's own (such as its own `--priority`).
+    pub(crate) fn spawn_with(&mut self, endpoint: &str, extra: &[&str]) -> Result<String> {
         let id = format!("{}-{}", self.prefix, self.next);
         self.next += 1;
         let stderr = std::fs::File::create(self.log_dir.join(format!("{id}.log")))?;
         let mut child = Command::new(&self.worker)
             .args([&self.container, "leader", &id])
             .args(&self.args)
+            .args(extra)
             .env(
                 "AZURE_STORAGE_CONNECTION_STRING",
                 connection_string(endpoint),
