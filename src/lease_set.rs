@@ -18,8 +18,11 @@
 //!   the mutex does. A held lease is never broken or stolen: a newcomer gets
 //!   its share because over-loaded owners give partitions up. The partition
 //!   terms are sub-tasks of the membership term.
-//! - **Cost.** All leases of a process share one HTTP client. Claims of one
-//!   cycle are paced 5 ms apart (at most 200 acquires a second), and each
+//! - **Cost.** All leases of a set share one HTTP client and its pool of
+//!   kept-alive connections. Claims of one cycle are paced 5 ms apart (at
+//!   most 200 acquires a second), at most 16 of them in flight at once (so
+//!   that slow storage makes claims wait instead of piling up requests in
+//!   front of the renewals), and each
 //!   partition term renews the first time at a random point of the second
 //!   half of the renew interval, so that renewals are spread, not sent in
 //!   bursts. Requests per hour for
@@ -35,7 +38,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{broadcast, watch};
+use tokio::sync::{broadcast, watch, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
@@ -57,6 +60,12 @@ const MEMBERS: &str = "members/";
 /// The time between two claims of one cycle: a cold start with many
 /// partitions sends at most 200 acquires a second.
 const CLAIM_PACE: Duration = Duration::from_millis(5);
+/// The most claims of one instance in flight at once (from the acquire
+/// until the epoch is stamped): when storage slows down, claims wait here
+/// instead of piling up requests (and connections) in front of the
+/// renewals of the member lease and of the partitions already owned. With
+/// storage answering in a few milliseconds it never binds: the pace does.
+const CLAIMS_IN_FLIGHT: usize = 16;
 const PARTITIONS: &str = "partitions/";
 
 /// What a partition's task is given: everything a [`LeaderContext`] gives
@@ -174,6 +183,8 @@ struct Shared<S: LeaseSetStore> {
     task: Arc<PartitionFn>,
     owned: watch::Sender<BTreeMap<String, u64>>,
     reports: broadcast::Sender<PartitionReport>,
+    /// Permits for claims in flight ([`CLAIMS_IN_FLIGHT`]).
+    claiming: Arc<Semaphore>,
 }
 
 impl<S: LeaseSetStore> std::fmt::Debug for BlobLeaseSet<S> {
@@ -261,6 +272,7 @@ impl<S: LeaseSetStore> BlobLeaseSet<S> {
                 task,
                 owned: watch::channel(BTreeMap::new()).0,
                 reports: broadcast::channel(64).0,
+                claiming: Arc::new(Semaphore::new(CLAIMS_IN_FLIGHT)),
             }),
             options,
         })
@@ -418,7 +430,12 @@ fn start_claim<S: LeaseSetStore>(
             () = claim_token.cancelled() => return Ok::<(), Error>(()),
             () = tokio::time::sleep(delay) => {}
         }
-        match run_partition(&shared, &partition, &claim_token).await {
+        let permit = tokio::select! {
+            () = claim_token.cancelled() => return Ok(()),
+            // The semaphore is never closed.
+            permit = shared.claiming.clone().acquire_owned() => permit.ok(),
+        };
+        match run_partition(&shared, &partition, &claim_token, permit).await {
             // A task that cannot be stopped, or settings storage will never
             // accept, end the membership term (and so every partition).
             Err(e) if e.is_fatal() || matches!(e, Error::TaskNotStopped) => Err(e),
@@ -434,16 +451,26 @@ fn start_claim<S: LeaseSetStore>(
     Claim { token, handle }
 }
 
-/// One term on one partition: acquire once, lead, drain, release.
+/// One term on one partition: acquire once, lead, drain, release. The
+/// claim's `permit` is given back once the term's task starts (the epoch is
+/// stamped), or when the attempt ends without a term.
 async fn run_partition<S: LeaseSetStore>(
     shared: &Arc<Shared<S>>,
     partition: &str,
     token: &CancellationToken,
+    permit: Option<OwnedSemaphorePermit>,
 ) -> Result<()> {
     let store = Arc::new(shared.store.lease(&format!("{PARTITIONS}{partition}"))?);
     let name: Arc<str> = partition.into();
     let (user, owned) = (shared.task.clone(), shared.owned.clone());
+    let permit = std::sync::Mutex::new(permit);
     let task = box_task(move |leader: LeaderContext| {
+        drop(
+            permit
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .take(),
+        );
         let epoch = leader.epoch();
         owned.send_modify(|o| {
             o.insert(name.to_string(), epoch);
