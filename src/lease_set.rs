@@ -365,7 +365,7 @@ async fn balance<S: LeaseSetStore>(ctx: LeaderContext, shared: Arc<Shared<S>>) -
                     leased: &leased,
                 };
                 let Plan { claim, release } = plan(&view, options.strategy, &mut random);
-                if let Some(partition) = release {
+                for partition in release {
                     debug!(holder = %shared.holder, %partition, "giving a partition up to balance the set");
                     if let Some(claim) = claims.get(&partition) {
                         claim.token.cancel();
@@ -390,18 +390,18 @@ async fn balance<S: LeaseSetStore>(ctx: LeaderContext, shared: Arc<Shared<S>>) -
     }
 }
 
-/// The live members and the leased partitions, from one listing of the
-/// whole set.
+/// The live members and the leased partitions (with the holder their
+/// metadata names), from one listing of the whole set.
 async fn read_set<S: LeaseSetStore>(
     shared: &Shared<S>,
     ctx: &LeaderContext,
-) -> Result<(BTreeSet<String>, BTreeSet<String>)> {
+) -> Result<(BTreeSet<String>, BTreeMap<String, Option<String>>)> {
     let limit = shared.options.mutex.request_timeout;
     let listing = tokio::select! {
         _ = ctx.cancelled() => return Err(Error::Cancelled),
         r = bounded("list", limit, shared.store.list("")) => r?,
     };
-    let (mut members, mut partitions) = (BTreeSet::new(), BTreeSet::new());
+    let (mut members, mut partitions) = (BTreeSet::new(), BTreeMap::new());
     for (name, info) in listing {
         if info.state != LeaseState::Leased {
             continue;
@@ -409,7 +409,7 @@ async fn read_set<S: LeaseSetStore>(
         if let Some(member) = name.strip_prefix(MEMBERS) {
             members.insert(member.to_owned());
         } else if let Some(partition) = name.strip_prefix(PARTITIONS) {
-            partitions.insert(partition.to_owned());
+            partitions.insert(partition.to_owned(), info.holder);
         }
     }
     Ok((members, partitions))

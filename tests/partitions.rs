@@ -169,6 +169,27 @@ async fn twelve_partitions_spread_over_three_then_four_instances_then_three() {
     );
 }
 
+/// A join moves many partitions (two instances with 64 each → three with
+/// 22, 21, 21) within three balance cycles of 5 s (± 20 %): the over-loaded
+/// instances give up their whole excess in one cycle.
+#[tokio::test(start_paused = true)]
+async fn a_join_is_balanced_within_three_cycles_however_many_partitions_move() {
+    let store = MemoryLeaseSetStore::new();
+    let record: Record = Arc::default();
+    let all = partitions(64);
+    let a = start(&store, "a", &all, &record);
+    let b = start(&store, "b", &all, &record);
+    settle(&[&a, &b], &[32, 32], Duration::from_secs(60)).await;
+    let c = start(&store, "c", &all, &record);
+    let took = settle(&[&a, &b, &c], &[22, 21, 21], Duration::from_secs(18)).await;
+    println!("a third instance got its 21 of 64 partitions in {took:?}");
+    assert_no_overlap(&record);
+    for i in [a, b, c] {
+        i.token.cancel();
+        i.handle.await.unwrap();
+    }
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_crashed_instance_partitions_are_owned_again_only_after_their_leases_expired() {
     let store = MemoryLeaseSetStore::new();
