@@ -124,11 +124,11 @@ fn others_lack(view: &View<'_>, free: usize) -> usize {
     let mut held: BTreeMap<&str, usize> = BTreeMap::new();
     let mut coming = free;
     for (partition, holder) in view.leased {
-        if view.mine.contains(partition) {
-            continue;
-        }
         match holder.as_deref() {
+            // Another member's, by the listing, even if this instance is
+            // claiming it too: counting it as theirs gives up less, not more.
             Some(h) if h != view.me && all.contains(h) => *held.entry(h).or_default() += 1,
+            _ if view.mine.contains(partition) => {}
             _ => coming += 1,
         }
     }
