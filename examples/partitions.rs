@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use blob_mutex::{
-    BlobLeaseSet, BlobSettings, CancellationToken, LeaseSetOptions, MutexOptions, PartitionContext,
+    BlobLeaseSet, BlobSettings, CancellationToken, LeaseSetOptions, PartitionContext,
 };
 use tokio::sync::broadcast::error::RecvError;
 
@@ -71,8 +71,10 @@ async fn main() -> anyhow::Result<()> {
     }
     .context("invalid storage settings")?;
     let partitions = (0..count).map(|i| format!("p{i:02}"));
-    let options =
-        LeaseSetOptions::default().with_mutex(MutexOptions::default().with_holder(id.clone()));
+    // The set's defaults (a 30 s lease), with this instance's name.
+    let options = LeaseSetOptions::default();
+    let mutex = options.mutex.clone().with_holder(id.clone());
+    let options = options.with_mutex(mutex);
     let lease_set = BlobLeaseSet::new(&settings, partitions, options, work)?;
 
     // The end of every partition's term, reported by the set, not by the task.

@@ -1,9 +1,26 @@
 //! What one instance of a lease set does in one balance cycle, decided from
-//! one listing: which free partitions to claim, and which one to give up.
+//! one listing: which free partitions to claim, and which ones to give up.
 //! A pure function, so that every instance reading the same listing agrees.
+//!
+//! # How many to give up
+//!
+//! An instance over its share gives up, in one cycle, as many partitions as
+//! the other live members lack and nothing else will give them: at most its
+//! excess, and at most the others' shortfall counted from the listing (the
+//! `holder` of each leased partition) less the partitions that are free,
+//! held by an instance that is no longer a member, or held by an unknown
+//! holder (being claimed). With every instance seeing the same listing the
+//! excesses add up to exactly that shortfall, so a join is balanced in about
+//! two cycles whatever M and N: one in which the over-loaded instances drain
+//! and release their excess, one in which the newcomer claims it. A move is
+//! still drain-then-release, and a partition is only given up when the
+//! listing shows a member that lacks it: the number of moves is the least
+//! the new shares need, not bounded by a rate. A holder recorded before the
+//! newest term was stamped can make the count one off for a cycle; the
+//! instance that ends up under its share claims it back in the next.
 
 use std::cmp::Ordering;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use crate::backoff::Jitter;
 
@@ -13,8 +30,8 @@ use crate::backoff::Jitter;
 pub enum Strategy {
     /// Every live instance owns ⌊M/N⌋ or ⌈M/N⌉ of the M partitions: the
     /// first `M mod N` instances by name own one more. An instance over its
-    /// share gives one partition up per cycle (drain, then release); one
-    /// under it claims free partitions. The default.
+    /// share gives up the partitions others lack (drain, then release; see
+    /// the module docs); one under it claims free partitions. The default.
     #[default]
     Balanced,
     /// Claim every free partition; never give one up. Orphaned partitions
@@ -27,8 +44,8 @@ pub enum Strategy {
 pub(crate) struct Plan {
     /// Free partitions to claim, in the order to claim them.
     pub(crate) claim: Vec<String>,
-    /// A partition to give up (drain, then release).
-    pub(crate) release: Option<String>,
+    /// Partitions to give up (drain, then release).
+    pub(crate) release: Vec<String>,
 }
 
 /// What one listing says, from one instance's point of view.
@@ -42,8 +59,9 @@ pub(crate) struct View<'a> {
     pub(crate) partitions: &'a [String],
     /// The partitions this instance owns (or is claiming) now.
     pub(crate) mine: &'a BTreeSet<String>,
-    /// The partitions whose lease is held by anyone (the listing's view).
-    pub(crate) leased: &'a BTreeSet<String>,
+    /// The partitions whose lease is held by anyone (the listing's view),
+    /// with the holder their metadata names, if any.
+    pub(crate) leased: &'a BTreeMap<String, Option<String>>,
 }
 
 /// This instance's share of the partitions under the balanced strategy.
@@ -64,31 +82,65 @@ pub(crate) fn plan(view: &View<'_>, strategy: Strategy, random: &mut Jitter) -> 
     let mut free: Vec<&String> = view
         .partitions
         .iter()
-        .filter(|p| !view.mine.contains(*p) && !view.leased.contains(*p))
+        .filter(|p| !view.mine.contains(*p) && !view.leased.contains_key(*p))
         .collect();
     shuffle(&mut free, random);
     let owned = view.mine.len();
     match strategy {
         Strategy::Greedy => Plan {
             claim: free.into_iter().cloned().collect(),
-            release: None,
+            release: Vec::new(),
         },
         Strategy::Balanced => {
             let target = share(view.me, view.members, view.partitions.len());
             match owned.cmp(&target) {
                 Ordering::Less => Plan {
                     claim: free.into_iter().take(target - owned).cloned().collect(),
-                    release: None,
+                    release: Vec::new(),
                 },
                 // The same choice every cycle: the last by name.
                 Ordering::Greater => Plan {
                     claim: Vec::new(),
-                    release: view.mine.iter().next_back().cloned(),
+                    release: view
+                        .mine
+                        .iter()
+                        .rev()
+                        .take((owned - target).min(others_lack(view, free.len())))
+                        .cloned()
+                        .collect(),
                 },
                 Ordering::Equal => Plan::default(),
             }
         }
     }
+}
+
+/// How many partitions the other live members lack, by the listing, beyond
+/// the `free` ones and those whose holder is unknown or no longer a member
+/// (they are being claimed, or will be free once their lease expires).
+fn others_lack(view: &View<'_>, free: usize) -> usize {
+    let mut all: BTreeSet<String> = view.members.clone();
+    all.insert(view.me.to_owned());
+    let mut held: BTreeMap<&str, usize> = BTreeMap::new();
+    let mut coming = free;
+    for (partition, holder) in view.leased {
+        match holder.as_deref() {
+            // Another member's, by the listing, even if this instance is
+            // claiming it too: counting it as theirs gives up less, not more.
+            Some(h) if h != view.me && all.contains(h) => *held.entry(h).or_default() += 1,
+            _ if view.mine.contains(partition) => {}
+            _ => coming += 1,
+        }
+    }
+    let lack: usize = all
+        .iter()
+        .filter(|m| *m != view.me)
+        .map(|m| {
+            let has = held.get(m.as_str()).copied().unwrap_or(0);
+            share(m, &all, view.partitions.len()).saturating_sub(has)
+        })
+        .sum();
+    lack.saturating_sub(coming)
 }
 
 /// Fisher–Yates with the crate's jitter source.
@@ -111,6 +163,23 @@ mod tests {
         (0..m).map(|i| format!("p{i:02}")).collect()
     }
 
+    /// Leased partitions with no holder in their metadata.
+    fn unnamed(names: &[&str]) -> BTreeMap<String, Option<String>> {
+        names.iter().map(|s| ((*s).to_owned(), None)).collect()
+    }
+
+    /// Leased partitions, `count` each, in order, with their holders.
+    fn held_by(all: &[String], holders: &[(&str, usize)]) -> BTreeMap<String, Option<String>> {
+        let mut names = all.iter();
+        let mut leased = BTreeMap::new();
+        for (holder, count) in holders {
+            for p in names.by_ref().take(*count) {
+                leased.insert(p.clone(), Some((*holder).to_owned()));
+            }
+        }
+        leased
+    }
+
     #[test]
     fn shares_add_up_and_differ_by_at_most_one() {
         for n in 1..=9 {
@@ -131,7 +200,7 @@ mod tests {
         let all = partitions(12);
         let members = set(&["a", "b", "c"]);
         let mine = set(&["p00"]);
-        let leased = set(&["p00", "p01", "p02", "p03", "p04"]);
+        let leased = unnamed(&["p00", "p01", "p02", "p03", "p04"]);
         let view = View {
             me: "a",
             members: &members,
@@ -141,30 +210,106 @@ mod tests {
         };
         let plan = plan(&view, Strategy::Balanced, &mut Jitter::new(Some(1), 0.2));
         assert_eq!(plan.claim.len(), 3);
-        assert!(plan.claim.iter().all(|p| !leased.contains(p)), "{plan:?}");
-        assert_eq!(plan.release, None);
+        assert!(
+            plan.claim.iter().all(|p| !leased.contains_key(p)),
+            "{plan:?}"
+        );
+        assert_eq!(plan.release, Vec::<String>::new());
     }
 
     #[test]
-    fn over_its_share_an_instance_releases_one_partition_per_cycle() {
+    fn over_its_share_an_instance_releases_what_the_free_partitions_do_not_cover() {
         let all = partitions(12);
         let members = set(&["a", "b", "c", "d"]);
         let mine = set(&["p00", "p01", "p02", "p03"]);
+        // b, c and d lack 3 each; 8 partitions are free: they lack one more.
+        let leased = held_by(&all, &[("a", 4)]);
         let view = View {
             me: "a",
             members: &members,
             partitions: &all,
             mine: &mine,
-            leased: &mine,
+            leased: &leased,
         };
         let plan = plan(&view, Strategy::Balanced, &mut Jitter::new(Some(1), 0.2));
         assert_eq!(
             plan,
             Plan {
                 claim: vec![],
-                release: Some("p03".into())
+                release: vec!["p03".into()]
             }
         );
+    }
+
+    /// 3 → 4 instances with 256 partitions: each of the three gives up its
+    /// whole excess (86 or 85 → 64) in one cycle, not one partition a cycle.
+    #[test]
+    fn after_a_join_an_over_loaded_instance_gives_up_its_whole_excess_in_one_cycle() {
+        let all: Vec<String> = (0..256).map(|i| format!("p{i:03}")).collect();
+        let members = set(&["a", "b", "c", "d"]);
+        let leased = held_by(&all, &[("a", 86), ("b", 85), ("c", 85)]);
+        let mut released = 0;
+        for me in ["a", "b", "c"] {
+            let mine: BTreeSet<String> = leased
+                .iter()
+                .filter(|(_, h)| h.as_deref() == Some(me))
+                .map(|(p, _)| p.clone())
+                .collect();
+            let view = View {
+                me,
+                members: &members,
+                partitions: &all,
+                mine: &mine,
+                leased: &leased,
+            };
+            let plan = plan(&view, Strategy::Balanced, &mut Jitter::new(Some(1), 0.2));
+            assert!(plan.claim.is_empty());
+            assert_eq!(plan.release.len(), mine.len() - 64, "{me}");
+            assert!(plan.release.iter().all(|p| mine.contains(p)), "{me}");
+            released += plan.release.len();
+        }
+        // Exactly the newcomer's share: 22 + 21 + 21.
+        assert_eq!(released, 64);
+    }
+
+    /// Nobody lacks anything by the listing (the extra partition of this
+    /// instance's claims is recorded as another member's): nothing is given up.
+    #[test]
+    fn an_instance_gives_up_nothing_that_no_member_lacks() {
+        let all = partitions(12);
+        let members = set(&["a", "b"]);
+        let mine = set(&["p00", "p01", "p02", "p03", "p04", "p05", "p06"]);
+        let leased = held_by(&all, &[("a", 6), ("b", 6)]);
+        let view = View {
+            me: "a",
+            members: &members,
+            partitions: &all,
+            mine: &mine,
+            leased: &leased,
+        };
+        let plan = plan(&view, Strategy::Balanced, &mut Jitter::new(Some(1), 0.2));
+        assert_eq!(plan, Plan::default());
+    }
+
+    /// Partitions still leased by an instance that is no longer a member
+    /// will be free once their leases expire: they count as coming, not as
+    /// lacking.
+    #[test]
+    fn partitions_of_a_departed_instance_count_as_coming() {
+        let all = partitions(12);
+        let members = set(&["a", "b"]);
+        let mine = set(&["p00", "p01", "p02", "p03", "p04", "p05", "p06", "p07"]);
+        let leased = held_by(&all, &[("a", 8), ("gone", 4)]);
+        let view = View {
+            me: "a",
+            members: &members,
+            partitions: &all,
+            mine: &mine,
+            leased: &leased,
+        };
+        let plan = plan(&view, Strategy::Balanced, &mut Jitter::new(Some(1), 0.2));
+        // b lacks 6; 4 will be free: a gives up 2 (its excess).
+        assert_eq!(plan.release, vec!["p07".to_owned(), "p06".to_owned()]);
     }
 
     #[test]
@@ -172,7 +317,7 @@ mod tests {
         let all = partitions(6);
         let members = set(&["a", "b"]);
         let mine = set(&["p00", "p01", "p02", "p03"]);
-        let leased = set(&["p00", "p01", "p02", "p03", "p04"]);
+        let leased = unnamed(&["p00", "p01", "p02", "p03", "p04"]);
         let view = View {
             me: "a",
             members: &members,
@@ -185,7 +330,7 @@ mod tests {
             plan,
             Plan {
                 claim: vec!["p05".into()],
-                release: None
+                release: vec![]
             }
         );
     }
@@ -195,12 +340,13 @@ mod tests {
         let all = partitions(16);
         let members = set(&["a"]);
         let empty = BTreeSet::new();
+        let none = BTreeMap::new();
         let view = View {
             me: "a",
             members: &members,
             partitions: &all,
             mine: &empty,
-            leased: &empty,
+            leased: &none,
         };
         let first = plan(&view, Strategy::Balanced, &mut Jitter::new(Some(1), 0.2)).claim;
         let second = plan(&view, Strategy::Balanced, &mut Jitter::new(Some(2), 0.2)).claim;

@@ -18,15 +18,19 @@
 //!   the mutex does. A held lease is never broken or stolen: a newcomer gets
 //!   its share because over-loaded owners give partitions up. The partition
 //!   terms are sub-tasks of the membership term.
-//! - **Cost.** All leases of a process share one HTTP client. Claims of one
-//!   cycle are paced 5 ms apart (at most 200 acquires a second), and each
+//! - **Cost.** All leases of a set share one HTTP client and its pool of
+//!   kept-alive connections. Claims of one cycle are paced 5 ms apart (at
+//!   most 200 acquires a second), at most 16 of them in flight at once (so
+//!   that slow storage makes claims wait instead of piling up requests in
+//!   front of the renewals), and each
 //!   partition term renews the first time at a random point of the second
 //!   half of the renew interval, so that renewals are spread, not sent in
 //!   bursts. Requests per hour for
-//!   one instance owning `k` of `M` partitions, with defaults: `3600/5`
-//!   renewals of each owned partition and of the member blob
-//!   (`720 × (k + 1)`), plus one List Blobs call per cycle (`720`), plus the
-//!   acquire, stamp and release of each move.
+//!   one instance owning `k` of `M` partitions, with defaults (a 30 s lease
+//!   renewed every 10 s, a 5 s cycle): `3600/10` renewals of each owned
+//!   partition and of the member blob (`360 × (k + 1)`), plus one List
+//!   Blobs call per cycle (`720`), plus the acquire, stamp (two requests)
+//!   and release of each move.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
@@ -35,7 +39,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{broadcast, watch};
+use tokio::sync::{broadcast, watch, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
@@ -57,6 +61,12 @@ const MEMBERS: &str = "members/";
 /// The time between two claims of one cycle: a cold start with many
 /// partitions sends at most 200 acquires a second.
 const CLAIM_PACE: Duration = Duration::from_millis(5);
+/// The most claims of one instance in flight at once (from the acquire
+/// until the epoch is stamped): when storage slows down, claims wait here
+/// instead of piling up requests (and connections) in front of the
+/// renewals of the member lease and of the partitions already owned. With
+/// storage answering in a few milliseconds it never binds: the pace does.
+const CLAIMS_IN_FLIGHT: usize = 16;
 const PARTITIONS: &str = "partitions/";
 
 /// What a partition's task is given: everything a [`LeaderContext`] gives
@@ -94,12 +104,24 @@ pub struct PartitionReport {
     pub report: TermReport,
 }
 
+/// The lease of a set's partitions and members by default: twice the
+/// mutex's, so that one process can own many partitions at half the
+/// renewals (and half the requests) a second. It makes the wait for a
+/// crashed instance's partitions longer: `D + balance cycle + claim`.
+const SET_LEASE: Duration = Duration::from_secs(30);
+
 /// Timing and behaviour of a [`BlobLeaseSet`].
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct LeaseSetOptions {
     /// The election options of every partition's lease and of the member
-    /// lease. Default: [`MutexOptions::default`].
+    /// lease. Default: [`MutexOptions::default`] with a 30 s lease, renewed
+    /// every 10 s (a third of it). A set renews every lease it owns, so the
+    /// renew interval sets its cost: 360 requests an hour per partition
+    /// instead of the mutex's 720. The price is a slower re-own after a
+    /// crash (up to the lease plus a balance cycle, about 36 s); a graceful
+    /// leave or a join does not wait for the lease. Any duration from 15 to
+    /// 60 s is accepted.
     pub mutex: MutexOptions,
     /// How often an instance reads the set and balances. Default: 5 s.
     pub balance_interval: Duration,
@@ -110,7 +132,7 @@ pub struct LeaseSetOptions {
 impl Default for LeaseSetOptions {
     fn default() -> Self {
         LeaseSetOptions {
-            mutex: MutexOptions::default(),
+            mutex: MutexOptions::default().with_lease_duration(SET_LEASE),
             balance_interval: Duration::from_secs(5),
             strategy: Strategy::Balanced,
         }
@@ -174,6 +196,8 @@ struct Shared<S: LeaseSetStore> {
     task: Arc<PartitionFn>,
     owned: watch::Sender<BTreeMap<String, u64>>,
     reports: broadcast::Sender<PartitionReport>,
+    /// Permits for claims in flight ([`CLAIMS_IN_FLIGHT`]).
+    claiming: Arc<Semaphore>,
 }
 
 impl<S: LeaseSetStore> std::fmt::Debug for BlobLeaseSet<S> {
@@ -261,6 +285,7 @@ impl<S: LeaseSetStore> BlobLeaseSet<S> {
                 task,
                 owned: watch::channel(BTreeMap::new()).0,
                 reports: broadcast::channel(64).0,
+                claiming: Arc::new(Semaphore::new(CLAIMS_IN_FLIGHT)),
             }),
             options,
         })
@@ -353,7 +378,7 @@ async fn balance<S: LeaseSetStore>(ctx: LeaderContext, shared: Arc<Shared<S>>) -
                     leased: &leased,
                 };
                 let Plan { claim, release } = plan(&view, options.strategy, &mut random);
-                if let Some(partition) = release {
+                for partition in release {
                     debug!(holder = %shared.holder, %partition, "giving a partition up to balance the set");
                     if let Some(claim) = claims.get(&partition) {
                         claim.token.cancel();
@@ -378,18 +403,18 @@ async fn balance<S: LeaseSetStore>(ctx: LeaderContext, shared: Arc<Shared<S>>) -
     }
 }
 
-/// The live members and the leased partitions, from one listing of the
-/// whole set.
+/// The live members and the leased partitions (with the holder their
+/// metadata names), from one listing of the whole set.
 async fn read_set<S: LeaseSetStore>(
     shared: &Shared<S>,
     ctx: &LeaderContext,
-) -> Result<(BTreeSet<String>, BTreeSet<String>)> {
+) -> Result<(BTreeSet<String>, BTreeMap<String, Option<String>>)> {
     let limit = shared.options.mutex.request_timeout;
     let listing = tokio::select! {
         _ = ctx.cancelled() => return Err(Error::Cancelled),
         r = bounded("list", limit, shared.store.list("")) => r?,
     };
-    let (mut members, mut partitions) = (BTreeSet::new(), BTreeSet::new());
+    let (mut members, mut partitions) = (BTreeSet::new(), BTreeMap::new());
     for (name, info) in listing {
         if info.state != LeaseState::Leased {
             continue;
@@ -397,7 +422,7 @@ async fn read_set<S: LeaseSetStore>(
         if let Some(member) = name.strip_prefix(MEMBERS) {
             members.insert(member.to_owned());
         } else if let Some(partition) = name.strip_prefix(PARTITIONS) {
-            partitions.insert(partition.to_owned());
+            partitions.insert(partition.to_owned(), info.holder);
         }
     }
     Ok((members, partitions))
@@ -418,7 +443,12 @@ fn start_claim<S: LeaseSetStore>(
             () = claim_token.cancelled() => return Ok::<(), Error>(()),
             () = tokio::time::sleep(delay) => {}
         }
-        match run_partition(&shared, &partition, &claim_token).await {
+        let permit = tokio::select! {
+            () = claim_token.cancelled() => return Ok(()),
+            // The semaphore is never closed.
+            permit = shared.claiming.clone().acquire_owned() => permit.ok(),
+        };
+        match run_partition(&shared, &partition, &claim_token, permit).await {
             // A task that cannot be stopped, or settings storage will never
             // accept, end the membership term (and so every partition).
             Err(e) if e.is_fatal() || matches!(e, Error::TaskNotStopped) => Err(e),
@@ -434,16 +464,26 @@ fn start_claim<S: LeaseSetStore>(
     Claim { token, handle }
 }
 
-/// One term on one partition: acquire once, lead, drain, release.
+/// One term on one partition: acquire once, lead, drain, release. The
+/// claim's `permit` is given back once the term's task starts (the epoch is
+/// stamped), or when the attempt ends without a term.
 async fn run_partition<S: LeaseSetStore>(
     shared: &Arc<Shared<S>>,
     partition: &str,
     token: &CancellationToken,
+    permit: Option<OwnedSemaphorePermit>,
 ) -> Result<()> {
     let store = Arc::new(shared.store.lease(&format!("{PARTITIONS}{partition}"))?);
     let name: Arc<str> = partition.into();
     let (user, owned) = (shared.task.clone(), shared.owned.clone());
+    let permit = std::sync::Mutex::new(permit);
     let task = box_task(move |leader: LeaderContext| {
+        drop(
+            permit
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .take(),
+        );
         let epoch = leader.epoch();
         owned.send_modify(|o| {
             o.insert(name.to_string(), epoch);
@@ -478,4 +518,41 @@ async fn run_partition<S: LeaseSetStore>(
         });
     }
     result.map(drop)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_a_30_s_lease_renewed_every_10_s_and_valid() {
+        let options = LeaseSetOptions::default();
+        assert_eq!(options.mutex.lease_duration, Duration::from_secs(30));
+        assert_eq!(
+            options.mutex.effective_renew_interval(),
+            Duration::from_secs(10)
+        );
+        assert_eq!(options.balance_interval, Duration::from_secs(5));
+        options.validate().unwrap();
+        // The mutex's own defaults are not changed by the set's.
+        assert_eq!(
+            MutexOptions::default().lease_duration,
+            Duration::from_secs(15)
+        );
+    }
+
+    #[test]
+    fn every_rule_of_the_mutex_options_still_applies() {
+        let options = LeaseSetOptions::default()
+            .with_mutex(MutexOptions::default().with_lease_duration(Duration::from_secs(61)));
+        assert!(matches!(
+            options.validate(),
+            Err(Error::InvalidOption { .. })
+        ));
+        let options = LeaseSetOptions::default().with_balance_interval(Duration::ZERO);
+        assert!(matches!(
+            options.validate(),
+            Err(Error::InvalidOption { .. })
+        ));
+    }
 }

@@ -20,6 +20,8 @@ const PARTITIONS: &str = "12";
 const FLAGS: &[&str] = &[
     "--partitions",
     PARTITIONS,
+    "--lease-secs",
+    "15",
     "--balance-ms",
     "1000",
     "--acquire-retry-ms",

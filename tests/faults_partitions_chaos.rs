@@ -29,6 +29,8 @@ const PARTITIONS: usize = 16;
 const FLAGS: &[&str] = &[
     "--partitions",
     "16",
+    "--lease-secs",
+    "15",
     "--balance-ms",
     "1000",
     "--acquire-retry-ms",

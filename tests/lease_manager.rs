@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use blob_mutex::{Acquire, BlobLeaseManager, Error, LeaseId, LeaseState};
 use support::azurite;
+use support::proxy::Proxy;
 
 fn manager(blob: &str) -> (BlobLeaseManager, String) {
     let container = azurite::unique_container(blob);
@@ -98,4 +99,24 @@ async fn creating_the_blob_never_overwrites_one_that_exists() {
     m.release(a).await.unwrap();
     m.create_if_missing().await.unwrap();
     assert_eq!(m.inspect().await.unwrap().unwrap().etag, before.etag);
+}
+
+/// The requests of one manager share kept-alive connections: renewing ten
+/// times in a row does not open a connection (and, to Azure, a TLS session)
+/// for each.
+#[tokio::test]
+async fn requests_reuse_kept_alive_connections() {
+    support::init_tracing();
+    let proxy = Proxy::start(azurite::shared().port);
+    let container = azurite::unique_container("keep-alive");
+    let m = BlobLeaseManager::new(&proxy.settings(&container, "keep-alive")).unwrap();
+    let a = LeaseId::new();
+    assert_eq!(m.acquire(a, D).await.unwrap(), Acquire::Acquired);
+    let before = proxy.connections();
+    for _ in 0..10 {
+        m.renew(a).await.unwrap();
+    }
+    let opened = proxy.connections() - before;
+    assert!(opened <= 1, "10 renewals opened {opened} connections");
+    m.release(a).await.unwrap();
 }

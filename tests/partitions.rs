@@ -5,12 +5,15 @@
 mod support;
 
 use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use blob_mutex::{
-    BlobLeaseSet, BlobLeaseSetStore, CancellationToken, LeaseSetOptions, LeaseSetStore,
-    MemoryLeaseSetStore, PartitionContext,
+    Acquire, BlobLeaseSet, BlobLeaseSetStore, CancellationToken, LeaseId, LeaseInfo,
+    LeaseSetOptions, LeaseSetStore, LeaseStore, MemoryLeaseSetStore, MemoryLeaseStore,
+    PartitionContext,
 };
 use support::azurite;
 use tokio::task::JoinHandle;
@@ -166,6 +169,27 @@ async fn twelve_partitions_spread_over_three_then_four_instances_then_three() {
     );
 }
 
+/// A join moves many partitions (two instances with 64 each → three with
+/// 22, 21, 21) within three balance cycles of 5 s (± 20 %): the over-loaded
+/// instances give up their whole excess in one cycle.
+#[tokio::test(start_paused = true)]
+async fn a_join_is_balanced_within_three_cycles_however_many_partitions_move() {
+    let store = MemoryLeaseSetStore::new();
+    let record: Record = Arc::default();
+    let all = partitions(64);
+    let a = start(&store, "a", &all, &record);
+    let b = start(&store, "b", &all, &record);
+    settle(&[&a, &b], &[32, 32], Duration::from_secs(60)).await;
+    let c = start(&store, "c", &all, &record);
+    let took = settle(&[&a, &b, &c], &[22, 21, 21], Duration::from_secs(18)).await;
+    println!("a third instance got its 21 of 64 partitions in {took:?}");
+    assert_no_overlap(&record);
+    for i in [a, b, c] {
+        i.token.cancel();
+        i.handle.await.unwrap();
+    }
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_crashed_instance_partitions_are_owned_again_only_after_their_leases_expired() {
     let store = MemoryLeaseSetStore::new();
@@ -249,6 +273,108 @@ async fn a_partition_that_cannot_be_acquired_does_not_disturb_the_others() {
         ended.is_empty(),
         "terms ended while another partition failed: {ended:?}"
     );
+    a.token.cancel();
+    a.handle.await.unwrap();
+}
+
+/// Claims in flight (acquired or acquiring, not yet stamped), now and at most.
+#[derive(Default)]
+struct InFlight {
+    now: AtomicUsize,
+    most: AtomicUsize,
+}
+
+/// The in-memory set, with partition acquires that take `SLOW_ACQUIRE`:
+/// storage that has slowed down.
+#[derive(Clone)]
+struct SlowSet {
+    inner: MemoryLeaseSetStore,
+    in_flight: Arc<InFlight>,
+}
+
+const SLOW_ACQUIRE: Duration = Duration::from_secs(2);
+
+struct SlowLease {
+    inner: MemoryLeaseStore,
+    slow: bool,
+    in_flight: Arc<InFlight>,
+}
+
+impl LeaseSetStore for SlowSet {
+    type Lease = SlowLease;
+
+    fn lease(&self, name: &str) -> blob_mutex::Result<SlowLease> {
+        Ok(SlowLease {
+            inner: self.inner.lease(name)?,
+            slow: name.starts_with("partitions/"),
+            in_flight: self.in_flight.clone(),
+        })
+    }
+
+    fn list(
+        &self,
+        prefix: &str,
+    ) -> impl Future<Output = blob_mutex::Result<Vec<(String, LeaseInfo)>>> + Send {
+        self.inner.list(prefix)
+    }
+}
+
+impl LeaseStore for SlowLease {
+    async fn acquire(&self, proposed: LeaseId, duration: Duration) -> blob_mutex::Result<Acquire> {
+        if !self.slow {
+            return self.inner.acquire(proposed, duration).await;
+        }
+        let now = self.in_flight.now.fetch_add(1, Ordering::SeqCst) + 1;
+        self.in_flight.most.fetch_max(now, Ordering::SeqCst);
+        tokio::time::sleep(SLOW_ACQUIRE).await;
+        let acquired = self.inner.acquire(proposed, duration).await;
+        self.in_flight.now.fetch_sub(1, Ordering::SeqCst);
+        acquired
+    }
+
+    fn renew(&self, lease: LeaseId) -> impl Future<Output = blob_mutex::Result<()>> + Send {
+        self.inner.renew(lease)
+    }
+
+    fn release(&self, lease: LeaseId) -> impl Future<Output = blob_mutex::Result<()>> + Send {
+        self.inner.release(lease)
+    }
+
+    fn stamp(
+        &self,
+        lease: LeaseId,
+        holder: &str,
+    ) -> impl Future<Output = blob_mutex::Result<u64>> + Send {
+        self.inner.stamp(lease, holder)
+    }
+
+    fn inspect(&self) -> impl Future<Output = blob_mutex::Result<Option<LeaseInfo>>> + Send {
+        self.inner.inspect()
+    }
+
+    fn name(&self) -> String {
+        self.inner.name()
+    }
+}
+
+/// When storage slows down, a cold start does not pile up requests: at most
+/// `16` claims are in flight at once, however many partitions are free, so
+/// that the member lease's and the owned partitions' renewals still get
+/// through.
+#[tokio::test(start_paused = true)]
+async fn claims_in_flight_are_bounded_when_storage_is_slow() {
+    let store = SlowSet {
+        inner: MemoryLeaseSetStore::new(),
+        in_flight: Arc::default(),
+    };
+    let record: Record = Arc::default();
+    let all = partitions(100);
+    let a = start(&store, "a", &all, &record);
+    let took = settle(&[&a], &[100], Duration::from_secs(120)).await;
+    let most = store.in_flight.most.load(Ordering::SeqCst);
+    println!("100 slow claims owned in {took:?}, at most {most} in flight");
+    assert!(most <= 16, "{most} claims in flight at once");
+    assert!(most >= 8, "claims were not concurrent at all: {most}");
     a.token.cancel();
     a.handle.await.unwrap();
 }

@@ -21,10 +21,13 @@ use crate::proxy::{count_by_kind, counts_json, Kind, Proxy};
 use crate::report::{ms, percent, secs, Report};
 use crate::stats::{float, stats};
 use crate::workers::{Event, Group};
-use crate::{Config, IDLE_WORK_MS, LEASE_SECS, RENEW_SECS, RETRY_SECS};
+use crate::{Config, IDLE_WORK_MS, RETRY_SECS};
 
-/// The set's default balance interval, restated like the mutex's defaults.
+/// The set's default balance interval, lease and renew interval, restated
+/// like the mutex's defaults (checked against the crate's at the start).
 const BALANCE_SECS: f64 = 5.0;
+const SET_LEASE_SECS: f64 = 30.0;
+const SET_RENEW_SECS: f64 = 10.0;
 
 /// The longest wait for a set to balance before the figure is given up.
 const BALANCE_LIMIT: Duration = Duration::from_secs(300);
@@ -135,7 +138,7 @@ struct Cost {
     per_hour: f64,
     /// All requests per hour.
     all_per_hour: f64,
-    /// `720 × (k + 1) + 720`.
+    /// `360 × (k + 1) + 720`.
     expected: f64,
 }
 
@@ -158,7 +161,7 @@ impl Cost {
 
 /// The formula of the module docs of `src/lease_set.rs`, without moves.
 fn formula(owned: usize) -> f64 {
-    let per_lease = 3600.0 / RENEW_SECS;
+    let per_lease = 3600.0 / SET_RENEW_SECS;
     per_lease * float(owned + 1) + 3600.0 / BALANCE_SECS
 }
 
@@ -420,6 +423,14 @@ pub(crate) async fn partitions(
     azurite: &Azurite,
     report: &mut Report,
 ) -> Result<()> {
+    let defaults = blob_mutex::LeaseSetOptions::default();
+    anyhow::ensure!(
+        (defaults.mutex.lease_duration.as_secs_f64() - SET_LEASE_SECS).abs() < 1e-9
+            && (defaults.mutex.effective_renew_interval().as_secs_f64() - SET_RENEW_SECS).abs()
+                < 1e-9
+            && (defaults.balance_interval.as_secs_f64() - BALANCE_SECS).abs() < 1e-9,
+        "the lease set's defaults changed; update the constants at the top of examples/bench/partitions.rs"
+    );
     let mut cells = Vec::new();
     for &n in &config.partition_ns {
         for &m in &config.partition_ms {
@@ -450,7 +461,7 @@ pub(crate) async fn partitions(
 /// and the one process's deadlines, CPU and memory.
 fn targets(report: &mut Report, cells: &[Cell], big: Option<&Big>) {
     let cycle_target = 3.0 * BALANCE_SECS;
-    let crash_target = LEASE_SECS + BALANCE_SECS + RETRY_SECS;
+    let crash_target = SET_LEASE_SECS + BALANCE_SECS + RETRY_SECS;
     if !cells.is_empty() {
         for (what, pick) in [
             ("join", (|c: &Cell| c.join) as fn(&Cell) -> f64),
@@ -484,7 +495,7 @@ fn targets(report: &mut Report, cells: &[Cell], big: Option<&Big>) {
                 (l.min(a), h.max(b))
             });
         report.target(
-            "partitions: renewals + listings per hour per instance vs 720 × (k + 1) + 720",
+            "partitions: renewals + listings per hour per instance vs 360 × (k + 1) + 720",
             format!("{} to {}", percent(low), percent(high)),
             "(no target)".to_owned(),
             None,
@@ -572,12 +583,12 @@ fn details(config: &Config, report: &mut Report, cells: &[Cell], big: Option<&Bi
     if !cells.is_empty() {
         let _ = writeln!(
             d,
-            "N `fault-worker --partitions M` processes at default options (balance every 5 s), \
+            "N `fault-worker --partitions M` processes at the lease set's default options (lease 30 s renewed every 10 s, balance every 5 s), \
              each behind its own counting proxy. Times run from the spawn or the signal to the \
              line after which every live instance owns ⌊M/N⌋ or ⌈M/N⌉: cold start of N; a \
              newcomer joins (N + 1); the newcomer leaves on SIGTERM (N); the first instance is \
              killed (N − 1). Requests are counted over a {:.0} s steady window after the cold \
-             start: renewals + listings per hour per instance against 720 × (k + 1) + 720 for \
+             start: renewals + listings per hour per instance against 360 × (k + 1) + 720 for \
              k partitions owned.\n",
             config.partition_window.as_secs_f64()
         );
@@ -686,7 +697,7 @@ mod tests {
 
     #[test]
     fn formula_of_the_module_docs() {
-        assert!((formula(0) - 1440.0).abs() < 1e-9);
-        assert!((formula(1000) - (720.0 * 1001.0 + 720.0)).abs() < 1e-9);
+        assert!((formula(0) - 1080.0).abs() < 1e-9);
+        assert!((formula(1000) - (360.0 * 1001.0 + 720.0)).abs() < 1e-9);
     }
 }
