@@ -127,6 +127,14 @@ pub struct LeaseSetOptions {
     pub balance_interval: Duration,
     /// How partitions are spread. Default: [`Strategy::Balanced`].
     pub strategy: Strategy,
+    /// The most partitions an over-loaded instance gives up in one balance
+    /// cycle. Default: `None`, as many as the listing shows the other
+    /// members lack (never more than its own excess), so that a join is
+    /// balanced in about two cycles whatever the number of partitions.
+    /// `Some(1)` moves one partition per instance per cycle instead: the
+    /// drains of a large join are spread out, and the join takes about as
+    /// many cycles as the largest excess. Must not be `Some(0)`.
+    pub max_releases_per_cycle: Option<usize>,
 }
 
 impl Default for LeaseSetOptions {
@@ -135,6 +143,7 @@ impl Default for LeaseSetOptions {
             mutex: MutexOptions::default().with_lease_duration(SET_LEASE),
             balance_interval: Duration::from_secs(5),
             strategy: Strategy::Balanced,
+            max_releases_per_cycle: None,
         }
     }
 }
@@ -144,6 +153,14 @@ impl LeaseSetOptions {
     #[must_use = "options are built by value; use the returned options"]
     pub fn with_mutex(mut self, mutex: MutexOptions) -> Self {
         self.mutex = mutex;
+        self
+    }
+
+    /// Sets [`max_releases_per_cycle`](Self::max_releases_per_cycle) to
+    /// `Some(most)`.
+    #[must_use = "options are built by value; use the returned options"]
+    pub fn with_max_releases_per_cycle(mut self, most: usize) -> Self {
+        self.max_releases_per_cycle = Some(most);
         self
     }
 
@@ -163,6 +180,18 @@ impl LeaseSetOptions {
 
     fn validate(&self) -> Result<()> {
         self.mutex.validate()?;
+        if self.mutex.priority.is_some() {
+            return Err(Error::invalid(
+                "priority",
+                "a lease set's leases are never handed over to a preferred successor; leave it unset",
+            ));
+        }
+        if self.max_releases_per_cycle == Some(0) {
+            return Err(Error::invalid(
+                "max_releases_per_cycle",
+                "must be at least 1 (an instance that never gives up a partition starves a newcomer)",
+            ));
+        }
         if self.balance_interval.is_zero() || self.balance_interval > Duration::from_secs(300) {
             return Err(Error::invalid(
                 "balance_interval",
@@ -378,7 +407,8 @@ async fn balance<S: LeaseSetStore>(ctx: LeaderContext, shared: Arc<Shared<S>>) -
                     leased: &leased,
                 };
                 let Plan { claim, release } = plan(&view, options.strategy, &mut random);
-                for partition in release {
+                let most = options.max_releases_per_cycle.unwrap_or(usize::MAX);
+                for partition in release.into_iter().take(most) {
                     debug!(holder = %shared.holder, %partition, "giving a partition up to balance the set");
                     if let Some(claim) = claims.get(&partition) {
                         claim.token.cancel();
@@ -554,5 +584,30 @@ mod tests {
             options.validate(),
             Err(Error::InvalidOption { .. })
         ));
+    }
+
+    #[test]
+    fn a_priority_and_zero_releases_a_cycle_are_refused() {
+        let options =
+            LeaseSetOptions::default().with_mutex(MutexOptions::default().with_priority(1));
+        assert!(matches!(
+            options.validate(),
+            Err(Error::InvalidOption {
+                field: "priority",
+                ..
+            })
+        ));
+        let options = LeaseSetOptions::default().with_max_releases_per_cycle(0);
+        assert!(matches!(
+            options.validate(),
+            Err(Error::InvalidOption {
+                field: "max_releases_per_cycle",
+                ..
+            })
+        ));
+        LeaseSetOptions::default()
+            .with_max_releases_per_cycle(1)
+            .validate()
+            .unwrap();
     }
 }

@@ -190,6 +190,48 @@ async fn a_join_is_balanced_within_three_cycles_however_many_partitions_move() {
     }
 }
 
+/// With `max_releases_per_cycle` 1, each over-loaded instance gives up one
+/// partition per balance cycle (5 s ± 20 %): two instances with 12 each give
+/// a newcomer its 8 in four cycles or more, and no instance ends two of its
+/// terms in the same cycle.
+#[tokio::test(start_paused = true)]
+async fn one_release_per_cycle_when_so_configured() {
+    let store = MemoryLeaseSetStore::new();
+    let record: Record = Arc::default();
+    let all = partitions(24);
+    let options = LeaseSetOptions::default().with_max_releases_per_cycle(1);
+    let a = start_with(&store, "a", &all, &record, options.clone());
+    let b = start_with(&store, "b", &all, &record, options.clone());
+    settle(&[&a, &b], &[12, 12], Duration::from_secs(60)).await;
+    let joined = Instant::now();
+    let c = start_with(&store, "c", &all, &record, options);
+    let took = settle(&[&a, &b, &c], &[8, 8, 8], Duration::from_secs(90)).await;
+    println!("one release per cycle: the newcomer got its 8 of 24 partitions in {took:?}");
+    for holder in ["a", "b"] {
+        let mut ends: Vec<Instant> = record
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(_, h, start, end)| h == holder && *start < joined && end.is_some())
+            .filter_map(|r| r.3)
+            .collect();
+        ends.sort();
+        assert_eq!(ends.len(), 4, "{holder} gave up {} partitions", ends.len());
+        for w in ends.windows(2) {
+            assert!(
+                w[1] - w[0] >= Duration::from_secs(3),
+                "{holder} gave up two partitions {:?} apart: more than one in a cycle",
+                w[1] - w[0]
+            );
+        }
+    }
+    assert_no_overlap(&record);
+    for i in [a, b, c] {
+        i.token.cancel();
+        i.handle.await.unwrap();
+    }
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_crashed_instance_partitions_are_owned_again_only_after_their_leases_expired() {
     let store = MemoryLeaseSetStore::new();
