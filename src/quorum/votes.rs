@@ -1,0 +1,244 @@
+//! Counting the accounts' answers to one quorum call, and asking them all at
+//! once until the count decides the call.
+
+use std::future::Future;
+use std::time::Duration;
+
+use futures_util::stream::{FuturesUnordered, StreamExt};
+use tokio::time::Instant;
+use tracing::debug;
+
+use crate::error::{Chain, Error, Result};
+
+/// How one account's answer counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Vote {
+    /// What the call wanted: granted, renewed, stamped, released.
+    Yes,
+    /// A definitive refusal: held by another id, or lost.
+    No,
+    /// No answer that says anything: a transient or fatal error.
+    Failed,
+}
+
+/// The answers counted so far, out of `n` accounts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Votes {
+    pub(crate) n: usize,
+    pub(crate) yes: usize,
+    pub(crate) no: usize,
+    pub(crate) failed: usize,
+    /// Accounts asked that have not answered yet.
+    pub(crate) pending: usize,
+}
+
+impl Votes {
+    pub(crate) fn new(n: usize) -> Self {
+        Votes {
+            n,
+            yes: 0,
+            no: 0,
+            failed: 0,
+            pending: 0,
+        }
+    }
+
+    /// The smallest number of accounts that is more than half of them.
+    pub(crate) fn majority(self) -> usize {
+        majority(self.n)
+    }
+
+    pub(crate) fn add(&mut self, vote: Vote) {
+        match vote {
+            Vote::Yes => self.yes += 1,
+            Vote::No => self.no += 1,
+            Vote::Failed => self.failed += 1,
+        }
+    }
+
+    /// A majority said yes.
+    pub(crate) fn won(self) -> bool {
+        self.yes >= self.majority()
+    }
+
+    /// Definitive refusals alone leave no majority that could say yes.
+    pub(crate) fn lost(self) -> bool {
+        self.no > self.n - self.majority()
+    }
+
+    /// Refusals and failures together leave no majority that could say yes.
+    pub(crate) fn hopeless(self) -> bool {
+        self.no + self.failed > self.n - self.majority()
+    }
+
+    /// The call's outcome cannot change any more: won, lost, or hopeless
+    /// with too few accounts left to answer for it to become lost (so that
+    /// a definitive loss is not reported as a failure because the failures
+    /// happened to answer first).
+    pub(crate) fn decided(self) -> bool {
+        let could_be_lost = self.no + self.pending > self.n - self.majority();
+        self.won() || self.lost() || (self.hopeless() && !could_be_lost)
+    }
+}
+
+/// The smallest number of `n` accounts that is more than half of them.
+pub(crate) fn majority(n: usize) -> usize {
+    n / 2 + 1
+}
+
+/// Each account's answer, `None` for the accounts not asked or not yet
+/// answered when the call was decided.
+pub(crate) type Answers<T> = Vec<Option<Result<T>>>;
+
+/// Asks every account for which `call` gives a future, all at once, and
+/// counts each answer as it comes (with `vote`, on top of `votes`), until
+/// `decided` says the count is enough or every account has answered; then
+/// goes on collecting answers for at most `grace` of the time it took.
+///
+/// The futures of the accounts that have not answered by then are dropped:
+/// the store contract lets any call be dropped at an await point, and the
+/// quorum's outcome no longer depends on them. Waiting would tie every call
+/// to the slowest account, and a blackholed one never answers.
+pub(crate) async fn ask<'a, S, T, Fut>(
+    accounts: &'a [(String, S)],
+    operation: &'static str,
+    mut votes: Votes,
+    call: impl Fn(usize, &'a S) -> Option<Fut>,
+    vote: impl Fn(usize, &Result<T>) -> Vote,
+    decided: impl Fn(Votes) -> bool,
+    grace: impl FnOnce(Duration) -> Duration,
+) -> (Answers<T>, Votes)
+where
+    Fut: Future<Output = Result<T>> + Send + 'a,
+{
+    let start = Instant::now();
+    let mut answers: Answers<T> = accounts.iter().map(|_| None).collect();
+    let mut pending: FuturesUnordered<_> = accounts
+        .iter()
+        .enumerate()
+        .filter_map(|(i, (_, store))| call(i, store).map(|f| async move { (i, f.await) }))
+        .collect();
+    votes.pending = pending.len();
+    let mut count = |(i, answer): (usize, Result<T>), votes: &mut Votes| {
+        if let Err(e) = &answer {
+            debug!(account = %accounts[i].0, error = %Chain(e), "{operation} failed on one account");
+        }
+        votes.add(vote(i, &answer));
+        votes.pending -= 1;
+        answers[i] = Some(answer);
+    };
+    while !decided(votes) {
+        let Some(answer) = pending.next().await else {
+            break;
+        };
+        count(answer, &mut votes);
+    }
+    let grace = grace(start.elapsed());
+    if !pending.is_empty() && !grace.is_zero() {
+        let _ = tokio::time::timeout(grace, async {
+            while let Some(answer) = pending.next().await {
+                count(answer, &mut votes);
+            }
+        })
+        .await;
+    }
+    (answers, votes)
+}
+
+/// The error of a call that no majority can answer as wanted, from the
+/// accounts' own errors: a fatal error when a majority failed fatally
+/// (nothing will change by retrying), else the first transient one, else a
+/// transient error that counts the answers.
+pub(crate) fn no_majority<T>(operation: &'static str, answers: Answers<T>, votes: Votes) -> Error {
+    let mut fatal = Vec::new();
+    let mut transient = None;
+    for e in answers.into_iter().flatten().filter_map(Result::err) {
+        if e.is_fatal() {
+            fatal.push(e);
+        } else if e.is_transient() && transient.is_none() {
+            transient = Some(e);
+        }
+    }
+    if fatal.len() >= votes.majority() {
+        return fatal.swap_remove(0);
+    }
+    transient.unwrap_or_else(|| {
+        Error::transport(
+            operation,
+            format!(
+                "no majority of the {} accounts answered ({} as asked, {} refused, {} failed)",
+                votes.n, votes.yes, votes.no, votes.failed
+            ),
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn count(n: usize, yes: usize, no: usize, failed: usize) -> Votes {
+        Votes {
+            n,
+            yes,
+            no,
+            failed,
+            pending: n - yes - no - failed,
+        }
+    }
+
+    #[test]
+    fn majorities() {
+        assert_eq!(
+            [1, 2, 3, 4, 5, 9].map(majority),
+            [1, 2, 2, 3, 3, 5],
+            "more than half"
+        );
+    }
+
+    #[test]
+    fn decided_as_soon_as_the_outcome_is_fixed() {
+        assert!(count(3, 2, 0, 0).won());
+        assert!(!count(3, 1, 0, 1).decided(), "the third account decides");
+        assert!(count(3, 1, 0, 2).hopeless());
+        assert!(!count(3, 1, 0, 2).lost(), "failures are not refusals");
+        assert!(count(3, 0, 2, 0).lost());
+        assert!(count(3, 1, 1, 1).hopeless());
+        assert!(
+            count(3, 0, 0, 2).decided(),
+            "one refusal more could not make it a loss"
+        );
+        assert!(count(3, 0, 1, 2).decided());
+        assert!(
+            !count(5, 0, 1, 2).decided(),
+            "two refusals more would make it a loss"
+        );
+        assert!(!count(5, 2, 1, 1).decided());
+        assert!(count(5, 2, 2, 1).hopeless());
+        assert!(
+            count(4, 1, 2, 0).lost(),
+            "two of four refusing leaves no three"
+        );
+    }
+
+    #[test]
+    fn fatal_only_when_a_majority_failed_fatally() {
+        let forbidden = || Error::invalid("x", "y");
+        let answers: Answers<()> = vec![
+            Some(Err(forbidden())),
+            Some(Err(Error::transport("renew", "down"))),
+            Some(Err(forbidden())),
+        ];
+        assert!(no_majority("renew", answers, count(3, 0, 0, 3)).is_fatal());
+        let answers: Answers<()> = vec![
+            Some(Err(forbidden())),
+            Some(Err(Error::transport("renew", "down"))),
+            Some(Ok(())),
+        ];
+        let e = no_majority("renew", answers, count(3, 1, 0, 2));
+        assert!(e.is_transient(), "one bad account is not the end: {e}");
+        let answers: Answers<()> = vec![Some(Err(forbidden())), Some(Ok(())), None];
+        let e = no_majority("renew", answers, count(3, 1, 1, 1));
+        assert!(matches!(e, Error::Transport { .. }), "{e:?}");
+    }
+}
