@@ -390,7 +390,10 @@ async fn two_accounts_down_stop_the_leader_before_its_majority_expires() {
     let down_at = Instant::now();
     accounts[0].set_unavailable(true);
     accounts[1].set_unavailable(true);
-    let still = held_at_stop.recv().await.unwrap();
+    let still = tokio::time::timeout(D, held_at_stop.recv())
+        .await
+        .expect("the leader must stop when a majority cannot be renewed")
+        .unwrap();
     assert!(
         still >= 2,
         "the task must stop while a majority is still leased; {still} were"
