@@ -19,7 +19,7 @@ use crate::options::DEFAULT_REQUEST_TIMEOUT;
 use crate::settings::BlobSettings;
 use crate::store::{Acquire, LeaseId, LeaseInfo, LeaseState, LeaseStore};
 
-use self::votes::{ask, majority, no_majority, Answers, Vote, Votes};
+use self::votes::{ask, majority, no_majority, Answers, Asking, Vote, Votes};
 
 /// The most accounts a quorum may have.
 pub const MAX_QUORUM_ACCOUNTS: usize = 9;
@@ -46,9 +46,12 @@ const TERMS_KEPT: usize = 16;
 /// renewal that the engine bounds by its deadline.
 ///
 /// - **acquire**: granted once a majority granted. When no majority can
-///   grant, the leases granted in this attempt are released at once, and the
-///   answer is [`Acquire::Held`] when leases held by others made a majority
-///   impossible, else the accounts' error.
+///   grant, or silent accounts leave the outcome open for half the request
+///   timeout, the leases granted in this attempt are released at once, and
+///   the answer is [`Acquire::Held`] when leases held by others made a
+///   majority impossible, else the accounts' error. (Two candidates that
+///   each kept one account while a third never answered would otherwise
+///   wait for each other forever.)
 /// - **renew**: renews every account; an account that has lost the lease
 ///   (or never granted it: it was down at the acquire, or was restarted) is
 ///   acquired again under the same id, so an account that comes back joins
@@ -258,8 +261,13 @@ impl<S: LeaseStore> QuorumLeaseStore<S> {
         })
     }
 
-    /// The same store with another cap on each account's inspection, the
-    /// one call the engine does not bound itself (default 3 s).
+    /// The same store with another request timeout (default 3 s): the cap
+    /// on each account's inspection, the one call the engine does not bound
+    /// itself; and twice the time an acquire waits for accounts that do not
+    /// answer before it gives up on them and releases what it was granted.
+    /// Keep it no longer than the mutex's
+    /// [`request_timeout`](crate::MutexOptions::request_timeout), which cuts
+    /// every call.
     #[must_use = "the store is returned by value"]
     pub fn with_request_timeout(mut self, timeout: Duration) -> Self {
         self.request_timeout = timeout;
@@ -364,20 +372,23 @@ impl<S: LeaseStore> QuorumLeaseStore<S> {
     }
 
     async fn acquire_quorum(&self, proposed: LeaseId, duration: Duration) -> Result<Acquire> {
-        let (answers, votes) = ask(
+        let mut asking = Asking::new(
             &self.accounts,
             "acquire",
             Votes::new(self.len()),
             |_, store| Some(store.acquire(proposed, duration)),
-            |_, answer| match answer {
+            |_, answer: &Result<Acquire>| match answer {
                 Ok(Acquire::Acquired) => Vote::Yes,
                 Ok(Acquire::Held) => Vote::No,
                 Err(_) => Vote::Failed,
             },
-            Votes::decided,
-            no_grace,
-        )
-        .await;
+        );
+        // An attempt left undecided by silent accounts gives up on them in
+        // time to release what it was granted before the caller's own time
+        // limit drops it: a lease granted and kept by an attempt that never
+        // ends would take that account from every majority.
+        let _ = tokio::time::timeout(self.request_timeout / 2, asking.until(Votes::decided)).await;
+        let (answers, votes) = asking.finish();
         let granted: Vec<bool> = answers
             .iter()
             .map(|a| matches!(a, Some(Ok(Acquire::Acquired))))

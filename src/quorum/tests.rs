@@ -215,6 +215,42 @@ async fn calls_do_not_wait_for_an_account_that_never_answers() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn an_acquire_left_open_by_a_silent_account_gives_back_what_it_was_granted() {
+    let accounts = accounts(3);
+    let stalled = Arc::new(AtomicBool::new(true));
+    let stores = accounts
+        .iter()
+        .enumerate()
+        .map(|(i, inner)| Stalling {
+            inner: inner.clone(),
+            stalled: if i == 0 {
+                stalled.clone()
+            } else {
+                Arc::default()
+            },
+        })
+        .collect();
+    let store = QuorumLeaseStore::new(stores).unwrap();
+    // Another candidate holds one account: one grant, one refusal, one silent.
+    accounts[1].acquire(LeaseId::new(), D).await.unwrap();
+    let start = Instant::now();
+    let result = store.acquire(LeaseId::new(), D).await;
+    assert!(
+        result.as_ref().is_err_and(Error::is_transient),
+        "{result:?}"
+    );
+    assert_eq!(
+        start.elapsed(),
+        Duration::from_millis(1500),
+        "half the request timeout"
+    );
+    assert!(
+        !accounts[2].is_held(),
+        "the lease granted must not be kept by an attempt that did not win"
+    );
+}
+
+#[tokio::test(start_paused = true)]
 async fn an_account_that_comes_back_is_leased_again_at_the_next_renewal() {
     let accounts = accounts(3);
     accounts[2].set_unavailable(true);

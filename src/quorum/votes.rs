@@ -2,6 +2,7 @@
 //! once until the count decides the call.
 
 use std::future::Future;
+use std::pin::Pin;
 use std::time::Duration;
 
 use futures_util::stream::{FuturesUnordered, StreamExt};
@@ -99,10 +100,10 @@ pub(crate) type Answers<T> = Vec<Option<Result<T>>>;
 /// the store contract lets any call be dropped at an await point, and the
 /// quorum's outcome no longer depends on them. Waiting would tie every call
 /// to the slowest account, and a blackholed one never answers.
-pub(crate) async fn ask<'a, S, T, Fut>(
+pub(crate) async fn ask<'a, S, T: 'a, Fut>(
     accounts: &'a [(String, S)],
     operation: &'static str,
-    mut votes: Votes,
+    votes: Votes,
     call: impl Fn(usize, &'a S) -> Option<Fut>,
     vote: impl Fn(usize, &Result<T>) -> Vote,
     decided: impl Fn(Votes) -> bool,
@@ -112,37 +113,94 @@ where
     Fut: Future<Output = Result<T>> + Send + 'a,
 {
     let start = Instant::now();
-    let mut answers: Answers<T> = accounts.iter().map(|_| None).collect();
-    let mut pending: FuturesUnordered<_> = accounts
-        .iter()
-        .enumerate()
-        .filter_map(|(i, (_, store))| call(i, store).map(|f| async move { (i, f.await) }))
-        .collect();
-    votes.pending = pending.len();
-    let mut count = |(i, answer): (usize, Result<T>), votes: &mut Votes| {
-        if let Err(e) = &answer {
-            debug!(account = %accounts[i].0, error = %Chain(e), "{operation} failed on one account");
+    let mut asking = Asking::new(accounts, operation, votes, call, vote);
+    asking.until(decided).await;
+    asking.collect_for(grace(start.elapsed())).await;
+    asking.finish()
+}
+
+/// The calls of one quorum call in flight, and the answers so far. Every
+/// method can be cut short (dropped) and resumed: each answer is counted
+/// as soon as it is taken.
+pub(crate) struct Asking<'a, S, T, V> {
+    accounts: &'a [(String, S)],
+    operation: &'static str,
+    pending: FuturesUnordered<Tagged<'a, T>>,
+    answers: Answers<T>,
+    votes: Votes,
+    vote: V,
+}
+
+/// A call's future, answering with the account it went to.
+type Tagged<'a, T> = Pin<Box<dyn Future<Output = (usize, Result<T>)> + Send + 'a>>;
+
+impl<'a, S, T: 'a, V> Asking<'a, S, T, V>
+where
+    V: Fn(usize, &Result<T>) -> Vote,
+{
+    /// Starts the calls.
+    pub(crate) fn new<Fut>(
+        accounts: &'a [(String, S)],
+        operation: &'static str,
+        mut votes: Votes,
+        call: impl Fn(usize, &'a S) -> Option<Fut>,
+        vote: V,
+    ) -> Self
+    where
+        Fut: Future<Output = Result<T>> + Send + 'a,
+    {
+        let pending: FuturesUnordered<Tagged<'a, T>> = accounts
+            .iter()
+            .enumerate()
+            .filter_map(|(i, (_, store))| {
+                let f = call(i, store)?;
+                Some(Box::pin(async move { (i, f.await) }) as Tagged<'a, T>)
+            })
+            .collect();
+        votes.pending = pending.len();
+        Asking {
+            accounts,
+            operation,
+            pending,
+            answers: accounts.iter().map(|_| None).collect(),
+            votes,
+            vote,
         }
-        votes.add(vote(i, &answer));
-        votes.pending -= 1;
-        answers[i] = Some(answer);
-    };
-    while !decided(votes) {
-        let Some(answer) = pending.next().await else {
-            break;
-        };
-        count(answer, &mut votes);
     }
-    let grace = grace(start.elapsed());
-    if !pending.is_empty() && !grace.is_zero() {
-        let _ = tokio::time::timeout(grace, async {
-            while let Some(answer) = pending.next().await {
-                count(answer, &mut votes);
-            }
-        })
-        .await;
+
+    /// Takes answers until `decided` says the count is enough, or none is
+    /// left to take.
+    pub(crate) async fn until(&mut self, decided: impl Fn(Votes) -> bool) {
+        while !decided(self.votes) {
+            let Some(answer) = self.pending.next().await else {
+                return;
+            };
+            self.count(answer);
+        }
     }
-    (answers, votes)
+
+    /// Takes the answers that come within `grace`.
+    pub(crate) async fn collect_for(&mut self, grace: Duration) {
+        if self.pending.is_empty() || grace.is_zero() {
+            return;
+        }
+        let _ = tokio::time::timeout(grace, self.until(|_| false)).await;
+    }
+
+    /// The answers and their count; the calls still pending are dropped.
+    pub(crate) fn finish(self) -> (Answers<T>, Votes) {
+        (self.answers, self.votes)
+    }
+
+    fn count(&mut self, (i, answer): (usize, Result<T>)) {
+        if let Err(e) = &answer {
+            let operation = self.operation;
+            debug!(account = %self.accounts[i].0, error = %Chain(e), "{operation} failed on one account");
+        }
+        self.votes.add((self.vote)(i, &answer));
+        self.votes.pending -= 1;
+        self.answers[i] = Some(answer);
+    }
 }
 
 /// The error of a call that no majority can answer as wanted, from the
