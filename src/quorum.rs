@@ -569,7 +569,7 @@ impl<S: LeaseStore> QuorumLeaseStore<S> {
 }
 
 /// Renews on one account; when the lease is not held there under `lease`
-/// (lost, or never granted), acquires it again under the same id when the
+/// (lost, never granted, or the blob is missing), acquires it again under the same id when the
 /// store knows the duration. `again` is the duration and whether the
 /// account was last known held.
 async fn renew_or_acquire<S: LeaseStore>(
@@ -582,7 +582,9 @@ async fn renew_or_acquire<S: LeaseStore>(
         _ => store.renew(lease).await,
     };
     match (renewed, again) {
-        (Err(Error::LeaseLost(_)), Some((duration, _))) => {
+        // Lost there, or the account came back without the blob (a
+        // restarted emulator, a recreated account): lease it again.
+        (Err(Error::LeaseLost(_) | Error::Storage { status: 404, .. }), Some((duration, _))) => {
             match store.acquire(lease, duration).await? {
                 Acquire::Acquired => Ok(()),
                 Acquire::Held => Err(Error::LeaseLost(
