@@ -11,7 +11,7 @@ mod support;
 
 use std::time::Duration;
 
-use blob_mutex::{BlobLeaseManager, LeaseState, LeaseStore};
+use blob_mutex::{BlobLeaseManager, LeaseState};
 use support::azurite::{self, Azurite};
 use support::proxy::Proxy;
 use support::workers::{Cluster, Spec};
