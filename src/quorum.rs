@@ -10,6 +10,7 @@ use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use tokio::time::Instant;
 use tracing::debug;
 
 use crate::bounded::bounded;
@@ -320,6 +321,19 @@ impl<S: LeaseStore> QuorumLeaseStore<S> {
             .collect()
     }
 
+    /// The one view [`inspect`](LeaseStore::inspect) gives, from the
+    /// answers of [`inspect_each`](Self::inspect_each): leased when a
+    /// majority of all the accounts is, with the holder and epoch of the
+    /// largest epoch. Meaningful when a majority answered.
+    #[must_use]
+    pub fn merged(&self, each: &[AccountLease]) -> Option<LeaseInfo> {
+        let found: Vec<Option<LeaseInfo>> = each
+            .iter()
+            .filter_map(|account| account.lease.as_ref().ok().cloned())
+            .collect();
+        merge(self.len(), &found)
+    }
+
     async fn inspect_all(&self) -> (Answers<Option<LeaseInfo>>, Votes) {
         let limit = self.request_timeout;
         ask(
@@ -387,7 +401,15 @@ impl<S: LeaseStore> QuorumLeaseStore<S> {
         // time to release what it was granted before the caller's own time
         // limit drops it: a lease granted and kept by an attempt that never
         // ends would take that account from every majority.
-        let _ = tokio::time::timeout(self.request_timeout / 2, asking.until(Votes::decided)).await;
+        let start = Instant::now();
+        let cap = self.request_timeout / 2;
+        let _ = tokio::time::timeout(cap, asking.until(Votes::decided)).await;
+        if Votes::won(asking.votes()) {
+            // So that the whole term starts on every account that answers
+            // like the others, not only at the first renewal.
+            let grace = straggler_grace(start.elapsed());
+            let _ = tokio::time::timeout_at(start + cap, asking.collect_for(grace)).await;
+        }
         let (answers, votes) = asking.finish();
         let granted: Vec<bool> = answers
             .iter()
@@ -490,7 +512,7 @@ impl<S: LeaseStore> QuorumLeaseStore<S> {
                 Ok(_) | Err(_) => Vote::Failed,
             },
             Votes::decided,
-            no_grace,
+            straggler_grace,
         )
         .await;
         if carrying.won() {
@@ -596,13 +618,13 @@ async fn renew_or_acquire<S: LeaseStore>(
     }
 }
 
-/// Calls other than renew and the stamp do not wait once decided.
+/// Release and change do not wait once decided.
 fn no_grace(_: Duration) -> Duration {
     Duration::ZERO
 }
 
-/// How long a renewal (or the stamp's first round) that is decided waits
-/// for the accounts still to answer: twice as long as the majority took (an
+/// How long an acquire that won, a renewal or a stamp that is decided
+/// waits for the accounts still to answer: twice as long as the majority took (an
 /// account that comes back needs a renew and an acquire), from 50 ms to 1 s.
 /// Long enough for an account that answers like the others to take part,
 /// to be leased again when it comes back, and to carry the term's epoch;

@@ -187,6 +187,11 @@ where
         let _ = tokio::time::timeout(grace, self.until(|_| false)).await;
     }
 
+    /// The answers counted so far.
+    pub(crate) fn votes(&self) -> Votes {
+        self.votes
+    }
+
     /// The answers and their count; the calls still pending are dropped.
     pub(crate) fn finish(self) -> (Answers<T>, Votes) {
         (self.answers, self.votes)
