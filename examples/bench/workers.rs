@@ -80,16 +80,28 @@ impl Group {
 
     /// Starts one more worker that reaches storage at `endpoint`; returns its id.
     pub(crate) fn spawn(&mut self, endpoint: &str) -> Result<String> {
+        self.spawn_with(
+            "AZURE_STORAGE_CONNECTION_STRING",
+            connection_string(endpoint),
+        )
+    }
+
+    /// Starts one more worker that leads on a quorum of the accounts at
+    /// `endpoints`; returns its id.
+    pub(crate) fn spawn_quorum(&mut self, endpoints: &[String]) -> Result<String> {
+        let strings: Vec<String> = endpoints.iter().map(|e| connection_string(e)).collect();
+        self.spawn_with("BLOB_MUTEX_QUORUM_CONNECTION_STRINGS", strings.join("\n"))
+    }
+
+    /// Starts one more worker with `variable` naming its account(s).
+    fn spawn_with(&mut self, variable: &str, accounts: String) -> Result<String> {
         let id = format!("{}-{}", self.prefix, self.next);
         self.next += 1;
         let stderr = std::fs::File::create(self.log_dir.join(format!("{id}.log")))?;
         let mut child = Command::new(&self.worker)
             .args([&self.container, "leader", &id])
             .args(&self.args)
-            .env(
-                "AZURE_STORAGE_CONNECTION_STRING",
-                connection_string(endpoint),
-            )
+            .env(variable, accounts)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::from(stderr))
