@@ -157,7 +157,7 @@ struct Term {
     held: Vec<bool>,
 }
 
-/// One account's lease, as [`inspect_each`](Self::inspect_each) found it.
+/// One account's lease, as [`QuorumLeaseStore::inspect_each`] found it.
 #[derive(Debug)]
 #[non_exhaustive]
 pub struct AccountLease {
