@@ -2,6 +2,7 @@
 //! majority of their leases is held: the election survives the loss of a
 //! minority of the accounts.
 
+mod set;
 mod votes;
 
 use std::collections::VecDeque;
@@ -20,6 +21,7 @@ use crate::options::DEFAULT_REQUEST_TIMEOUT;
 use crate::settings::BlobSettings;
 use crate::store::{Acquire, LeaseId, LeaseInfo, LeaseState, LeaseStore};
 
+pub use self::set::QuorumLeaseSetStore;
 use self::votes::{ask, majority, no_majority, Answers, Asking, Vote, Votes};
 
 /// The most accounts a quorum may have.
