@@ -22,7 +22,9 @@ use crate::settings::BlobSettings;
 use crate::store::{Acquire, LeaseId, LeaseInfo, LeaseState, LeaseStore};
 
 pub use self::set::QuorumLeaseSetStore;
-use self::votes::{ask, majority, no_majority, Answers, Asking, Vote, Votes};
+use self::votes::{
+    ask, ask_all, majority, no_majority, straggler_grace, Answers, Asking, Vote, Votes,
+};
 
 /// The most accounts a quorum may have.
 pub const MAX_QUORUM_ACCOUNTS: usize = 9;
@@ -338,14 +340,11 @@ impl<S: LeaseStore> QuorumLeaseStore<S> {
 
     async fn inspect_all(&self) -> (Answers<Option<LeaseInfo>>, Votes) {
         let limit = self.request_timeout;
-        ask(
+        ask_all(
             &self.accounts,
             "inspect",
-            Votes::new(self.len()),
             |_, store| Some(bounded("inspect", limit, store.inspect())),
             |_, answer| vote_ok(answer),
-            |_| false,
-            no_grace,
         )
         .await
     }
@@ -399,13 +398,14 @@ impl<S: LeaseStore> QuorumLeaseStore<S> {
                 Err(_) => Vote::Failed,
             },
         );
-        // An attempt left undecided by silent accounts gives up on them in
+        // An attempt left undecided by silent accounts gives up on them
+        // soon after the others answered (and at the cap at the latest, in
         // time to release what it was granted before the caller's own time
-        // limit drops it: a lease granted and kept by an attempt that never
-        // ends would take that account from every majority.
+        // limit drops it): a lease granted and kept by an attempt waiting
+        // for a silent account keeps the leader from renewing there.
         let start = Instant::now();
         let cap = self.request_timeout / 2;
-        let _ = tokio::time::timeout(cap, asking.until(Votes::decided)).await;
+        let _ = tokio::time::timeout(cap, asking.settle(Votes::decided)).await;
         if Votes::won(asking.votes()) {
             // So that the whole term starts on every account that answers
             // like the others, not only at the first renewal.
@@ -623,18 +623,6 @@ async fn renew_or_acquire<S: LeaseStore>(
 /// Release and change do not wait once decided.
 fn no_grace(_: Duration) -> Duration {
     Duration::ZERO
-}
-
-/// How long an acquire that won, a renewal or a stamp that is decided
-/// waits for the accounts still to answer: twice as long as the majority took (an
-/// account that comes back needs a renew and an acquire), from 50 ms to 1 s.
-/// Long enough for an account that answers like the others to take part,
-/// to be leased again when it comes back, and to carry the term's epoch;
-/// short enough that an account that never answers costs little. The
-/// engine's deadline counts from before the call, so the wait costs no
-/// lease time.
-fn straggler_grace(decided_after: Duration) -> Duration {
-    (decided_after * 2).clamp(Duration::from_millis(50), Duration::from_secs(1))
 }
 
 fn vote_ok<T>(answer: &Result<T>) -> Vote {

@@ -82,7 +82,12 @@ async fn one_account_down_changes_nothing_for_the_leader() {
     let history = cluster.history();
     let record = cluster.dump();
     history.assert_safe(&record);
-    assert_eq!(history.intervals.len(), 1, "one term, no gap\n{record}");
+    assert_eq!(
+        history.intervals.len(),
+        1,
+        "one term, no gap\n{}",
+        cluster.dump_all()
+    );
     let term = &history.intervals[0];
     assert_eq!(
         (term.worker, term.epoch, term.end),

@@ -7,8 +7,8 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::votes::{ask, no_majority, Votes};
-use super::{merge, no_grace, vote_ok, QuorumLeaseStore, MAX_QUORUM_ACCOUNTS};
+use super::votes::{ask_all, no_majority};
+use super::{merge, vote_ok, QuorumLeaseStore, MAX_QUORUM_ACCOUNTS};
 use crate::bounded::bounded;
 use crate::error::{Error, Result};
 use crate::lease::BlobLeaseSetStore;
@@ -101,14 +101,11 @@ impl<S: LeaseSetStore> QuorumLeaseSetStore<S> {
 
     async fn list_quorum(&self, prefix: &str) -> Result<Vec<(String, LeaseInfo)>> {
         let limit = self.request_timeout;
-        let (answers, votes) = ask(
+        let (answers, votes) = ask_all(
             &self.sets,
             "list",
-            Votes::new(self.sets.len()),
             |_, set| Some(bounded("list", limit, set.list(prefix))),
             |_, answer| vote_ok(answer),
-            |_| false,
-            no_grace,
         )
         .await;
         if votes.yes < votes.majority() {

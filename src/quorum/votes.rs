@@ -114,9 +114,40 @@ where
 {
     let start = Instant::now();
     let mut asking = Asking::new(accounts, operation, votes, call, vote);
-    asking.until(decided).await;
+    asking.settle(decided).await;
     asking.collect_for(grace(start.elapsed())).await;
     asking.finish()
+}
+
+/// Asks every account for which `call` gives a future, all at once, and
+/// waits for every answer: for reads whose calls are bounded each.
+pub(crate) async fn ask_all<'a, S, T: 'a, Fut>(
+    accounts: &'a [(String, S)],
+    operation: &'static str,
+    call: impl Fn(usize, &'a S) -> Option<Fut>,
+    vote: impl Fn(usize, &Result<T>) -> Vote,
+) -> (Answers<T>, Votes)
+where
+    Fut: Future<Output = Result<T>> + Send + 'a,
+{
+    let votes = Votes::new(accounts.len());
+    let mut asking = Asking::new(accounts, operation, votes, call, vote);
+    asking.until(|_| false).await;
+    asking.finish()
+}
+
+/// How long a call waits, once a majority of the accounts has answered (or
+/// once it is decided), for the accounts still to answer: twice as long as
+/// it took so far (an account that comes back needs a renew and an
+/// acquire), from 50 ms to 1 s. Long enough for an account that answers
+/// like the others to take part (to be leased again when it comes back, to
+/// carry the term's epoch); short enough that an account that never
+/// answers costs little, and that an attempt waiting for it does not keep
+/// for long the leases it was granted, which would keep the leader from
+/// renewing on those accounts. The engine's deadline counts from before
+/// the call, so the wait costs no lease time.
+pub(crate) fn straggler_grace(so_far: Duration) -> Duration {
+    (so_far * 2).clamp(Duration::from_millis(50), Duration::from_secs(1))
 }
 
 /// The calls of one quorum call in flight, and the answers so far. Every
@@ -176,6 +207,21 @@ where
                 return;
             };
             self.count(answer);
+        }
+    }
+
+    /// Takes answers until `decided`, or until a majority of the accounts
+    /// has answered and the others stayed silent for a
+    /// [`straggler_grace`] after that: an account that answers much later
+    /// than the others counts as failed.
+    pub(crate) async fn settle(&mut self, decided: impl Fn(Votes) -> bool) {
+        let start = Instant::now();
+        let majority = self.votes.majority();
+        self.until(|v| decided(v) || v.yes + v.no + v.failed >= majority)
+            .await;
+        if !decided(self.votes) {
+            let grace = straggler_grace(start.elapsed());
+            let _ = tokio::time::timeout(grace, self.until(&decided)).await;
         }
     }
 
