@@ -44,6 +44,18 @@ fn spawn(cluster: &mut Cluster, container: &str, proxy: impl Fn(usize, usize) ->
     }
 }
 
+/// Waits until the leader's first renewal has passed (it leases again any
+/// account another candidate held when it won) and every account is leased.
+async fn settled(accounts: &[Azurite], container: &str) {
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    for account in accounts {
+        support::wait_for("every account leased", LEASE, || async {
+            (state_on(account, container).await == Some(LeaseState::Leased)).then_some(())
+        })
+        .await;
+    }
+}
+
 /// The lease state on one account, read straight from its Azurite.
 async fn state_on(account: &Azurite, container: &str) -> Option<LeaseState> {
     let manager = BlobLeaseManager::new(&account.settings(container, "quorum")).unwrap();
@@ -60,7 +72,7 @@ async fn one_account_down_changes_nothing_for_the_leader() {
         proxies[k].connection_string()
     });
     let (leader, epoch, _) = cluster.wait_first_leader().await;
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    settled(&accounts, &container).await;
 
     // Account 0 blackholed, longer than a lease; then back.
     proxies[0].partition();
@@ -110,7 +122,7 @@ async fn two_accounts_down_stop_the_leader_and_nobody_leads_until_one_is_back() 
         proxies[k].connection_string()
     });
     let (leader, epoch, _) = cluster.wait_first_leader().await;
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    settled(&accounts, &container).await;
 
     proxies[0].partition();
     proxies[1].partition();
@@ -170,7 +182,7 @@ async fn an_asymmetric_partition_never_makes_two_leaders() {
     });
     let (leader, epoch, _) = cluster.wait_first_leader().await;
     let follower = (leader + 1) % WORKERS;
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    settled(&accounts, &container).await;
 
     // The leader reaches accounts 0 and 1; a follower only account 2.
     proxies[leader][2].partition();
