@@ -201,28 +201,33 @@ impl QuorumLeaseStore<BlobLeaseManager> {
     /// the same account; [`Error::InvalidConnectionString`] as
     /// [`BlobLeaseManager::new`].
     pub fn from_settings(settings: &[BlobSettings]) -> Result<Self> {
-        for (i, a) in settings.iter().enumerate() {
-            let same = |b: &&BlobSettings| {
-                b.endpoint() == a.endpoint()
-                    && b.container() == a.container()
-                    && b.blob() == a.blob()
-            };
-            if settings[..i].iter().any(|b| same(&b)) {
-                return Err(Error::invalid(
-                    "accounts",
-                    format!(
-                        "{} is named twice; each account must count once",
-                        a.endpoint()
-                    ),
-                ));
-            }
-        }
+        check_accounts(settings)?;
         let accounts = settings
             .iter()
             .map(|s| Ok((s.endpoint().to_owned(), BlobLeaseManager::new(s)?)))
             .collect::<Result<Vec<_>>>()?;
         Self::with_labels(accounts)
     }
+}
+
+/// Refuses two settings that name the same blob of the same account: one
+/// outage would take two votes.
+fn check_accounts(settings: &[BlobSettings]) -> Result<()> {
+    for (i, a) in settings.iter().enumerate() {
+        let same = |b: &&BlobSettings| {
+            b.endpoint() == a.endpoint() && b.container() == a.container() && b.blob() == a.blob()
+        };
+        if settings[..i].iter().any(|b| same(&b)) {
+            return Err(Error::invalid(
+                "accounts",
+                format!(
+                    "{} is named twice; each account must count once",
+                    a.endpoint()
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 impl<S: LeaseStore> QuorumLeaseStore<S> {

@@ -57,8 +57,7 @@ impl QuorumLeaseSetStore<BlobLeaseSetStore> {
     ///
     /// As [`QuorumLeaseStore::from_settings`].
     pub fn from_settings(settings: &[BlobSettings]) -> Result<Self> {
-        // The same checks as for one lease: count, and each account once.
-        QuorumLeaseStore::from_settings(settings)?;
+        super::check_accounts(settings)?;
         let sets = settings
             .iter()
             .map(|s| Ok((s.endpoint().to_owned(), BlobLeaseSetStore::new(s)?)))

@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use anyhow::Result;
 use blob_mutex::{
-    BlobLeaseManager, BlobLeaseSetStore, BlobSettings, MutexOptions, QuorumLeaseStore,
+    BlobLeaseManager, BlobLeaseSetStore, BlobSettings, MutexOptions, QuorumLeaseSetStore,
+    QuorumLeaseStore,
 };
 use clap::{ArgAction, Args, Parser, Subcommand};
 
@@ -136,8 +137,8 @@ pub(crate) enum Command {
 #[derive(Debug, Args)]
 pub(crate) struct Account {
     /// Storage connection string (never printed). Given once per account,
-    /// several times, `run` and `status` use a quorum of the accounts: the
-    /// lease is held while a majority of them is.
+    /// several times, `run`, `status` and `partitions` use a quorum of the
+    /// accounts: the lease is held while a majority of them is.
     #[arg(
         long,
         env = "AZURE_STORAGE_CONNECTION_STRING",
@@ -179,7 +180,7 @@ impl Account {
             )?),
             several => Err(UsageError(format!(
                 "this command works on one storage account, not a quorum of {}; \
-                 run and status work on a quorum",
+                 run, status and partitions work on a quorum",
                 several.len()
             ))
             .into()),
@@ -189,6 +190,18 @@ impl Account {
     /// A quorum of the accounts given, when more than one was (and not
     /// --dev), over `blob` in `container`.
     pub(crate) fn quorum(&self, container: &str, blob: &str) -> Result<Option<QuorumLeaseStore>> {
+        let Some(settings) = self.quorum_settings(container, blob)? else {
+            return Ok(None);
+        };
+        Ok(Some(
+            QuorumLeaseStore::from_settings(&settings)?
+                .with_request_timeout(self.request_timeout()),
+        ))
+    }
+
+    /// Each account's settings for `blob` in `container`, when more than
+    /// one account was given (and not --dev).
+    fn quorum_settings(&self, container: &str, blob: &str) -> Result<Option<Vec<BlobSettings>>> {
         let strings = self.connection_strings()?;
         if self.dev || strings.len() < 2 {
             return Ok(None);
@@ -197,10 +210,7 @@ impl Account {
             .iter()
             .map(|s| BlobSettings::from_connection_string(s, container, blob))
             .collect::<Result<Vec<_>, _>>()?;
-        Ok(Some(
-            QuorumLeaseStore::from_settings(&settings)?
-                .with_request_timeout(self.request_timeout()),
-        ))
+        Ok(Some(settings))
     }
 
     /// The connection strings of the flags (or the environment) and of the
@@ -308,6 +318,18 @@ pub(crate) struct SetTarget {
 }
 
 impl SetTarget {
+    /// The store of this set's leases on a quorum, when several accounts
+    /// were given.
+    pub(crate) fn quorum_store(&self) -> Result<Option<QuorumLeaseSetStore>> {
+        let Some(settings) = self.account.quorum_settings(&self.container, &self.set)? else {
+            return Ok(None);
+        };
+        Ok(Some(
+            QuorumLeaseSetStore::from_settings(&settings)?
+                .with_request_timeout(self.account.request_timeout()),
+        ))
+    }
+
     /// The store of this set's leases.
     pub(crate) fn store(&self) -> Result<BlobLeaseSetStore> {
         let settings = self.account.settings(&self.container, &self.set)?;
