@@ -45,18 +45,21 @@ const TERMS_KEPT: usize = 16;
 ///
 /// Every call goes to every account at once, with the same lease id, and
 /// returns as soon as its outcome is decided: a majority answered as asked,
-/// or so many refused or failed that no majority can. The accounts that have
-/// not answered by then are not waited for (their requests are dropped, as
-/// the store contract allows): a blackholed account must not hold up a
-/// renewal that the engine bounds by its deadline.
+/// or so many refused or failed that no majority can; or, when a majority
+/// answered and the others stay silent, after a short grace (twice the time
+/// the majority took, 50 ms to 1 s), counting the silent ones as failed.
+/// The accounts that have not answered by then are not waited for (their
+/// requests are dropped, as the store contract allows): a blackholed
+/// account must not hold up a renewal that the engine bounds by its
+/// deadline.
 ///
 /// - **acquire**: granted once a majority granted. When no majority can
-///   grant, or silent accounts leave the outcome open for half the request
-///   timeout, the leases granted in this attempt are released at once, and
-///   the answer is [`Acquire::Held`] when leases held by others made a
-///   majority impossible, else the accounts' error. (Two candidates that
-///   each kept one account while a third never answered would otherwise
-///   wait for each other forever.)
+///   grant (silent accounts count as failed after the grace, and after half
+///   the request timeout at the latest), the leases granted in this attempt
+///   are released at once, and the answer is [`Acquire::Held`] when leases
+///   held by others made a majority impossible, else the accounts' error.
+///   (A candidate that kept an account while it waited for a silent one
+///   would keep the leader from renewing there.)
 /// - **renew**: renews every account; an account that has lost the lease
 ///   (or never granted it: it was down at the acquire, or was restarted) is
 ///   acquired again under the same id, so an account that comes back joins
@@ -90,9 +93,9 @@ const TERMS_KEPT: usize = 16;
 /// 1. Stamp every account with [`LeaseStore::stamp_at_least`]; once a
 ///    majority answered, E is the largest epoch returned. Every account of
 ///    that majority returned its stored epoch + 1 (or more).
-/// 2. Stamp again, with floor E, the accounts that returned less (or did
-///    not answer), and succeed with E only once a majority of all N accounts
-///    carries at least E.
+/// 2. Stamp again, with floor E, the accounts that returned less, and
+///    succeed with E only once a majority of all N accounts carries at
+///    least E.
 ///
 /// Take two terms that both stamped, T1 before T2 (two terms never hold a
 /// majority at once, above). T1 left at least E1 on a majority S1 while it
@@ -103,7 +106,9 @@ const TERMS_KEPT: usize = 16;
 /// carried at least E1 when T2 stamped it, answered at least E1 + 1, and
 /// E2 ≥ E1 + 1. The timing this adds to the single-account argument: the
 /// stamp must finish before the term's deadline, which the engine bounds
-/// already (it cuts the stamp at the deadline, less the stop grace).
+/// already (it cuts the stamp at the deadline, less the stop grace). And
+/// each account must keep its epoch: an account whose lease blob is deleted
+/// or recreated counts as lost for this argument.
 ///
 /// # What it protects, and what it does not
 ///
