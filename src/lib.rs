@@ -19,6 +19,7 @@ mod memory;
 mod metrics;
 mod mutex;
 mod options;
+mod quorum;
 mod settings;
 mod state;
 mod store;
@@ -37,6 +38,7 @@ pub use lease_set::{BlobLeaseSet, LeaseSetOptions, PartitionContext, PartitionRe
 pub use memory::{MemoryLeaseSetStore, MemoryLeaseStore};
 pub use mutex::BlobDistributedMutex;
 pub use options::{MutexOptions, STOP_SLACK};
+pub use quorum::{AccountLease, QuorumLeaseSetStore, QuorumLeaseStore, MAX_QUORUM_ACCOUNTS};
 pub use settings::{BlobSettings, AZURITE_ACCOUNT, AZURITE_ENDPOINT};
 pub use store::{
     Acquire, Candidate, LeaseId, LeaseInfo, LeaseSetStore, LeaseState, LeaseStore, MAX_STATE_LEN,

@@ -36,6 +36,12 @@ impl Azurite {
     /// persistent and shared instances the benchmark does not need. The
     /// start-up below is the part both need, about 40 lines.
     pub(crate) fn start(out: &Path) -> Result<Azurite> {
+        Self::start_logged(out, "azurite")
+    }
+
+    /// As [`Azurite::start`], logging to `<out>/logs/<name>.log`: for the
+    /// further accounts of a quorum.
+    pub(crate) fn start_logged(out: &Path, name: &str) -> Result<Azurite> {
         let bin = std::env::var_os("BLOB_MUTEX_AZURITE_BIN").map_or_else(
             || {
                 Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -48,7 +54,7 @@ impl Azurite {
             "Azurite is not installed at {}; run scripts/ensure-azurite (scripts/bench does)",
             bin.display()
         );
-        let log = out.join("logs/azurite.log");
+        let log = out.join(format!("logs/{name}.log"));
         let _ = std::fs::remove_file(&log);
         // Azurite writes to a file, not to a pipe of this process; `read`
         // returns when this program exits and closes the shell's standard

@@ -1,7 +1,9 @@
 //! Benchmark of the election against a local Azurite: failover and handover
 //! times, storage requests per hour, the crate's latency over a bare SDK
 //! call, the worker's CPU and memory footprint, 50-way contention, planned
-//! handover to a preferred successor, and lease sets of many partitions.
+//! handover to a preferred successor, lease sets of many partitions, and a
+//! quorum of three accounts against one (with a simulation of leader
+//! availability under independent account outages).
 //!
 //! ```text
 //! cargo build --release --examples
@@ -27,7 +29,9 @@
 //! `--partition-secs N` (steady window of each set) [60 / 30],
 //! `--set-size N` (partitions owned by one process; 0 skips it) [1000],
 //! `--set-secs N` (its steady window) [120 / 60],
-//! `--sections overhead,contention,cost,handover,crash,successor,partitions` [all, in
+//! `--quorum-reps N` (crash failovers per mode; twice as many handovers) [8 / 3],
+//! `--quorum-secs N` (request-count window per mode) [60 / 20],
+//! `--sections overhead,contention,cost,handover,crash,successor,partitions,quorum` [all, in
 //! that order; `--quick` leaves `partitions` out unless it is named],
 //! `--out DIR` [`bench-results`], `--endpoint URL` (use a running Azurite's
 //! blob endpoint, `http://<ip>:<port>/devstoreaccount1`, instead of starting
@@ -36,7 +40,7 @@
 //!
 //! One module per section (`overhead.rs`, `contention.rs`, `cost.rs` with
 //! `footprint.rs`, `failover.rs` for `handover` and `crash`, `successor.rs`,
-//! `partitions.rs`);
+//! `partitions.rs`, `quorum.rs`);
 //! the rest is
 //! shared: `azurite.rs`, `proxy.rs` (the counting proxy), `workers.rs` (the
 //! worker processes), `stats.rs`, `json.rs` and `report.rs`.
@@ -50,6 +54,7 @@ mod json;
 mod overhead;
 mod partitions;
 mod proxy;
+mod quorum;
 mod report;
 mod stats;
 mod successor;
@@ -78,7 +83,7 @@ const JITTER: f64 = 0.2;
 const IDLE_WORK_MS: &str = "600000";
 
 /// The sections, in the order they run.
-const SECTIONS: [&str; 7] = [
+const SECTIONS: [&str; 8] = [
     "overhead",
     "contention",
     "cost",
@@ -86,6 +91,7 @@ const SECTIONS: [&str; 7] = [
     "crash",
     "successor",
     "partitions",
+    "quorum",
 ];
 
 struct Config {
@@ -102,6 +108,10 @@ struct Config {
     partition_window: Duration,
     set_size: usize,
     partition_window_big: Duration,
+    /// Crash failovers per mode in the quorum section (twice as many handovers).
+    quorum_reps: usize,
+    /// How long the quorum section counts requests, per mode.
+    quorum_window: Duration,
     sections: Vec<String>,
     out: PathBuf,
     endpoint: Option<String>,
@@ -135,6 +145,8 @@ impl Config {
             partition_window: Duration::from_secs(if quick { 30 } else { 60 }),
             set_size: 1000,
             partition_window_big: Duration::from_secs(if quick { 60 } else { 120 }),
+            quorum_reps: if quick { 3 } else { 8 },
+            quorum_window: Duration::from_secs(if quick { 20 } else { 60 }),
             sections: SECTIONS
                 .iter()
                 .filter(|s| !(quick && **s == "partitions"))
@@ -176,6 +188,8 @@ impl Config {
                         ensure!(SECTIONS.contains(&s.as_str()), "unknown section {s}");
                     }
                 }
+                "--quorum-reps" => config.quorum_reps = value()?.parse()?,
+                "--quorum-secs" => config.quorum_window = Duration::from_secs(value()?.parse()?),
                 "--out" => config.out = PathBuf::from(value()?),
                 "--endpoint" => config.endpoint = Some(value()?),
                 other => bail!("unknown option {other} (see the top of examples/bench/main.rs)"),
@@ -274,6 +288,10 @@ async fn run(config: Config) -> Result<()> {
             config.partition_ns, config.partition_ms, config.set_size
         );
         partitions::partitions(&config, &azurite, &mut report).await?;
+    }
+    if config.runs("quorum") {
+        eprintln!("quorum: three accounts against one ...");
+        quorum::quorum(&config, &azurite, &mut report).await?;
     }
     let elapsed = began.elapsed().as_secs_f64();
     report.section(

@@ -65,8 +65,13 @@ impl Rng {
         Rng(uuid::Uuid::new_v4().as_u64_pair().0)
     }
 
+    /// A source that repeats its draws for the same seed.
+    pub(crate) fn seeded(seed: u64) -> Rng {
+        Rng(seed)
+    }
+
     /// A float in [0, 1).
-    fn unit(&mut self) -> f64 {
+    pub(crate) fn unit(&mut self) -> f64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);

@@ -91,6 +91,27 @@ impl Group {
     /// Starts one more worker, as [`Group::spawn`], with `extra` arguments
     /// after the group's own (such as its own `--priority`).
     pub(crate) fn spawn_with(&mut self, endpoint: &str, extra: &[&str]) -> Result<String> {
+        self.spawn_on(
+            "AZURE_STORAGE_CONNECTION_STRING",
+            connection_string(endpoint),
+            extra,
+        )
+    }
+
+    /// Starts one more worker that leads on a quorum of the accounts at
+    /// `endpoints`; returns its id.
+    pub(crate) fn spawn_quorum(&mut self, endpoints: &[String]) -> Result<String> {
+        let strings: Vec<String> = endpoints.iter().map(|e| connection_string(e)).collect();
+        self.spawn_on(
+            "BLOB_MUTEX_QUORUM_CONNECTION_STRINGS",
+            strings.join("\n"),
+            &[],
+        )
+    }
+
+    /// Starts one more worker with `variable` naming its account(s) and
+    /// `extra` arguments.
+    fn spawn_on(&mut self, variable: &str, accounts: String, extra: &[&str]) -> Result<String> {
         let id = format!("{}-{}", self.prefix, self.next);
         self.next += 1;
         let stderr = std::fs::File::create(self.log_dir.join(format!("{id}.log")))?;
@@ -98,10 +119,7 @@ impl Group {
             .args([&self.container, "leader", &id])
             .args(&self.args)
             .args(extra)
-            .env(
-                "AZURE_STORAGE_CONNECTION_STRING",
-                connection_string(endpoint),
-            )
+            .env(variable, accounts)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::from(stderr))

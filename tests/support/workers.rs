@@ -123,6 +123,25 @@ impl Spec {
     }
 }
 
+impl Spec {
+    /// The fault worker `name` on a quorum of the accounts reached with
+    /// `connection_strings`, one per account.
+    pub fn quorum_worker(
+        name: &str,
+        connection_strings: &[String],
+        container: &str,
+        blob: &str,
+        options: &[&str],
+    ) -> Spec {
+        let mut spec = Spec::worker(name, "", container, blob, options);
+        spec.command.env(
+            "BLOB_MUTEX_QUORUM_CONNECTION_STRINGS",
+            connection_strings.join("\n"),
+        );
+        spec
+    }
+}
+
 /// The fault worker binary (`tests/fixtures/fault_worker.rs`, declared in
 /// `Cargo.toml` as the example `fault-worker`), next to the test binary:
 /// `target/debug/deps/<test>` → `target/debug/examples/fault-worker`.

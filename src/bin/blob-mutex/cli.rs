@@ -4,11 +4,15 @@
 #![allow(clippy::doc_markdown)]
 
 use std::ffi::OsString;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Result;
-use blob_mutex::{BlobLeaseManager, BlobLeaseSetStore, BlobSettings, MutexOptions};
-use clap::{Args, Parser, Subcommand};
+use blob_mutex::{
+    BlobLeaseManager, BlobLeaseSetStore, BlobSettings, MutexOptions, QuorumLeaseSetStore,
+    QuorumLeaseStore,
+};
+use clap::{ArgAction, Args, Parser, Subcommand};
 
 use crate::child::{BLOB_ENV, CONTAINER_ENV, DEV_ENV};
 use crate::exit::{UsageError, TABLE};
@@ -21,6 +25,10 @@ Examples:
   # A daemon that runs on exactly one host and fails over to another.
   blob-mutex run --container leases --blob scheduler --forever -- ./scheduler --serve
 
+  # On a quorum of storage accounts (one connection string per line):
+  # leads while a majority of their leases is held.
+  blob-mutex run --accounts-file accounts.txt --container leases --blob scheduler --forever -- ./scheduler
+
   # Against a local Azurite.
   blob-mutex run --dev --container leases --blob demo -- sh -c 'echo \"epoch $BLOB_MUTEX_EPOCH\"; sleep 30'";
 
@@ -28,7 +36,9 @@ const STATUS_EXAMPLES: &str = "\
 Examples:
   blob-mutex status --container leases --blob nightly
   blob-mutex status --container leases --blob nightly --json | jq .holder
-  blob-mutex status --container leases --blob nightly >/dev/null && echo held";
+  blob-mutex status --container leases --blob nightly >/dev/null && echo held
+  # A quorum of three accounts: each account's lease, then the majority's view.
+  blob-mutex status --accounts-file accounts.txt --container leases --blob nightly";
 
 const PARTITIONS_EXAMPLES: &str = "\
 Examples:
@@ -126,14 +136,22 @@ pub(crate) enum Command {
 /// How to reach the storage account: the flags every command shares.
 #[derive(Debug, Args)]
 pub(crate) struct Account {
-    /// Storage connection string (never printed).
+    /// Storage connection string (never printed). Given once per account,
+    /// several times, `run`, `status` and `partitions` use a quorum of the
+    /// accounts: the lease is held while a majority of them is.
     #[arg(
         long,
         env = "AZURE_STORAGE_CONNECTION_STRING",
         hide_env_values = true,
-        value_name = "STRING"
+        value_name = "STRING",
+        action = ArgAction::Append
     )]
-    connection_string: Option<String>,
+    connection_string: Vec<String>,
+    /// A file of connection strings, one per storage account and line
+    /// (blank lines and lines starting with # are skipped; never printed),
+    /// for a quorum of the accounts, with any --connection-string given.
+    #[arg(long, value_name = "FILE")]
+    accounts_file: Option<PathBuf>,
     /// Use Azurite's default account at http://127.0.0.1:10000 (ignores any
     /// connection string).
     #[arg(long)]
@@ -149,17 +167,71 @@ impl Account {
         if self.dev {
             return Ok(BlobSettings::azurite(container, blob)?);
         }
-        let Some(connection) = self.connection_string.as_deref() else {
-            return Err(UsageError(
+        let strings = self.connection_strings()?;
+        match strings.as_slice() {
+            [] => Err(UsageError(
                 "no storage account: pass --connection-string, set AZURE_STORAGE_CONNECTION_STRING, \
                  or use --dev for Azurite"
                     .to_owned(),
             )
-            .into());
+            .into()),
+            [connection] => Ok(BlobSettings::from_connection_string(
+                connection, container, blob,
+            )?),
+            several => Err(UsageError(format!(
+                "this command works on one storage account, not a quorum of {}; \
+                 run, status and partitions work on a quorum",
+                several.len()
+            ))
+            .into()),
+        }
+    }
+
+    /// A quorum of the accounts given, when more than one was (and not
+    /// --dev), over `blob` in `container`.
+    pub(crate) fn quorum(&self, container: &str, blob: &str) -> Result<Option<QuorumLeaseStore>> {
+        let Some(settings) = self.quorum_settings(container, blob)? else {
+            return Ok(None);
         };
-        Ok(BlobSettings::from_connection_string(
-            connection, container, blob,
-        )?)
+        Ok(Some(
+            QuorumLeaseStore::from_settings(&settings)?
+                .with_request_timeout(self.request_timeout()),
+        ))
+    }
+
+    /// Each account's settings for `blob` in `container`, when more than
+    /// one account was given (and not --dev).
+    fn quorum_settings(&self, container: &str, blob: &str) -> Result<Option<Vec<BlobSettings>>> {
+        let strings = self.connection_strings()?;
+        if self.dev || strings.len() < 2 {
+            return Ok(None);
+        }
+        let settings = strings
+            .iter()
+            .map(|s| BlobSettings::from_connection_string(s, container, blob))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Some(settings))
+    }
+
+    /// The connection strings of the flags (or the environment) and of the
+    /// accounts file, in that order.
+    fn connection_strings(&self) -> Result<Vec<String>> {
+        let mut strings = self.connection_string.clone();
+        if let Some(path) = &self.accounts_file {
+            let text = std::fs::read_to_string(path).map_err(|e| {
+                UsageError(format!(
+                    "cannot read --accounts-file {}: {e}",
+                    path.display()
+                ))
+            })?;
+            strings.extend(
+                text.lines()
+                    .map(str::trim)
+                    .filter(|line| !line.is_empty() && !line.starts_with('#'))
+                    .map(str::to_owned),
+            );
+        }
+        Ok(strings)
     }
 
     /// The request timeout to use: the flag's value or the library's default.
@@ -188,6 +260,11 @@ impl Target {
         self.account.settings(&self.container, &self.blob)
     }
 
+    /// A quorum store for this blob when several accounts were given.
+    pub(crate) fn quorum(&self) -> Result<Option<QuorumLeaseStore>> {
+        self.account.quorum(&self.container, &self.blob)
+    }
+
     /// A lease manager for this blob, for `status` and `break`.
     pub(crate) fn lease_manager(&self) -> Result<BlobLeaseManager> {
         Ok(BlobLeaseManager::new(&self.settings()?)?.with_request_timeout(self.request_timeout()))
@@ -207,9 +284,14 @@ impl Target {
             (CONTAINER_ENV, self.container.clone()),
             (BLOB_ENV, self.blob.clone()),
         ];
+        // A quorum's accounts are not passed on: the leader state lives in
+        // one account, and `state` refuses a quorum.
         if self.account.dev {
             env.push((DEV_ENV, "true".to_owned()));
-        } else if let Some(connection) = &self.account.connection_string {
+        } else if let ([connection], None) = (
+            self.account.connection_string.as_slice(),
+            &self.account.accounts_file,
+        ) {
             env.push(("AZURE_STORAGE_CONNECTION_STRING", connection.clone()));
         }
         env
@@ -236,6 +318,18 @@ pub(crate) struct SetTarget {
 }
 
 impl SetTarget {
+    /// The store of this set's leases on a quorum, when several accounts
+    /// were given.
+    pub(crate) fn quorum_store(&self) -> Result<Option<QuorumLeaseSetStore>> {
+        let Some(settings) = self.account.quorum_settings(&self.container, &self.set)? else {
+            return Ok(None);
+        };
+        Ok(Some(
+            QuorumLeaseSetStore::from_settings(&settings)?
+                .with_request_timeout(self.account.request_timeout()),
+        ))
+    }
+
     /// The store of this set's leases.
     pub(crate) fn store(&self) -> Result<BlobLeaseSetStore> {
         let settings = self.account.settings(&self.container, &self.set)?;
@@ -327,7 +421,8 @@ pub(crate) struct StatusArgs {
     #[command(flatten)]
     pub(crate) target: Target,
     /// Print one JSON object instead of a table: container, blob, exists,
-    /// state, leased, duration, holder, epoch, acquired_at.
+    /// state, leased, duration, holder, epoch, acquired_at; on a quorum,
+    /// also accounts (account, state, holder, epoch, error per account).
     #[arg(long)]
     pub(crate) json: bool,
 }
@@ -357,14 +452,16 @@ pub(crate) enum StateCommand {
 /// taken from what `run` gives its command.
 #[derive(Debug, Args)]
 pub(crate) struct StateTarget {
-    /// Storage connection string (never printed).
+    /// Storage connection string (never printed). The leader state lives
+    /// in one account: a quorum of several is refused.
     #[arg(
         long,
         env = "AZURE_STORAGE_CONNECTION_STRING",
         hide_env_values = true,
-        value_name = "STRING"
+        value_name = "STRING",
+        action = ArgAction::Append
     )]
-    connection_string: Option<String>,
+    connection_string: Vec<String>,
     /// Use Azurite's default account at http://127.0.0.1:10000 (ignores any
     /// connection string).
     #[arg(long, env = DEV_ENV)]
@@ -386,6 +483,7 @@ impl StateTarget {
         Target {
             account: Account {
                 connection_string: self.connection_string.clone(),
+                accounts_file: None,
                 dev: self.dev,
                 request_timeout: self.request_timeout,
             },

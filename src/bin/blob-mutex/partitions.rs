@@ -16,9 +16,10 @@ const MEMBERS: &str = "members/";
 
 /// Runs `blob-mutex partitions` and returns its exit code.
 pub(crate) async fn partitions(args: PartitionsArgs) -> Result<u8> {
-    let store = args.target.store()?;
-    let partitions = store.list(PARTITIONS).await?;
-    let members = store.list(MEMBERS).await?;
+    let (partitions, members) = match args.target.quorum_store()? {
+        Some(quorum) => lists(&quorum).await?,
+        None => lists(&args.target.store()?).await?,
+    };
     let view = View::new(
         &args.target.container,
         &args.target.set,
@@ -35,6 +36,13 @@ pub(crate) async fn partitions(args: PartitionsArgs) -> Result<u8> {
     } else {
         exit::FREE_OR_NOT_ACQUIRED
     })
+}
+
+/// The set's partitions and members, as `store` lists them.
+async fn lists(
+    store: &impl LeaseSetStore,
+) -> Result<(Vec<(String, LeaseInfo)>, Vec<(String, LeaseInfo)>)> {
+    Ok((store.list(PARTITIONS).await?, store.list(MEMBERS).await?))
 }
 
 /// One partition as listed.

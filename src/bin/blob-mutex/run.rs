@@ -7,9 +7,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use anyhow::{anyhow, Result};
-use blob_mutex::{
-    BlobDistributedMutex, BlobLeaseManager, CancellationToken, LeaderContext, StopReason,
-};
+use blob_mutex::{BlobDistributedMutex, CancellationToken, LeaderContext, LeaseStore, StopReason};
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 use tokio::signal::unix::{signal, SignalKind};
@@ -71,7 +69,11 @@ impl Shared {
 
 /// Runs `blob-mutex run` and returns its exit code.
 pub(crate) async fn run(args: RunArgs) -> Result<u8> {
-    let settings = args.target.settings()?;
+    // Several accounts make a quorum; one is the blob store itself.
+    let store = match args.target.quorum()? {
+        Some(quorum) => Ok(quorum),
+        None => Err(args.target.settings()?),
+    };
     let mut options = args.lease.options(args.target.request_timeout());
     if let Some(wait) = args.wait {
         // The library makes one complete attempt at least, so `--wait 0`
@@ -91,19 +93,37 @@ pub(crate) async fn run(args: RunArgs) -> Result<u8> {
         state: Mutex::new(State::default()),
     });
     let task_shared = shared.clone();
-    let mutex = BlobDistributedMutex::with_options(settings, options, move |ctx| {
-        lead(ctx, task_shared.clone())
-    })?;
-    preflight(mutex.lease_manager()).await?;
+    let task = move |ctx| lead(ctx, task_shared.clone());
+    let limit = options.request_timeout;
+    match store {
+        Ok(quorum) => {
+            info!(blob = %shared.name, accounts = quorum.len(), "on a quorum of storage accounts");
+            let mutex = BlobDistributedMutex::with_store(quorum, options, task)?;
+            campaign(&mutex, &shared, args.wait, limit).await
+        }
+        Err(settings) => {
+            let mutex = BlobDistributedMutex::with_options(settings, options, task)?;
+            campaign(&mutex, &shared, args.wait, limit).await
+        }
+    }
+}
 
+/// Campaigns until the command's end (or for ever) and returns the exit code.
+async fn campaign<S: LeaseStore>(
+    mutex: &BlobDistributedMutex<S>,
+    shared: &Arc<Shared>,
+    wait: Option<Duration>,
+    limit: Duration,
+) -> Result<u8> {
+    preflight(mutex.store(), limit).await?;
     let signals = tokio::spawn(forward_signals(shared.clone()));
     info!(blob = %shared.name, holder = mutex.holder(), "campaigning for the lease");
     let result = mutex
         .run_task_when_mutex_acquired(shared.token.clone())
         .await;
     signals.abort();
-    match (result, args.wait) {
-        (Ok(()), _) => Ok(exit_code(&shared)),
+    match (result, wait) {
+        (Ok(()), _) => Ok(exit_code(shared)),
         (Err(blob_mutex::Error::NotAcquired { .. }), _) => {
             eprintln!(
                 "blob-mutex: the lease on {} is held by another instance; gave up waiting",
@@ -121,8 +141,14 @@ pub(crate) async fn run(args: RunArgs) -> Result<u8> {
 
 /// Fails fast on what retrying cannot fix (credentials, a bad request);
 /// anything else is left to the campaign's retries.
-async fn preflight(manager: &BlobLeaseManager) -> Result<()> {
-    match manager.inspect().await {
+async fn preflight(store: &impl LeaseStore, limit: Duration) -> Result<()> {
+    let inspected = tokio::time::timeout(limit, store.inspect())
+        .await
+        .unwrap_or(Err(blob_mutex::Error::Timeout {
+            operation: "inspect",
+            after: limit,
+        }));
+    match inspected {
         Err(e) if e.is_fatal() => Err(e.into()),
         Err(e) => {
             let e = anyhow::Error::new(e);

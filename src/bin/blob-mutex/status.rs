@@ -3,13 +3,16 @@
 use std::fmt::Write as _;
 
 use anyhow::Result;
-use blob_mutex::{LeaseInfo, LeaseState};
+use blob_mutex::{AccountLease, LeaseInfo, LeaseState, QuorumLeaseStore};
 
 use crate::cli::{StatusArgs, Target};
 use crate::exit;
 
 /// Runs `blob-mutex status` and returns its exit code.
 pub(crate) async fn status(args: StatusArgs) -> Result<u8> {
+    if let Some(quorum) = args.target.quorum()? {
+        return quorum_status(&args, &quorum).await;
+    }
     let info = args.target.lease_manager()?.inspect().await?;
     let view = View::new(&args.target, info.as_ref());
     if args.json {
@@ -22,6 +25,91 @@ pub(crate) async fn status(args: StatusArgs) -> Result<u8> {
     } else {
         exit::FREE_OR_NOT_ACQUIRED
     })
+}
+
+/// `status` on a quorum: each account's lease, then the majority's view.
+async fn quorum_status(args: &StatusArgs, quorum: &QuorumLeaseStore) -> Result<u8> {
+    let accounts = quorum.inspect_each().await;
+    let answered = accounts.iter().filter(|a| a.lease.is_ok()).count();
+    if answered < quorum.majority() {
+        let failed = accounts.into_iter().find_map(|a| a.lease.err());
+        let why = failed.map_or_else(String::new, |e| format!(": {}", Chain(&e)));
+        anyhow::bail!(
+            "only {answered} of {} accounts answered, fewer than a majority{why}",
+            quorum.len()
+        );
+    }
+    let info = quorum.merged(&accounts);
+    let view = View::new(&args.target, info.as_ref());
+    if args.json {
+        let each: Vec<String> = accounts.iter().map(account_json).collect();
+        let merged = view.json();
+        let merged = merged.strip_suffix('}').unwrap_or(&merged);
+        println!("{merged},\"accounts\":[{}]}}", each.join(","));
+    } else {
+        for account in &accounts {
+            println!("{}", account_line(account));
+        }
+        println!("majority of {} accounts:", quorum.len());
+        print!("{}", view.table());
+    }
+    Ok(if view.leased {
+        exit::OK
+    } else {
+        exit::FREE_OR_NOT_ACQUIRED
+    })
+}
+
+/// One account's lease on one line.
+fn account_line(account: &AccountLease) -> String {
+    let what = match &account.lease {
+        Ok(Some(info)) => format!(
+            "{} holder {} epoch {}",
+            info.state,
+            info.holder.as_deref().unwrap_or("-"),
+            info.epoch
+        ),
+        Ok(None) => "no lease blob yet".to_owned(),
+        Err(e) => format!("unreachable: {}", Chain(e)),
+    };
+    format!("account {:<48} {what}", account.account)
+}
+
+/// One account's lease as a JSON object.
+fn account_json(account: &AccountLease) -> String {
+    let text = |value: Option<&str>| value.map_or_else(|| "null".to_owned(), json_string);
+    let (state, holder, epoch, error) = match &account.lease {
+        Ok(Some(info)) => (
+            Some(info.state.as_str()),
+            info.holder.clone(),
+            info.epoch,
+            None,
+        ),
+        Ok(None) => (None, None, 0, None),
+        Err(e) => (None, None, 0, Some(Chain(e).to_string())),
+    };
+    format!(
+        "{{\"account\":{},\"state\":{},\"holder\":{},\"epoch\":{epoch},\"error\":{}}}",
+        json_string(&account.account),
+        text(state),
+        text(holder.as_deref()),
+        text(error.as_deref()),
+    )
+}
+
+/// An error with its causes, on one line.
+struct Chain<'a>(&'a blob_mutex::Error);
+
+impl std::fmt::Display for Chain<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0)?;
+        let mut source = std::error::Error::source(self.0);
+        while let Some(cause) = source {
+            write!(f, ": {cause}")?;
+            source = cause.source();
+        }
+        Ok(())
+    }
 }
 
 /// What `status` shows, for people and for scripts.

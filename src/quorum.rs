@@ -1,0 +1,740 @@
+//! A lease store over N independent storage accounts that leads while a
+//! majority of their leases is held: the election survives the loss of a
+//! minority of the accounts.
+
+mod set;
+mod votes;
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::future::Future;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tracing::debug;
+
+use crate::bounded::bounded;
+use crate::error::{Error, Result};
+use crate::lease::BlobLeaseManager;
+use crate::options::DEFAULT_REQUEST_TIMEOUT;
+use crate::settings::BlobSettings;
+use crate::store::{Acquire, LeaseId, LeaseInfo, LeaseState, LeaseStore};
+
+pub use self::set::QuorumLeaseSetStore;
+use self::votes::{
+    ask, ask_all, majority, no_majority, straggler_grace, Answers, Asking, Vote, Votes,
+};
+
+/// The most accounts a quorum may have.
+pub const MAX_QUORUM_ACCOUNTS: usize = 9;
+
+/// How long a failed acquire waits for the release of the leases it was
+/// granted before it answers. Best effort: a lease not released expires.
+const CLEANUP_LIMIT: Duration = Duration::from_secs(1);
+
+/// How many lease ids a store remembers the duration and accounts of (for
+/// renewals that acquire an account again). The engine holds one at a time.
+const TERMS_KEPT: usize = 16;
+
+/// One lease over N independent lease stores (storage accounts), held while
+/// a majority of their leases is: a [`LeaseStore`] that lets an election
+/// survive the loss of a minority of the accounts.
+///
+/// # How each call works
+///
+/// Every call goes to every account at once, with the same lease id, and
+/// returns as soon as its outcome is decided: a majority answered as asked,
+/// or so many refused or failed that no majority can; or, when a majority
+/// answered and the others stay silent, after a short grace (twice the time
+/// the majority took, 50 ms to 1 s), counting the silent ones as failed.
+/// The accounts that have not answered by then are not waited for (their
+/// requests are dropped, as the store contract allows): a blackholed
+/// account must not hold up a renewal that the engine bounds by its
+/// deadline.
+///
+/// - **acquire**: granted once a majority granted. When no majority can
+///   grant (silent accounts count as failed after the grace, and after half
+///   the request timeout at the latest), the leases granted in this attempt
+///   are released at once, and the answer is [`Acquire::Held`] when leases
+///   held by others made a majority impossible, else the accounts' error.
+///   (A candidate that kept an account while it waited for a silent one
+///   would keep the leader from renewing there.)
+/// - **renew**: renews every account; an account that has lost the lease
+///   (or never granted it: it was down at the acquire, or was restarted) is
+///   acquired again under the same id, so an account that comes back joins
+///   the term at the next renewal. Succeeds once a majority is held;
+///   [`Error::LeaseLost`] once a majority is definitively lost.
+/// - **stamp**: see below. **release**, **change**: every account; decided
+///   by a majority.
+/// - **inspect**: a merged view ([`LeaseState::Leased`] only when a majority
+///   is leased; holder and epoch of the largest epoch seen);
+///   [`inspect_each`](Self::inspect_each) shows every account.
+///
+/// # Why two leaders never overlap
+///
+/// Each account keeps the store contract on its own: a lease it grants to a
+/// request lasts until at least the request's send time plus the duration.
+/// Every request of a quorum call is sent after the call was made, so when a
+/// majority granted or renewed, each lease of that majority lasts at least
+/// until the call instant plus the duration: the instant the engine computes
+/// its deadline from. Any two majorities of the same N accounts share an
+/// account, and one account's lease is never held by two ids at once, so two
+/// ids never both hold a majority at the same instant. That is rule 1 of the
+/// [`LeaseStore`] contract for the quorum, with no timing assumption beyond
+/// the single-account one (each account's clock runs no faster than the
+/// leader's by more than the drift allowance).
+///
+/// # Why epochs strictly increase
+///
+/// The single-account argument: only the holder can stamp, the stamp is
+/// stored epoch + 1, and the stored epoch never goes down. Across accounts:
+///
+/// 1. Stamp every account with [`LeaseStore::stamp_at_least`]; once a
+///    majority answered, E is the largest epoch returned. Every account of
+///    that majority returned its stored epoch + 1 (or more).
+/// 2. Stamp again, with floor E, the accounts that returned less, and
+///    succeed with E only once a majority of all N accounts carries at
+///    least E.
+///
+/// Take two terms that both stamped, T1 before T2 (two terms never hold a
+/// majority at once, above). T1 left at least E1 on a majority S1 while it
+/// held those leases; T2's first round was answered by a majority S2, which
+/// shares an account x with S1. T2 held x, so it stamped x after T1's
+/// lease on x ended; T1 stamped x before its own deadline, and its lease on
+/// x outlives that deadline unless T1 released it after its term. So x
+/// carried at least E1 when T2 stamped it, answered at least E1 + 1, and
+/// E2 ≥ E1 + 1. The timing this adds to the single-account argument: the
+/// stamp must finish before the term's deadline, which the engine bounds
+/// already (it cuts the stamp at the deadline, less the stop grace). And
+/// each account must keep its epoch: an account whose lease blob is deleted
+/// or recreated counts as lost for this argument.
+///
+/// # What it protects, and what it does not
+///
+/// The election goes on, with no gap and no new epoch, while a majority of
+/// the accounts answers: one of three (two of five) may be down, throttled,
+/// or cut off by a network partition. It does not relax any other
+/// assumption: clocks must run at nearly the same rate, and a process that
+/// pauses past its deadline can still act, so downstream fencing with the
+/// epoch matters as much as with one account. Every call costs N requests
+/// (and renewal may add an acquire for an account that came back).
+///
+/// Accounts must be independent: two settings that name the same blob in
+/// the same account are refused, since one outage would then take two votes.
+/// An even N is allowed but tolerates no more lost accounts than N − 1 does
+/// (four accounts survive one loss, like three), at a higher cost.
+///
+/// The leader state ([`LeaseStore::read_state`], [`LeaseStore::write_state`])
+/// is not supported: a write that lands on a majority of accounts without a
+/// version of its own cannot be told apart, when read back from another
+/// majority, from an older write, so no read could be trusted to be the last.
+///
+/// # Example
+///
+/// ```no_run
+/// use blob_mutex::{BlobDistributedMutex, BlobSettings, LeaderContext, MutexOptions, QuorumLeaseStore};
+///
+/// # fn example(strings: [&str; 3]) -> Result<(), blob_mutex::Error> {
+/// let accounts = strings
+///     .iter()
+///     .map(|s| BlobSettings::from_connection_string(s, "leases", "nightly"))
+///     .collect::<Result<Vec<_>, _>>()?;
+/// let store = QuorumLeaseStore::from_settings(&accounts)?;
+/// let mutex = BlobDistributedMutex::with_store(store, MutexOptions::default(), |ctx: LeaderContext| async move {
+///     ctx.cancelled().await;
+///     Ok::<(), blob_mutex::Error>(())
+/// })?;
+/// # Ok(())
+/// # }
+/// ```
+///
+/// Clones share the accounts and what the store remembers of its leases.
+pub struct QuorumLeaseStore<S: LeaseStore = BlobLeaseManager> {
+    /// Each account's label (never a secret) and store.
+    accounts: Arc<[(String, S)]>,
+    terms: Arc<Mutex<VecDeque<Term>>>,
+    request_timeout: Duration,
+}
+
+/// What the store remembers of a lease id it acquired.
+#[derive(Debug, Clone)]
+struct Term {
+    id: LeaseId,
+    duration: Duration,
+    /// Per account: whether the lease was last known held there.
+    held: Vec<bool>,
+}
+
+/// One account's lease, as [`QuorumLeaseStore::inspect_each`] found it.
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct AccountLease {
+    /// The account's label: its blob endpoint, or the name given.
+    pub account: String,
+    /// What inspecting the lease there answered.
+    pub lease: Result<Option<LeaseInfo>>,
+}
+
+impl<S: LeaseStore> Clone for QuorumLeaseStore<S> {
+    fn clone(&self) -> Self {
+        QuorumLeaseStore {
+            accounts: self.accounts.clone(),
+            terms: self.terms.clone(),
+            request_timeout: self.request_timeout,
+        }
+    }
+}
+
+impl<S: LeaseStore> fmt::Debug for QuorumLeaseStore<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("QuorumLeaseStore")
+            .field("accounts", &self.labels().collect::<Vec<_>>())
+            .field("request_timeout", &self.request_timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl QuorumLeaseStore<BlobLeaseManager> {
+    /// A quorum over the blob named in each of `settings`, one per storage
+    /// account, each labelled by its blob endpoint.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidOption`] (field `accounts`) for no settings, more
+    /// than [`MAX_QUORUM_ACCOUNTS`], or two settings naming the same blob of
+    /// the same account; [`Error::InvalidConnectionString`] as
+    /// [`BlobLeaseManager::new`].
+    pub fn from_settings(settings: &[BlobSettings]) -> Result<Self> {
+        check_accounts(settings)?;
+        let accounts = settings
+            .iter()
+            .map(|s| Ok((s.endpoint().to_owned(), BlobLeaseManager::new(s)?)))
+            .collect::<Result<Vec<_>>>()?;
+        Self::with_labels(accounts)
+    }
+}
+
+/// Refuses two settings that name the same blob of the same account: one
+/// outage would take two votes.
+fn check_accounts(settings: &[BlobSettings]) -> Result<()> {
+    for (i, a) in settings.iter().enumerate() {
+        let same = |b: &&BlobSettings| {
+            b.endpoint() == a.endpoint() && b.container() == a.container() && b.blob() == a.blob()
+        };
+        if settings[..i].iter().any(|b| same(&b)) {
+            return Err(Error::invalid(
+                "accounts",
+                format!(
+                    "{} is named twice; each account must count once",
+                    a.endpoint()
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+impl<S: LeaseStore> QuorumLeaseStore<S> {
+    /// A quorum over `stores`, one per account, each labelled by its
+    /// position and [`LeaseStore::name`].
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidOption`] (field `accounts`) for no stores or more
+    /// than [`MAX_QUORUM_ACCOUNTS`].
+    pub fn new(stores: Vec<S>) -> Result<Self> {
+        let labelled = stores
+            .into_iter()
+            .enumerate()
+            .map(|(i, s)| (format!("{i}:{}", s.name()), s))
+            .collect();
+        Self::with_labels(labelled)
+    }
+
+    /// A quorum over `(label, store)` pairs: the label names the account in
+    /// logs and in [`inspect_each`](Self::inspect_each), so it must not be
+    /// a secret.
+    ///
+    /// # Errors
+    ///
+    /// As [`QuorumLeaseStore::new`].
+    pub fn with_labels(accounts: Vec<(String, S)>) -> Result<Self> {
+        if accounts.is_empty() || accounts.len() > MAX_QUORUM_ACCOUNTS {
+            return Err(Error::invalid(
+                "accounts",
+                format!(
+                    "a quorum needs 1 to {MAX_QUORUM_ACCOUNTS} accounts (3 or 5 recommended), not {}",
+                    accounts.len()
+                ),
+            ));
+        }
+        Ok(QuorumLeaseStore {
+            accounts: accounts.into(),
+            terms: Arc::default(),
+            request_timeout: DEFAULT_REQUEST_TIMEOUT,
+        })
+    }
+
+    /// The same store with another request timeout (default 3 s): the cap
+    /// on each account's inspection, the one call the engine does not bound
+    /// itself; and twice the time an acquire waits for accounts that do not
+    /// answer before it gives up on them and releases what it was granted.
+    /// Keep it no longer than the mutex's
+    /// [`request_timeout`](crate::MutexOptions::request_timeout), which cuts
+    /// every call.
+    #[must_use = "the store is returned by value"]
+    pub fn with_request_timeout(mut self, timeout: Duration) -> Self {
+        self.request_timeout = timeout;
+        self
+    }
+
+    /// The number of accounts.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.accounts.len()
+    }
+
+    /// Always `false`: a quorum has at least one account.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.accounts.is_empty()
+    }
+
+    /// How many accounts make a majority: more than half of them.
+    #[must_use]
+    pub fn majority(&self) -> usize {
+        majority(self.len())
+    }
+
+    /// The accounts' labels, in order.
+    pub fn labels(&self) -> impl Iterator<Item = &str> {
+        self.accounts.iter().map(|(label, _)| label.as_str())
+    }
+
+    /// The accounts' stores, in order.
+    pub fn stores(&self) -> impl Iterator<Item = &S> {
+        self.accounts.iter().map(|(_, store)| store)
+    }
+
+    /// Inspects the lease on every account, each call cut at the request
+    /// timeout, in the accounts' order.
+    ///
+    /// # Cancellation safety
+    ///
+    /// Safe to drop: it only reads.
+    pub async fn inspect_each(&self) -> Vec<AccountLease> {
+        let (answers, _) = self.inspect_all().await;
+        self.accounts
+            .iter()
+            .zip(answers)
+            .map(|((label, _), answer)| AccountLease {
+                account: label.clone(),
+                lease: answer.unwrap_or_else(|| Err(Error::transport("inspect", "not asked"))),
+            })
+            .collect()
+    }
+
+    /// The one view [`inspect`](LeaseStore::inspect) gives, from the
+    /// answers of [`inspect_each`](Self::inspect_each): leased when a
+    /// majority of all the accounts is, with the holder and epoch of the
+    /// largest epoch. Meaningful when a majority answered.
+    #[must_use]
+    pub fn merged(&self, each: &[AccountLease]) -> Option<LeaseInfo> {
+        let found: Vec<Option<LeaseInfo>> = each
+            .iter()
+            .filter_map(|account| account.lease.as_ref().ok().cloned())
+            .collect();
+        merge(self.len(), &found)
+    }
+
+    async fn inspect_all(&self) -> (Answers<Option<LeaseInfo>>, Votes) {
+        let limit = self.request_timeout;
+        ask_all(
+            &self.accounts,
+            "inspect",
+            |_, store| Some(bounded("inspect", limit, store.inspect())),
+            |_, answer| vote_ok(answer),
+        )
+        .await
+    }
+
+    fn remember(&self, term: Term) {
+        let mut terms = self.terms.lock().unwrap_or_else(PoisonError::into_inner);
+        terms.retain(|t| t.id != term.id);
+        if terms.len() >= TERMS_KEPT {
+            terms.pop_front();
+        }
+        terms.push_back(term);
+    }
+
+    fn recall(&self, id: LeaseId) -> Option<Term> {
+        let terms = self.terms.lock().unwrap_or_else(PoisonError::into_inner);
+        terms.iter().find(|t| t.id == id).cloned()
+    }
+
+    fn forget(&self, id: LeaseId) -> Option<Term> {
+        let mut terms = self.terms.lock().unwrap_or_else(PoisonError::into_inner);
+        let at = terms.iter().position(|t| t.id == id)?;
+        terms.remove(at)
+    }
+
+    /// Releases `lease` on the accounts marked, concurrently; waits at
+    /// most [`CLEANUP_LIMIT`] for those in `wait_for`. Failures are left to
+    /// expire.
+    async fn release_on(&self, lease: LeaseId, which: &[bool], wait_for: &[bool]) {
+        let waiting = wait_for.iter().filter(|w| **w).count();
+        let released = ask(
+            &self.accounts,
+            "release",
+            Votes::new(self.len()),
+            |i, store| which[i].then(|| store.release(lease)),
+            |i, _| if wait_for[i] { Vote::Yes } else { Vote::Failed },
+            |votes| votes.yes >= waiting,
+            no_grace,
+        );
+        let _ = tokio::time::timeout(CLEANUP_LIMIT, released).await;
+    }
+
+    async fn acquire_quorum(&self, proposed: LeaseId, duration: Duration) -> Result<Acquire> {
+        let mut asking = Asking::new(
+            &self.accounts,
+            "acquire",
+            Votes::new(self.len()),
+            |_, store| Some(store.acquire(proposed, duration)),
+            |_, answer: &Result<Acquire>| match answer {
+                Ok(Acquire::Acquired) => Vote::Yes,
+                Ok(Acquire::Held) => Vote::No,
+                Err(_) => Vote::Failed,
+            },
+        );
+        // An attempt left undecided by silent accounts gives up on them
+        // soon after the others answered (and at the cap at the latest, in
+        // time to release what it was granted before the caller's own time
+        // limit drops it): a lease granted and kept by an attempt waiting
+        // for a silent account keeps the leader from renewing there.
+        let start = Instant::now();
+        let cap = self.request_timeout / 2;
+        let _ = tokio::time::timeout(cap, asking.settle(Votes::decided)).await;
+        if Votes::won(asking.votes()) {
+            // So that the whole term starts on every account that answers
+            // like the others, not only at the first renewal.
+            let grace = straggler_grace(start.elapsed());
+            let _ = tokio::time::timeout_at(start + cap, asking.collect_for(grace)).await;
+        }
+        let (answers, votes) = asking.finish();
+        let granted: Vec<bool> = answers
+            .iter()
+            .map(|a| matches!(a, Some(Ok(Acquire::Acquired))))
+            .collect();
+        if votes.won() {
+            self.remember(Term {
+                id: proposed,
+                duration,
+                held: granted,
+            });
+            return Ok(Acquire::Acquired);
+        }
+        debug!(lease = %self.name(), granted = votes.yes, held = votes.no, failed = votes.failed, "no majority granted; releasing the leases granted");
+        // An account that failed or did not answer may have granted the
+        // lease all the same: release there too, without waiting for it.
+        let maybe: Vec<bool> = answers
+            .iter()
+            .map(|a| !matches!(a, Some(Ok(Acquire::Held))))
+            .collect();
+        self.release_on(proposed, &maybe, &granted).await;
+        if votes.lost() {
+            Ok(Acquire::Held)
+        } else {
+            Err(no_majority("acquire", answers, votes))
+        }
+    }
+
+    async fn renew_quorum(&self, lease: LeaseId) -> Result<()> {
+        let term = self.recall(lease);
+        let (answers, votes) = ask(
+            &self.accounts,
+            "renew",
+            Votes::new(self.len()),
+            |i, store| {
+                let again = term.as_ref().map(|t| (t.duration, t.held[i]));
+                Some(renew_or_acquire(store, lease, again))
+            },
+            |_, answer| vote_held(answer),
+            Votes::decided,
+            straggler_grace,
+        )
+        .await;
+        if let Some(mut term) = term {
+            for (held, answer) in term.held.iter_mut().zip(&answers) {
+                match answer {
+                    Some(Ok(())) => *held = true,
+                    Some(Err(Error::LeaseLost(_))) => *held = false,
+                    _ => {}
+                }
+            }
+            self.remember(term);
+        }
+        if votes.won() {
+            Ok(())
+        } else if votes.lost() {
+            Err(lost("renew", votes))
+        } else {
+            Err(no_majority("renew", answers, votes))
+        }
+    }
+
+    async fn stamp_quorum(&self, lease: LeaseId, holder: &str, floor: u64) -> Result<u64> {
+        let (first, votes) = ask(
+            &self.accounts,
+            "stamp",
+            Votes::new(self.len()),
+            |_, store| Some(store.stamp_at_least(lease, holder, floor)),
+            |_, answer| vote_held(answer),
+            Votes::decided,
+            straggler_grace,
+        )
+        .await;
+        if votes.lost() {
+            return Err(lost("stamp", votes));
+        }
+        if !votes.won() {
+            return Err(no_majority("stamp", first, votes));
+        }
+        let epoch = first.iter().flatten().flatten().copied().max().unwrap_or(0);
+        // The accounts that answered less are stamped again with the epoch
+        // as the floor. The others are left alone: stamping an account
+        // whose first answer was lost would raise it past the epoch.
+        let carry = |a: &Option<Result<u64>>| matches!(a, Some(Ok(e)) if *e >= epoch);
+        let behind = |a: &Option<Result<u64>>| matches!(a, Some(Ok(e)) if *e < epoch);
+        let mut carrying = Votes::new(self.len());
+        for answer in &first {
+            if carry(answer) {
+                carrying.add(Vote::Yes);
+            }
+        }
+        let (second, carrying) = ask(
+            &self.accounts,
+            "stamp",
+            carrying,
+            |i, store| behind(&first[i]).then(|| store.stamp_at_least(lease, holder, epoch)),
+            |_, answer| match answer {
+                Ok(e) if *e >= epoch => Vote::Yes,
+                Err(Error::LeaseLost(_)) => Vote::No,
+                Ok(_) | Err(_) => Vote::Failed,
+            },
+            Votes::decided,
+            straggler_grace,
+        )
+        .await;
+        if carrying.won() {
+            Ok(epoch)
+        } else if carrying.lost() {
+            Err(lost("stamp", carrying))
+        } else {
+            Err(no_majority("stamp", second, carrying))
+        }
+    }
+
+    async fn release_quorum(&self, lease: LeaseId) -> Result<()> {
+        self.forget(lease);
+        // A lease already not ours on an account counts as released there.
+        let (answers, votes) = ask(
+            &self.accounts,
+            "release",
+            Votes::new(self.len()),
+            |_, store| Some(store.release(lease)),
+            |_, answer| match answer {
+                Ok(()) | Err(Error::LeaseLost(_)) => Vote::Yes,
+                Err(_) => Vote::Failed,
+            },
+            Votes::decided,
+            no_grace,
+        )
+        .await;
+        if !votes.won() {
+            return Err(no_majority("release", answers, votes));
+        }
+        if answers.iter().any(|a| matches!(a, Some(Ok(())))) {
+            Ok(())
+        } else {
+            Err(Error::LeaseLost(
+                "release: the lease is not held under this id on any account".to_owned(),
+            ))
+        }
+    }
+
+    async fn change_quorum(&self, from: LeaseId, to: LeaseId) -> Result<()> {
+        let (answers, votes) = ask(
+            &self.accounts,
+            "change",
+            Votes::new(self.len()),
+            |_, store| Some(store.change(from, to)),
+            |_, answer| vote_held(answer),
+            Votes::decided,
+            no_grace,
+        )
+        .await;
+        if votes.won() {
+            if let Some(term) = self.forget(from).or_else(|| self.recall(to)) {
+                let held = answers.iter().map(|a| matches!(a, Some(Ok(())))).collect();
+                self.remember(Term {
+                    id: to,
+                    held,
+                    ..term
+                });
+            }
+            Ok(())
+        } else if votes.lost() {
+            Err(lost("change", votes))
+        } else {
+            Err(no_majority("change", answers, votes))
+        }
+    }
+
+    async fn inspect_quorum(&self) -> Result<Option<LeaseInfo>> {
+        let (answers, votes) = self.inspect_all().await;
+        if votes.yes < votes.majority() {
+            return Err(no_majority("inspect", answers, votes));
+        }
+        let found: Vec<Option<LeaseInfo>> = answers.into_iter().flatten().flatten().collect();
+        Ok(merge(votes.n, &found))
+    }
+}
+
+/// Renews on one account; when the lease is not held there under `lease`
+/// (lost, never granted, or the blob is missing), acquires it again under the same id when the
+/// store knows the duration. `again` is the duration and whether the
+/// account was last known held.
+async fn renew_or_acquire<S: LeaseStore>(
+    store: &S,
+    lease: LeaseId,
+    again: Option<(Duration, bool)>,
+) -> Result<()> {
+    let renewed = match again {
+        Some((_, false)) => Err(Error::LeaseLost("not granted on this account".to_owned())),
+        _ => store.renew(lease).await,
+    };
+    match (renewed, again) {
+        // Lost there, or the account came back without the blob (a
+        // restarted emulator, a recreated account): lease it again.
+        (Err(Error::LeaseLost(_) | Error::Storage { status: 404, .. }), Some((duration, _))) => {
+            match store.acquire(lease, duration).await? {
+                Acquire::Acquired => Ok(()),
+                Acquire::Held => Err(Error::LeaseLost(
+                    "held by another id on this account".to_owned(),
+                )),
+            }
+        }
+        (renewed, _) => renewed,
+    }
+}
+
+/// Release and change do not wait once decided.
+fn no_grace(_: Duration) -> Duration {
+    Duration::ZERO
+}
+
+fn vote_ok<T>(answer: &Result<T>) -> Vote {
+    if answer.is_ok() {
+        Vote::Yes
+    } else {
+        Vote::Failed
+    }
+}
+
+/// A call that needs the lease: done, lost there, or failed.
+fn vote_held<T>(answer: &Result<T>) -> Vote {
+    match answer {
+        Ok(_) => Vote::Yes,
+        Err(Error::LeaseLost(_)) => Vote::No,
+        Err(_) => Vote::Failed,
+    }
+}
+
+fn lost(operation: &str, votes: Votes) -> Error {
+    Error::LeaseLost(format!(
+        "{operation}: the lease is not held under this id on {} of the {} accounts",
+        votes.no, votes.n
+    ))
+}
+
+/// One view of the lease from the accounts that answered (`n` in all):
+/// leased when a majority of all `n` is; free when a majority is free (and
+/// available when every account that answered is); otherwise breaking, as
+/// no majority can be acquired now. Holder, epoch and the rest come from
+/// the account with the largest epoch. `None` when no account has the lease.
+fn merge(n: usize, found: &[Option<LeaseInfo>]) -> Option<LeaseInfo> {
+    let infos: Vec<&LeaseInfo> = found.iter().flatten().collect();
+    let last = infos.iter().max_by_key(|info| info.epoch)?;
+    let leased = infos
+        .iter()
+        .filter(|i| i.state == LeaseState::Leased)
+        .count();
+    // An account without the lease blob is as free as one never leased.
+    let free = found.len() - infos.len() + infos.iter().filter(|i| i.state.is_free()).count();
+    let state = if leased >= majority(n) {
+        LeaseState::Leased
+    } else if free >= majority(n) {
+        if infos.iter().all(|i| i.state == LeaseState::Available) {
+            LeaseState::Available
+        } else {
+            LeaseState::Expired
+        }
+    } else {
+        LeaseState::Breaking
+    };
+    let mut info = (*last).clone();
+    info.state = state;
+    info.infinite = (state == LeaseState::Leased).then_some(false);
+    Some(info)
+}
+
+impl<S: LeaseStore> LeaseStore for QuorumLeaseStore<S> {
+    fn acquire(
+        &self,
+        proposed: LeaseId,
+        duration: Duration,
+    ) -> impl Future<Output = Result<Acquire>> + Send {
+        self.acquire_quorum(proposed, duration)
+    }
+
+    fn renew(&self, lease: LeaseId) -> impl Future<Output = Result<()>> + Send {
+        self.renew_quorum(lease)
+    }
+
+    fn release(&self, lease: LeaseId) -> impl Future<Output = Result<()>> + Send {
+        self.release_quorum(lease)
+    }
+
+    fn stamp(&self, lease: LeaseId, holder: &str) -> impl Future<Output = Result<u64>> + Send {
+        self.stamp_quorum(lease, holder, 0)
+    }
+
+    fn stamp_at_least(
+        &self,
+        lease: LeaseId,
+        holder: &str,
+        floor: u64,
+    ) -> impl Future<Output = Result<u64>> + Send {
+        self.stamp_quorum(lease, holder, floor)
+    }
+
+    fn change(&self, from: LeaseId, to: LeaseId) -> impl Future<Output = Result<()>> + Send {
+        self.change_quorum(from, to)
+    }
+
+    fn inspect(&self) -> impl Future<Output = Result<Option<LeaseInfo>>> + Send {
+        self.inspect_quorum()
+    }
+
+    /// `quorum-of-N:` and the accounts' lease names (one when they agree).
+    fn name(&self) -> String {
+        let mut names: Vec<String> = self.stores().map(LeaseStore::name).collect();
+        names.dedup();
+        format!("quorum-of-{}:{}", self.len(), names.join(","))
+    }
+}
+
+#[cfg(all(test, feature = "testing"))]
+mod tests;

@@ -1,0 +1,148 @@
+//! Many named leases over N independent accounts: the lease-set store a
+//! [`BlobLeaseSet`](crate::BlobLeaseSet) needs, on a quorum.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::votes::{ask_all, no_majority};
+use super::{merge, vote_ok, QuorumLeaseStore, MAX_QUORUM_ACCOUNTS};
+use crate::bounded::bounded;
+use crate::error::{Error, Result};
+use crate::lease::BlobLeaseSetStore;
+use crate::options::DEFAULT_REQUEST_TIMEOUT;
+use crate::settings::BlobSettings;
+use crate::store::{LeaseInfo, LeaseSetStore};
+
+/// A lease set over N independent lease-set stores (storage accounts): each
+/// lease is a [`QuorumLeaseStore`] over that lease in every account, and a
+/// listing merges the accounts' listings lease by lease (leased only when a
+/// majority of the accounts has it leased), so that partitions run on a
+/// quorum unchanged.
+///
+/// A listing needs a majority of the accounts to answer, each within the
+/// request timeout (default 3 s).
+pub struct QuorumLeaseSetStore<S: LeaseSetStore = BlobLeaseSetStore> {
+    sets: Arc<[(String, S)]>,
+    request_timeout: Duration,
+}
+
+impl<S: LeaseSetStore> Clone for QuorumLeaseSetStore<S> {
+    fn clone(&self) -> Self {
+        QuorumLeaseSetStore {
+            sets: self.sets.clone(),
+            request_timeout: self.request_timeout,
+        }
+    }
+}
+
+impl<S: LeaseSetStore> fmt::Debug for QuorumLeaseSetStore<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let labels: Vec<&str> = self.sets.iter().map(|(l, _)| l.as_str()).collect();
+        f.debug_struct("QuorumLeaseSetStore")
+            .field("accounts", &labels)
+            .field("request_timeout", &self.request_timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl QuorumLeaseSetStore<BlobLeaseSetStore> {
+    /// A quorum over the lease set named in each of `settings` (container,
+    /// and the set's name as the blob), one per storage account, each
+    /// labelled by its blob endpoint.
+    ///
+    /// # Errors
+    ///
+    /// As [`QuorumLeaseStore::from_settings`].
+    pub fn from_settings(settings: &[BlobSettings]) -> Result<Self> {
+        super::check_accounts(settings)?;
+        let sets = settings
+            .iter()
+            .map(|s| Ok((s.endpoint().to_owned(), BlobLeaseSetStore::new(s)?)))
+            .collect::<Result<Vec<_>>>()?;
+        Self::with_labels(sets)
+    }
+}
+
+impl<S: LeaseSetStore> QuorumLeaseSetStore<S> {
+    /// A quorum over `(label, set)` pairs, one per account; labels name the
+    /// accounts in logs and must not be secrets.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidOption`] (field `accounts`) for no sets or more than
+    /// [`MAX_QUORUM_ACCOUNTS`].
+    pub fn with_labels(sets: Vec<(String, S)>) -> Result<Self> {
+        if sets.is_empty() || sets.len() > MAX_QUORUM_ACCOUNTS {
+            return Err(Error::invalid(
+                "accounts",
+                format!(
+                    "a quorum needs 1 to {MAX_QUORUM_ACCOUNTS} accounts (3 or 5 recommended), not {}",
+                    sets.len()
+                ),
+            ));
+        }
+        Ok(QuorumLeaseSetStore {
+            sets: sets.into(),
+            request_timeout: DEFAULT_REQUEST_TIMEOUT,
+        })
+    }
+
+    /// The same store with another request timeout (default 3 s), for the
+    /// listings and for the quorum stores of its leases.
+    #[must_use = "the store is returned by value"]
+    pub fn with_request_timeout(mut self, timeout: Duration) -> Self {
+        self.request_timeout = timeout;
+        self
+    }
+
+    async fn list_quorum(&self, prefix: &str) -> Result<Vec<(String, LeaseInfo)>> {
+        let limit = self.request_timeout;
+        let (answers, votes) = ask_all(
+            &self.sets,
+            "list",
+            |_, set| Some(bounded("list", limit, set.list(prefix))),
+            |_, answer| vote_ok(answer),
+        )
+        .await;
+        if votes.yes < votes.majority() {
+            return Err(no_majority("list", answers, votes));
+        }
+        // Per lease, what each account that answered says of it (`None`
+        // where its listing does not have it).
+        let listings: Vec<Vec<(String, LeaseInfo)>> =
+            answers.into_iter().flatten().flatten().collect();
+        let mut by_name: BTreeMap<String, Vec<Option<LeaseInfo>>> = BTreeMap::new();
+        for (i, listing) in listings.iter().enumerate() {
+            for (name, info) in listing {
+                let seen = by_name
+                    .entry(name.clone())
+                    .or_insert_with(|| vec![None; listings.len()]);
+                seen[i] = Some(info.clone());
+            }
+        }
+        Ok(by_name
+            .into_iter()
+            .filter_map(|(name, found)| Some((name, merge(self.sets.len(), &found)?)))
+            .collect())
+    }
+}
+
+impl<S: LeaseSetStore> LeaseSetStore for QuorumLeaseSetStore<S> {
+    type Lease = QuorumLeaseStore<S::Lease>;
+
+    fn lease(&self, name: &str) -> Result<Self::Lease> {
+        let leases = self
+            .sets
+            .iter()
+            .map(|(label, set)| Ok((label.clone(), set.lease(name)?)))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(QuorumLeaseStore::with_labels(leases)?.with_request_timeout(self.request_timeout))
+    }
+
+    fn list(&self, prefix: &str) -> impl Future<Output = Result<Vec<(String, LeaseInfo)>>> + Send {
+        self.list_quorum(prefix)
+    }
+}

@@ -1,0 +1,353 @@
+//! Counting the accounts' answers to one quorum call, and asking them all at
+//! once until the count decides the call.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::time::Duration;
+
+use futures_util::stream::{FuturesUnordered, StreamExt};
+use tokio::time::Instant;
+use tracing::debug;
+
+use crate::error::{Chain, Error, Result};
+
+/// How one account's answer counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Vote {
+    /// What the call wanted: granted, renewed, stamped, released.
+    Yes,
+    /// A definitive refusal: held by another id, or lost.
+    No,
+    /// No answer that says anything: a transient or fatal error.
+    Failed,
+}
+
+/// The answers counted so far, out of `n` accounts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Votes {
+    pub(crate) n: usize,
+    pub(crate) yes: usize,
+    pub(crate) no: usize,
+    pub(crate) failed: usize,
+    /// Accounts asked that have not answered yet.
+    pub(crate) pending: usize,
+}
+
+impl Votes {
+    pub(crate) fn new(n: usize) -> Self {
+        Votes {
+            n,
+            yes: 0,
+            no: 0,
+            failed: 0,
+            pending: 0,
+        }
+    }
+
+    /// The smallest number of accounts that is more than half of them.
+    pub(crate) fn majority(self) -> usize {
+        majority(self.n)
+    }
+
+    pub(crate) fn add(&mut self, vote: Vote) {
+        match vote {
+            Vote::Yes => self.yes += 1,
+            Vote::No => self.no += 1,
+            Vote::Failed => self.failed += 1,
+        }
+    }
+
+    /// A majority said yes.
+    pub(crate) fn won(self) -> bool {
+        self.yes >= self.majority()
+    }
+
+    /// Definitive refusals alone leave no majority that could say yes.
+    pub(crate) fn lost(self) -> bool {
+        self.no > self.n - self.majority()
+    }
+
+    /// Refusals and failures together leave no majority that could say yes.
+    pub(crate) fn hopeless(self) -> bool {
+        self.no + self.failed > self.n - self.majority()
+    }
+
+    /// The call's outcome cannot change any more: won, lost, or hopeless
+    /// with too few accounts left to answer for it to become lost (so that
+    /// a definitive loss is not reported as a failure because the failures
+    /// happened to answer first).
+    pub(crate) fn decided(self) -> bool {
+        let could_be_lost = self.no + self.pending > self.n - self.majority();
+        self.won() || self.lost() || (self.hopeless() && !could_be_lost)
+    }
+}
+
+/// The smallest number of `n` accounts that is more than half of them.
+pub(crate) fn majority(n: usize) -> usize {
+    n / 2 + 1
+}
+
+/// Each account's answer, `None` for the accounts not asked or not yet
+/// answered when the call was decided.
+pub(crate) type Answers<T> = Vec<Option<Result<T>>>;
+
+/// Asks every account for which `call` gives a future, all at once, and
+/// counts each answer as it comes (with `vote`, on top of `votes`), until
+/// `decided` says the count is enough or every account has answered; then
+/// goes on collecting answers for at most `grace` of the time it took.
+///
+/// The futures of the accounts that have not answered by then are dropped:
+/// the store contract lets any call be dropped at an await point, and the
+/// quorum's outcome no longer depends on them. Waiting would tie every call
+/// to the slowest account, and a blackholed one never answers.
+pub(crate) async fn ask<'a, S, T: 'a, Fut>(
+    accounts: &'a [(String, S)],
+    operation: &'static str,
+    votes: Votes,
+    call: impl Fn(usize, &'a S) -> Option<Fut>,
+    vote: impl Fn(usize, &Result<T>) -> Vote,
+    decided: impl Fn(Votes) -> bool,
+    grace: impl FnOnce(Duration) -> Duration,
+) -> (Answers<T>, Votes)
+where
+    Fut: Future<Output = Result<T>> + Send + 'a,
+{
+    let start = Instant::now();
+    let mut asking = Asking::new(accounts, operation, votes, call, vote);
+    asking.settle(decided).await;
+    asking.collect_for(grace(start.elapsed())).await;
+    asking.finish()
+}
+
+/// Asks every account for which `call` gives a future, all at once, and
+/// waits for every answer: for reads whose calls are bounded each.
+pub(crate) async fn ask_all<'a, S, T: 'a, Fut>(
+    accounts: &'a [(String, S)],
+    operation: &'static str,
+    call: impl Fn(usize, &'a S) -> Option<Fut>,
+    vote: impl Fn(usize, &Result<T>) -> Vote,
+) -> (Answers<T>, Votes)
+where
+    Fut: Future<Output = Result<T>> + Send + 'a,
+{
+    let votes = Votes::new(accounts.len());
+    let mut asking = Asking::new(accounts, operation, votes, call, vote);
+    asking.until(|_| false).await;
+    asking.finish()
+}
+
+/// How long a call waits, once a majority of the accounts has answered (or
+/// once it is decided), for the accounts still to answer: twice as long as
+/// it took so far (an account that comes back needs a renew and an
+/// acquire), from 50 ms to 1 s. Long enough for an account that answers
+/// like the others to take part (to be leased again when it comes back, to
+/// carry the term's epoch); short enough that an account that never
+/// answers costs little, and that an attempt waiting for it does not keep
+/// for long the leases it was granted, which would keep the leader from
+/// renewing on those accounts. The engine's deadline counts from before
+/// the call, so the wait costs no lease time.
+pub(crate) fn straggler_grace(so_far: Duration) -> Duration {
+    (so_far * 2).clamp(Duration::from_millis(50), Duration::from_secs(1))
+}
+
+/// The calls of one quorum call in flight, and the answers so far. Every
+/// method can be cut short (dropped) and resumed: each answer is counted
+/// as soon as it is taken.
+pub(crate) struct Asking<'a, S, T, V> {
+    accounts: &'a [(String, S)],
+    operation: &'static str,
+    pending: FuturesUnordered<Tagged<'a, T>>,
+    answers: Answers<T>,
+    votes: Votes,
+    vote: V,
+}
+
+/// A call's future, answering with the account it went to.
+type Tagged<'a, T> = Pin<Box<dyn Future<Output = (usize, Result<T>)> + Send + 'a>>;
+
+impl<'a, S, T: 'a, V> Asking<'a, S, T, V>
+where
+    V: Fn(usize, &Result<T>) -> Vote,
+{
+    /// Starts the calls.
+    pub(crate) fn new<Fut>(
+        accounts: &'a [(String, S)],
+        operation: &'static str,
+        mut votes: Votes,
+        call: impl Fn(usize, &'a S) -> Option<Fut>,
+        vote: V,
+    ) -> Self
+    where
+        Fut: Future<Output = Result<T>> + Send + 'a,
+    {
+        let pending: FuturesUnordered<Tagged<'a, T>> = accounts
+            .iter()
+            .enumerate()
+            .filter_map(|(i, (_, store))| {
+                let f = call(i, store)?;
+                Some(Box::pin(async move { (i, f.await) }) as Tagged<'a, T>)
+            })
+            .collect();
+        votes.pending = pending.len();
+        Asking {
+            accounts,
+            operation,
+            pending,
+            answers: accounts.iter().map(|_| None).collect(),
+            votes,
+            vote,
+        }
+    }
+
+    /// Takes answers until `decided` says the count is enough, or none is
+    /// left to take.
+    pub(crate) async fn until(&mut self, decided: impl Fn(Votes) -> bool) {
+        while !decided(self.votes) {
+            let Some(answer) = self.pending.next().await else {
+                return;
+            };
+            self.count(answer);
+        }
+    }
+
+    /// Takes answers until `decided`, or until a majority of the accounts
+    /// has answered and the others stayed silent for a
+    /// [`straggler_grace`] after that: an account that answers much later
+    /// than the others counts as failed.
+    pub(crate) async fn settle(&mut self, decided: impl Fn(Votes) -> bool) {
+        let start = Instant::now();
+        let majority = self.votes.majority();
+        self.until(|v| decided(v) || v.yes + v.no + v.failed >= majority)
+            .await;
+        if !decided(self.votes) {
+            let grace = straggler_grace(start.elapsed());
+            let _ = tokio::time::timeout(grace, self.until(&decided)).await;
+        }
+    }
+
+    /// Takes the answers that come within `grace`.
+    pub(crate) async fn collect_for(&mut self, grace: Duration) {
+        if self.pending.is_empty() || grace.is_zero() {
+            return;
+        }
+        let _ = tokio::time::timeout(grace, self.until(|_| false)).await;
+    }
+
+    /// The answers counted so far.
+    pub(crate) fn votes(&self) -> Votes {
+        self.votes
+    }
+
+    /// The answers and their count; the calls still pending are dropped.
+    pub(crate) fn finish(self) -> (Answers<T>, Votes) {
+        (self.answers, self.votes)
+    }
+
+    fn count(&mut self, (i, answer): (usize, Result<T>)) {
+        if let Err(e) = &answer {
+            let operation = self.operation;
+            debug!(account = %self.accounts[i].0, error = %Chain(e), "{operation} failed on one account");
+        }
+        self.votes.add((self.vote)(i, &answer));
+        self.votes.pending -= 1;
+        self.answers[i] = Some(answer);
+    }
+}
+
+/// The error of a call that no majority can answer as wanted, from the
+/// accounts' own errors: a fatal error when a majority failed fatally
+/// (nothing will change by retrying), else the first transient one, else a
+/// transient error that counts the answers.
+pub(crate) fn no_majority<T>(operation: &'static str, answers: Answers<T>, votes: Votes) -> Error {
+    let mut fatal = Vec::new();
+    let mut transient = None;
+    for e in answers.into_iter().flatten().filter_map(Result::err) {
+        if e.is_fatal() {
+            fatal.push(e);
+        } else if e.is_transient() && transient.is_none() {
+            transient = Some(e);
+        }
+    }
+    if fatal.len() >= votes.majority() {
+        return fatal.swap_remove(0);
+    }
+    transient.unwrap_or_else(|| {
+        Error::transport(
+            operation,
+            format!(
+                "no majority of the {} accounts answered ({} as asked, {} refused, {} failed)",
+                votes.n, votes.yes, votes.no, votes.failed
+            ),
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn count(n: usize, yes: usize, no: usize, failed: usize) -> Votes {
+        Votes {
+            n,
+            yes,
+            no,
+            failed,
+            pending: n - yes - no - failed,
+        }
+    }
+
+    #[test]
+    fn majorities() {
+        assert_eq!(
+            [1, 2, 3, 4, 5, 9].map(majority),
+            [1, 2, 2, 3, 3, 5],
+            "more than half"
+        );
+    }
+
+    #[test]
+    fn decided_as_soon_as_the_outcome_is_fixed() {
+        assert!(count(3, 2, 0, 0).won());
+        assert!(!count(3, 1, 0, 1).decided(), "the third account decides");
+        assert!(count(3, 1, 0, 2).hopeless());
+        assert!(!count(3, 1, 0, 2).lost(), "failures are not refusals");
+        assert!(count(3, 0, 2, 0).lost());
+        assert!(count(3, 1, 1, 1).hopeless());
+        assert!(
+            count(3, 0, 0, 2).decided(),
+            "one refusal more could not make it a loss"
+        );
+        assert!(count(3, 0, 1, 2).decided());
+        assert!(
+            !count(5, 0, 1, 2).decided(),
+            "two refusals more would make it a loss"
+        );
+        assert!(!count(5, 2, 1, 1).decided());
+        assert!(count(5, 2, 2, 1).hopeless());
+        assert!(
+            count(4, 1, 2, 0).lost(),
+            "two of four refusing leaves no three"
+        );
+    }
+
+    #[test]
+    fn fatal_only_when_a_majority_failed_fatally() {
+        let forbidden = || Error::invalid("x", "y");
+        let answers: Answers<()> = vec![
+            Some(Err(forbidden())),
+            Some(Err(Error::transport("renew", "down"))),
+            Some(Err(forbidden())),
+        ];
+        assert!(no_majority("renew", answers, count(3, 0, 0, 3)).is_fatal());
+        let answers: Answers<()> = vec![
+            Some(Err(forbidden())),
+            Some(Err(Error::transport("renew", "down"))),
+            Some(Ok(())),
+        ];
+        let e = no_majority("renew", answers, count(3, 1, 0, 2));
+        assert!(e.is_transient(), "one bad account is not the end: {e}");
+        let answers: Answers<()> = vec![Some(Err(forbidden())), Some(Ok(())), None];
+        let e = no_majority("renew", answers, count(3, 1, 1, 1));
+        assert!(matches!(e, Error::Transport { .. }), "{e:?}");
+    }
+}

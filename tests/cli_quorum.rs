@@ -1,0 +1,209 @@
+//! `blob-mutex` on a quorum of accounts (three Azurites): `run` leads on a
+//! majority, `status` shows each account and the majority's view, and the
+//! commands that work on one account refuse several.
+
+mod support;
+
+use std::process::{Output, Stdio};
+use std::time::Duration;
+
+use support::azurite::{self, Azurite};
+use support::wait_for;
+use tokio::process::Command;
+
+const BIN: &str = env!("CARGO_BIN_EXE_blob-mutex");
+
+/// `blob-mutex args`, with no connection string in its environment.
+fn command(args: &[&str]) -> Command {
+    let mut command = Command::new(BIN);
+    command
+        .args(args)
+        .env_remove("AZURE_STORAGE_CONNECTION_STRING")
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .kill_on_drop(true);
+    command
+}
+
+async fn output(args: &[&str]) -> Output {
+    command(args).output().await.expect("run blob-mutex")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// Two accounts as flags and the third in an accounts file.
+struct Quorum {
+    accounts: [Azurite; 3],
+    file: std::path::PathBuf,
+    container: String,
+}
+
+impl Quorum {
+    fn start(name: &str) -> Quorum {
+        let accounts = [Azurite::start(), Azurite::start(), Azurite::start()];
+        let container = azurite::unique_container(name);
+        let file = std::env::temp_dir().join(format!("blob-mutex-{container}.accounts"));
+        let lines = format!(
+            "# the third account\n\n{}\n",
+            accounts[2].connection_string()
+        );
+        std::fs::write(&file, lines).expect("write the accounts file");
+        Quorum {
+            accounts,
+            file,
+            container,
+        }
+    }
+
+    /// `blob-mutex <subcommand>` on the quorum's blob, with `extra` flags.
+    fn args(&self, subcommand: &str, extra: &[&str]) -> Vec<String> {
+        let mut args: Vec<String> = vec![subcommand.to_owned()];
+        for account in &self.accounts[..2] {
+            args.push("--connection-string".to_owned());
+            args.push(account.connection_string());
+        }
+        args.extend([
+            "--accounts-file".to_owned(),
+            self.file.display().to_string(),
+        ]);
+        args.extend(["--container", &self.container, "--blob", "lock"].map(str::to_owned));
+        args.extend(extra.iter().map(|s| (*s).to_owned()));
+        args
+    }
+}
+
+impl Drop for Quorum {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.file);
+    }
+}
+
+fn refs(args: &[String]) -> Vec<&str> {
+    args.iter().map(String::as_str).collect()
+}
+
+#[tokio::test]
+async fn run_leads_on_a_quorum_and_status_shows_each_account() {
+    let quorum = Quorum::start("cli-quorum");
+    let once = quorum.args(
+        "run",
+        &[
+            "--wait",
+            "20s",
+            "--",
+            "sh",
+            "-c",
+            r#"echo "epoch=$BLOB_MUTEX_EPOCH account=${AZURE_STORAGE_CONNECTION_STRING:-none}""#,
+        ],
+    );
+    let first = output(&refs(&once)).await;
+    assert_eq!(first.status.code(), Some(0), "{}", text(&first.stderr));
+    assert_eq!(
+        text(&first.stdout).trim(),
+        "epoch=1 account=none",
+        "the command runs as leader, with no account passed on"
+    );
+
+    let long = quorum.args("run", &["--holder", "quorum-holder", "--", "sleep", "60"]);
+    let _leader = command(&refs(&long)).spawn().expect("start run");
+    let status = quorum.args("status", &[]);
+    let table = wait_for(
+        "status to find the lease held",
+        Duration::from_secs(20),
+        || {
+            let args = status.clone();
+            async move {
+                let out = output(&refs(&args)).await;
+                let table = text(&out.stdout);
+                // The first run's lease may still be held (its release is best
+                // effort): wait for the second run's.
+                (out.status.code() == Some(0) && table.contains("holder       quorum-holder"))
+                    .then_some(table)
+            }
+        },
+    )
+    .await;
+    let lines: Vec<&str> = table.lines().collect();
+    for (line, account) in lines.iter().zip(&quorum.accounts) {
+        assert!(
+            line.starts_with("account ") && line.contains(&account.endpoint),
+            "{table}"
+        );
+    }
+    // A majority at least carries the term (an account that answered late
+    // joins it at the next renewal).
+    let carrying = lines[..3]
+        .iter()
+        .filter(|line| line.contains("leased holder quorum-holder epoch 2"))
+        .count();
+    assert!(carrying >= 2, "{table}");
+    assert_eq!(lines[3], "majority of 3 accounts:", "{table}");
+    assert!(table.contains("leased (fixed)"), "{table}");
+
+    let json = output(&refs(&quorum.args("status", &["--json"]))).await;
+    let json = text(&json.stdout);
+    assert!(json.contains(r#""leased":true"#), "{json}");
+    assert_eq!(json.matches(r#""account":"#).count(), 3, "{json}");
+    assert!(
+        json.contains(r#""holder":"quorum-holder","epoch":2"#),
+        "{json}"
+    );
+    assert!(!json.contains(azurite::DEV_KEY) && !table.contains(azurite::DEV_KEY));
+}
+
+#[tokio::test]
+async fn commands_on_one_account_refuse_a_quorum_with_code_2_and_partitions_lists_it() {
+    let quorum = Quorum::start("cli-quorum-refused");
+    let out = output(&refs(&quorum.args("break", &[]))).await;
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("works on one storage account, not a quorum of 3"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains(azurite::DEV_KEY));
+
+    // `partitions` lists a set on the quorum: an empty one here.
+    let mut args = quorum.args("partitions", &["--json"]);
+    let at = args.iter().position(|a| a == "--blob").unwrap();
+    args[at] = "--set".to_owned();
+    let out = output(&refs(&args)).await;
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains(r#""exists":false"#),
+        "{}",
+        text(&out.stdout)
+    );
+    let state: Vec<String> = [
+        "state",
+        "get",
+        "--connection-string",
+        &quorum.accounts[0].connection_string(),
+        "--connection-string",
+        &quorum.accounts[1].connection_string(),
+        "--container",
+        &quorum.container,
+        "--blob",
+        "lock",
+    ]
+    .map(str::to_owned)
+    .to_vec();
+    let out = output(&refs(&state)).await;
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("not a quorum of 2"));
+
+    let missing = output(&[
+        "status",
+        "--accounts-file",
+        "/nonexistent/accounts",
+        "--container",
+        &quorum.container,
+        "--blob",
+        "lock",
+    ])
+    .await;
+    assert_eq!(missing.status.code(), Some(2));
+    assert!(text(&missing.stderr).contains("cannot read --accounts-file /nonexistent/accounts"));
+}

@@ -1,0 +1,223 @@
+//! Leadership on a quorum of three accounts (three Azurites, each behind a
+//! fault proxy), with worker processes: one account down changes nothing;
+//! two down stop the leader before its deadline and nobody leads until one
+//! comes back; an asymmetric partition never makes two leaders.
+
+// Times here are instants of one monotonic record, subtracted in the order
+// they happened; an underflow would be a test failure anyway.
+#![allow(clippy::unchecked_time_subtraction)]
+
+mod support;
+
+use std::time::Duration;
+
+use blob_mutex::{BlobLeaseManager, LeaseState};
+use support::azurite::{self, Azurite};
+use support::proxy::Proxy;
+use support::workers::{Cluster, Spec};
+
+const LEASE: Duration = Duration::from_secs(15);
+/// The default safety margin (1 s, scaled for clock drift), as in the
+/// single-account fault tests.
+const MARGIN: Duration = Duration::from_millis(1150);
+/// Longer than a lease: a lease held on an account that goes away expires.
+const OUTAGE: Duration = Duration::from_secs(17);
+const WORKERS: usize = 3;
+const OPTIONS: &[&str] = &["--acquire-retry-ms", "500"];
+
+fn three() -> [Azurite; 3] {
+    [Azurite::start(), Azurite::start(), Azurite::start()]
+}
+
+/// Starts `WORKERS` quorum workers; worker `i` reaches account `k` through
+/// `proxy(i, k)`.
+fn spawn(cluster: &mut Cluster, container: &str, proxy: impl Fn(usize, usize) -> String) {
+    for i in 0..WORKERS {
+        let strings: Vec<String> = (0..3).map(|k| proxy(i, k)).collect();
+        cluster.spawn(Spec::quorum_worker(
+            &format!("w{i}"),
+            &strings,
+            container,
+            "quorum",
+            OPTIONS,
+        ));
+    }
+}
+
+/// Waits until the leader's first renewal has passed (it leases again any
+/// account another candidate held when it won) and every account is leased.
+async fn settled(accounts: &[Azurite], container: &str) {
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    for account in accounts {
+        support::wait_for("every account leased", LEASE, || async {
+            (state_on(account, container).await == Some(LeaseState::Leased)).then_some(())
+        })
+        .await;
+    }
+}
+
+/// The lease state on one account, read straight from its Azurite.
+async fn state_on(account: &Azurite, container: &str) -> Option<LeaseState> {
+    let manager = BlobLeaseManager::new(&account.settings(container, "quorum")).unwrap();
+    manager.inspect().await.unwrap().map(|info| info.state)
+}
+
+#[tokio::test]
+async fn one_account_down_changes_nothing_for_the_leader() {
+    let mut accounts = three();
+    let proxies: Vec<Proxy> = accounts.iter().map(|a| Proxy::start(a.port)).collect();
+    let container = azurite::unique_container("quorum-one");
+    let mut cluster = Cluster::new();
+    spawn(&mut cluster, &container, |_, k| {
+        proxies[k].connection_string()
+    });
+    let (leader, epoch, _) = cluster.wait_first_leader().await;
+    settled(&accounts, &container).await;
+
+    // Account 0 blackholed, longer than a lease; then back.
+    proxies[0].partition();
+    tokio::time::sleep(OUTAGE).await;
+    proxies[0].heal();
+    support::wait_for("account 0 leased again", LEASE, || async {
+        (state_on(&accounts[0], &container).await == Some(LeaseState::Leased)).then_some(())
+    })
+    .await;
+    // Account 2 stopped (an in-memory Azurite: it comes back empty).
+    accounts[2].stop();
+    tokio::time::sleep(OUTAGE).await;
+    accounts[2].restart();
+    support::wait_for("account 2 leased again", LEASE, || async {
+        (state_on(&accounts[2], &container).await == Some(LeaseState::Leased)).then_some(())
+    })
+    .await;
+
+    let history = cluster.history();
+    let record = cluster.dump();
+    history.assert_safe(&record);
+    assert_eq!(
+        history.intervals.len(),
+        1,
+        "one term, no gap\n{}",
+        cluster.dump_all()
+    );
+    let term = &history.intervals[0];
+    assert_eq!(
+        (term.worker, term.epoch, term.end),
+        (leader, epoch, None),
+        "the first leader still leads with its epoch\n{record}"
+    );
+    println!(
+        "one account down twice (blackholed, then stopped, {}s each): one term, epoch {epoch}",
+        OUTAGE.as_secs()
+    );
+}
+
+#[tokio::test]
+async fn two_accounts_down_stop_the_leader_and_nobody_leads_until_one_is_back() {
+    let accounts = three();
+    let proxies: Vec<Proxy> = accounts.iter().map(|a| Proxy::start(a.port)).collect();
+    let container = azurite::unique_container("quorum-two");
+    let mut cluster = Cluster::new();
+    spawn(&mut cluster, &container, |_, k| {
+        proxies[k].connection_string()
+    });
+    let (leader, epoch, _) = cluster.wait_first_leader().await;
+    settled(&accounts, &container).await;
+
+    proxies[0].partition();
+    proxies[1].partition();
+    let down_at = cluster.now();
+    // Every renewal reached account 0 until now: the last successful one was
+    // sent before the last request forwarded there, so the leader's deadline
+    // comes at the latest a lease after it, less the margin.
+    let last_forwarded = proxies[0]
+        .last_lease_request_forwarded()
+        .expect("lease requests reached account 0");
+    let deadline = cluster.at(last_forwarded) + LEASE - MARGIN;
+    let (reason, stopped_at) = cluster
+        .wait_stopped(leader, down_at, LEASE + Duration::from_secs(5))
+        .await;
+    assert_eq!(reason, "deadline", "{}", cluster.dump());
+    assert!(
+        stopped_at <= deadline,
+        "stopped at {stopped_at:?}, after the deadline {deadline:?}\n{}",
+        cluster.dump()
+    );
+    // Nobody leads on one account, for longer than a lease.
+    tokio::time::sleep(LEASE + Duration::from_secs(2)).await;
+    let up_at = cluster.now();
+    let leading = cluster.leading_between(down_at, up_at);
+    assert!(leading.is_empty(), "led on a minority: {leading:?}");
+
+    proxies[1].heal();
+    // A follower backs off up to 5 s after failed attempts, and an attempt
+    // may take a request timeout (3 s); slack for a loaded machine.
+    let (_, next_epoch, next_at) = cluster
+        .wait_leading_after(up_at, Duration::from_secs(15))
+        .await;
+    assert!(next_epoch > epoch, "{next_epoch} after {epoch}");
+    let history = cluster.history();
+    history.assert_safe(&cluster.dump());
+    println!(
+        "two accounts down: leader stopped {:.3}s after the outage ({:.3}s before its deadline bound); \
+         next leader {:.3}s after one account was back; {}",
+        (stopped_at - down_at).as_secs_f64(),
+        (deadline - stopped_at).as_secs_f64(),
+        (next_at - up_at).as_secs_f64(),
+        history.summary()
+    );
+}
+
+#[tokio::test]
+async fn an_asymmetric_partition_never_makes_two_leaders() {
+    let accounts = three();
+    // Each worker reaches each account through a proxy of its own.
+    let proxies: Vec<Vec<Proxy>> = (0..WORKERS)
+        .map(|_| accounts.iter().map(|a| Proxy::start(a.port)).collect())
+        .collect();
+    let container = azurite::unique_container("quorum-asym");
+    let mut cluster = Cluster::new();
+    spawn(&mut cluster, &container, |i, k| {
+        proxies[i][k].connection_string()
+    });
+    let (leader, epoch, _) = cluster.wait_first_leader().await;
+    let follower = (leader + 1) % WORKERS;
+    settled(&accounts, &container).await;
+
+    // The leader reaches accounts 0 and 1; a follower only account 2.
+    proxies[leader][2].partition();
+    proxies[follower][0].partition();
+    proxies[follower][1].partition();
+    let phase_one = cluster.now();
+    tokio::time::sleep(OUTAGE + Duration::from_secs(3)).await;
+    let leading = cluster.leading_between(phase_one, cluster.now());
+    assert!(leading.is_empty(), "{leading:?}\n{}", cluster.dump());
+    assert_eq!(cluster.leaders(), [leader], "{}", cluster.dump());
+
+    // Turned around: the leader reaches only account 2, the follower all.
+    for proxy in proxies.iter().flatten() {
+        proxy.heal();
+    }
+    proxies[leader][0].partition();
+    proxies[leader][1].partition();
+    let phase_two = cluster.now();
+    let (reason, stopped_at) = cluster
+        .wait_stopped(leader, phase_two, LEASE + Duration::from_secs(5))
+        .await;
+    assert_eq!(reason, "deadline", "{}", cluster.dump());
+    let (next, next_epoch, next_at) = cluster
+        .wait_leading_after(phase_two, LEASE + Duration::from_secs(15))
+        .await;
+    assert_ne!(next, leader);
+    assert!(next_epoch > epoch);
+    let history = cluster.history();
+    history.assert_safe(&cluster.dump());
+    println!(
+        "asymmetric partition: one term through phase one; the cut-off leader stopped {:.3}s after, \
+         the next led {:.3}s after ({:.3}s after the stop); {}",
+        (stopped_at - phase_two).as_secs_f64(),
+        (next_at - phase_two).as_secs_f64(),
+        (next_at - stopped_at).as_secs_f64(),
+        history.summary()
+    );
+}
