@@ -424,9 +424,14 @@ impl<S: LeaseStore> Engine<'_, S> {
         if Instant::now() >= term.deadline.get() && stop != StopReason::LeaseLost {
             return (StopReason::Deadline, failure);
         }
-        // A task that returned because the caller's cancellation reached it
-        // first was shut down.
-        if stop == StopReason::Finished && token.is_cancelled() {
+        // A task that returned, failed or panicked because the caller's
+        // cancellation reached it first (the term's token is a child of the
+        // caller's) was shut down; its failure is still reported.
+        let ended_by_itself = matches!(
+            stop,
+            StopReason::Finished | StopReason::Failed | StopReason::Panicked
+        );
+        if ended_by_itself && token.is_cancelled() {
             return (StopReason::Shutdown, failure);
         }
         (stop, failure)
