@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use support::azurite;
 use support::chaos::{env_u64, seed, Rng};
 use support::proxy::{Direction, Injected, Mode, Proxy};
-use support::workers::{Cluster, Spec, What};
+use support::workers::{Cluster, Spec};
 
 const WORKERS: usize = 5;
 const LEASE: Duration = Duration::from_secs(15);
@@ -146,19 +146,7 @@ async fn chaos_soak_keeps_one_leader_at_a_time() {
         long.is_empty(),
         "gaps longer than {bound:?}: {long:?}\n{record}"
     );
-    let panics: usize = (0..cluster.len())
-        .map(|w| cluster.log_lines(w, "panicked").len())
-        .sum();
-    assert_eq!(panics, 0, "a worker panicked\n{}", cluster.dump_all());
-    let unexpected_exits: Vec<_> = cluster
-        .events()
-        .into_iter()
-        .filter(|e| matches!(e.what, What::Exited { code: Some(code) } if code != 0))
-        .collect();
-    assert!(
-        unexpected_exits.is_empty(),
-        "{unexpected_exits:?}\n{record}"
-    );
+    cluster.assert_no_panics_or_failed_exits(&record);
     assert!(
         history.transitions() >= 3,
         "too few transitions to mean anything\n{record}"

@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 use support::azurite::{self, Azurite};
 use support::chaos::{env_u64, seed, Rng};
 use support::proxy::{Direction, Injected, Mode, Proxy};
-use support::workers::{Cluster, Spec, What};
+use support::workers::{Cluster, Spec};
 
 const WORKERS: usize = 4;
 const ACCOUNTS: usize = 3;
@@ -159,19 +159,7 @@ async fn quorum_chaos_keeps_one_leader_at_a_time() {
         long.is_empty(),
         "gaps longer than {bound:?} with a majority up: {long:?}\n{record}"
     );
-    let panics: usize = (0..cluster.len())
-        .map(|w| cluster.log_lines(w, "panicked").len())
-        .sum();
-    assert_eq!(panics, 0, "a worker panicked\n{}", cluster.dump_all());
-    let unexpected_exits: Vec<_> = cluster
-        .events()
-        .into_iter()
-        .filter(|e| matches!(e.what, What::Exited { code: Some(code) } if code != 0))
-        .collect();
-    assert!(
-        unexpected_exits.is_empty(),
-        "{unexpected_exits:?}\n{record}"
-    );
+    cluster.assert_no_panics_or_failed_exits(&record);
     assert!(
         history.transitions() >= 2,
         "too few transitions to mean anything\n{record}"

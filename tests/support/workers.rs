@@ -497,6 +497,21 @@ impl Cluster {
         self.format(logs)
     }
 
+    /// Panics when a worker panicked, or exited with a code other than 0
+    /// (a kill by signal has no code); `record` goes into the message.
+    pub fn assert_no_panics_or_failed_exits(&self, record: &str) {
+        let panics: usize = (0..self.len())
+            .map(|w| self.log_lines(w, "panicked").len())
+            .sum();
+        assert_eq!(panics, 0, "a worker panicked\n{}", self.dump_all());
+        let failed: Vec<_> = self
+            .events()
+            .into_iter()
+            .filter(|e| matches!(e.what, What::Exited { code: Some(code) } if code != 0))
+            .collect();
+        assert!(failed.is_empty(), "{failed:?}\n{record}");
+    }
+
     /// The record with every log line.
     pub fn dump_all(&self) -> String {
         self.format(true)
