@@ -132,6 +132,23 @@ struct Stalling {
 }
 
 impl Stalling {
+    /// One stalling handle on each account: the first `silent` accounts
+    /// stall while `switch` is set, the others never do.
+    fn over(accounts: &[MemoryLeaseStore], silent: usize, switch: &Arc<AtomicBool>) -> Vec<Self> {
+        accounts
+            .iter()
+            .enumerate()
+            .map(|(i, inner)| Stalling {
+                inner: inner.clone(),
+                stalled: if i < silent {
+                    switch.clone()
+                } else {
+                    Arc::default()
+                },
+            })
+            .collect()
+    }
+
     fn gate<T: Send>(
         &self,
         call: impl Future<Output = Result<T>> + Send,
@@ -179,18 +196,7 @@ impl LeaseStore for Stalling {
 async fn calls_do_not_wait_for_an_account_that_never_answers() {
     let accounts = accounts(3);
     let stalled = Arc::new(AtomicBool::new(false));
-    let stores = accounts
-        .iter()
-        .enumerate()
-        .map(|(i, inner)| Stalling {
-            inner: inner.clone(),
-            stalled: if i == 0 {
-                stalled.clone()
-            } else {
-                Arc::default()
-            },
-        })
-        .collect();
+    let stores = Stalling::over(&accounts, 1, &stalled);
     let store = QuorumLeaseStore::new(stores).unwrap();
     let id = LeaseId::new();
     store.acquire(id, D).await.unwrap();
@@ -218,18 +224,7 @@ async fn calls_do_not_wait_for_an_account_that_never_answers() {
 async fn an_acquire_left_open_by_a_silent_account_gives_back_what_it_was_granted() {
     let accounts = accounts(3);
     let stalled = Arc::new(AtomicBool::new(true));
-    let stores = accounts
-        .iter()
-        .enumerate()
-        .map(|(i, inner)| Stalling {
-            inner: inner.clone(),
-            stalled: if i == 0 {
-                stalled.clone()
-            } else {
-                Arc::default()
-            },
-        })
-        .collect();
+    let stores = Stalling::over(&accounts, 1, &stalled);
     let store = QuorumLeaseStore::new(stores).unwrap();
     // Another candidate holds one account: one grant, one refusal, one silent.
     accounts[1].acquire(LeaseId::new(), D).await.unwrap();
@@ -254,18 +249,7 @@ async fn an_acquire_left_open_by_a_silent_account_gives_back_what_it_was_granted
 async fn an_acquire_that_no_majority_answers_gives_up_at_half_the_request_timeout() {
     let accounts = accounts(3);
     let stalled = Arc::new(AtomicBool::new(true));
-    let stores = accounts
-        .iter()
-        .enumerate()
-        .map(|(i, inner)| Stalling {
-            inner: inner.clone(),
-            stalled: if i < 2 {
-                stalled.clone()
-            } else {
-                Arc::default()
-            },
-        })
-        .collect();
+    let stores = Stalling::over(&accounts, 2, &stalled);
     let store = QuorumLeaseStore::new(stores).unwrap();
     let start = Instant::now();
     let result = store.acquire(LeaseId::new(), D).await;
@@ -491,20 +475,7 @@ async fn two_accounts_down_stop_the_leader_before_its_majority_expires() {
 async fn followers_waiting_on_a_silent_account_do_not_take_the_leaders_term() {
     let accounts = accounts(3);
     let silent = Arc::new(AtomicBool::new(false));
-    let stores = || -> Vec<Stalling> {
-        accounts
-            .iter()
-            .enumerate()
-            .map(|(i, inner)| Stalling {
-                inner: inner.clone(),
-                stalled: if i == 0 {
-                    silent.clone()
-                } else {
-                    Arc::default()
-                },
-            })
-            .collect()
-    };
+    let stores = || Stalling::over(&accounts, 1, &silent);
     let terms = Terms::default();
     let token = CancellationToken::new();
     let mut runs = Vec::new();
