@@ -22,11 +22,10 @@
 //!   kept-alive connections. Claims of one cycle are paced 5 ms apart (at
 //!   most 200 acquires a second), at most 16 of them in flight at once (so
 //!   that slow storage makes claims wait instead of piling up requests in
-//!   front of the renewals), and each
-//!   partition term renews the first time at a random point of the second
-//!   half of the renew interval, so that renewals are spread, not sent in
-//!   bursts. Requests per hour for
-//!   one instance owning `k` of `M` partitions, with defaults (a 30 s lease
+//!   front of the renewals), and each partition term renews the first time
+//!   at a random point of the second half of the renew interval, so that
+//!   renewals are spread, not sent in bursts. Requests per hour for one
+//!   instance owning `k` of `M` partitions, with defaults (a 30 s lease
 //!   renewed every 10 s, a 5 s cycle): `3600/10` renewals of each owned
 //!   partition and of the member blob (`360 × (k + 1)`), plus one List
 //!   Blobs call per cycle (`720`), plus the acquire, stamp (two requests)
