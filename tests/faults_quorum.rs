@@ -44,10 +44,32 @@ fn spawn(cluster: &mut Cluster, container: &str, proxy: impl Fn(usize, usize) ->
     }
 }
 
-/// Waits until the leader's first renewal has passed (it leases again any
-/// account another candidate held when it won) and every account is leased.
-async fn settled(accounts: &[Azurite], container: &str) {
-    tokio::time::sleep(Duration::from_secs(6)).await;
+/// Waits until the leader's first renewal round has reached every account
+/// through the leader's proxies (a renew, or an acquire under the same id
+/// for an account another candidate held when it won), and every account
+/// is leased.
+async fn settled(leader_proxies: &[Proxy], accounts: &[Azurite], container: &str) {
+    let (lease, first) = support::wait_for("the leader's first renewal", LEASE, || async {
+        leader_proxies.iter().find_map(|proxy| {
+            proxy
+                .log()
+                .into_iter()
+                .find(|r| r.is("renew") && r.forwarded_at.is_some())
+                .and_then(|r| Some((r.lease_id?, r.forwarded_at?)))
+        })
+    })
+    .await;
+    // The round's requests go out together, a renew interval after the
+    // acquires that won the term.
+    let round = first - Duration::from_secs(1);
+    for proxy in leader_proxies {
+        support::wait_for(
+            "the first renewal round on every account",
+            LEASE,
+            || async { (proxy.last_forwarded_for(&lease)? >= round).then_some(()) },
+        )
+        .await;
+    }
     for account in accounts {
         support::wait_for("every account leased", LEASE, || async {
             (state_on(account, container).await == Some(LeaseState::Leased)).then_some(())
@@ -72,7 +94,7 @@ async fn one_account_down_changes_nothing_for_the_leader() {
         proxies[k].connection_string()
     });
     let (leader, epoch, _) = cluster.wait_first_leader().await;
-    settled(&accounts, &container).await;
+    settled(&proxies, &accounts, &container).await;
 
     // Account 0 blackholed, longer than a lease; then back.
     proxies[0].partition();
@@ -122,7 +144,7 @@ async fn two_accounts_down_stop_the_leader_and_nobody_leads_until_one_is_back() 
         proxies[k].connection_string()
     });
     let (leader, epoch, _) = cluster.wait_first_leader().await;
-    settled(&accounts, &container).await;
+    settled(&proxies, &accounts, &container).await;
 
     proxies[0].partition();
     proxies[1].partition();
@@ -182,7 +204,7 @@ async fn an_asymmetric_partition_never_makes_two_leaders() {
     });
     let (leader, epoch, _) = cluster.wait_first_leader().await;
     let follower = (leader + 1) % WORKERS;
-    settled(&accounts, &container).await;
+    settled(&proxies[leader], &accounts, &container).await;
 
     // The leader reaches accounts 0 and 1; a follower only account 2.
     proxies[leader][2].partition();
