@@ -234,6 +234,9 @@ async fn spawn(
 
 /// One cell: N instances from cold, the steady window, then a join, a
 /// graceful leave of the newcomer and a crash of the first instance.
+// Long: the cell's phases (cold start, steady window, join, leave, crash)
+// in sequence, each a wait on the owners' lines; kept together so that
+// the order of the phases reads top to bottom.
 async fn cell(config: &Config, azurite: &Azurite, n: usize, m: usize) -> Result<Cell> {
     let began = Instant::now();
     let count = m.to_string();

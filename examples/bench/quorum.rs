@@ -274,6 +274,8 @@ fn simulations(config: &Config) -> Vec<(Outages, Simulated, Simulated)> {
         .collect()
 }
 
+// Long: the section's table rows and JSON fields, written one after the
+// other; nothing in it branches.
 fn write(
     report: &mut Report,
     measured: &[Measured],
