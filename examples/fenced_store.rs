@@ -78,9 +78,14 @@ async fn lead(ctx: LeaderContext, store: Arc<FencedStore>) -> anyhow::Result<()>
         });
     }
     for n in 1.. {
+        // Never start a write once the term may be over (after a freeze, say).
+        if !ctx.is_current() {
+            break;
+        }
         // A refused write means a newer leader exists: stop at once.
         store.write(epoch, &format!("{me}: write {n}"))?;
         tokio::select! {
+            biased;
             _ = ctx.cancelled() => break,
             () = tokio::time::sleep(Duration::from_millis(300)) => {}
         }

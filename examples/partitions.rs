@@ -34,8 +34,14 @@ async fn work(ctx: PartitionContext) -> anyhow::Result<()> {
     );
     loop {
         tokio::select! {
+            // The stop wins over the timer after a freeze, and no unit of
+            // work starts once the term may be over.
+            biased;
             _ = ctx.cancelled() => return Ok(()),
             () = tokio::time::sleep(Duration::from_secs(1)) => {
+                if !ctx.is_current() {
+                    return Ok(());
+                }
                 tracing::info!(%partition, epoch, "wrote a unit of work");
             }
         }

@@ -39,6 +39,7 @@ async fn lead(ctx: LeaderContext, jobs: Jobs, done: Arc<AtomicU64>) -> anyhow::R
     let mut jobs = jobs.lock().await;
     loop {
         tokio::select! {
+            biased;
             _ = ctx.cancelled() => return Ok(()),
             Some(job) = jobs.recv() => {
                 // A sub-task of the term: stopped before the lease is released.
@@ -51,10 +52,14 @@ async fn lead(ctx: LeaderContext, jobs: Jobs, done: Arc<AtomicU64>) -> anyhow::R
 /// One job: takes a while, then records that it was done, with the epoch.
 async fn run_job(ctx: LeaderContext, job: u64, done: Arc<AtomicU64>) -> anyhow::Result<()> {
     tokio::select! {
+        biased;
         _ = ctx.cancelled() => println!("job {job} stopped: the term ended"),
         () = tokio::time::sleep(Duration::from_millis(300)) => {
-            done.fetch_add(1, Ordering::Relaxed);
-            println!("job {job} done under epoch {}", ctx.epoch());
+            // The work is recorded only while the term may still act.
+            if ctx.is_current() {
+                done.fetch_add(1, Ordering::Relaxed);
+                println!("job {job} done under epoch {}", ctx.epoch());
+            }
         }
     }
     Ok(())

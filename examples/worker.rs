@@ -29,8 +29,15 @@ async fn lead(ctx: LeaderContext) -> anyhow::Result<()> {
     let mut unit = 0u64;
     loop {
         tokio::select! {
+            // A process that wakes up from a freeze finds both branches
+            // ready: `biased` makes the stop win, and `is_current` says
+            // whether the term may still act before each unit of work.
+            biased;
             _ = ctx.cancelled() => return Ok(()),
             () = tokio::time::sleep(Duration::from_secs(1)) => {
+                if !ctx.is_current() {
+                    return Ok(());
+                }
                 unit += 1;
                 // Send the epoch with every write, and have the store refuse an
                 // epoch lower than the highest it has seen: examples/fenced_store.rs.

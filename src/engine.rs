@@ -9,7 +9,7 @@ use std::pin::{pin, Pin};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use tokio::sync::{broadcast, watch, Notify};
+use tokio::sync::{watch, Notify};
 use tokio::task::{JoinError, JoinHandle};
 use tokio::time::{sleep, sleep_until, Instant};
 use tokio_util::sync::CancellationToken;
@@ -20,11 +20,15 @@ use crate::bounded::bounded;
 use crate::error::{BoxError, Chain, Error, Result};
 use crate::fail_stop::{self, FailStop};
 use crate::leadership::{Heartbeat, LeaderContext, Leadership, StopReason, TaskStop, TermReport};
+use crate::lingering::Lingering;
 use crate::metrics::{Attempt, Metrics};
 use crate::options::{MutexOptions, ABORT_WAIT, FAIL_STOP_SLACK, STOP_SLACK};
 use crate::state::Fenced;
 use crate::store::{Acquire, LeaseId, LeaseStore};
 use crate::term_tasks::{Ended, TermTasks};
+
+pub(crate) use report::Observer;
+use report::{Reporter, TermGuard};
 
 /// The first and the longest wait between renew attempts that failed.
 const RENEW_RETRY_FIRST: Duration = Duration::from_millis(200);
@@ -32,6 +36,13 @@ const RENEW_RETRY_MAX: Duration = Duration::from_secs(2);
 /// The longest wait between acquire attempts that failed (before jitter),
 /// unless `acquire_retry` is longer.
 const ACQUIRE_BACKOFF_MAX: Duration = Duration::from_secs(5);
+/// How long the tasks of a term whose lease was definitively lost (broken,
+/// changed, taken) have to return after their token is cancelled before
+/// they are aborted, instead of the whole `stop_grace`: another holder may
+/// lead already. Long enough for a task that checks its token to return by
+/// itself (its report then says `returned`), short against the renew
+/// interval that bounds how late the loss is seen.
+pub(crate) const LOST_GRACE: Duration = Duration::from_millis(100);
 
 type TaskFuture = Pin<Box<dyn Future<Output = Result<(), BoxError>> + Send>>;
 pub(crate) type TaskFn = dyn Fn(LeaderContext) -> TaskFuture + Send + Sync;
@@ -91,6 +102,8 @@ enum RenewEnd {
 
 /// What a term needs once its tasks run.
 struct Running<'t> {
+    /// Reports the end of the term, from `Drop` if nothing else did.
+    guard: TermGuard<'t>,
     epoch: u64,
     lease: LeaseId,
     deadline: Arc<Deadline>,
@@ -109,8 +122,12 @@ pub(crate) struct Engine<'a, S> {
     pub(crate) holder: Arc<str>,
     pub(crate) task: Arc<TaskFn>,
     pub(crate) state: &'a watch::Sender<Leadership>,
-    pub(crate) reports: &'a broadcast::Sender<TermReport>,
+    /// Told of each term's start and end (see [`Observer`]).
+    pub(crate) observer: &'a dyn Observer,
     pub(crate) metrics: &'a Metrics,
+    /// Tasks of earlier terms that may still run: no campaign starts while
+    /// one does.
+    pub(crate) lingering: &'a Lingering,
 }
 
 impl<S: LeaseStore> Engine<'_, S> {
@@ -138,6 +155,7 @@ impl<S: LeaseStore> Engine<'_, S> {
     /// A failed acquire attempt, a fatal error of the term, or
     /// [`Error::TaskNotStopped`].
     pub(crate) async fn lead_once(&self, token: &CancellationToken) -> Result<bool> {
+        self.lingering.settle(ABORT_WAIT).await?;
         let mut jitter = Jitter::new(self.options.jitter_seed, self.options.acquire_jitter);
         // A partition's term never advertises nor hands over.
         let acquired = match self
@@ -167,6 +185,10 @@ impl<S: LeaseStore> Engine<'_, S> {
     }
 
     async fn campaign(&self, token: &CancellationToken, jitter: &mut Jitter) -> Result<()> {
+        // Aborted tasks of a term whose campaign was dropped end at their
+        // next await; one that blocks its thread keeps this mutex from
+        // leading again in this process.
+        self.lingering.settle(ABORT_WAIT).await?;
         let mut give_up_at = self.options.acquire_timeout.map(|t| Instant::now() + t);
         loop {
             let Some((lease, deadline)) = self.acquire(token, jitter, give_up_at).await? else {
@@ -317,12 +339,20 @@ impl<S: LeaseStore> Engine<'_, S> {
             let deadline = deadline.clone();
             FailStop::arm(move || deadline.get().into_std(), tasks.done_check(), epoch)
         });
-        self.state.send_replace(Leadership::Leader { epoch });
-        self.metrics.term_started();
-        debug!(holder = %self.holder, epoch, "became leader");
+        let reporter = self.reporter();
+        reporter.started(epoch);
+        let guard = TermGuard {
+            reporter,
+            epoch,
+            deadline: deadline.clone(),
+            reason: reason.clone(),
+            tasks: &tasks,
+            armed: true,
+        };
         let leader = tasks.spawn_leader((self.task)(context));
         let renewed = deadline.clone();
         let mut term = Running {
+            guard,
             epoch,
             lease,
             deadline,
@@ -460,7 +490,7 @@ impl<S: LeaseStore> Engine<'_, S> {
             tasks: stopped,
             failure,
         };
-        self.report(&report);
+        term.guard.report(&report);
         if stopped == TaskStop::Stuck {
             if self.options.fail_stop {
                 fail_stop::exit(epoch, "the leader task could not be aborted");
@@ -510,10 +540,15 @@ impl<S: LeaseStore> Engine<'_, S> {
         );
         let mut lease_held = stop != StopReason::LeaseLost;
         let epoch = term.epoch;
-        let grace_end = Instant::now() + self.options.stop_grace;
+        let grace = if stop == StopReason::LeaseLost {
+            self.options.stop_grace.min(LOST_GRACE)
+        } else {
+            self.options.stop_grace
+        };
+        let mut grace_end = Instant::now() + grace;
         // The abort lands before the deadline, whatever the reason, and with
         // time left for the abort to take effect and for fail-stop.
-        let abort_at = |deadline: &Deadline| {
+        let abort_at = |grace_end: Instant, deadline: &Deadline| {
             let latest = deadline.get().checked_sub(STOP_SLACK).unwrap_or(grace_end);
             grace_end.min(latest)
         };
@@ -536,10 +571,11 @@ impl<S: LeaseStore> Engine<'_, S> {
                     if let RenewEnd::Lost(e) = end {
                         warn!(holder = %self.holder, epoch, error = %Chain(&e), "lease lost while the leader task stops");
                         lease_held = false;
+                        grace_end = grace_end.min(Instant::now() + LOST_GRACE);
                     }
                 }
-                () = sleep_until(abort_at(&term.deadline)) => {
-                    if Instant::now() < abort_at(&term.deadline) {
+                () = sleep_until(abort_at(grace_end, &term.deadline)) => {
+                    if Instant::now() < abort_at(grace_end, &term.deadline) {
                         continue; // a renewal moved the deadline
                     }
                     term.tasks.abort_all();
@@ -558,29 +594,16 @@ impl<S: LeaseStore> Engine<'_, S> {
         (stopped, lease_held)
     }
 
-    /// Says how a term ended: a `tracing` event, the state channel and the
-    /// term reports.
-    fn report(&self, report: &TermReport) {
-        let (epoch, reason, tasks) = (report.epoch, report.reason, report.tasks);
-        let failure = report.failure.as_deref().unwrap_or("");
-        match tasks {
-            TaskStop::Stuck => {
-                error!(holder = %self.holder, epoch, %reason, "leader task could not be stopped; the lease is left to expire");
-            }
-            TaskStop::Aborted => {
-                error!(holder = %self.holder, epoch, %reason, grace = ?self.options.stop_grace, "leader task had not stopped when its grace or the deadline came, and was aborted");
-            }
-            TaskStop::Returned => {}
+    /// What reports the end of this engine's terms.
+    fn reporter(&self) -> Reporter<'_> {
+        Reporter {
+            holder: &self.holder,
+            state: self.state,
+            observer: self.observer,
+            metrics: self.metrics,
+            lingering: self.lingering,
+            stop_grace: self.options.stop_grace,
         }
-        if matches!(reason, StopReason::Shutdown | StopReason::Finished) && failure.is_empty() {
-            debug!(holder = %self.holder, epoch, %reason, %tasks, "term ended");
-        } else {
-            warn!(holder = %self.holder, epoch, %reason, %tasks, failure, "term ended");
-        }
-        self.metrics.term_ended(report);
-        self.state.send_replace(Leadership::Ended(report.clone()));
-        // Nobody listening is fine.
-        let _ = self.reports.send(report.clone());
     }
 
     async fn release(&self, lease: LeaseId, limit: Duration) {
@@ -667,6 +690,7 @@ fn joined_task(joined: std::result::Result<Ended, JoinError>) -> Ended {
     }
 }
 
+mod report;
 mod successor;
 #[cfg(test)]
 mod tests;

@@ -66,11 +66,16 @@ pub enum StopReason {
     /// stopped and the lease handed to that candidate (see
     /// [`MutexOptions::priority`](crate::MutexOptions::priority)).
     Handover,
+    /// The future that ran the term was dropped while the term ran (a
+    /// `tokio::select!` branch that lost, a runtime shutting down, a lease
+    /// set's membership term that ended): its tasks were aborted at once and
+    /// the lease was left to expire.
+    Dropped,
 }
 
 impl StopReason {
     /// One lower-case word: `shutdown`, `lost`, `deadline`, `stalled`,
-    /// `finished`, `failed`, `panicked` or `handover`.
+    /// `finished`, `failed`, `panicked`, `handover` or `dropped`.
     #[must_use]
     pub fn as_str(self) -> &'static str {
         match self {
@@ -82,6 +87,7 @@ impl StopReason {
             StopReason::Failed => "failed",
             StopReason::Panicked => "panicked",
             StopReason::Handover => "handover",
+            StopReason::Dropped => "dropped",
         }
     }
 }
@@ -218,19 +224,77 @@ impl LeaderContext {
         self.token.is_cancelled()
     }
 
+    /// Whether this term may still act: the task has not been asked to stop
+    /// and the term's [`deadline`](Self::deadline) has not passed. Check it
+    /// right before each unit of work: a process that was frozen (a VM
+    /// paused, a long GC, SIGSTOP) wakes up with its timers and its
+    /// cancellation ready at once, and this says `false` before the mutex
+    /// has had a chance to cancel the task.
+    #[must_use]
+    pub fn is_current(&self) -> bool {
+        !self.token.is_cancelled() && Instant::now() < *self.deadline.borrow()
+    }
+
     /// Why the task was asked to stop, once it has been.
     #[must_use]
     pub fn stop_reason(&self) -> Option<StopReason> {
         self.reason.get().copied()
     }
 
-    /// Completes when the task must stop, with the reason.
+    /// Completes when the task must stop, with the reason: when its token is
+    /// cancelled, or at the latest when the term's deadline passes (then
+    /// with [`StopReason::Deadline`] if the mutex has not said otherwise).
+    ///
+    /// It is ready at its first poll when either has happened already, so
+    /// a `tokio::select!` with `biased;` and this branch first never starts
+    /// a unit of work after a wake past the deadline:
+    ///
+    /// ```no_run
+    /// # async fn lead(ctx: blob_mutex::LeaderContext) -> Result<(), blob_mutex::Error> {
+    /// use std::time::Duration;
+    ///
+    /// loop {
+    ///     tokio::select! {
+    ///         biased;
+    ///         _ = ctx.cancelled() => return Ok(()),
+    ///         () = tokio::time::sleep(Duration::from_secs(1)) => {
+    ///             if !ctx.is_current() {
+    ///                 return Ok(());
+    ///             }
+    ///             // One unit of work, written with ctx.epoch().
+    ///         }
+    ///     }
+    /// }
+    /// # }
+    /// ```
     ///
     /// # Cancellation safety
     ///
     /// Cancellation safe: it only waits.
     pub async fn cancelled(&self) -> StopReason {
-        self.token.cancelled().await;
+        let mut deadline = self.deadline.clone();
+        loop {
+            let at = *deadline.borrow_and_update();
+            if self.token.is_cancelled() {
+                break;
+            }
+            if Instant::now() >= at {
+                return self.stop_reason().unwrap_or(StopReason::Deadline);
+            }
+            tokio::select! {
+                biased;
+                () = self.token.cancelled() => break,
+                () = tokio::time::sleep_until(at) => {}
+                changed = deadline.changed() => {
+                    if changed.is_err() {
+                        // The term is over: its token is cancelled already
+                        // or is about to be.
+                        self.token.cancelled().await;
+                        break;
+                    }
+                }
+            }
+        }
         self.stop_reason().unwrap_or(StopReason::Shutdown)
     }
 

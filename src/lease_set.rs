@@ -35,24 +35,26 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::ops::Deref;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use tokio::sync::{broadcast, watch, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinHandle;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, warn};
+use tracing::{debug, error, warn};
 
-use crate::backoff::Jitter;
+use crate::backoff::{backoff, Jitter};
 use crate::balance::{plan, Plan, Strategy, View};
 use crate::bounded::bounded;
-use crate::engine::{box_task, Engine};
+use crate::engine::{box_task, Engine, Observer};
 use crate::error::{BoxError, Chain, Error, Result};
 use crate::leadership::{LeaderContext, Leadership, TermReport};
 use crate::lease::BlobLeaseSetStore;
+use crate::lingering::Lingering;
 use crate::metrics::Metrics;
 use crate::mutex::BlobDistributedMutex;
-use crate::options::{default_holder, MutexOptions, STOP_SLACK};
+use crate::options::{default_holder, MutexOptions, ABORT_WAIT, STOP_SLACK};
 use crate::settings::BlobSettings;
 use crate::store::{LeaseSetStore, LeaseState, LeaseStore};
 
@@ -67,6 +69,10 @@ const CLAIM_PACE: Duration = Duration::from_millis(5);
 /// storage answering in a few milliseconds it never binds: the pace does.
 const CLAIMS_IN_FLIGHT: usize = 16;
 const PARTITIONS: &str = "partitions/";
+/// The longest wait before a partition whose term failed fatally (its
+/// epoch garbled, storage refusing the request as malformed) is tried again;
+/// the first wait is the mutex options' `failure_backoff`, doubled each time.
+const SKIP_MAX: Duration = Duration::from_secs(300);
 
 /// What a partition's task is given: everything a [`LeaderContext`] gives
 /// (through `Deref`: epoch, cancellation, heartbeat, sub-tasks, deadline)
@@ -226,6 +232,59 @@ struct Shared<S: LeaseSetStore> {
     reports: broadcast::Sender<PartitionReport>,
     /// Permits for claims in flight ([`CLAIMS_IN_FLIGHT`]).
     claiming: Arc<Semaphore>,
+    /// Tasks of partition terms that had not ended when their term was
+    /// over: nothing is claimed while one may still run.
+    lingering: Lingering,
+    /// What the set decided while it runs: set-wide errors and partitions
+    /// skipped for a while.
+    fate: Mutex<Fate>,
+}
+
+/// What ends a run, and which partitions are not claimed for now.
+#[derive(Default)]
+struct Fate {
+    /// The error that ends [`BlobLeaseSet::run`], once one came.
+    fatal: Option<Error>,
+    /// The run's own token, cancelled on a fatal error.
+    stop: Option<CancellationToken>,
+    /// Partitions whose term failed fatally: not claimed before the
+    /// instant, with the number of failures in a row.
+    skipped: BTreeMap<String, (Instant, u32)>,
+}
+
+impl<S: LeaseSetStore> Shared<S> {
+    fn fate(&self) -> MutexGuard<'_, Fate> {
+        self.fate.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Ends the run with `error` (the first one wins): every partition is
+    /// drained and released, then [`BlobLeaseSet::run`] returns it.
+    fn end_run(&self, error: Error) {
+        let mut fate = self.fate();
+        fate.fatal.get_or_insert(error);
+        if let Some(stop) = &fate.stop {
+            stop.cancel();
+        }
+    }
+
+    /// Skips `partition` for a while after its term failed with `error`.
+    fn skip(&self, partition: &str, error: &Error) {
+        let base = self.options.mutex.failure_backoff;
+        let mut fate = self.fate();
+        let failures = fate.skipped.get(partition).map_or(0, |s| s.1) + 1;
+        let wait = backoff(base, SKIP_MAX.max(base), failures);
+        fate.skipped
+            .insert(partition.to_owned(), (Instant::now() + wait, failures));
+        error!(holder = %self.holder, %partition, error = %Chain(error), failures, retry_in = ?wait, "the partition cannot be led; skipping it");
+    }
+
+    /// Whether `partition` may be claimed now.
+    fn claimable(&self, partition: &str) -> bool {
+        self.fate()
+            .skipped
+            .get(partition)
+            .is_none_or(|(until, _)| Instant::now() >= *until)
+    }
 }
 
 impl<S: LeaseSetStore> std::fmt::Debug for BlobLeaseSet<S> {
@@ -314,6 +373,8 @@ impl<S: LeaseSetStore> BlobLeaseSet<S> {
                 owned: watch::channel(BTreeMap::new()).0,
                 reports: broadcast::channel(64).0,
                 claiming: Arc::new(Semaphore::new(CLAIMS_IN_FLIGHT)),
+                lingering: Lingering::default(),
+                fate: Mutex::default(),
             }),
             options,
         })
@@ -342,24 +403,50 @@ impl<S: LeaseSetStore> BlobLeaseSet<S> {
     /// instance's membership, balances, and runs one task per partition it
     /// owns.
     ///
+    /// A partition that cannot be led (its blob's epoch cannot be
+    /// increased, or storage refuses its requests as malformed) is skipped
+    /// for a while (`failure_backoff`, doubled each time, up to 5 minutes)
+    /// and logged at error level; the other partitions are not disturbed.
+    ///
     /// # Errors
     ///
-    /// The fatal errors of [`BlobDistributedMutex::run_task_when_mutex_acquired`].
+    /// Ends, once every other partition has been drained and released, with
+    /// a set-wide fatal error: [`Error::Authentication`] (the listing or any
+    /// lease refused for lack of permission), the other fatal errors of
+    /// [`BlobDistributedMutex::run_task_when_mutex_acquired`] on the member
+    /// lease, and [`Error::TaskNotStopped`] when a partition's task could be
+    /// neither stopped nor aborted (its lease is left to expire; with
+    /// [`MutexOptions::fail_stop`] the process exits instead). While such a
+    /// task may still run, this set claims nothing in this process: a later
+    /// `run` returns [`Error::TaskNotStopped`] at once.
     ///
     /// # Cancellation safety
     ///
     /// As the mutex's: cancel through `token` to drain and release every
     /// partition; dropping the future aborts the tasks and leaves the
-    /// leases to expire.
+    /// leases to expire. Each partition term that ends so is still reported
+    /// (reason [`dropped`](crate::StopReason::Dropped), or `deadline` when
+    /// its deadline had passed) and leaves [`watch`](Self::watch).
     pub async fn run(&self, token: CancellationToken) -> Result<()> {
         let shared = self.shared.clone();
+        shared.lingering.settle(ABORT_WAIT).await?;
         let member = shared.store.lease(&format!("{MEMBERS}{}", shared.holder))?;
+        let stop = token.child_token();
+        {
+            let mut fate = shared.fate();
+            fate.fatal = None;
+            fate.stop = Some(stop.clone());
+        }
         let membership = BlobDistributedMutex::with_store(
             member,
             membership_options(&self.options.mutex, &shared.holder),
             move |ctx| balance(ctx, shared.clone()),
         )?;
-        membership.run_task_when_mutex_acquired(token).await
+        let result = membership.run_task_when_mutex_acquired(stop).await;
+        match self.shared.fate().fatal.take() {
+            Some(fatal) => Err(fatal),
+            None => result,
+        }
     }
 }
 
@@ -375,10 +462,13 @@ fn membership_options(partition: &MutexOptions, holder: &str) -> MutexOptions {
         partition.effective_renew_interval() + STOP_SLACK + Duration::from_millis(1),
     );
     let wanted = partition.stop_grace + partition.request_timeout;
-    partition
+    let mut options = partition
         .clone()
         .with_holder(holder.to_owned())
-        .with_stop_grace(wanted.min(most).max(partition.stop_grace.min(most)))
+        .with_stop_grace(wanted.min(most).max(partition.stop_grace.min(most)));
+    // The heartbeat is the partition tasks' own: the balancer does not beat.
+    options.heartbeat_timeout = None;
+    options
 }
 
 /// One claimed partition: its term runs until `token` is cancelled or the
@@ -413,13 +503,17 @@ async fn balance<S: LeaseSetStore>(ctx: LeaderContext, shared: Arc<Shared<S>>) -
                         claim.token.cancel();
                     }
                 }
-                for (i, partition) in claim.into_iter().enumerate() {
+                let claim = claim.into_iter().filter(|p| shared.claimable(p));
+                for (i, partition) in claim.enumerate() {
                     let delay = CLAIM_PACE * u32::try_from(i).unwrap_or(u32::MAX);
                     let claim = start_claim(&ctx, &shared, partition.clone(), delay);
                     claims.insert(partition, claim);
                 }
             }
-            Err(e) if e.is_fatal() => return Err(e),
+            Err(e) if e.is_fatal() => {
+                shared.end_run(e);
+                return Ok(());
+            }
             Err(e) => {
                 warn!(holder = %shared.holder, error = %Chain(&e), "cannot read the set; balancing later");
             }
@@ -469,7 +563,7 @@ fn start_claim<S: LeaseSetStore>(
     let (shared, claim_token) = (shared.clone(), token.clone());
     let handle = ctx.spawn(async move {
         tokio::select! {
-            () = claim_token.cancelled() => return Ok::<(), Error>(()),
+            () = claim_token.cancelled() => return Ok(()),
             () = tokio::time::sleep(delay) => {}
         }
         let permit = tokio::select! {
@@ -478,19 +572,57 @@ fn start_claim<S: LeaseSetStore>(
             permit = shared.claiming.clone().acquire_owned() => permit.ok(),
         };
         match run_partition(&shared, &partition, &claim_token, permit).await {
+            Ok(()) => {}
+            // This partition's blob cannot be led: skip it for a while.
+            Err(e) if is_partition_fault(&e) => shared.skip(&partition, &e),
             // A task that cannot be stopped, or settings storage will never
-            // accept, end the membership term (and so every partition).
-            Err(e) if e.is_fatal() || matches!(e, Error::TaskNotStopped) => Err(e),
+            // accept, end the run (every partition is drained first).
+            Err(e) if e.is_fatal() || matches!(e, Error::TaskNotStopped) => shared.end_run(e),
             // Anything else ends this claim only: the partition stays free
             // for a later cycle, and the others are not disturbed.
             Err(e) => {
                 warn!(holder = %shared.holder, %partition, error = %Chain(&e), "could not own the partition; trying again in a later cycle");
-                Ok(())
             }
-            Ok(()) => Ok(()),
         }
+        Ok::<(), Error>(())
     });
     Claim { token, handle }
+}
+
+/// A fatal error that concerns one partition's blob only: its epoch
+/// cannot be increased, or storage refused a request on it as malformed.
+fn is_partition_fault(e: &Error) -> bool {
+    matches!(
+        e,
+        Error::InvalidEpoch { .. } | Error::Storage { status: 400, .. }
+    )
+}
+
+/// What hears of a partition term's start and end: the set's map of owned
+/// partitions and its partition reports.
+struct PartitionObserver<'s> {
+    partition: &'s str,
+    owned: &'s watch::Sender<BTreeMap<String, u64>>,
+    reports: &'s broadcast::Sender<PartitionReport>,
+}
+
+impl Observer for PartitionObserver<'_> {
+    fn started(&self, epoch: u64) {
+        self.owned.send_modify(|o| {
+            o.insert(self.partition.to_owned(), epoch);
+        });
+    }
+
+    fn ended(&self, report: &TermReport) {
+        self.owned.send_modify(|o| {
+            o.remove(self.partition);
+        });
+        // Nobody listening is fine.
+        let _ = self.reports.send(PartitionReport {
+            partition: self.partition.to_owned(),
+            report: report.clone(),
+        });
+    }
 }
 
 /// One term on one partition: acquire once, lead, drain, release. The
@@ -504,27 +636,21 @@ async fn run_partition<S: LeaseSetStore>(
 ) -> Result<()> {
     let store = Arc::new(shared.store.lease(&format!("{PARTITIONS}{partition}"))?);
     let name: Arc<str> = partition.into();
-    let (user, owned) = (shared.task.clone(), shared.owned.clone());
+    let user = shared.task.clone();
     let permit = std::sync::Mutex::new(permit);
     let task = box_task(move |leader: LeaderContext| {
-        drop(
-            permit
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .take(),
-        );
-        let epoch = leader.epoch();
-        owned.send_modify(|o| {
-            o.insert(name.to_string(), epoch);
-        });
+        drop(permit.lock().unwrap_or_else(PoisonError::into_inner).take());
         user(PartitionContext {
             leader,
             partition: name.clone(),
         })
     });
     let state = watch::channel(Leadership::Follower).0;
-    let reports = broadcast::channel(1).0;
-    let mut ended = reports.subscribe();
+    let observer = PartitionObserver {
+        partition,
+        owned: &shared.owned,
+        reports: &shared.reports,
+    };
     let metrics = Metrics::new(&store.name());
     let engine = Engine {
         store,
@@ -532,21 +658,11 @@ async fn run_partition<S: LeaseSetStore>(
         holder: shared.holder.clone(),
         task,
         state: &state,
-        reports: &reports,
+        observer: &observer,
         metrics: &metrics,
+        lingering: &shared.lingering,
     };
-    let result = engine.lead_once(token).await;
-    shared.owned.send_modify(|o| {
-        o.remove(partition);
-    });
-    if let Ok(report) = ended.try_recv() {
-        // Nobody listening is fine.
-        let _ = shared.reports.send(PartitionReport {
-            partition: partition.to_owned(),
-            report,
-        });
-    }
-    result.map(drop)
+    engine.lead_once(token).await.map(drop)
 }
 
 #[cfg(test)]

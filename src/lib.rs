@@ -14,6 +14,7 @@ mod fail_stop;
 mod leadership;
 mod lease;
 mod lease_set;
+mod lingering;
 #[cfg(feature = "testing")]
 mod memory;
 mod metrics;

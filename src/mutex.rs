@@ -11,6 +11,7 @@ use crate::engine::{box_task, Engine, TaskFn};
 use crate::error::{BoxError, Error, Result};
 use crate::leadership::{LeaderContext, Leadership, TermReport};
 use crate::lease::BlobLeaseManager;
+use crate::lingering::Lingering;
 use crate::metrics::Metrics;
 use crate::options::{default_holder, MutexOptions};
 use crate::settings::BlobSettings;
@@ -36,6 +37,8 @@ pub struct BlobDistributedMutex<S: LeaseStore = BlobLeaseManager> {
     metrics: Metrics,
     /// Set while a campaign runs: one campaign per mutex at a time.
     campaigning: AtomicBool,
+    /// Tasks of earlier terms that may still run.
+    lingering: Lingering,
 }
 
 impl<S: LeaseStore> std::fmt::Debug for BlobDistributedMutex<S> {
@@ -136,6 +139,7 @@ impl<S: LeaseStore> BlobDistributedMutex<S> {
             state: Arc::new(watch::channel(Leadership::Follower).0),
             reports: broadcast::channel(REPORTS_KEPT).0,
             campaigning: AtomicBool::new(false),
+            lingering: Lingering::default(),
         })
     }
 
@@ -197,7 +201,9 @@ impl<S: LeaseStore> BlobDistributedMutex<S> {
     /// answer 400 ([`Error::Storage`]), [`Error::InvalidEpoch`] when the blob's
     /// epoch cannot be increased, [`Error::TaskNotStopped`] when a task could
     /// neither be stopped nor aborted (the lease is then left to expire; with
-    /// [`MutexOptions::fail_stop`] the process exits instead),
+    /// [`MutexOptions::fail_stop`] the process exits instead; every later
+    /// campaign of this mutex returns it too, at once, while that task may
+    /// still run),
     /// [`Error::AlreadyCampaigning`] when this mutex is campaigning already,
     /// and, with [`MutexOptions::acquire_timeout`], [`Error::NotAcquired`] or
     /// the last attempt's error when it did not lead in time. Transient
@@ -211,37 +217,44 @@ impl<S: LeaseStore> BlobDistributedMutex<S> {
     /// clean: the term's token is cancelled and its leader task and
     /// sub-tasks are aborted at once, without a grace; the lease is not
     /// released and expires on its own, so no other instance leads before
-    /// then. A task that blocks its thread cannot be aborted: with
+    /// then. The end of the term is still reported: a [`TermReport`] with
+    /// [`StopReason::Dropped`](crate::StopReason::Dropped) (or `Deadline`
+    /// when the deadline had passed), the metrics, and [`watch`](Self::watch)
+    /// showing [`Leadership::Stopped`] once the future is gone. A task that blocks its thread cannot be aborted: with
     /// [`MutexOptions::fail_stop`] the process still exits before the lease
     /// could expire.
     pub async fn run_task_when_mutex_acquired(&self, token: CancellationToken) -> Result<()> {
-        let _one = OneCampaign::enter(&self.campaigning)?;
+        let _one = OneCampaign::enter(&self.campaigning, &self.state)?;
         let engine = Engine {
             store: self.store.clone(),
             options: &self.options,
             holder: self.holder.clone(),
             task: self.task.clone(),
             state: &self.state,
-            reports: &self.reports,
+            observer: &self.reports,
             metrics: &self.metrics,
+            lingering: &self.lingering,
         };
         engine.run(token).await
     }
 }
 
-/// Marks a mutex as campaigning for as long as it lives.
-struct OneCampaign<'a>(&'a AtomicBool);
+/// Marks a mutex as campaigning for as long as it lives; when it goes (the
+/// campaign returned or its future was dropped), the state says
+/// [`Leadership::Stopped`].
+struct OneCampaign<'a>(&'a AtomicBool, &'a watch::Sender<Leadership>);
 
 impl<'a> OneCampaign<'a> {
-    fn enter(flag: &'a AtomicBool) -> Result<Self> {
+    fn enter(flag: &'a AtomicBool, state: &'a watch::Sender<Leadership>) -> Result<Self> {
         flag.compare_exchange(false, true, Ordering::SeqCst, Ordering::SeqCst)
             .map_err(|_| Error::AlreadyCampaigning)?;
-        Ok(OneCampaign(flag))
+        Ok(OneCampaign(flag, state))
     }
 }
 
 impl Drop for OneCampaign<'_> {
     fn drop(&mut self) {
+        self.1.send_replace(Leadership::Stopped);
         self.0.store(false, Ordering::SeqCst);
     }
 }

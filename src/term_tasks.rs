@@ -140,6 +140,23 @@ impl TermTasks {
         }
     }
 
+    /// Whether every task has ended.
+    pub(crate) fn all_done(&self) -> bool {
+        self.shared.tracker.is_empty()
+    }
+
+    /// The tracker of the term's tasks, to wait for them after the term.
+    pub(crate) fn tracker(&self) -> TaskTracker {
+        self.shared.tracker.clone()
+    }
+
+    /// Cancels the term's token and aborts every task still running: what
+    /// dropping the term does.
+    pub(crate) fn stop_now(&self) {
+        self.shared.token.cancel();
+        self.abort_all();
+    }
+
     /// Aborts every task still running.
     pub(crate) fn abort_all(&self) {
         let mut inner = self.shared.lock();
@@ -152,8 +169,7 @@ impl TermTasks {
 
 impl Drop for TermTasks {
     fn drop(&mut self) {
-        self.shared.token.cancel();
-        self.abort_all();
+        self.stop_now();
     }
 }
 

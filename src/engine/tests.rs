@@ -240,6 +240,7 @@ struct Harness {
     metrics: crate::metrics::Metrics,
     received: Mutex<broadcast::Receiver<TermReport>>,
     token: CancellationToken,
+    lingering: crate::lingering::Lingering,
 }
 
 impl Harness {
@@ -254,6 +255,7 @@ impl Harness {
             metrics: crate::metrics::Metrics::new("memory/test"),
             received: Mutex::new(received),
             token: CancellationToken::new(),
+            lingering: crate::lingering::Lingering::default(),
         }
     }
 
@@ -278,8 +280,9 @@ impl Harness {
             holder: "test-holder".into(),
             task,
             state: &self.state,
-            reports: &self.reports,
+            observer: &self.reports,
             metrics: &self.metrics,
+            lingering: &self.lingering,
         }
     }
 
