@@ -6,7 +6,7 @@
 //! |---|---|---|---|
 //! | `blob_mutex_is_leader` | gauge | `container`, `blob` | 1 while this instance leads, else 0 |
 //! | `blob_mutex_terms_total` | counter | `container`, `blob` | terms started (the epoch was stamped) |
-//! | `blob_mutex_term_ends_total` | counter | `container`, `blob`, `reason` | terms ended, by [`StopReason`](crate::StopReason) word: `lost`, `deadline`, `stalled`, `shutdown`, `finished`, `failed`, `panicked` |
+//! | `blob_mutex_term_ends_total` | counter | `container`, `blob`, `reason` | terms ended, by [`StopReason`](crate::StopReason) word: `lost`, `deadline`, `stalled`, `shutdown`, `finished`, `failed`, `panicked`, `handover`, `dropped` |
 //! | `blob_mutex_acquire_attempts_total` | counter | `container`, `blob`, `outcome` | acquire attempts: `acquired`, `held`, `error` |
 //! | `blob_mutex_renewals_total` | counter | `container`, `blob` | successful renewals |
 //! | `blob_mutex_renew_failures_total` | counter | `container`, `blob` | failed renewals (transient or not) |
