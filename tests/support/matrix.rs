@@ -313,6 +313,7 @@ pub struct Instance {
     dropper: CancellationToken,
     handle: Option<JoinHandle<Outcome>>,
     owned: Box<dyn Fn() -> BTreeMap<String, u64> + Send + Sync>,
+    stopped: Box<dyn Fn() -> bool + Send + Sync>,
     again: Box<dyn Fn(CancellationToken) -> Campaign + Send + Sync>,
 }
 
@@ -320,6 +321,7 @@ impl Instance {
     fn start(
         index: usize,
         owned: Box<dyn Fn() -> BTreeMap<String, u64> + Send + Sync>,
+        stopped: Box<dyn Fn() -> bool + Send + Sync>,
         again: Box<dyn Fn(CancellationToken) -> Campaign + Send + Sync>,
     ) -> Self {
         let (token, dropper) = (CancellationToken::new(), CancellationToken::new());
@@ -337,6 +339,7 @@ impl Instance {
             dropper,
             handle: Some(handle),
             owned,
+            stopped,
             again,
         }
     }
@@ -344,6 +347,12 @@ impl Instance {
     /// What `watch()` shows this instance leading or owning now, by key.
     pub fn owned(&self) -> BTreeMap<String, u64> {
         (self.owned)()
+    }
+
+    /// Whether `watch()` shows the campaign stopped (a mutex's
+    /// `Leadership::Stopped`).
+    pub fn watch_stopped(&self) -> bool {
+        (self.stopped)()
     }
 
     /// Drops the campaign future, as `tokio::select!` does with a branch
@@ -409,6 +418,8 @@ pub fn mutex<S: LeaseStore>(
         tasks: r.tasks.as_str(),
     });
     let watch = mutex.watch();
+    let stopped_watch = watch.clone();
+    let stopped = Box::new(move || *stopped_watch.borrow() == Leadership::Stopped);
     let owned = Box::new(move || match &*watch.borrow() {
         Leadership::Leader { epoch } => BTreeMap::from([("mutex".to_owned(), *epoch)]),
         _ => BTreeMap::new(),
@@ -417,7 +428,7 @@ pub fn mutex<S: LeaseStore>(
         let mutex = mutex.clone();
         Box::pin(async move { mutex.run_task_when_mutex_acquired(token).await }) as Campaign
     });
-    Instance::start(index, owned, again)
+    Instance::start(index, owned, stopped, again)
 }
 
 /// A lease-set instance over `store`, recording into `cell`.
@@ -452,7 +463,9 @@ pub fn lease_set<S: LeaseSetStore>(cell: &Arc<Cell>, index: usize, store: S) -> 
         let set = set.clone();
         Box::pin(async move { set.run(token).await }) as Campaign
     });
-    Instance::start(index, owned, again)
+    // A set's watch() has no stopped state: it shows nothing owned.
+    let stopped = Box::new(|| true);
+    Instance::start(index, owned, stopped, again)
 }
 
 pub const PARTITIONS: [&str; 4] = ["p0", "p1", "p2", "p3"];

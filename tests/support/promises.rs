@@ -134,6 +134,12 @@ fn every_end_reported_once<M: Mode>(
     }
     for i in instances {
         assert!(
+            i.watch_stopped(),
+            "{}: watch() of instance {} does not show it stopped after its campaign ended",
+            cell.name,
+            i.index
+        );
+        assert!(
             i.owned().is_empty(),
             "{}: watch() of instance {} shows {:?} after every instance stopped",
             cell.name,
