@@ -100,11 +100,7 @@ async fn graceful_stop(mode: Mode) {
 async fn freeze_past_the_deadline(mode: Mode) {
     let mut rig = Rig::new(mode, "frozen");
     let victim = rig.start(&[]).await;
-    let frozen = rig.freeze(victim);
-    let had = rig.terms_open_at(victim, frozen);
-    assert!(!had.is_empty());
-    let taken = rig.wait_taken_over(victim, frozen).await;
-    let woken = rig.wake(victim);
+    let (had, frozen, taken, woken) = rig.freeze_past_the_lease(victim).await;
     let reported = rig.wait_reported(&had, SOON).await;
     for term in &reported {
         assert_reason(&rig, term, "deadline");

@@ -338,6 +338,24 @@ impl Rig {
         woken
     }
 
+    /// Freezes `victim` (SIGSTOP) until the others own every lease it had
+    /// and for longer than the lease, then wakes it (SIGCONT). Returns the
+    /// terms it had, and when it was frozen, taken over and woken.
+    pub async fn freeze_past_the_lease(
+        &mut self,
+        victim: usize,
+    ) -> (Vec<Term>, Duration, Duration, Duration) {
+        let frozen = self.freeze(victim);
+        let had = self.terms_open_at(victim, frozen);
+        assert!(!had.is_empty(), "worker {victim} had nothing to lose");
+        let taken = self.wait_taken_over(victim, frozen).await;
+        // A freeze as long as the lease at least, whatever the takeover.
+        let frozen_for = self.cluster.now() - frozen;
+        tokio::time::sleep(self.lease.saturating_sub(frozen_for)).await;
+        let woken = self.wake(victim);
+        (had, frozen, taken, woken)
+    }
+
     /// Says that `worker` is expected to exit with `code` (`None`: by a
     /// signal), not 0.
     pub fn expect_exit(&mut self, worker: usize, code: Option<i32>) {
