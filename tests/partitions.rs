@@ -6,16 +6,17 @@ mod support;
 
 use std::collections::BTreeMap;
 use std::future::Future;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use blob_mutex::{
     Acquire, BlobLeaseSet, BlobLeaseSetStore, CancellationToken, LeaseId, LeaseInfo,
     LeaseSetOptions, LeaseSetStore, LeaseStore, MemoryLeaseSetStore, MemoryLeaseStore,
-    PartitionContext,
+    PartitionContext, PartitionReport, StopReason,
 };
 use support::azurite;
+use tokio::sync::broadcast;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
@@ -62,6 +63,28 @@ fn start<S: LeaseSetStore + Clone>(
     start_with(store, name, partitions, record, LeaseSetOptions::default())
 }
 
+/// An instance's set named `name`, with jitter seeded from its name, whose
+/// partitions run `task`.
+fn set_with<S, F, Fut>(
+    store: &S,
+    name: &str,
+    partitions: &[String],
+    options: LeaseSetOptions,
+    task: F,
+) -> BlobLeaseSet<S>
+where
+    S: LeaseSetStore + Clone,
+    F: Fn(PartitionContext) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<(), blob_mutex::Error>> + Send + 'static,
+{
+    let seed = name
+        .bytes()
+        .fold(7u64, |h, b| h.wrapping_mul(31).wrapping_add(u64::from(b)));
+    let mutex = options.mutex.clone();
+    let options = options.with_mutex(mutex.with_holder(name.to_owned()).with_jitter_seed(seed));
+    BlobLeaseSet::with_store(store.clone(), partitions.to_vec(), options, task).unwrap()
+}
+
 /// Starts an instance named `name`, with jitter seeded from its name.
 fn start_with<S: LeaseSetStore + Clone>(
     store: &S,
@@ -70,16 +93,10 @@ fn start_with<S: LeaseSetStore + Clone>(
     record: &Record,
     options: LeaseSetOptions,
 ) -> Instance {
-    let seed = name
-        .bytes()
-        .fold(7u64, |h, b| h.wrapping_mul(31).wrapping_add(u64::from(b)));
-    let mutex = options.mutex.clone();
-    let options = options.with_mutex(mutex.with_holder(name.to_owned()).with_jitter_seed(seed));
     let record = record.clone();
-    let set = BlobLeaseSet::with_store(store.clone(), partitions.to_vec(), options, move |ctx| {
+    let set = set_with(store, name, partitions, options, move |ctx| {
         work(ctx, record.clone())
-    })
-    .unwrap();
+    });
     let owned = set.watch();
     let token = CancellationToken::new();
     let run = token.clone();
@@ -240,11 +257,12 @@ async fn a_crashed_instance_partitions_are_owned_again_only_after_their_leases_e
     let a = start(&store, "a", &all, &record);
     let b = start(&store, "b", &all, &record);
     settle(&[&a, &b], &[3, 3], Duration::from_secs(60)).await;
+    let b_partitions: Vec<String> = b.owned.borrow().keys().cloned().collect();
     // A crash: the tasks stop at once, nothing is released.
     let crashed = Instant::now();
     b.handle.abort();
     let _ = b.handle.await;
-    let b_partitions: Vec<String> = b.owned.borrow().keys().cloned().collect();
+    assert!(b.owned.borrow().is_empty(), "a dropped set owns nothing");
     let took = settle(&[&a], &[6], Duration::from_secs(60)).await;
     let retaken: Vec<Instant> = record
         .lock()
@@ -326,42 +344,54 @@ struct InFlight {
     most: AtomicUsize,
 }
 
-/// The in-memory set, with partition acquires that take `SLOW_ACQUIRE`:
-/// storage that has slowed down.
-#[derive(Clone)]
-struct SlowSet {
+/// The in-memory set with faults: partition acquires that take
+/// `SLOW_ACQUIRE` (storage that has slowed down), one partition whose epoch
+/// is garbled, a listing refused for lack of permission.
+#[derive(Clone, Default)]
+struct FaultSet {
     inner: MemoryLeaseSetStore,
     in_flight: Arc<InFlight>,
+    slow: bool,
+    /// This partition's stamp answers `InvalidEpoch`.
+    garbled: Option<&'static str>,
+    list_refused: Arc<AtomicBool>,
 }
 
 const SLOW_ACQUIRE: Duration = Duration::from_secs(2);
 
-struct SlowLease {
+struct FaultLease {
     inner: MemoryLeaseStore,
     slow: bool,
+    garbled: bool,
     in_flight: Arc<InFlight>,
 }
 
-impl LeaseSetStore for SlowSet {
-    type Lease = SlowLease;
+impl LeaseSetStore for FaultSet {
+    type Lease = FaultLease;
 
-    fn lease(&self, name: &str) -> blob_mutex::Result<SlowLease> {
-        Ok(SlowLease {
+    fn lease(&self, name: &str) -> blob_mutex::Result<FaultLease> {
+        let partition = name.strip_prefix("partitions/");
+        Ok(FaultLease {
             inner: self.inner.lease(name)?,
-            slow: name.starts_with("partitions/"),
+            slow: self.slow && partition.is_some(),
+            garbled: partition.is_some() && partition == self.garbled,
             in_flight: self.in_flight.clone(),
         })
     }
 
-    fn list(
-        &self,
-        prefix: &str,
-    ) -> impl Future<Output = blob_mutex::Result<Vec<(String, LeaseInfo)>>> + Send {
-        self.inner.list(prefix)
+    async fn list(&self, prefix: &str) -> blob_mutex::Result<Vec<(String, LeaseInfo)>> {
+        if self.list_refused.load(Ordering::SeqCst) {
+            return Err(blob_mutex::Error::Authentication {
+                status: 403,
+                code: "AuthorizationPermissionMismatch".into(),
+                message: "list blobs was refused".into(),
+            });
+        }
+        self.inner.list(prefix).await
     }
 }
 
-impl LeaseStore for SlowLease {
+impl LeaseStore for FaultLease {
     async fn acquire(&self, proposed: LeaseId, duration: Duration) -> blob_mutex::Result<Acquire> {
         if !self.slow {
             return self.inner.acquire(proposed, duration).await;
@@ -382,12 +412,13 @@ impl LeaseStore for SlowLease {
         self.inner.release(lease)
     }
 
-    fn stamp(
-        &self,
-        lease: LeaseId,
-        holder: &str,
-    ) -> impl Future<Output = blob_mutex::Result<u64>> + Send {
-        self.inner.stamp(lease, holder)
+    async fn stamp(&self, lease: LeaseId, holder: &str) -> blob_mutex::Result<u64> {
+        if self.garbled {
+            return Err(blob_mutex::Error::InvalidEpoch {
+                found: "not-a-number".into(),
+            });
+        }
+        self.inner.stamp(lease, holder).await
     }
 
     fn inspect(&self) -> impl Future<Output = blob_mutex::Result<Option<LeaseInfo>>> + Send {
@@ -405,9 +436,9 @@ impl LeaseStore for SlowLease {
 /// through.
 #[tokio::test(start_paused = true)]
 async fn claims_in_flight_are_bounded_when_storage_is_slow() {
-    let store = SlowSet {
-        inner: MemoryLeaseSetStore::new(),
-        in_flight: Arc::default(),
+    let store = FaultSet {
+        slow: true,
+        ..FaultSet::default()
     };
     let record: Record = Arc::default();
     let all = partitions(100);
@@ -419,4 +450,245 @@ async fn claims_in_flight_are_bounded_when_storage_is_slow() {
     assert!(most >= 8, "claims were not concurrent at all: {most}");
     a.token.cancel();
     a.handle.await.unwrap();
+}
+
+/// A set running in a task of its own, whose result and partition reports
+/// the test reads.
+struct Observed<S: LeaseSetStore> {
+    set: Arc<BlobLeaseSet<S>>,
+    reports: broadcast::Receiver<PartitionReport>,
+    token: CancellationToken,
+    handle: JoinHandle<blob_mutex::Result<()>>,
+}
+
+fn observe<S: LeaseSetStore>(set: BlobLeaseSet<S>) -> Observed<S> {
+    let set = Arc::new(set);
+    let reports = set.partition_reports();
+    let token = CancellationToken::new();
+    let (run, running) = (set.clone(), token.clone());
+    let handle = tokio::spawn(async move { run.run(running).await });
+    Observed {
+        set,
+        reports,
+        token,
+        handle,
+    }
+}
+
+impl<S: LeaseSetStore> Observed<S> {
+    /// Waits until `count` partitions are owned; returns them with their epochs.
+    async fn owning(&self, count: usize, limit: Duration) -> BTreeMap<String, u64> {
+        let mut owned = self.set.watch();
+        let found = tokio::time::timeout(limit, owned.wait_for(|o| o.len() == count))
+            .await
+            .unwrap_or_else(|_| panic!("{count} partitions not owned within {limit:?}"))
+            .unwrap()
+            .clone();
+        found
+    }
+
+    /// The partition reports received so far.
+    fn reports(&mut self) -> Vec<PartitionReport> {
+        std::iter::from_fn(|| self.reports.try_recv().ok()).collect()
+    }
+}
+
+/// A frozen process (VM paused, SIGSTOP) wakes up long after every lease it
+/// held expired: its membership term ends at once, and each partition term
+/// it had is still reported, once, with reason `deadline`, even though the
+/// membership's stop aborts the partition terms.
+#[tokio::test(start_paused = true)]
+async fn a_frozen_instance_reports_every_partition_term_it_lost() {
+    let store = MemoryLeaseSetStore::new();
+    let record: Record = Arc::default();
+    let rec = record.clone();
+    let set = set_with(
+        &store,
+        "a",
+        &partitions(4),
+        LeaseSetOptions::default(),
+        move |ctx| work(ctx, rec.clone()),
+    );
+    let mut a = observe(set);
+    let owned = a.owning(4, Duration::from_secs(60)).await;
+    // The freeze: time jumps past every deadline while nothing of the
+    // instance runs.
+    tokio::time::advance(Duration::from_secs(45)).await;
+    let mut reports = Vec::new();
+    for _ in 0..100 {
+        reports.extend(a.reports());
+        if owned.iter().all(|(p, e)| {
+            reports
+                .iter()
+                .any(|r| &r.partition == p && r.report.epoch == *e)
+        }) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    for (partition, epoch) in &owned {
+        let ends: Vec<_> = reports
+            .iter()
+            .filter(|r| &r.partition == partition && r.report.epoch == *epoch)
+            .collect();
+        assert_eq!(
+            ends.len(),
+            1,
+            "partition {partition} epoch {epoch}: reports {reports:?}"
+        );
+        assert_eq!(ends[0].report.reason, StopReason::Deadline, "{ends:?}");
+    }
+    assert_no_overlap(&record);
+    a.token.cancel();
+    a.handle.await.unwrap().unwrap();
+}
+
+/// A partition task that can be neither stopped nor aborted (it blocks its
+/// thread) after its lease was broken: the set's run ends with
+/// `TaskNotStopped` once its other partitions were drained, the partition
+/// is never claimed again while the task runs, and a second run refuses.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stuck_partition_task_ends_the_run_and_is_never_claimed_twice() {
+    const BLOCK: Duration = Duration::from_secs(4);
+    let store = MemoryLeaseSetStore::new();
+    let record: Record = Arc::default();
+    let rec = record.clone();
+    let mutex = LeaseSetOptions::default()
+        .mutex
+        .with_lease_duration(Duration::from_secs(15))
+        .with_renew_interval(Duration::from_millis(500))
+        .with_stop_grace(Duration::from_millis(200))
+        .with_acquire_retry(Duration::from_millis(100));
+    let options = LeaseSetOptions::default()
+        .with_mutex(mutex)
+        .with_balance_interval(Duration::from_millis(200));
+    let set = set_with(&store, "a", &partitions(2), options, move |ctx| {
+        let rec = rec.clone();
+        async move {
+            let blocks = ctx.partition() == "p00";
+            let token = ctx.token().clone();
+            let worked = work(ctx, rec);
+            worked.await?;
+            if blocks && token.is_cancelled() {
+                // Neither cancellation nor abort can stop this; the rest
+                // of the runtime goes on on other threads.
+                tokio::task::block_in_place(|| std::thread::sleep(BLOCK));
+            }
+            Ok(())
+        }
+    });
+    let a = observe(set);
+    a.owning(2, Duration::from_secs(10)).await;
+    let broken = std::time::Instant::now();
+    store.get("partitions/p00").break_lease();
+    let ended = tokio::time::timeout(Duration::from_secs(10), a.handle)
+        .await
+        .expect("the run ends")
+        .unwrap();
+    assert!(
+        matches!(ended, Err(blob_mutex::Error::TaskNotStopped)),
+        "{ended:?}"
+    );
+    // While the task still blocks, a new run claims nothing.
+    let again = a.set.run(CancellationToken::new()).await;
+    assert!(
+        matches!(again, Err(blob_mutex::Error::TaskNotStopped)),
+        "{again:?}"
+    );
+    assert!(broken.elapsed() < BLOCK, "the test ran too slowly to tell");
+    let runs = record.lock().unwrap().clone();
+    let p00 = runs.iter().filter(|r| r.0 == "p00").count();
+    assert_eq!(p00, 1, "p00 claimed again: {runs:?}");
+    assert_no_overlap(&record);
+}
+
+/// `heartbeat_timeout` watches the partition tasks; the balancer that runs
+/// the membership term never beats and must not be stepped down for it.
+#[tokio::test(start_paused = true)]
+async fn a_heartbeat_timeout_watches_partition_tasks_not_the_balancer() {
+    let store = MemoryLeaseSetStore::new();
+    let record: Record = Arc::default();
+    let rec = record.clone();
+    let mutex = LeaseSetOptions::default()
+        .mutex
+        .with_heartbeat_timeout(Duration::from_secs(2));
+    let options = LeaseSetOptions::default().with_mutex(mutex);
+    let set = set_with(&store, "a", &partitions(4), options, move |ctx| {
+        let rec = rec.clone();
+        async move {
+            let beats = ctx.heartbeat().clone();
+            let beating = async {
+                loop {
+                    beats.beat();
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+            };
+            tokio::select! {
+                r = work(ctx, rec) => r,
+                () = beating => Ok(()),
+            }
+        }
+    });
+    let a = observe(set);
+    a.owning(4, Duration::from_secs(60)).await;
+    tokio::time::sleep(Duration::from_secs(300)).await;
+    let terms = record.lock().unwrap().len();
+    assert_eq!(terms, 4, "{terms} partition terms in 300 s");
+    a.token.cancel();
+    a.handle.await.unwrap().unwrap();
+}
+
+/// One partition whose epoch cannot be increased is skipped, with backoff;
+/// the healthy partitions keep their terms.
+#[tokio::test(start_paused = true)]
+async fn a_partition_that_cannot_be_led_is_skipped_and_the_others_keep_their_terms() {
+    let store = FaultSet {
+        garbled: Some("p01"),
+        ..FaultSet::default()
+    };
+    let record: Record = Arc::default();
+    let a = start(&store, "a", &partitions(4), &record);
+    settle(&[&a], &[3], Duration::from_secs(60)).await;
+    tokio::time::sleep(Duration::from_secs(300)).await;
+    let runs = record.lock().unwrap().clone();
+    assert_eq!(runs.len(), 3, "healthy partitions restarted: {runs:?}");
+    assert!(
+        runs.iter().all(|r| r.0 != "p01" && r.3.is_none()),
+        "{runs:?}"
+    );
+    a.token.cancel();
+    a.handle.await.unwrap();
+}
+
+/// A listing refused for lack of permission ends the run with that error
+/// (after draining), as an authentication error ends the mutex's campaign.
+#[tokio::test(start_paused = true)]
+async fn a_refused_listing_ends_the_run_with_the_error() {
+    let store = FaultSet::default();
+    let record: Record = Arc::default();
+    let rec = record.clone();
+    let set = set_with(
+        &store,
+        "a",
+        &partitions(2),
+        LeaseSetOptions::default(),
+        move |ctx| work(ctx, rec.clone()),
+    );
+    let a = observe(set);
+    a.owning(2, Duration::from_secs(60)).await;
+    store.list_refused.store(true, Ordering::SeqCst);
+    let ended = tokio::time::timeout(Duration::from_secs(60), a.handle)
+        .await
+        .expect("the run ends")
+        .unwrap();
+    assert!(
+        matches!(
+            ended,
+            Err(blob_mutex::Error::Authentication { status: 403, .. })
+        ),
+        "{ended:?}"
+    );
+    // Every partition was drained and released first.
+    assert!(record.lock().unwrap().iter().all(|r| r.3.is_some()));
+    assert!(!store.inner.get("partitions/p00").is_held());
 }

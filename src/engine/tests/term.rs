@@ -713,3 +713,133 @@ async fn one_term_spreads_its_first_renewal_over_the_second_half_of_the_interval
     firsts.dedup();
     assert!(firsts.len() >= 6, "first renewals are spread: {firsts:?}");
 }
+
+/// A context for a term that no engine runs: its deadline is `deadline`,
+/// its token is never cancelled unless the test does it (or drops the
+/// term's tasks, returned beside it).
+fn lone_context(
+    store: Arc<MemoryStore>,
+    deadline: &watch::Sender<Instant>,
+) -> (LeaderContext, crate::term_tasks::TermTasks) {
+    let token = CancellationToken::new();
+    let tasks = crate::term_tasks::TermTasks::new(1, token.clone());
+    let ctx = LeaderContext {
+        epoch: 1,
+        holder: "lone".into(),
+        token,
+        reason: Arc::default(),
+        heartbeat: crate::leadership::Heartbeat::new().0,
+        deadline: deadline.subscribe(),
+        tasks: tasks.spawner(),
+        state: Arc::new(crate::state::Fenced::new(
+            store,
+            LeaseId::new(),
+            deadline.subscribe(),
+            Duration::from_secs(1),
+        )),
+    };
+    (ctx, tasks)
+}
+
+/// After a freeze the mutex may not have run yet when the task wakes: the
+/// context itself says the term is over once the deadline has passed, so
+/// that no unit of work starts then.
+#[tokio::test(start_paused = true)]
+async fn the_context_says_the_term_is_over_once_its_deadline_has_passed() {
+    let deadline = watch::channel(Instant::now() + Duration::from_secs(10)).0;
+    let (ctx, _tasks) = lone_context(Arc::new(MemoryStore::default()), &deadline);
+    assert!(ctx.is_current());
+    // A renewal moves the deadline; the wait follows it.
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    deadline.send_replace(Instant::now() + Duration::from_secs(10));
+    let start = Instant::now();
+    let reason = tokio::time::timeout(Duration::from_secs(60), ctx.cancelled())
+        .await
+        .expect("cancelled() completes at the deadline");
+    assert_eq!(reason, StopReason::Deadline);
+    assert_eq!(start.elapsed(), Duration::from_secs(10));
+    assert!(!ctx.is_current());
+    assert!(!ctx.is_cancelled(), "only the mutex cancels the token");
+    // Ready at once when asked again, as after a wake.
+    let again = tokio::time::timeout(Duration::ZERO, ctx.cancelled()).await;
+    assert_eq!(again.ok(), Some(StopReason::Deadline));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_cancelled_context_is_not_current_and_gives_the_stop_reason() {
+    let deadline = watch::channel(Instant::now() + Duration::from_secs(10)).0;
+    let (ctx, _tasks) = lone_context(Arc::new(MemoryStore::default()), &deadline);
+    let _ = ctx.reason.set(StopReason::LeaseLost);
+    ctx.token.cancel();
+    assert!(!ctx.is_current());
+    let reason = tokio::time::timeout(Duration::ZERO, ctx.cancelled()).await;
+    assert_eq!(reason.ok(), Some(StopReason::LeaseLost));
+}
+
+/// When storage says the lease is someone else's, another holder may lead
+/// already: a task that ignores cancellation is aborted within
+/// `LOST_GRACE`, not after the whole `stop_grace`.
+#[tokio::test(start_paused = true)]
+async fn a_definitive_loss_aborts_a_task_that_ignores_cancellation_within_100_ms() {
+    let h = Harness::new(defaults().with_stop_grace(Duration::from_secs(3)));
+    let store = h.store.clone();
+    let task = box_task(move |ctx: LeaderContext| {
+        let store = store.clone();
+        async move {
+            let _probe = DropProbe(store.clone(), "task");
+            store.record(Event::TaskStarted(ctx.epoch()));
+            let reason = ctx.cancelled().await;
+            store.record(Event::TaskCancelled(reason));
+            std::future::pending::<Result<(), Error>>().await
+        }
+    });
+    h.run_and(
+        task,
+        Duration::from_secs(12),
+        Duration::from_secs(7),
+        MemoryStore::break_lease,
+    )
+    .await
+    .unwrap();
+    let lost = h
+        .store
+        .first(&|e| *e == Event::TaskCancelled(StopReason::LeaseLost))
+        .expect("the task saw the loss");
+    let dropped = h
+        .store
+        .first(&|e| *e == Event::Dropped("task"))
+        .expect("the task was aborted");
+    assert!(
+        dropped - lost <= crate::engine::LOST_GRACE,
+        "aborted {:?} after the loss",
+        dropped - lost
+    );
+    let report = &h.reports()[0];
+    assert_eq!(
+        (report.reason, report.tasks),
+        (StopReason::LeaseLost, TaskStop::Aborted)
+    );
+}
+
+/// The campaign future dropped mid-term: the term is still reported once,
+/// with reason `dropped`, and the state says so.
+#[tokio::test(start_paused = true)]
+async fn a_term_whose_future_is_dropped_is_reported_once() {
+    let h = Harness::new(defaults());
+    let task = recording_task(h.store.clone(), Some(Duration::ZERO));
+    let engine = h.engine(task);
+    let token = CancellationToken::new();
+    tokio::select! {
+        r = engine.run(token.clone()) => panic!("the campaign ended: {r:?}"),
+        () = tokio::time::sleep(Duration::from_secs(7)) => {}
+    }
+    let reports = h.reports();
+    assert_eq!(reports.len(), 1, "{reports:?}");
+    assert_eq!(
+        (reports[0].epoch, reports[0].reason),
+        (1, StopReason::Dropped)
+    );
+    assert_eq!(*h.state.borrow(), Leadership::Ended(reports[0].clone()));
+    // The lease was left to expire, not released.
+    assert_eq!(h.store.released_at(), None);
+}
