@@ -1,7 +1,8 @@
 //! Shared test support: Azurite (`azurite`), the fault proxy (`proxy`),
 //! worker processes and their history (`workers`), lease-set workers'
 //! history by partition (`partitions`), a client that is not this crate
-//! (`foreign`), and polling helpers.
+//! (`foreign`), the process half of the fault matrix (`matrix_process`),
+//! and polling helpers.
 // Each integration test file is its own crate and uses a different part of
 // this module, so items unused by one file are expected.
 #![allow(dead_code, unreachable_pub)]
@@ -9,6 +10,7 @@
 pub mod azurite;
 pub mod chaos;
 pub mod foreign;
+pub mod matrix_process;
 pub mod partitions;
 pub mod proxy;
 pub mod workers;

@@ -36,8 +36,12 @@ pub enum What {
     /// `STOPPED … tasks=stuck`: the term ended, but a task could not be
     /// stopped and may still run.
     Stuck { epoch: u64 },
-    /// `WORK epoch=<n>`: a sub-task of the term did a unit of work.
-    Work { epoch: u64 },
+    /// `WORK epoch=<n>`: the term's task or a sub-task did a unit of work
+    /// (with `partition=<p>`: a partition's task).
+    Work {
+        epoch: u64,
+        partition: Option<String>,
+    },
     /// `OWNING partition=<p> epoch=<n>`: a partition's task started.
     Owning { partition: String, epoch: u64 },
     /// `RELEASED partition=<p> epoch=<n> reason=<word>`: a partition's
@@ -47,6 +51,9 @@ pub enum What {
         epoch: u64,
         reason: String,
     },
+    /// `RELEASED … tasks=stuck`: a partition's term ended, but its task
+    /// could not be stopped and may still run (its lease is left to expire).
+    ReleasedStuck { partition: String, epoch: u64 },
     /// `EXITED`: the worker's campaign returned and it is about to exit.
     ExitedLine,
     /// `STATE-WRITTEN epoch=<n> tick=<k>`: a state write of the term landed.
@@ -578,8 +585,15 @@ pub fn parse_line(line: &str) -> Option<What> {
             epoch: epoch()?,
             reason: field("reason").unwrap_or_default(),
         }),
-        "WORK" => Some(What::Work { epoch: epoch()? }),
+        "WORK" => Some(What::Work {
+            epoch: epoch()?,
+            partition: field("partition"),
+        }),
         "OWNING" => Some(What::Owning {
+            partition: field("partition")?,
+            epoch: epoch()?,
+        }),
+        "RELEASED" if field("tasks").as_deref() == Some("stuck") => Some(What::ReleasedStuck {
             partition: field("partition")?,
             epoch: epoch()?,
         }),
@@ -678,6 +692,7 @@ impl History {
                 | What::Work { .. }
                 | What::Owning { .. }
                 | What::Released { .. }
+                | What::ReleasedStuck { .. }
                 | What::StateWritten { .. }
                 | What::StateRead { .. }
                 | What::StateRefused { .. } => continue,
