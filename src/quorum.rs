@@ -616,9 +616,13 @@ async fn renew_or_acquire<S: LeaseStore>(
         _ => store.renew(lease).await,
     };
     match (renewed, again) {
-        // Lost there, or the account came back without the blob (a
-        // restarted emulator, a recreated account): lease it again.
-        (Err(Error::LeaseLost(_) | Error::Storage { status: 404, .. }), Some((duration, _))) => {
+        // Never granted there, or the account came back without the blob (a
+        // restarted emulator, a recreated account): lease it again. A lease
+        // lost there (broken, released, taken) counts as lost for this
+        // renewal, so that a break of a majority ends the term; the account
+        // is leased again at the next renewal, as one not held.
+        (Err(Error::LeaseLost(_)), Some((duration, false)))
+        | (Err(Error::Storage { status: 404, .. }), Some((duration, _))) => {
             match store.acquire(lease, duration).await? {
                 Acquire::Acquired => Ok(()),
                 Acquire::Held => Err(Error::LeaseLost(

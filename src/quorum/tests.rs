@@ -278,8 +278,25 @@ async fn an_account_that_comes_back_is_leased_again_at_the_next_renewal() {
     sleep(D + Duration::from_secs(1)).await;
     accounts[0].set_unavailable(false);
     accounts[1].break_lease();
+    // A break counts as a loss there for this renewal (a break of a
+    // majority ends the term); the account is leased again at the next.
+    store.renew(id).await.unwrap();
+    assert_eq!(held(&accounts), [true, false, true]);
     store.renew(id).await.unwrap();
     assert_eq!(held(&accounts), [true, true, true]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_break_on_a_majority_ends_the_term_at_the_next_renewal() {
+    let accounts = accounts(3);
+    let store = quorum(&accounts);
+    let id = LeaseId::new();
+    store.acquire(id, D).await.unwrap();
+    for account in &accounts[..2] {
+        account.break_lease();
+    }
+    let err = store.renew(id).await.unwrap_err();
+    assert!(matches!(err, Error::LeaseLost(_)), "{err:?}");
 }
 
 #[tokio::test(start_paused = true)]
