@@ -2,6 +2,7 @@
 //! majority of their leases is held: the election survives the loss of a
 //! minority of the accounts.
 
+mod epoch;
 mod set;
 mod votes;
 
@@ -21,6 +22,7 @@ use crate::options::DEFAULT_REQUEST_TIMEOUT;
 use crate::settings::BlobSettings;
 use crate::store::{Acquire, LeaseId, LeaseInfo, LeaseState, LeaseStore};
 
+use self::epoch::{catch_up, read_last, stamp_all, Stamp};
 pub use self::set::QuorumLeaseSetStore;
 use self::votes::{
     ask, ask_all, majority, no_majority, straggler_grace, Answers, Asking, Vote, Votes,
@@ -164,6 +166,24 @@ struct Term {
     duration: Duration,
     /// Per account: whether the lease was last known held there.
     held: Vec<bool>,
+    /// The term's stamp, once it stamped under this id.
+    stamp: Option<Stamp>,
+    /// Per account: whether it is known to carry the stamp, under a lease
+    /// held without a break since it was stamped or brought up to date.
+    current: Vec<bool>,
+}
+
+impl Term {
+    fn new(id: LeaseId, duration: Duration, held: Vec<bool>) -> Self {
+        let current = vec![false; held.len()];
+        Term {
+            id,
+            duration,
+            held,
+            stamp: None,
+            current,
+        }
+    }
 }
 
 /// One account's lease, as [`QuorumLeaseStore::inspect_each`] found it.
@@ -428,11 +448,7 @@ impl<S: LeaseStore> QuorumLeaseStore<S> {
             .map(|a| matches!(a, Some(Ok(Acquire::Acquired))))
             .collect();
         if votes.won() {
-            self.remember(Term {
-                id: proposed,
-                duration,
-                held: granted,
-            });
+            self.remember(Term::new(proposed, duration, granted));
             return Ok(Acquire::Acquired);
         }
         debug!(lease = %self.name(), granted = votes.yes, held = votes.no, failed = votes.failed, "no majority granted; releasing the leases granted");
@@ -458,7 +474,10 @@ impl<S: LeaseStore> QuorumLeaseStore<S> {
             Votes::new(self.len()),
             |i, store| {
                 let again = term.as_ref().map(|t| (t.duration, t.held[i]));
-                Some(renew_or_acquire(store, lease, again))
+                let stamp = term
+                    .as_ref()
+                    .and_then(|t| Some((t.stamp.as_ref()?, t.current[i])));
+                Some(renew_account(store, lease, again, stamp))
             },
             |_, answer| vote_held(answer),
             Votes::decided,
@@ -466,12 +485,15 @@ impl<S: LeaseStore> QuorumLeaseStore<S> {
         )
         .await;
         if let Some(mut term) = term {
-            for (held, answer) in term.held.iter_mut().zip(&answers) {
+            for (i, answer) in answers.iter().enumerate() {
                 match answer {
-                    Some(Ok(())) => *held = true,
-                    Some(Err(Error::LeaseLost(_))) => *held = false,
+                    Some(Ok(_)) => term.held[i] = true,
+                    Some(Err(Error::LeaseLost(_))) => term.held[i] = false,
                     _ => {}
                 }
+                // An account not heard from may have lost the blob and been
+                // leased again: it is read again at the next renewal.
+                term.current[i] = matches!(answer, Some(Ok(true)));
             }
             self.remember(term);
         }
@@ -484,55 +506,60 @@ impl<S: LeaseStore> QuorumLeaseStore<S> {
         }
     }
 
+    /// Reads the last epoch from a majority that carries one, then stamps
+    /// the next on every account (see the type's docs).
     async fn stamp_quorum(&self, lease: LeaseId, holder: &str, floor: u64) -> Result<u64> {
-        let (first, votes) = ask(
+        let last = match read_last(&self.accounts).await {
+            Ok(last) => last,
+            Err(e) => return Err(self.lost_or(lease, e).await),
+        };
+        let epoch = last
+            .checked_add(1)
+            .ok_or_else(|| Error::InvalidEpoch {
+                found: last.to_string(),
+            })?
+            .max(floor);
+        let (answers, votes) = stamp_all(&self.accounts, lease, holder, epoch).await;
+        if let Some(mut term) = self.recall(lease) {
+            // An account that answered more than the epoch carried a larger
+            // one already (left by an attempt that did not win): it carries
+            // at least the term's epoch, which is all the next read needs.
+            term.current = answers
+                .iter()
+                .map(|a| matches!(a, Some(Ok(e)) if *e >= epoch))
+                .collect();
+            term.stamp = votes.won().then(|| Stamp {
+                holder: holder.to_owned(),
+                epoch,
+            });
+            self.remember(term);
+        }
+        if votes.won() {
+            Ok(epoch)
+        } else if votes.lost() {
+            Err(lost("stamp", votes))
+        } else {
+            Err(no_majority("stamp", answers, votes))
+        }
+    }
+
+    /// `error`, unless the lease is not held under `lease` on a majority:
+    /// then the loss, which a stamp must tell apart.
+    async fn lost_or(&self, lease: LeaseId, error: Error) -> Error {
+        let (_, votes) = ask(
             &self.accounts,
             "stamp",
             Votes::new(self.len()),
-            |_, store| Some(store.stamp_at_least(lease, holder, floor)),
+            |_, store| Some(store.renew(lease)),
             |_, answer| vote_held(answer),
             Votes::decided,
-            straggler_grace,
+            no_grace,
         )
         .await;
         if votes.lost() {
-            return Err(lost("stamp", votes));
-        }
-        if !votes.won() {
-            return Err(no_majority("stamp", first, votes));
-        }
-        let epoch = first.iter().flatten().flatten().copied().max().unwrap_or(0);
-        // The accounts that answered less are stamped again with the epoch
-        // as the floor. The others are left alone: stamping an account
-        // whose first answer was lost would raise it past the epoch.
-        let carry = |a: &Option<Result<u64>>| matches!(a, Some(Ok(e)) if *e >= epoch);
-        let behind = |a: &Option<Result<u64>>| matches!(a, Some(Ok(e)) if *e < epoch);
-        let mut carrying = Votes::new(self.len());
-        for answer in &first {
-            if carry(answer) {
-                carrying.add(Vote::Yes);
-            }
-        }
-        let (second, carrying) = ask(
-            &self.accounts,
-            "stamp",
-            carrying,
-            |i, store| behind(&first[i]).then(|| store.stamp_at_least(lease, holder, epoch)),
-            |_, answer| match answer {
-                Ok(e) if *e >= epoch => Vote::Yes,
-                Err(Error::LeaseLost(_)) => Vote::No,
-                Ok(_) | Err(_) => Vote::Failed,
-            },
-            Votes::decided,
-            straggler_grace,
-        )
-        .await;
-        if carrying.won() {
-            Ok(epoch)
-        } else if carrying.lost() {
-            Err(lost("stamp", carrying))
+            lost("stamp", votes)
         } else {
-            Err(no_majority("stamp", second, carrying))
+            error
         }
     }
 
@@ -577,12 +604,9 @@ impl<S: LeaseStore> QuorumLeaseStore<S> {
         .await;
         if votes.won() {
             if let Some(term) = self.forget(from).or_else(|| self.recall(to)) {
+                // The new id's term has not stamped yet.
                 let held = answers.iter().map(|a| matches!(a, Some(Ok(())))).collect();
-                self.remember(Term {
-                    id: to,
-                    held,
-                    ..term
-                });
+                self.remember(Term::new(to, term.duration, held));
             }
             Ok(())
         } else if votes.lost() {
@@ -602,15 +626,44 @@ impl<S: LeaseStore> QuorumLeaseStore<S> {
     }
 }
 
+/// Renews on one account, acquiring it again where needed, and brings it
+/// up to the term's stamp when it is not known to carry it: `stamp` is the
+/// stamp and whether the account was known to carry it. Answers whether
+/// the account carries the stamp now; a failure to bring it up to date
+/// leaves the renewal as it is, and the next renewal tries again.
+async fn renew_account<S: LeaseStore>(
+    store: &S,
+    lease: LeaseId,
+    again: Option<(Duration, bool)>,
+    stamp: Option<(&Stamp, bool)>,
+) -> Result<bool> {
+    let acquired = renew_or_acquire(store, lease, again).await?;
+    let Some((stamp, current)) = stamp else {
+        return Ok(false);
+    };
+    if current && !acquired {
+        return Ok(true);
+    }
+    match catch_up(store, lease, stamp).await {
+        Ok(()) => Ok(true),
+        Err(e) => {
+            debug!(lease = %store.name(), error = %crate::error::Chain(&e), "could not bring an account up to the term's epoch");
+            Ok(false)
+        }
+    }
+}
+
 /// Renews on one account; when the lease is not held there under `lease`
-/// (lost, never granted, or the blob is missing), acquires it again under the same id when the
-/// store knows the duration. `again` is the duration and whether the
-/// account was last known held.
+/// (lost, never granted, or the blob is missing), acquires it again under
+/// the same id when the store knows the duration. `again` is the duration
+/// and whether the account was last known held. Answers whether it
+/// acquired the lease again (the blob may be new: the account's stamp is
+/// unknown).
 async fn renew_or_acquire<S: LeaseStore>(
     store: &S,
     lease: LeaseId,
     again: Option<(Duration, bool)>,
-) -> Result<()> {
+) -> Result<bool> {
     let renewed = match again {
         Some((_, false)) => Err(Error::LeaseLost("not granted on this account".to_owned())),
         _ => store.renew(lease).await,
@@ -620,13 +673,13 @@ async fn renew_or_acquire<S: LeaseStore>(
         // restarted emulator, a recreated account): lease it again.
         (Err(Error::LeaseLost(_) | Error::Storage { status: 404, .. }), Some((duration, _))) => {
             match store.acquire(lease, duration).await? {
-                Acquire::Acquired => Ok(()),
+                Acquire::Acquired => Ok(true),
                 Acquire::Held => Err(Error::LeaseLost(
                     "held by another id on this account".to_owned(),
                 )),
             }
         }
-        (renewed, _) => renewed,
+        (renewed, _) => renewed.map(|()| false),
     }
 }
 
