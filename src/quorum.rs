@@ -65,8 +65,13 @@ const TERMS_KEPT: usize = 16;
 /// - **renew**: renews every account; an account that has lost the lease
 ///   (or never granted it: it was down at the acquire, or was restarted) is
 ///   acquired again under the same id, so an account that comes back joins
-///   the term at the next renewal. Succeeds once a majority is held;
-///   [`Error::LeaseLost`] once a majority is definitively lost.
+///   the term at the next renewal. An account held that is not known to
+///   carry the term's stamp (it missed the stamp, or was acquired again)
+///   is brought up to it in the same call: its epoch is read, and stamped
+///   with the term's holder and epoch when it is lower (under the lease
+///   id). An account known to carry it costs nothing more. Succeeds once a
+///   majority is held; [`Error::LeaseLost`] once a majority is
+///   definitively lost.
 /// - **stamp**: see below. **release**, **change**: every account; decided
 ///   by a majority.
 /// - **inspect**: a merged view ([`LeaseState::Leased`] only when a majority
@@ -90,27 +95,54 @@ const TERMS_KEPT: usize = 16;
 /// # Why epochs strictly increase
 ///
 /// The single-account argument: only the holder can stamp, the stamp is
-/// stored epoch + 1, and the stored epoch never goes down. Across accounts:
+/// stored epoch + 1 (or a floor), and the stored epoch never goes down
+/// while the blob lives. Across accounts:
 ///
-/// 1. Stamp every account with [`LeaseStore::stamp_at_least`]; once a
-///    majority answered, E is the largest epoch returned. Every account of
-///    that majority returned its stored epoch + 1 (or more).
-/// 2. Stamp again, with floor E, the accounts that returned less, and
-///    succeed with E only once a majority of all N accounts carries at
-///    least E.
+/// 1. Read every account's epoch. Wait for a majority of accounts that
+///    carry an epoch, or for every account: an account with none (never
+///    stamped, or its blob lost) does not count toward the majority. E is
+///    the largest epoch read, plus one.
+/// 2. Stamp every account with E as the floor, and succeed with E once a
+///    majority carries at least E.
+/// 3. Every renewal brings the accounts it holds up to the stamp (above),
+///    so once they answer, every account carries the term's epoch.
 ///
 /// Take two terms that both stamped, T1 before T2 (two terms never hold a
-/// majority at once, above). T1 left at least E1 on a majority S1 while it
-/// held those leases; T2's first round was answered by a majority S2, which
-/// shares an account x with S1. T2 held x, so it stamped x after T1's
-/// lease on x ended; T1 stamped x before its own deadline, and its lease on
-/// x outlives that deadline unless T1 released it after its term. So x
-/// carried at least E1 when T2 stamped it, answered at least E1 + 1, and
-/// E2 ≥ E1 + 1. The timing this adds to the single-account argument: the
-/// stamp must finish before the term's deadline, which the engine bounds
-/// already (it cuts the stamp at the deadline, less the stop grace). And
-/// each account must keep its epoch: an account whose lease blob is deleted
-/// or recreated counts as lost for this argument.
+/// majority at once, above). T1 left at least E1 on a majority S1 before
+/// its deadline; T2 read after it acquired a majority, so after T1's
+/// deadline. Every epoch written after T1's stamp is at least E1: by T1
+/// itself, or by later terms, whose epochs are larger. So an account of S1
+/// carries at least E1 when T2 reads it, unless its blob was lost since (it
+/// then has no epoch, or one written later, at least E1).
+///
+/// - T2 read a majority S2 of accounts that carry an epoch: S2 shares an
+///   account x with S1, x carries an epoch, so at least E1, and E2 > E1.
+/// - T2 read every account: one account of S1 kept its blob (fewer than a
+///   majority lost theirs) and carries at least E1, so E2 > E1.
+///
+/// What this assumes, beyond the single-account argument:
+///
+/// - **A lost account shows it.** An account whose lease blob was deleted
+///   or recreated (by hand, a lifecycle rule, a deleted container, an
+///   emulator restarted empty) has no epoch, and does not count until a
+///   term brings it up to date. Any number may be lost while a majority
+///   carries epochs; when the read needs every account, fewer than a
+///   majority may have lost their blobs since the last term stamped (one
+///   of three, two of five). An account rolled back to an older copy of its
+///   blob (a failover that lost recent writes, a restore) looks like one
+///   that is behind, and is safe only once every account carried the last
+///   stamp and fewer than a majority are rolled back: delete the lease
+///   blob of such an account, so that it shows as lost.
+/// - **Writes land in time.** Every stamp finishes before its term's
+///   deadline, which the engine bounds already (it cuts the stamp at the
+///   deadline, less the stop grace), and renewals run before it.
+/// - **Every instance reads before it stamps**: this version or a later
+///   one on every instance of the quorum.
+///
+/// The price: a new term waits for a majority of accounts that carry an
+/// epoch, or for every account. The first term (no account has an epoch)
+/// needs every account to answer, since an account that does not might be
+/// the one that kept the last epoch.
 ///
 /// # What it protects, and what it does not
 ///
@@ -120,7 +152,9 @@ const TERMS_KEPT: usize = 16;
 /// assumption: clocks must run at nearly the same rate, and a process that
 /// pauses past its deadline can still act, so downstream fencing with the
 /// epoch matters as much as with one account. Every call costs N requests
-/// (and renewal may add an acquire for an account that came back).
+/// (a renewal adds an acquire for an account that came back, and a read
+/// and a stamp for an account not known to carry the term's stamp; a new
+/// term's stamp adds a read of every account).
 ///
 /// Accounts must be independent: two settings that name the same blob in
 /// the same account are refused, since one outage would then take two votes.
@@ -298,11 +332,13 @@ impl<S: LeaseStore> QuorumLeaseStore<S> {
 
     /// The same store with another request timeout (default 3 s): the cap
     /// on each account's inspection, the one call the engine does not bound
-    /// itself; and twice the time an acquire waits for accounts that do not
-    /// answer before it gives up on them and releases what it was granted.
-    /// Keep it no longer than the mutex's
+    /// itself; and the longest an acquire takes: half of it waiting for
+    /// accounts that do not answer, the rest (1 s at most) giving back what
+    /// it was granted when no majority granted. A mutex or lease set whose
     /// [`request_timeout`](crate::MutexOptions::request_timeout), which cuts
-    /// every call.
+    /// every call, is shorter refuses the store
+    /// ([`LeaseStore::min_request_timeout`]), since it would drop such an
+    /// acquire before the leases are given back.
     #[must_use = "the store is returned by value"]
     pub fn with_request_timeout(mut self, timeout: Duration) -> Self {
         self.request_timeout = timeout;
@@ -400,8 +436,8 @@ impl<S: LeaseStore> QuorumLeaseStore<S> {
     }
 
     /// Releases `lease` on the accounts marked, concurrently; waits at
-    /// most [`CLEANUP_LIMIT`] for those in `wait_for`. Failures are left to
-    /// expire.
+    /// most [`CLEANUP_LIMIT`] (and half the request timeout) for those in
+    /// `wait_for`. Failures are left to expire.
     async fn release_on(&self, lease: LeaseId, which: &[bool], wait_for: &[bool]) {
         let waiting = wait_for.iter().filter(|w| **w).count();
         let released = ask(
@@ -413,7 +449,8 @@ impl<S: LeaseStore> QuorumLeaseStore<S> {
             |votes| votes.yes >= waiting,
             no_grace,
         );
-        let _ = tokio::time::timeout(CLEANUP_LIMIT, released).await;
+        let limit = CLEANUP_LIMIT.min(self.request_timeout / 2);
+        let _ = tokio::time::timeout(limit, released).await;
     }
 
     async fn acquire_quorum(&self, proposed: LeaseId, duration: Duration) -> Result<Acquire> {
@@ -779,6 +816,12 @@ impl<S: LeaseStore> LeaseStore for QuorumLeaseStore<S> {
 
     fn inspect(&self) -> impl Future<Output = Result<Option<LeaseInfo>>> + Send {
         self.inspect_quorum()
+    }
+
+    /// The store's request timeout: an acquire takes that long at most,
+    /// and must not be cut before it gives back what it was granted.
+    fn min_request_timeout(&self) -> Option<Duration> {
+        Some(self.request_timeout)
     }
 
     /// `quorum-of-N:` and the accounts' lease names (one when they agree).

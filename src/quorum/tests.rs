@@ -487,6 +487,57 @@ async fn renewals_bring_every_account_up_to_the_terms_stamp_and_cost_nothing_onc
     assert_eq!(stamps(&accounts), [t3.clone(), t3.clone(), t3]);
 }
 
+#[tokio::test]
+async fn a_store_request_timeout_longer_than_the_callers_is_refused() {
+    let idle = |ctx: LeaderContext| async move {
+        ctx.cancelled().await;
+        Ok::<(), Error>(())
+    };
+    let options = MutexOptions::default();
+    let longer = options.request_timeout + Duration::from_secs(1);
+    let store = quorum(&accounts(3)).with_request_timeout(longer);
+    let refused = BlobDistributedMutex::with_store(store.clone(), options.clone(), idle);
+    assert!(
+        matches!(
+            &refused,
+            Err(Error::InvalidOption {
+                field: "request_timeout",
+                ..
+            })
+        ),
+        "the mutex would drop an acquire before the store gives back what it was granted"
+    );
+    let options = options.with_request_timeout(longer);
+    assert!(BlobDistributedMutex::with_store(store, options, idle).is_ok());
+
+    let set_options = crate::LeaseSetOptions::default();
+    let sets = (0..3)
+        .map(|i| (format!("account-{i}"), crate::MemoryLeaseSetStore::new()))
+        .collect();
+    let sets = super::QuorumLeaseSetStore::with_labels(sets)
+        .unwrap()
+        .with_request_timeout(set_options.mutex.request_timeout + Duration::from_secs(1));
+    let refused = crate::BlobLeaseSet::with_store(
+        sets,
+        ["p"],
+        set_options,
+        |ctx: crate::PartitionContext| async move {
+            ctx.cancelled().await;
+            Ok::<(), Error>(())
+        },
+    );
+    assert!(
+        matches!(
+            &refused,
+            Err(Error::InvalidOption {
+                field: "request_timeout",
+                ..
+            })
+        ),
+        "the lease set alike"
+    );
+}
+
 /// The terms a set of mutexes led: (epoch, start, end) in virtual time.
 type Terms = Arc<Mutex<Vec<(u64, Instant, Option<Instant>)>>>;
 
