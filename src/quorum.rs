@@ -2,6 +2,7 @@
 //! majority of their leases is held: the election survives the loss of a
 //! minority of the accounts.
 
+mod each;
 mod epoch;
 mod set;
 mod votes;
@@ -22,6 +23,7 @@ use crate::options::DEFAULT_REQUEST_TIMEOUT;
 use crate::settings::BlobSettings;
 use crate::store::{Acquire, LeaseId, LeaseInfo, LeaseState, LeaseStore};
 
+pub use self::each::{AccountLease, Holding};
 use self::epoch::{catch_up, read_last, stamp_all, Stamp};
 pub use self::set::QuorumLeaseSetStore;
 use self::votes::{
@@ -220,16 +222,6 @@ impl Term {
     }
 }
 
-/// One account's lease, as [`QuorumLeaseStore::inspect_each`] found it.
-#[derive(Debug)]
-#[non_exhaustive]
-pub struct AccountLease {
-    /// The account's label: its blob endpoint, or the name given.
-    pub account: String,
-    /// What inspecting the lease there answered.
-    pub lease: Result<Option<LeaseInfo>>,
-}
-
 impl<S: LeaseStore> Clone for QuorumLeaseStore<S> {
     fn clone(&self) -> Self {
         QuorumLeaseStore {
@@ -374,21 +366,33 @@ impl<S: LeaseStore> QuorumLeaseStore<S> {
     }
 
     /// Inspects the lease on every account, each call cut at the request
-    /// timeout, in the accounts' order.
+    /// timeout, in the accounts' order, and tells whose lease each holds
+    /// ([`Holding`]).
     ///
     /// # Cancellation safety
     ///
     /// Safe to drop: it only reads.
     pub async fn inspect_each(&self) -> Vec<AccountLease> {
         let (answers, _) = self.inspect_all().await;
-        self.accounts
+        let answers = self
+            .accounts
             .iter()
             .zip(answers)
-            .map(|((label, _), answer)| AccountLease {
-                account: label.clone(),
-                lease: answer.unwrap_or_else(|| Err(Error::transport("inspect", "not asked"))),
+            .map(|((label, _), answer)| {
+                let lease = answer.unwrap_or_else(|| Err(Error::transport("inspect", "not asked")));
+                (label.clone(), lease)
             })
-            .collect()
+            .collect();
+        AccountLease::attribute(answers)
+    }
+
+    /// The leader, from the answers of [`inspect_each`](Self::inspect_each):
+    /// the holder and epoch of the term whose stamp a majority of all the
+    /// accounts carries beside a lease ([`Holding::Term`]). `None` when no
+    /// majority agrees on one holder and epoch.
+    #[must_use]
+    pub fn leader<'a>(&self, each: &'a [AccountLease]) -> Option<(&'a str, u64)> {
+        each::leader(self.len(), each)
     }
 
     /// The one view [`inspect`](LeaseStore::inspect) gives, from the
