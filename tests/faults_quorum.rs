@@ -1,7 +1,9 @@
 //! Leadership on a quorum of three accounts (three Azurites, each behind a
 //! fault proxy), with worker processes: one account down changes nothing;
 //! two down stop the leader before its deadline and nobody leads until one
-//! comes back; an asymmetric partition never makes two leaders.
+//! comes back; an asymmetric partition never makes two leaders. And, from
+//! this process, the epoch across accounts that fell behind or lost their
+//! blobs: it never goes back, and renewals bring every account up to it.
 
 // Times here are instants of one monotonic record, subtracted in the order
 // they happened; an underflow would be a test failure anyway.
@@ -11,7 +13,7 @@ mod support;
 
 use std::time::Duration;
 
-use blob_mutex::{BlobLeaseManager, LeaseState};
+use blob_mutex::{Acquire, BlobLeaseManager, LeaseId, LeaseState, LeaseStore, QuorumLeaseStore};
 use support::azurite::{self, Azurite};
 use support::proxy::Proxy;
 use support::workers::{Cluster, Spec};
@@ -242,4 +244,105 @@ async fn an_asymmetric_partition_never_makes_two_leaders() {
         (next_at - stopped_at).as_secs_f64(),
         history.summary()
     );
+}
+
+/// A quorum over the three accounts' proxies, from this process.
+fn quorum_over(proxies: &[Proxy], container: &str) -> QuorumLeaseStore {
+    let settings: Vec<_> = proxies
+        .iter()
+        .map(|p| p.settings(container, "quorum"))
+        .collect();
+    QuorumLeaseStore::from_settings(&settings).unwrap()
+}
+
+/// Acquires the quorum's lease under a new id, retrying while an account
+/// is slow to create its blob.
+async fn acquire(store: &QuorumLeaseStore) -> LeaseId {
+    let id = LeaseId::new();
+    support::wait_for("the quorum acquired", LEASE, || async {
+        matches!(store.acquire(id, LEASE).await, Ok(Acquire::Acquired)).then_some(())
+    })
+    .await;
+    id
+}
+
+/// One term: acquire, stamp, release; the stamp's answer.
+async fn term(store: &QuorumLeaseStore, holder: &str) -> Result<u64, blob_mutex::Error> {
+    let id = acquire(store).await;
+    let stamped = store.stamp(id, holder).await;
+    let _ = store.release(id).await;
+    stamped
+}
+
+/// The holder and epoch one account carries, read straight from its Azurite.
+async fn stamp_on(account: &Azurite, container: &str) -> (Option<String>, u64) {
+    let manager = BlobLeaseManager::new(&account.settings(container, "quorum")).unwrap();
+    let info = manager
+        .inspect()
+        .await
+        .unwrap()
+        .unwrap_or_else(|| panic!("no blob"));
+    (info.holder, info.epoch)
+}
+
+#[tokio::test]
+async fn the_epoch_never_goes_back_after_one_account_behind_and_another_restarted_empty() {
+    let mut accounts = three();
+    let proxies: Vec<Proxy> = accounts.iter().map(|a| Proxy::start(a.port)).collect();
+    let container = azurite::unique_container("quorum-epoch");
+    let store = quorum_over(&proxies, &container);
+    let mut epochs = vec![term(&store, "t1").await.unwrap()];
+    // Account 2 blackholed during two terms: it keeps the first epoch.
+    proxies[2].partition();
+    for holder in ["t2", "t3"] {
+        epochs.push(term(&store, holder).await.unwrap());
+    }
+    proxies[2].heal();
+    // Account 0 restarted empty, and account 1 (the only one left with the
+    // last epoch) silent: the next term's first majority is accounts 0 and 2.
+    accounts[0].restart();
+    proxies[1].partition();
+    match term(&store, "t4").await {
+        Ok(epoch) => epochs.push(epoch),
+        Err(e) => assert!(e.is_transient(), "{e}"),
+    }
+    proxies[1].heal();
+    epochs.push(term(&store, "t5").await.unwrap());
+    assert!(
+        epochs.windows(2).all(|w| w[0] < w[1]),
+        "the epoch went back: {epochs:?}"
+    );
+    println!("one account behind, another restarted empty: epochs {epochs:?}");
+}
+
+#[tokio::test]
+async fn a_renewal_brings_an_account_that_missed_the_stamp_up_to_it() {
+    let mut accounts = three();
+    let proxies: Vec<Proxy> = accounts.iter().map(|a| Proxy::start(a.port)).collect();
+    let container = azurite::unique_container("quorum-catch-up");
+    let store = quorum_over(&proxies, &container);
+    term(&store, "t1").await.unwrap();
+    let id = acquire(&store).await;
+    proxies[2].partition();
+    let epoch = store.stamp(id, "t2").await.unwrap();
+    proxies[2].heal();
+    let carried = (Some("t2".to_owned()), epoch);
+    support::wait_for("account 2 brought up to the stamp", LEASE, || async {
+        store.renew(id).await.unwrap();
+        (stamp_on(&accounts[2], &container).await == carried).then_some(())
+    })
+    .await;
+    // Restarted empty: leased and stamped again by the next renewals.
+    accounts[1].restart();
+    support::wait_for("account 1 brought up to the stamp", LEASE, || async {
+        store.renew(id).await.unwrap();
+        let manager = BlobLeaseManager::new(&accounts[1].settings(&container, "quorum")).unwrap();
+        let info = manager.inspect().await.ok().flatten()?;
+        (info.holder == carried.0 && info.epoch == epoch).then_some(())
+    })
+    .await;
+    for account in &accounts {
+        assert_eq!(stamp_on(account, &container).await, carried);
+    }
+    store.release(id).await.unwrap();
 }
