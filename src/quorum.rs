@@ -508,6 +508,7 @@ impl<S: LeaseStore> QuorumLeaseStore<S> {
     }
 
     async fn renew_quorum(&self, lease: LeaseId) -> Result<()> {
+        let start = Instant::now();
         let term = self.recall(lease);
         let (answers, votes) = ask(
             &self.accounts,
@@ -515,10 +516,7 @@ impl<S: LeaseStore> QuorumLeaseStore<S> {
             Votes::new(self.len()),
             |i, store| {
                 let again = term.as_ref().map(|t| (t.duration, t.held[i]));
-                let stamp = term
-                    .as_ref()
-                    .and_then(|t| Some((t.stamp.as_ref()?, t.current[i])));
-                Some(renew_account(store, lease, again, stamp))
+                Some(renew_or_acquire(store, lease, again))
             },
             |_, answer| vote_held(answer),
             Votes::decided,
@@ -532,9 +530,13 @@ impl<S: LeaseStore> QuorumLeaseStore<S> {
                     Some(Err(Error::LeaseLost(_))) => term.held[i] = false,
                     _ => {}
                 }
-                // An account not heard from may have lost the blob and been
-                // leased again: it is read again at the next renewal.
-                term.current[i] = matches!(answer, Some(Ok(true)));
+                // Known to carry the stamp only under a lease held since:
+                // an account not heard from may have lost the blob and been
+                // leased again. It is read again at the next renewal.
+                term.current[i] &= matches!(answer, Some(Ok(false)));
+            }
+            if votes.won() {
+                self.catch_up_all(lease, &mut term, &answers, start).await;
             }
             self.remember(term);
         }
@@ -544,6 +546,47 @@ impl<S: LeaseStore> QuorumLeaseStore<S> {
             Err(lost("renew", votes))
         } else {
             Err(no_majority("renew", answers, votes))
+        }
+    }
+
+    /// Brings the accounts a renewal (begun at `start`) just held, and not
+    /// known to carry the term's stamp, up to it, all at once. Only
+    /// accounts that answered are asked, so a silent one costs no wait;
+    /// the wait is capped at 1 s and ends within the request timeout. An
+    /// account cut short is read again at the next renewal.
+    async fn catch_up_all(
+        &self,
+        lease: LeaseId,
+        term: &mut Term,
+        renewed: &Answers<bool>,
+        start: Instant,
+    ) {
+        let Some(stamp) = term.stamp.clone() else {
+            return;
+        };
+        let behind: Vec<bool> = renewed
+            .iter()
+            .zip(&term.current)
+            .map(|(answer, current)| matches!(answer, Some(Ok(_))) && !current)
+            .collect();
+        if !behind.contains(&true) {
+            return;
+        }
+        let mut asking = Asking::new(
+            &self.accounts,
+            "stamp",
+            Votes::new(self.len()),
+            |i, store| behind[i].then(|| catch_up(store, lease, &stamp)),
+            |_, answer| vote_ok(answer),
+        );
+        let left = self.request_timeout.saturating_sub(start.elapsed()) / 2;
+        let limit = CLEANUP_LIMIT.min(left);
+        let _ = tokio::time::timeout(limit, asking.until(|v| v.pending == 0)).await;
+        let (answers, _) = asking.finish();
+        for (current, answer) in term.current.iter_mut().zip(&answers) {
+            if matches!(answer, Some(Ok(()))) {
+                *current = true;
+            }
         }
     }
 
@@ -667,39 +710,11 @@ impl<S: LeaseStore> QuorumLeaseStore<S> {
     }
 }
 
-/// Renews on one account, acquiring it again where needed, and brings it
-/// up to the term's stamp when it is not known to carry it: `stamp` is the
-/// stamp and whether the account was known to carry it. Answers whether
-/// the account carries the stamp now; a failure to bring it up to date
-/// leaves the renewal as it is, and the next renewal tries again.
-async fn renew_account<S: LeaseStore>(
-    store: &S,
-    lease: LeaseId,
-    again: Option<(Duration, bool)>,
-    stamp: Option<(&Stamp, bool)>,
-) -> Result<bool> {
-    let acquired = renew_or_acquire(store, lease, again).await?;
-    let Some((stamp, current)) = stamp else {
-        return Ok(false);
-    };
-    if current && !acquired {
-        return Ok(true);
-    }
-    match catch_up(store, lease, stamp).await {
-        Ok(()) => Ok(true),
-        Err(e) => {
-            debug!(lease = %store.name(), error = %crate::error::Chain(&e), "could not bring an account up to the term's epoch");
-            Ok(false)
-        }
-    }
-}
-
 /// Renews on one account; when the lease is not held there under `lease`
 /// (lost, never granted, or the blob is missing), acquires it again under
 /// the same id when the store knows the duration. `again` is the duration
 /// and whether the account was last known held. Answers whether it
-/// acquired the lease again (the blob may be new: the account's stamp is
-/// unknown).
+/// acquired the lease again (the blob may be new, with another stamp).
 async fn renew_or_acquire<S: LeaseStore>(
     store: &S,
     lease: LeaseId,

@@ -133,6 +133,8 @@ struct Stalling {
     stalled: Arc<AtomicBool>,
     /// How many inspections and stamps it was asked for.
     reads_and_stamps: Arc<AtomicUsize>,
+    /// How long each call takes to answer, in milliseconds.
+    latency_ms: Arc<AtomicUsize>,
 }
 
 impl Stalling {
@@ -150,6 +152,7 @@ impl Stalling {
                     Arc::default()
                 },
                 reads_and_stamps: Arc::default(),
+                latency_ms: Arc::default(),
             })
             .collect()
     }
@@ -162,6 +165,7 @@ impl Stalling {
                 inner: inner.clone(),
                 stalled: Arc::default(),
                 reads_and_stamps: Arc::default(),
+                latency_ms: Arc::default(),
             })
             .collect()
     }
@@ -170,40 +174,49 @@ impl Stalling {
         self.stalled.store(stalled, Ordering::SeqCst);
     }
 
-    fn counted<T: Send>(
+    /// The call `make` makes on the account. The memory store acts when
+    /// the call is first polled, and answers at once: with no latency the
+    /// call is made now, as before; while stalled too, and its answer is
+    /// lost; otherwise it is made, and answered, after the latency.
+    fn gate<T: Send, Fut>(
         &self,
-        call: impl Future<Output = Result<T>> + Send,
-    ) -> impl Future<Output = Result<T>> + Send {
-        self.reads_and_stamps.fetch_add(1, Ordering::SeqCst);
-        self.gate(call)
-    }
-
-    fn gate<T: Send>(
-        &self,
-        call: impl Future<Output = Result<T>> + Send,
-    ) -> impl Future<Output = Result<T>> + Send {
+        make: impl FnOnce(MemoryLeaseStore) -> Fut + Send,
+    ) -> impl Future<Output = Result<T>> + Send
+    where
+        Fut: Future<Output = Result<T>> + Send,
+    {
         let stalled = self.stalled.load(Ordering::SeqCst);
+        let latency = self.latency_ms.load(Ordering::SeqCst);
+        let inner = self.inner.clone();
+        let mut make = Some(make);
+        let answer = (stalled || latency == 0)
+            .then(|| futures_util::FutureExt::now_or_never(make.take()?(inner.clone())))
+            .flatten();
         async move {
             if stalled {
-                std::future::pending::<()>().await;
+                return std::future::pending().await;
             }
-            call.await
+            if let Some(answer) = answer {
+                return answer;
+            }
+            sleep(Duration::from_millis(u64::try_from(latency).unwrap())).await;
+            make.take().expect("made once")(inner).await
         }
     }
 }
 
 impl LeaseStore for Stalling {
     fn acquire(&self, id: LeaseId, d: Duration) -> impl Future<Output = Result<Acquire>> + Send {
-        self.gate(self.inner.acquire(id, d))
+        self.gate(move |s| async move { s.acquire(id, d).await })
     }
     fn renew(&self, id: LeaseId) -> impl Future<Output = Result<()>> + Send {
-        self.gate(self.inner.renew(id))
+        self.gate(move |s| async move { s.renew(id).await })
     }
     fn release(&self, id: LeaseId) -> impl Future<Output = Result<()>> + Send {
-        self.gate(self.inner.release(id))
+        self.gate(move |s| async move { s.release(id).await })
     }
     fn stamp(&self, id: LeaseId, holder: &str) -> impl Future<Output = Result<u64>> + Send {
-        self.counted(self.inner.stamp(id, holder))
+        self.stamp_at_least(id, holder, 0)
     }
     fn stamp_at_least(
         &self,
@@ -211,10 +224,13 @@ impl LeaseStore for Stalling {
         holder: &str,
         floor: u64,
     ) -> impl Future<Output = Result<u64>> + Send {
-        self.counted(self.inner.stamp_at_least(id, holder, floor))
+        self.reads_and_stamps.fetch_add(1, Ordering::SeqCst);
+        let holder = holder.to_owned();
+        self.gate(move |s| async move { s.stamp_at_least(id, &holder, floor).await })
     }
     fn inspect(&self) -> impl Future<Output = Result<Option<LeaseInfo>>> + Send {
-        self.counted(self.inner.inspect())
+        self.reads_and_stamps.fetch_add(1, Ordering::SeqCst);
+        self.gate(|s| async move { s.inspect().await })
     }
     fn name(&self) -> String {
         self.inner.name()
@@ -535,6 +551,32 @@ async fn a_store_request_timeout_longer_than_the_callers_is_refused() {
             })
         ),
         "the lease set alike"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_account_slower_than_the_renewals_grace_is_brought_up_to_the_stamp_all_the_same() {
+    let accounts = accounts(3);
+    let stores = Stalling::each(&accounts);
+    let store = QuorumLeaseStore::new(stores.clone()).unwrap();
+    term(&store, "t1").await.unwrap();
+    let id = LeaseId::new();
+    store.acquire(id, D).await.unwrap();
+    accounts[2].set_unavailable(true);
+    let epoch = store.stamp(id, "t2").await.unwrap();
+    accounts[2].set_unavailable(false);
+    // The others answer in 10 ms, so a renewal waits 50 ms more for the
+    // third; a renew, a read and a stamp there take 75 ms.
+    for (i, latency) in [10, 10, 25].into_iter().enumerate() {
+        stores[i].latency_ms.store(latency, Ordering::SeqCst);
+    }
+    for _ in 0..3 {
+        store.renew(id).await.unwrap();
+    }
+    assert_eq!(
+        stamps(&accounts)[2],
+        (Some("t2".to_owned()), epoch),
+        "the slow account carries the term's stamp"
     );
 }
 
