@@ -326,7 +326,9 @@ impl<S: LeaseStore> QuorumLeaseStore<S> {
     /// on each account's inspection, the one call the engine does not bound
     /// itself; and the longest an acquire takes: half of it waiting for
     /// accounts that do not answer, the rest (1 s at most) giving back what
-    /// it was granted when no majority granted. A mutex or lease set whose
+    /// it was granted when no majority granted. A new term's read of the
+    /// epochs waits up to half of it for accounts that have not answered,
+    /// when no majority that carries an epoch has. A mutex or lease set whose
     /// [`request_timeout`](crate::MutexOptions::request_timeout), which cuts
     /// every call, is shorter refuses the store
     /// ([`LeaseStore::min_request_timeout`]), since it would drop such an
@@ -593,7 +595,7 @@ impl<S: LeaseStore> QuorumLeaseStore<S> {
     /// Reads the last epoch from a majority that carries one, then stamps
     /// the next on every account (see the type's docs).
     async fn stamp_quorum(&self, lease: LeaseId, holder: &str, floor: u64) -> Result<u64> {
-        let last = match read_last(&self.accounts).await {
+        let last = match read_last(&self.accounts, self.request_timeout / 2).await {
             Ok(last) => last,
             Err(e) => return Err(self.lost_or(lease, e).await),
         };

@@ -2,6 +2,8 @@
 //! that can show it holds the last one; stamped on every account; and
 //! brought up to date by the renewals on the accounts that missed it.
 
+use std::time::Duration;
+
 use tracing::debug;
 
 use super::votes::{ask, no_majority, straggler_grace, Answers, Asking, Vote, Votes};
@@ -45,7 +47,14 @@ fn read_decided(votes: Votes) -> bool {
 /// lost it: that is how the first term starts (no account has an epoch),
 /// and how accounts that lost their blobs are read once no majority is
 /// left that carries an epoch.
-pub(super) async fn read_last<S: LeaseStore>(accounts: &[(String, S)]) -> Result<u64> {
+///
+/// The read ends as soon as it is decided: at once when a majority carries
+/// an epoch. Otherwise every answer may still decide it, so it waits for
+/// the silent accounts up to `limit`, not only for a straggler's grace.
+pub(super) async fn read_last<S: LeaseStore>(
+    accounts: &[(String, S)],
+    limit: Duration,
+) -> Result<u64> {
     let mut asking = Asking::new(
         accounts,
         "stamp",
@@ -53,7 +62,7 @@ pub(super) async fn read_last<S: LeaseStore>(accounts: &[(String, S)]) -> Result
         |_, store| Some(store.inspect()),
         |_, answer| vote_carried(answer),
     );
-    asking.settle(read_decided).await;
+    let _ = tokio::time::timeout(limit, asking.until(read_decided)).await;
     let (answers, votes) = asking.finish();
     let last = answers
         .iter()
