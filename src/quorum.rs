@@ -595,17 +595,20 @@ impl<S: LeaseStore> QuorumLeaseStore<S> {
     /// Reads the last epoch from a majority that carries one, then stamps
     /// the next on every account (see the type's docs).
     async fn stamp_quorum(&self, lease: LeaseId, holder: &str, floor: u64) -> Result<u64> {
-        let last = match read_last(&self.accounts, self.request_timeout / 2).await {
-            Ok(last) => last,
+        let limit = self.request_timeout / 2;
+        let read = match read_last(&self.accounts, limit).await {
+            Ok(read) => read,
             Err(e) => return Err(self.lost_or(lease, e).await),
         };
-        let epoch = last
+        let epoch = read
+            .last
             .checked_add(1)
             .ok_or_else(|| Error::InvalidEpoch {
-                found: last.to_string(),
+                found: read.last.to_string(),
             })?
             .max(floor);
-        let (answers, votes) = stamp_all(&self.accounts, lease, holder, epoch).await;
+        let wait = (read.from_every_account, limit);
+        let (answers, votes) = stamp_all(&self.accounts, lease, holder, epoch, wait).await;
         if let Some(mut term) = self.recall(lease) {
             // An account that answered more than the epoch carried a larger
             // one already (left by an attempt that did not win): it carries

@@ -6,9 +6,22 @@ use std::time::Duration;
 
 use tracing::debug;
 
-use super::votes::{ask, no_majority, straggler_grace, Answers, Asking, Vote, Votes};
+use tokio::time::Instant;
+
+use super::votes::{no_majority, straggler_grace, Answers, Asking, Vote, Votes};
 use crate::error::{Error, Result};
 use crate::store::{LeaseId, LeaseInfo, LeaseStore};
+
+/// The last epoch, and how it was read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Read {
+    /// The largest epoch read.
+    pub(super) last: u64,
+    /// Read from every account, not from a majority that carries epochs:
+    /// no majority would carry this term's epoch if the accounts that miss
+    /// its stamp stayed without one (the first term, above all).
+    pub(super) from_every_account: bool,
+}
 
 /// What a term wrote on the accounts: its holder and epoch.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -54,7 +67,7 @@ fn read_decided(votes: Votes) -> bool {
 pub(super) async fn read_last<S: LeaseStore>(
     accounts: &[(String, S)],
     limit: Duration,
-) -> Result<u64> {
+) -> Result<Read> {
     let mut asking = Asking::new(
         accounts,
         "stamp",
@@ -72,11 +85,11 @@ pub(super) async fn read_last<S: LeaseStore>(
         .map(|info| info.epoch)
         .max()
         .unwrap_or(0);
-    if votes.won() {
-        return Ok(last);
-    }
-    if votes.yes + votes.no == votes.n {
-        return Ok(last);
+    if votes.won() || votes.yes + votes.no == votes.n {
+        return Ok(Read {
+            last,
+            from_every_account: !votes.won(),
+        });
     }
     if votes.yes + votes.no < votes.majority() {
         return Err(no_majority("stamp", answers, votes));
@@ -92,14 +105,19 @@ pub(super) async fn read_last<S: LeaseStore>(
 }
 
 /// Stamps `holder` with `epoch` as the floor on every account; the
-/// answers, and whether a majority now carries at least `epoch`.
+/// answers, and whether a majority now carries at least `epoch`. Once
+/// decided, it waits for the others for a straggler's grace; or, when
+/// `every` account must carry an epoch for the next term to read one from
+/// a majority (they all answered the read), up to `limit`.
 pub(super) async fn stamp_all<S: LeaseStore>(
     accounts: &[(String, S)],
     lease: LeaseId,
     holder: &str,
     epoch: u64,
+    (every, limit): (bool, Duration),
 ) -> (Answers<u64>, Votes) {
-    ask(
+    let start = Instant::now();
+    let mut asking = Asking::new(
         accounts,
         "stamp",
         Votes::new(accounts.len()),
@@ -109,10 +127,15 @@ pub(super) async fn stamp_all<S: LeaseStore>(
             Err(Error::LeaseLost(_)) => Vote::No,
             Ok(_) | Err(_) => Vote::Failed,
         },
-        Votes::decided,
-        straggler_grace,
-    )
-    .await
+    );
+    asking.settle(Votes::decided).await;
+    let grace = if every {
+        limit.saturating_sub(start.elapsed())
+    } else {
+        straggler_grace(start.elapsed())
+    };
+    asking.collect_for(grace).await;
+    asking.finish()
 }
 
 /// Brings one account, held under `lease`, up to the term's stamp: reads

@@ -448,6 +448,23 @@ async fn the_first_term_waits_for_every_account() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn the_first_terms_stamp_waits_for_a_slow_account() {
+    let accounts = accounts(3);
+    let stores = Stalling::each(&accounts);
+    let store = QuorumLeaseStore::new(stores.clone()).unwrap();
+    let id = LeaseId::new();
+    store.acquire(id, D).await.unwrap();
+    for (i, latency) in [10, 10, 200].into_iter().enumerate() {
+        stores[i].latency_ms.store(latency, Ordering::SeqCst);
+    }
+    store.stamp(id, "first").await.unwrap();
+    // Without an epoch there, the slow account would leave only two that
+    // carry one: the next term could not start if either were out.
+    let first = (Some("first".to_owned()), 1);
+    assert_eq!(stamps(&accounts), [first.clone(), first.clone(), first]);
+}
+
+#[tokio::test(start_paused = true)]
 async fn renewals_bring_every_account_up_to_the_terms_stamp_and_cost_nothing_once_it_is() {
     let accounts = accounts(3);
     let stores = Stalling::each(&accounts);
