@@ -48,9 +48,11 @@ fn spawn(cluster: &mut Cluster, container: &str, proxy: impl Fn(usize, usize) ->
 
 /// Waits until the leader's first renewal round has reached every account
 /// through the leader's proxies (a renew, or an acquire under the same id
-/// for an account another candidate held when it won), and every account
-/// is leased.
-async fn settled(leader_proxies: &[Proxy], accounts: &[Azurite], container: &str) {
+/// for an account another candidate held when it won), every account is
+/// leased, and every account carries the term's `epoch` (an account that
+/// missed the stamp is brought up to it after that renewal; until then it
+/// shows no epoch, and could not count for the next term).
+async fn settled(leader_proxies: &[Proxy], accounts: &[Azurite], container: &str, epoch: u64) {
     let (lease, first) = support::wait_for("the leader's first renewal", LEASE, || async {
         leader_proxies.iter().find_map(|proxy| {
             proxy
@@ -77,6 +79,10 @@ async fn settled(leader_proxies: &[Proxy], accounts: &[Azurite], container: &str
             (state_on(account, container).await == Some(LeaseState::Leased)).then_some(())
         })
         .await;
+        support::wait_for("every account carrying the term's epoch", LEASE, || async {
+            (stamp_on(account, container).await.1 == epoch).then_some(())
+        })
+        .await;
     }
 }
 
@@ -96,7 +102,7 @@ async fn one_account_down_changes_nothing_for_the_leader() {
         proxies[k].connection_string()
     });
     let (leader, epoch, _) = cluster.wait_first_leader().await;
-    settled(&proxies, &accounts, &container).await;
+    settled(&proxies, &accounts, &container, epoch).await;
 
     // Account 0 blackholed, longer than a lease; then back.
     proxies[0].partition();
@@ -146,7 +152,7 @@ async fn two_accounts_down_stop_the_leader_and_nobody_leads_until_one_is_back() 
         proxies[k].connection_string()
     });
     let (leader, epoch, _) = cluster.wait_first_leader().await;
-    settled(&proxies, &accounts, &container).await;
+    settled(&proxies, &accounts, &container, epoch).await;
 
     proxies[0].partition();
     proxies[1].partition();
@@ -206,7 +212,7 @@ async fn an_asymmetric_partition_never_makes_two_leaders() {
     });
     let (leader, epoch, _) = cluster.wait_first_leader().await;
     let follower = (leader + 1) % WORKERS;
-    settled(&proxies[leader], &accounts, &container).await;
+    settled(&proxies[leader], &accounts, &container, epoch).await;
 
     // The leader reaches accounts 0 and 1; a follower only account 2.
     proxies[leader][2].partition();
