@@ -56,7 +56,7 @@ use crate::metrics::Metrics;
 use crate::mutex::BlobDistributedMutex;
 use crate::options::{default_holder, MutexOptions, ABORT_WAIT, STOP_SLACK};
 use crate::settings::BlobSettings;
-use crate::store::{LeaseSetStore, LeaseState, LeaseStore};
+use crate::store::{check_request_timeout, LeaseSetStore, LeaseState, LeaseStore};
 
 const MEMBERS: &str = "members/";
 /// The time between two claims of one cycle: a cold start with many
@@ -328,8 +328,10 @@ impl<S: LeaseSetStore> BlobLeaseSet<S> {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidOption`] for invalid options, no partitions, a
-    /// partition named twice, or a name that cannot name a lease.
+    /// [`Error::InvalidOption`] for invalid options (a `request_timeout`
+    /// shorter than the store's [`min_request_timeout`](LeaseSetStore::min_request_timeout)
+    /// too), no partitions, a partition named twice, or a name that cannot
+    /// name a lease.
     pub fn with_store<F, Fut, E>(
         store: S,
         partitions: impl IntoIterator<Item = impl Into<String>>,
@@ -342,6 +344,7 @@ impl<S: LeaseSetStore> BlobLeaseSet<S> {
         E: Into<BoxError> + 'static,
     {
         options.validate()?;
+        check_request_timeout(store.min_request_timeout(), options.mutex.request_timeout)?;
         let partitions: Vec<String> = partitions.into_iter().map(Into::into).collect();
         let unique: BTreeSet<&String> = partitions.iter().collect();
         if partitions.is_empty() || unique.len() != partitions.len() {

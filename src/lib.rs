@@ -39,7 +39,9 @@ pub use lease_set::{BlobLeaseSet, LeaseSetOptions, PartitionContext, PartitionRe
 pub use memory::{MemoryLeaseSetStore, MemoryLeaseStore};
 pub use mutex::BlobDistributedMutex;
 pub use options::{MutexOptions, STOP_SLACK};
-pub use quorum::{AccountLease, QuorumLeaseSetStore, QuorumLeaseStore, MAX_QUORUM_ACCOUNTS};
+pub use quorum::{
+    AccountLease, Holding, QuorumLeaseSetStore, QuorumLeaseStore, MAX_QUORUM_ACCOUNTS,
+};
 pub use settings::{BlobSettings, AZURITE_ACCOUNT, AZURITE_ENDPOINT};
 pub use store::{
     Acquire, Candidate, LeaseId, LeaseInfo, LeaseSetStore, LeaseState, LeaseStore, MAX_STATE_LEN,

@@ -128,6 +128,18 @@ impl MemoryLeaseStore {
         self.lock().unavailable = unavailable;
     }
 
+    /// Loses the lease blob, as storage does when the blob is deleted, a
+    /// lifecycle rule removes it, or an emulator restarts empty: the lease,
+    /// the last term's holder and epoch, and the state are gone, and the
+    /// next acquire creates the blob again.
+    pub fn lose_blob(&self) {
+        let mut state = self.lock();
+        *state = State {
+            unavailable: state.unavailable,
+            ..State::default()
+        };
+    }
+
     /// The epoch of the last term (0 before the first).
     #[must_use]
     pub fn epoch(&self) -> u64 {

@@ -15,7 +15,7 @@ use crate::lingering::Lingering;
 use crate::metrics::Metrics;
 use crate::options::{default_holder, MutexOptions};
 use crate::settings::BlobSettings;
-use crate::store::LeaseStore;
+use crate::store::{check_request_timeout, LeaseStore};
 
 /// How many term reports a slow receiver can fall behind.
 const REPORTS_KEPT: usize = 16;
@@ -114,9 +114,10 @@ impl<S: LeaseStore> BlobDistributedMutex<S> {
     /// # Errors
     ///
     /// [`Error::InvalidOption`] naming the first invalid option (see
-    /// [`MutexOptions::validate`]); [`Error::Unsupported`] for a
-    /// [`priority`](MutexOptions::priority) on a store that cannot keep
-    /// candidates.
+    /// [`MutexOptions::validate`]), or `request_timeout` when it is shorter
+    /// than the store's [`min_request_timeout`](LeaseStore::min_request_timeout);
+    /// [`Error::Unsupported`] for a [`priority`](MutexOptions::priority) on
+    /// a store that cannot keep candidates.
     pub fn with_store<F, Fut, E>(store: S, options: MutexOptions, task: F) -> Result<Self>
     where
         F: Fn(LeaderContext) -> Fut + Send + Sync + 'static,
@@ -124,6 +125,7 @@ impl<S: LeaseStore> BlobDistributedMutex<S> {
         E: Into<BoxError> + 'static,
     {
         options.validate()?;
+        check_request_timeout(store.min_request_timeout(), options.request_timeout)?;
         if options.priority.is_some() && !store.supports_candidates() {
             return Err(Error::Unsupported {
                 operation: "candidates beside the lease (the priority option)",

@@ -2,6 +2,8 @@
 //! majority of their leases is held: the election survives the loss of a
 //! minority of the accounts.
 
+mod each;
+mod epoch;
 mod set;
 mod votes;
 
@@ -21,6 +23,8 @@ use crate::options::DEFAULT_REQUEST_TIMEOUT;
 use crate::settings::BlobSettings;
 use crate::store::{Acquire, LeaseId, LeaseInfo, LeaseState, LeaseStore};
 
+pub use self::each::{AccountLease, Holding};
+use self::epoch::{catch_up, read_last, stamp_all, Stamp};
 pub use self::set::QuorumLeaseSetStore;
 use self::votes::{
     ask, ask_all, majority, no_majority, straggler_grace, Answers, Asking, Vote, Votes,
@@ -63,8 +67,13 @@ const TERMS_KEPT: usize = 16;
 /// - **renew**: renews every account; an account that has lost the lease
 ///   (or never granted it: it was down at the acquire, or was restarted) is
 ///   acquired again under the same id, so an account that comes back joins
-///   the term at the next renewal. Succeeds once a majority is held;
-///   [`Error::LeaseLost`] once a majority is definitively lost.
+///   the term at the next renewal. An account held that is not known to
+///   carry the term's stamp (it missed the stamp, or was acquired again)
+///   is brought up to it in the same call: its epoch is read, and stamped
+///   with the term's holder and epoch when it is lower (under the lease
+///   id). An account known to carry it costs nothing more. Succeeds once a
+///   majority is held; [`Error::LeaseLost`] once a majority is
+///   definitively lost.
 /// - **stamp**: see below. **release**, **change**: every account; decided
 ///   by a majority.
 /// - **inspect**: a merged view ([`LeaseState::Leased`] only when a majority
@@ -88,27 +97,54 @@ const TERMS_KEPT: usize = 16;
 /// # Why epochs strictly increase
 ///
 /// The single-account argument: only the holder can stamp, the stamp is
-/// stored epoch + 1, and the stored epoch never goes down. Across accounts:
+/// stored epoch + 1 (or a floor), and the stored epoch never goes down
+/// while the blob lives. Across accounts:
 ///
-/// 1. Stamp every account with [`LeaseStore::stamp_at_least`]; once a
-///    majority answered, E is the largest epoch returned. Every account of
-///    that majority returned its stored epoch + 1 (or more).
-/// 2. Stamp again, with floor E, the accounts that returned less, and
-///    succeed with E only once a majority of all N accounts carries at
-///    least E.
+/// 1. Read every account's epoch. Wait for a majority of accounts that
+///    carry an epoch, or for every account: an account with none (never
+///    stamped, or its blob lost) does not count toward the majority. E is
+///    the largest epoch read, plus one.
+/// 2. Stamp every account with E as the floor, and succeed with E once a
+///    majority carries at least E.
+/// 3. Every renewal brings the accounts it holds up to the stamp (above),
+///    so once they answer, every account carries the term's epoch.
 ///
 /// Take two terms that both stamped, T1 before T2 (two terms never hold a
-/// majority at once, above). T1 left at least E1 on a majority S1 while it
-/// held those leases; T2's first round was answered by a majority S2, which
-/// shares an account x with S1. T2 held x, so it stamped x after T1's
-/// lease on x ended; T1 stamped x before its own deadline, and its lease on
-/// x outlives that deadline unless T1 released it after its term. So x
-/// carried at least E1 when T2 stamped it, answered at least E1 + 1, and
-/// E2 ≥ E1 + 1. The timing this adds to the single-account argument: the
-/// stamp must finish before the term's deadline, which the engine bounds
-/// already (it cuts the stamp at the deadline, less the stop grace). And
-/// each account must keep its epoch: an account whose lease blob is deleted
-/// or recreated counts as lost for this argument.
+/// majority at once, above). T1 left at least E1 on a majority S1 before
+/// its deadline; T2 read after it acquired a majority, so after T1's
+/// deadline. Every epoch written after T1's stamp is at least E1: by T1
+/// itself, or by later terms, whose epochs are larger. So an account of S1
+/// carries at least E1 when T2 reads it, unless its blob was lost since (it
+/// then has no epoch, or one written later, at least E1).
+///
+/// - T2 read a majority S2 of accounts that carry an epoch: S2 shares an
+///   account x with S1, x carries an epoch, so at least E1, and E2 > E1.
+/// - T2 read every account: one account of S1 kept its blob (fewer than a
+///   majority lost theirs) and carries at least E1, so E2 > E1.
+///
+/// What this assumes, beyond the single-account argument:
+///
+/// - **A lost account shows it.** An account whose lease blob was deleted
+///   or recreated (by hand, a lifecycle rule, a deleted container, an
+///   emulator restarted empty) has no epoch, and does not count until a
+///   term brings it up to date. Any number may be lost while a majority
+///   carries epochs; when the read needs every account, fewer than a
+///   majority may have lost their blobs since the last term stamped (one
+///   of three, two of five). An account rolled back to an older copy of its
+///   blob (a failover that lost recent writes, a restore) looks like one
+///   that is behind, and is safe only once every account carried the last
+///   stamp and fewer than a majority are rolled back: delete the lease
+///   blob of such an account, so that it shows as lost.
+/// - **Writes land in time.** Every stamp finishes before its term's
+///   deadline, which the engine bounds already (it cuts the stamp at the
+///   deadline, less the stop grace), and renewals run before it.
+/// - **Every instance reads before it stamps**: this version or a later
+///   one on every instance of the quorum.
+///
+/// The price: a new term waits for a majority of accounts that carry an
+/// epoch, or for every account. The first term (no account has an epoch)
+/// needs every account to answer, since an account that does not might be
+/// the one that kept the last epoch.
 ///
 /// # What it protects, and what it does not
 ///
@@ -118,7 +154,9 @@ const TERMS_KEPT: usize = 16;
 /// assumption: clocks must run at nearly the same rate, and a process that
 /// pauses past its deadline can still act, so downstream fencing with the
 /// epoch matters as much as with one account. Every call costs N requests
-/// (and renewal may add an acquire for an account that came back).
+/// (a renewal adds an acquire for an account that came back, and a read
+/// and a stamp for an account not known to carry the term's stamp; a new
+/// term's stamp adds a read of every account).
 ///
 /// Accounts must be independent: two settings that name the same blob in
 /// the same account are refused, since one outage would then take two votes.
@@ -164,16 +202,24 @@ struct Term {
     duration: Duration,
     /// Per account: whether the lease was last known held there.
     held: Vec<bool>,
+    /// The term's stamp, once it stamped under this id.
+    stamp: Option<Stamp>,
+    /// Per account: whether it is known to carry the stamp, under a lease
+    /// held without a break since it was stamped or brought up to date.
+    current: Vec<bool>,
 }
 
-/// One account's lease, as [`QuorumLeaseStore::inspect_each`] found it.
-#[derive(Debug)]
-#[non_exhaustive]
-pub struct AccountLease {
-    /// The account's label: its blob endpoint, or the name given.
-    pub account: String,
-    /// What inspecting the lease there answered.
-    pub lease: Result<Option<LeaseInfo>>,
+impl Term {
+    fn new(id: LeaseId, duration: Duration, held: Vec<bool>) -> Self {
+        let current = vec![false; held.len()];
+        Term {
+            id,
+            duration,
+            held,
+            stamp: None,
+            current,
+        }
+    }
 }
 
 impl<S: LeaseStore> Clone for QuorumLeaseStore<S> {
@@ -278,11 +324,15 @@ impl<S: LeaseStore> QuorumLeaseStore<S> {
 
     /// The same store with another request timeout (default 3 s): the cap
     /// on each account's inspection, the one call the engine does not bound
-    /// itself; and twice the time an acquire waits for accounts that do not
-    /// answer before it gives up on them and releases what it was granted.
-    /// Keep it no longer than the mutex's
+    /// itself; and the longest an acquire takes: half of it waiting for
+    /// accounts that do not answer, the rest (1 s at most) giving back what
+    /// it was granted when no majority granted. A new term's read of the
+    /// epochs waits up to half of it for accounts that have not answered,
+    /// when no majority that carries an epoch has. A mutex or lease set whose
     /// [`request_timeout`](crate::MutexOptions::request_timeout), which cuts
-    /// every call.
+    /// every call, is shorter refuses the store
+    /// ([`LeaseStore::min_request_timeout`]), since it would drop such an
+    /// acquire before the leases are given back.
     #[must_use = "the store is returned by value"]
     pub fn with_request_timeout(mut self, timeout: Duration) -> Self {
         self.request_timeout = timeout;
@@ -318,21 +368,33 @@ impl<S: LeaseStore> QuorumLeaseStore<S> {
     }
 
     /// Inspects the lease on every account, each call cut at the request
-    /// timeout, in the accounts' order.
+    /// timeout, in the accounts' order, and tells whose lease each holds
+    /// ([`Holding`]).
     ///
     /// # Cancellation safety
     ///
     /// Safe to drop: it only reads.
     pub async fn inspect_each(&self) -> Vec<AccountLease> {
         let (answers, _) = self.inspect_all().await;
-        self.accounts
+        let answers = self
+            .accounts
             .iter()
             .zip(answers)
-            .map(|((label, _), answer)| AccountLease {
-                account: label.clone(),
-                lease: answer.unwrap_or_else(|| Err(Error::transport("inspect", "not asked"))),
+            .map(|((label, _), answer)| {
+                let lease = answer.unwrap_or_else(|| Err(Error::transport("inspect", "not asked")));
+                (label.clone(), lease)
             })
-            .collect()
+            .collect();
+        AccountLease::attribute(answers)
+    }
+
+    /// The leader, from the answers of [`inspect_each`](Self::inspect_each):
+    /// the holder and epoch of the term whose stamp a majority of all the
+    /// accounts carries beside a lease ([`Holding::Term`]). `None` when no
+    /// majority agrees on one holder and epoch.
+    #[must_use]
+    pub fn leader<'a>(&self, each: &'a [AccountLease]) -> Option<(&'a str, u64)> {
+        each::leader(self.len(), each)
     }
 
     /// The one view [`inspect`](LeaseStore::inspect) gives, from the
@@ -380,8 +442,8 @@ impl<S: LeaseStore> QuorumLeaseStore<S> {
     }
 
     /// Releases `lease` on the accounts marked, concurrently; waits at
-    /// most [`CLEANUP_LIMIT`] for those in `wait_for`. Failures are left to
-    /// expire.
+    /// most [`CLEANUP_LIMIT`] (and half the request timeout) for those in
+    /// `wait_for`. Failures are left to expire.
     async fn release_on(&self, lease: LeaseId, which: &[bool], wait_for: &[bool]) {
         let waiting = wait_for.iter().filter(|w| **w).count();
         let released = ask(
@@ -393,7 +455,8 @@ impl<S: LeaseStore> QuorumLeaseStore<S> {
             |votes| votes.yes >= waiting,
             no_grace,
         );
-        let _ = tokio::time::timeout(CLEANUP_LIMIT, released).await;
+        let limit = CLEANUP_LIMIT.min(self.request_timeout / 2);
+        let _ = tokio::time::timeout(limit, released).await;
     }
 
     async fn acquire_quorum(&self, proposed: LeaseId, duration: Duration) -> Result<Acquire> {
@@ -428,11 +491,7 @@ impl<S: LeaseStore> QuorumLeaseStore<S> {
             .map(|a| matches!(a, Some(Ok(Acquire::Acquired))))
             .collect();
         if votes.won() {
-            self.remember(Term {
-                id: proposed,
-                duration,
-                held: granted,
-            });
+            self.remember(Term::new(proposed, duration, granted));
             return Ok(Acquire::Acquired);
         }
         debug!(lease = %self.name(), granted = votes.yes, held = votes.no, failed = votes.failed, "no majority granted; releasing the leases granted");
@@ -451,6 +510,7 @@ impl<S: LeaseStore> QuorumLeaseStore<S> {
     }
 
     async fn renew_quorum(&self, lease: LeaseId) -> Result<()> {
+        let start = Instant::now();
         let term = self.recall(lease);
         let (answers, votes) = ask(
             &self.accounts,
@@ -466,12 +526,19 @@ impl<S: LeaseStore> QuorumLeaseStore<S> {
         )
         .await;
         if let Some(mut term) = term {
-            for (held, answer) in term.held.iter_mut().zip(&answers) {
+            for (i, answer) in answers.iter().enumerate() {
                 match answer {
-                    Some(Ok(())) => *held = true,
-                    Some(Err(Error::LeaseLost(_))) => *held = false,
+                    Some(Ok(_)) => term.held[i] = true,
+                    Some(Err(Error::LeaseLost(_))) => term.held[i] = false,
                     _ => {}
                 }
+                // Known to carry the stamp only under a lease held since:
+                // an account not heard from may have lost the blob and been
+                // leased again. It is read again at the next renewal.
+                term.current[i] &= matches!(answer, Some(Ok(false)));
+            }
+            if votes.won() {
+                self.catch_up_all(lease, &mut term, &answers, start).await;
             }
             self.remember(term);
         }
@@ -484,55 +551,104 @@ impl<S: LeaseStore> QuorumLeaseStore<S> {
         }
     }
 
-    async fn stamp_quorum(&self, lease: LeaseId, holder: &str, floor: u64) -> Result<u64> {
-        let (first, votes) = ask(
+    /// Brings the accounts a renewal (begun at `start`) just held, and not
+    /// known to carry the term's stamp, up to it, all at once. Only
+    /// accounts that answered are asked, so a silent one costs no wait;
+    /// the wait is capped at 1 s and ends within the request timeout. An
+    /// account cut short is read again at the next renewal.
+    async fn catch_up_all(
+        &self,
+        lease: LeaseId,
+        term: &mut Term,
+        renewed: &Answers<bool>,
+        start: Instant,
+    ) {
+        let Some(stamp) = term.stamp.clone() else {
+            return;
+        };
+        let behind: Vec<bool> = renewed
+            .iter()
+            .zip(&term.current)
+            .map(|(answer, current)| matches!(answer, Some(Ok(_))) && !current)
+            .collect();
+        if !behind.contains(&true) {
+            return;
+        }
+        let mut asking = Asking::new(
             &self.accounts,
             "stamp",
             Votes::new(self.len()),
-            |_, store| Some(store.stamp_at_least(lease, holder, floor)),
+            |i, store| behind[i].then(|| catch_up(store, lease, &stamp)),
+            |_, answer| vote_ok(answer),
+        );
+        let left = self.request_timeout.saturating_sub(start.elapsed()) / 2;
+        let limit = CLEANUP_LIMIT.min(left);
+        let _ = tokio::time::timeout(limit, asking.until(|v| v.pending == 0)).await;
+        let (answers, _) = asking.finish();
+        for (current, answer) in term.current.iter_mut().zip(&answers) {
+            if matches!(answer, Some(Ok(()))) {
+                *current = true;
+            }
+        }
+    }
+
+    /// Reads the last epoch from a majority that carries one, then stamps
+    /// the next on every account (see the type's docs).
+    async fn stamp_quorum(&self, lease: LeaseId, holder: &str, floor: u64) -> Result<u64> {
+        let limit = self.request_timeout / 2;
+        let read = match read_last(&self.accounts, limit).await {
+            Ok(read) => read,
+            Err(e) => return Err(self.lost_or(lease, e).await),
+        };
+        let epoch = read
+            .last
+            .checked_add(1)
+            .ok_or_else(|| Error::InvalidEpoch {
+                found: read.last.to_string(),
+            })?
+            .max(floor);
+        let wait = (read.from_every_account, limit);
+        let (answers, votes) = stamp_all(&self.accounts, lease, holder, epoch, wait).await;
+        if let Some(mut term) = self.recall(lease) {
+            // An account that answered more than the epoch carried a larger
+            // one already (left by an attempt that did not win): it carries
+            // at least the term's epoch, which is all the next read needs.
+            term.current = answers
+                .iter()
+                .map(|a| matches!(a, Some(Ok(e)) if *e >= epoch))
+                .collect();
+            term.stamp = votes.won().then(|| Stamp {
+                holder: holder.to_owned(),
+                epoch,
+            });
+            self.remember(term);
+        }
+        if votes.won() {
+            Ok(epoch)
+        } else if votes.lost() {
+            Err(lost("stamp", votes))
+        } else {
+            Err(no_majority("stamp", answers, votes))
+        }
+    }
+
+    /// `error`, unless the lease is not held under `lease` on a majority:
+    /// then the loss, which a stamp must tell apart.
+    async fn lost_or(&self, lease: LeaseId, error: Error) -> Error {
+        let (_, votes) = ask(
+            &self.accounts,
+            "stamp",
+            Votes::new(self.len()),
+            |_, store| Some(store.renew(lease)),
             |_, answer| vote_held(answer),
             Votes::decided,
-            straggler_grace,
+            no_grace,
         )
         .await;
         if votes.lost() {
-            return Err(lost("stamp", votes));
-        }
-        if !votes.won() {
-            return Err(no_majority("stamp", first, votes));
-        }
-        let epoch = first.iter().flatten().flatten().copied().max().unwrap_or(0);
-        // The accounts that answered less are stamped again with the epoch
-        // as the floor. The others are left alone: stamping an account
-        // whose first answer was lost would raise it past the epoch.
-        let carry = |a: &Option<Result<u64>>| matches!(a, Some(Ok(e)) if *e >= epoch);
-        let behind = |a: &Option<Result<u64>>| matches!(a, Some(Ok(e)) if *e < epoch);
-        let mut carrying = Votes::new(self.len());
-        for answer in &first {
-            if carry(answer) {
-                carrying.add(Vote::Yes);
-            }
-        }
-        let (second, carrying) = ask(
-            &self.accounts,
-            "stamp",
-            carrying,
-            |i, store| behind(&first[i]).then(|| store.stamp_at_least(lease, holder, epoch)),
-            |_, answer| match answer {
-                Ok(e) if *e >= epoch => Vote::Yes,
-                Err(Error::LeaseLost(_)) => Vote::No,
-                Ok(_) | Err(_) => Vote::Failed,
-            },
-            Votes::decided,
-            straggler_grace,
-        )
-        .await;
-        if carrying.won() {
-            Ok(epoch)
-        } else if carrying.lost() {
-            Err(lost("stamp", carrying))
+            lost("stamp", votes)
         } else {
-            Err(no_majority("stamp", second, carrying))
+            error
         }
     }
 
@@ -577,12 +693,9 @@ impl<S: LeaseStore> QuorumLeaseStore<S> {
         .await;
         if votes.won() {
             if let Some(term) = self.forget(from).or_else(|| self.recall(to)) {
+                // The new id's term has not stamped yet.
                 let held = answers.iter().map(|a| matches!(a, Some(Ok(())))).collect();
-                self.remember(Term {
-                    id: to,
-                    held,
-                    ..term
-                });
+                self.remember(Term::new(to, term.duration, held));
             }
             Ok(())
         } else if votes.lost() {
@@ -603,14 +716,15 @@ impl<S: LeaseStore> QuorumLeaseStore<S> {
 }
 
 /// Renews on one account; when the lease is not held there under `lease`
-/// (lost, never granted, or the blob is missing), acquires it again under the same id when the
-/// store knows the duration. `again` is the duration and whether the
-/// account was last known held.
+/// (lost, never granted, or the blob is missing), acquires it again under
+/// the same id when the store knows the duration. `again` is the duration
+/// and whether the account was last known held. Answers whether it
+/// acquired the lease again (the blob may be new, with another stamp).
 async fn renew_or_acquire<S: LeaseStore>(
     store: &S,
     lease: LeaseId,
     again: Option<(Duration, bool)>,
-) -> Result<()> {
+) -> Result<bool> {
     let renewed = match again {
         Some((_, false)) => Err(Error::LeaseLost("not granted on this account".to_owned())),
         _ => store.renew(lease).await,
@@ -624,13 +738,13 @@ async fn renew_or_acquire<S: LeaseStore>(
         (Err(Error::LeaseLost(_)), Some((duration, false)))
         | (Err(Error::Storage { status: 404, .. }), Some((duration, _))) => {
             match store.acquire(lease, duration).await? {
-                Acquire::Acquired => Ok(()),
+                Acquire::Acquired => Ok(true),
                 Acquire::Held => Err(Error::LeaseLost(
                     "held by another id on this account".to_owned(),
                 )),
             }
         }
-        (renewed, _) => renewed,
+        (renewed, _) => renewed.map(|()| false),
     }
 }
 
@@ -730,6 +844,12 @@ impl<S: LeaseStore> LeaseStore for QuorumLeaseStore<S> {
 
     fn inspect(&self) -> impl Future<Output = Result<Option<LeaseInfo>>> + Send {
         self.inspect_quorum()
+    }
+
+    /// The store's request timeout: an acquire takes that long at most,
+    /// and must not be cut before it gives back what it was granted.
+    fn min_request_timeout(&self) -> Option<Duration> {
+        Some(self.request_timeout)
     }
 
     /// `quorum-of-N:` and the accounts' lease names (one when they agree).

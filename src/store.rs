@@ -322,6 +322,18 @@ pub trait LeaseStore: Send + Sync + 'static {
         }
     }
 
+    /// The shortest time limit a caller may put on one call: a store that
+    /// gives back partial work before it answers (a quorum releases the
+    /// leases an acquire was granted when no majority granted) must not be
+    /// cut before. A mutex whose
+    /// [`request_timeout`](crate::MutexOptions::request_timeout) is shorter
+    /// refuses the store with [`Error::InvalidOption`].
+    ///
+    /// The default implementation returns `None`: any limit will do.
+    fn min_request_timeout(&self) -> Option<Duration> {
+        None
+    }
+
     /// Whether this store can keep candidates beside the lease
     /// ([`advertise`](Self::advertise) and the calls after it). A mutex with
     /// a [`priority`](crate::MutexOptions::priority) refuses a store that
@@ -426,6 +438,25 @@ pub trait LeaseStore: Send + Sync + 'static {
     }
 }
 
+/// Refuses a caller's `request_timeout` shorter than a store's
+/// [`min_request_timeout`](LeaseStore::min_request_timeout).
+pub(crate) fn check_request_timeout(
+    needed: Option<Duration>,
+    request_timeout: Duration,
+) -> Result<()> {
+    match needed {
+        Some(needed) if request_timeout < needed => Err(Error::invalid(
+            "request_timeout",
+            format!(
+                "{request_timeout:?} is shorter than the store's own request timeout of {needed:?}: \
+                 a call cut before the store answers could leave leases granted to a failed \
+                 acquire until they expire; give the store a timeout no longer than this one"
+            ),
+        )),
+        _ => Ok(()),
+    }
+}
+
 /// The largest leader state, in bytes (4 MiB), that
 /// [`LeaseStore::write_state`] accepts. A single Put Blob takes far more;
 /// the limit keeps every write one request that fits in a renew interval.
@@ -469,6 +500,15 @@ pub trait LeaseSetStore: Send + Sync + 'static {
     ///
     /// [`Error::InvalidOption`] when the name cannot name a lease.
     fn lease(&self, name: &str) -> Result<Self::Lease>;
+
+    /// As [`LeaseStore::min_request_timeout`], for the set's leases and
+    /// listings: a lease set whose mutex options' `request_timeout` is
+    /// shorter refuses the store.
+    ///
+    /// The default implementation returns `None`.
+    fn min_request_timeout(&self) -> Option<Duration> {
+        None
+    }
 
     /// Every lease of the set whose name starts with `prefix`, by name
     /// (without the set's own prefix), with what [`LeaseStore::inspect`]

@@ -7,6 +7,7 @@ mod support;
 use std::process::{Output, Stdio};
 use std::time::Duration;
 
+use blob_mutex::{BlobLeaseManager, BlobSettings, LeaseId, LeaseStore};
 use support::azurite::{self, Azurite};
 use support::wait_for;
 use tokio::process::Command;
@@ -206,4 +207,94 @@ async fn commands_on_one_account_refuse_a_quorum_with_code_2_and_partitions_list
     .await;
     assert_eq!(missing.status.code(), Some(2));
     assert!(text(&missing.stderr).contains("cannot read --accounts-file /nonexistent/accounts"));
+}
+
+#[tokio::test]
+async fn status_names_a_holder_only_where_the_stamp_shows_it() {
+    let quorum = Quorum::start("cli-quorum-holding");
+    let stores: Vec<BlobLeaseManager> = quorum
+        .accounts
+        .iter()
+        .map(|account| {
+            let cs = account.connection_string();
+            let settings = BlobSettings::from_connection_string(&cs, &quorum.container, "lock");
+            BlobLeaseManager::new(&settings.unwrap()).unwrap()
+        })
+        .collect();
+    let (earlier, newest) = (LeaseId::new(), LeaseId::new());
+    let minute = Duration::from_secs(60);
+    // Account 0: an earlier holder's lease, not expired yet. Account 1: the
+    // newest term's. Account 2: the newest holder's lease, on a blob that
+    // no renewal has brought up to its stamp yet.
+    stores[0].acquire(earlier, minute).await.unwrap();
+    stores[0]
+        .stamp_at_least(earlier, "earlier", 3)
+        .await
+        .unwrap();
+    stores[1].acquire(newest, minute).await.unwrap();
+    stores[1].stamp_at_least(newest, "newest", 4).await.unwrap();
+    stores[2].acquire(newest, minute).await.unwrap();
+
+    let out = output(&refs(&quorum.args("status", &[]))).await;
+    let table = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{table}{}", text(&out.stderr));
+    let lines: Vec<&str> = table.lines().collect();
+    let unknown = "leased, holder unknown: the stamp here";
+    assert!(
+        lines[0].ends_with(&format!(
+            "{unknown} (holder earlier epoch 3) is not the newest term's"
+        )),
+        "{table}"
+    );
+    assert!(
+        lines[1].ends_with("leased holder newest epoch 4"),
+        "{table}"
+    );
+    assert!(
+        lines[2].ends_with(&format!(
+            "{unknown} (never stamped) is not the newest term's"
+        )),
+        "{table}"
+    );
+    assert!(
+        table.contains(
+            "holder       unknown: no majority of the accounts carries one holder and epoch"
+        ),
+        "{table}"
+    );
+    let json = text(
+        &output(&refs(&quorum.args("status", &["--json"])))
+            .await
+            .stdout,
+    );
+    assert!(
+        json.contains(
+            r#""state":"leased","lease":"unattributed","holder":null,"epoch":null,"last_holder":"earlier","last_epoch":3"#
+        ),
+        "{json}"
+    );
+    assert!(
+        json.contains(r#""lease":"term","holder":"newest","epoch":4"#),
+        "{json}"
+    );
+    assert!(
+        json.contains(r#""leased":true,"duration":"fixed","holder":null,"epoch":null"#),
+        "{json}"
+    );
+
+    // A renewal brings account 2 up to the stamp: a majority carries it.
+    stores[2].stamp_at_least(newest, "newest", 4).await.unwrap();
+    let table = text(&output(&refs(&quorum.args("status", &[]))).await.stdout);
+    assert!(
+        lines_end_with(&table, 2, "leased holder newest epoch 4"),
+        "{table}"
+    );
+    assert!(
+        table.contains("holder       newest\nepoch        4\n"),
+        "{table}"
+    );
+}
+
+fn lines_end_with(table: &str, line: usize, end: &str) -> bool {
+    table.lines().nth(line).is_some_and(|l| l.ends_with(end))
 }

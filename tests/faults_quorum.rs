@@ -1,7 +1,9 @@
 //! Leadership on a quorum of three accounts (three Azurites, each behind a
 //! fault proxy), with worker processes: one account down changes nothing;
 //! two down stop the leader before its deadline and nobody leads until one
-//! comes back; an asymmetric partition never makes two leaders.
+//! comes back; an asymmetric partition never makes two leaders. And, from
+//! this process, the epoch across accounts that fell behind or lost their
+//! blobs: it never goes back, and renewals bring every account up to it.
 
 // Times here are instants of one monotonic record, subtracted in the order
 // they happened; an underflow would be a test failure anyway.
@@ -11,7 +13,7 @@ mod support;
 
 use std::time::Duration;
 
-use blob_mutex::{BlobLeaseManager, LeaseState};
+use blob_mutex::{Acquire, BlobLeaseManager, LeaseId, LeaseState, LeaseStore, QuorumLeaseStore};
 use support::azurite::{self, Azurite};
 use support::proxy::Proxy;
 use support::workers::{Cluster, Spec};
@@ -46,9 +48,11 @@ fn spawn(cluster: &mut Cluster, container: &str, proxy: impl Fn(usize, usize) ->
 
 /// Waits until the leader's first renewal round has reached every account
 /// through the leader's proxies (a renew, or an acquire under the same id
-/// for an account another candidate held when it won), and every account
-/// is leased.
-async fn settled(leader_proxies: &[Proxy], accounts: &[Azurite], container: &str) {
+/// for an account another candidate held when it won), every account is
+/// leased, and every account carries the term's `epoch` (an account that
+/// missed the stamp is brought up to it after that renewal; until then it
+/// shows no epoch, and could not count for the next term).
+async fn settled(leader_proxies: &[Proxy], accounts: &[Azurite], container: &str, epoch: u64) {
     let (lease, first) = support::wait_for("the leader's first renewal", LEASE, || async {
         leader_proxies.iter().find_map(|proxy| {
             proxy
@@ -75,6 +79,10 @@ async fn settled(leader_proxies: &[Proxy], accounts: &[Azurite], container: &str
             (state_on(account, container).await == Some(LeaseState::Leased)).then_some(())
         })
         .await;
+        support::wait_for("every account carrying the term's epoch", LEASE, || async {
+            (stamp_on(account, container).await.1 == epoch).then_some(())
+        })
+        .await;
     }
 }
 
@@ -94,7 +102,7 @@ async fn one_account_down_changes_nothing_for_the_leader() {
         proxies[k].connection_string()
     });
     let (leader, epoch, _) = cluster.wait_first_leader().await;
-    settled(&proxies, &accounts, &container).await;
+    settled(&proxies, &accounts, &container, epoch).await;
 
     // Account 0 blackholed, longer than a lease; then back.
     proxies[0].partition();
@@ -144,7 +152,7 @@ async fn two_accounts_down_stop_the_leader_and_nobody_leads_until_one_is_back() 
         proxies[k].connection_string()
     });
     let (leader, epoch, _) = cluster.wait_first_leader().await;
-    settled(&proxies, &accounts, &container).await;
+    settled(&proxies, &accounts, &container, epoch).await;
 
     proxies[0].partition();
     proxies[1].partition();
@@ -204,7 +212,7 @@ async fn an_asymmetric_partition_never_makes_two_leaders() {
     });
     let (leader, epoch, _) = cluster.wait_first_leader().await;
     let follower = (leader + 1) % WORKERS;
-    settled(&proxies[leader], &accounts, &container).await;
+    settled(&proxies[leader], &accounts, &container, epoch).await;
 
     // The leader reaches accounts 0 and 1; a follower only account 2.
     proxies[leader][2].partition();
@@ -242,4 +250,122 @@ async fn an_asymmetric_partition_never_makes_two_leaders() {
         (next_at - stopped_at).as_secs_f64(),
         history.summary()
     );
+}
+
+/// A quorum over the three accounts' proxies, from this process.
+fn quorum_over(proxies: &[Proxy], container: &str) -> QuorumLeaseStore {
+    let settings: Vec<_> = proxies
+        .iter()
+        .map(|p| p.settings(container, "quorum"))
+        .collect();
+    QuorumLeaseStore::from_settings(&settings).unwrap()
+}
+
+/// Acquires the quorum's lease under a new id, retrying while an account
+/// is slow to create its blob.
+async fn acquire(store: &QuorumLeaseStore) -> LeaseId {
+    let id = LeaseId::new();
+    support::wait_for("the quorum acquired", LEASE, || async {
+        matches!(store.acquire(id, LEASE).await, Ok(Acquire::Acquired)).then_some(())
+    })
+    .await;
+    id
+}
+
+/// One term: acquire, stamp, release; the stamp's answer.
+async fn term(store: &QuorumLeaseStore, holder: &str) -> Result<u64, blob_mutex::Error> {
+    let id = acquire(store).await;
+    let stamped = store.stamp(id, holder).await;
+    let _ = store.release(id).await;
+    stamped
+}
+
+/// The holder and epoch one account carries, read straight from its
+/// Azurite (no holder and epoch 0 without a blob).
+async fn stamp_on(account: &Azurite, container: &str) -> (Option<String>, u64) {
+    let manager = BlobLeaseManager::new(&account.settings(container, "quorum")).unwrap();
+    match manager.inspect().await.ok().flatten() {
+        Some(info) => (info.holder, info.epoch),
+        None => (None, 0),
+    }
+}
+
+/// Renews `id` until every account carries `stamp` (holder and epoch).
+async fn renewed_until_every_account_carries(
+    store: &QuorumLeaseStore,
+    id: LeaseId,
+    accounts: &[Azurite],
+    container: &str,
+    stamp: &(Option<String>, u64),
+) {
+    support::wait_for("every account brought up to the stamp", LEASE, || async {
+        store.renew(id).await.unwrap();
+        for account in accounts {
+            if stamp_on(account, container).await != *stamp {
+                return None;
+            }
+        }
+        Some(())
+    })
+    .await;
+}
+
+/// A first term, renewed until every account carries it (an account that
+/// answers the stamp late is brought up to it by the renewals).
+async fn first_term(store: &QuorumLeaseStore, accounts: &[Azurite], container: &str) -> u64 {
+    let id = acquire(store).await;
+    let epoch = store.stamp(id, "t1").await.unwrap();
+    let stamp = (Some("t1".to_owned()), epoch);
+    renewed_until_every_account_carries(store, id, accounts, container, &stamp).await;
+    store.release(id).await.unwrap();
+    epoch
+}
+
+#[tokio::test]
+async fn the_epoch_never_goes_back_after_one_account_behind_and_another_restarted_empty() {
+    let mut accounts = three();
+    let proxies: Vec<Proxy> = accounts.iter().map(|a| Proxy::start(a.port)).collect();
+    let container = azurite::unique_container("quorum-epoch");
+    let store = quorum_over(&proxies, &container);
+    let mut epochs = vec![first_term(&store, &accounts, &container).await];
+    // Account 2 blackholed during two terms: it keeps the first epoch.
+    proxies[2].partition();
+    for holder in ["t2", "t3"] {
+        epochs.push(term(&store, holder).await.unwrap());
+    }
+    proxies[2].heal();
+    // Account 0 restarted empty, and account 1 (the only one left with the
+    // last epoch) silent: the next term's first majority is accounts 0 and 2.
+    accounts[0].restart();
+    proxies[1].partition();
+    match term(&store, "t4").await {
+        Ok(epoch) => epochs.push(epoch),
+        Err(e) => assert!(e.is_transient(), "{e}"),
+    }
+    proxies[1].heal();
+    epochs.push(term(&store, "t5").await.unwrap());
+    assert!(
+        epochs.windows(2).all(|w| w[0] < w[1]),
+        "the epoch went back: {epochs:?}"
+    );
+    println!("one account behind, another restarted empty: epochs {epochs:?}");
+}
+
+#[tokio::test]
+async fn a_renewal_brings_an_account_that_missed_the_stamp_up_to_it() {
+    let mut accounts = three();
+    let proxies: Vec<Proxy> = accounts.iter().map(|a| Proxy::start(a.port)).collect();
+    let container = azurite::unique_container("quorum-catch-up");
+    let store = quorum_over(&proxies, &container);
+    first_term(&store, &accounts, &container).await;
+    let id = acquire(&store).await;
+    proxies[2].partition();
+    let epoch = store.stamp(id, "t2").await.unwrap();
+    proxies[2].heal();
+    let carried = (Some("t2".to_owned()), epoch);
+    renewed_until_every_account_carries(&store, id, &accounts, &container, &carried).await;
+    // Restarted empty: leased and stamped again by the next renewals.
+    accounts[1].restart();
+    renewed_until_every_account_carries(&store, id, &accounts, &container, &carried).await;
+    store.release(id).await.unwrap();
 }

@@ -91,7 +91,9 @@ impl<S: LeaseSetStore> QuorumLeaseSetStore<S> {
     }
 
     /// The same store with another request timeout (default 3 s), for the
-    /// listings and for the quorum stores of its leases.
+    /// listings and for the quorum stores of its leases: no longer than the
+    /// lease set's `request_timeout` (see
+    /// [`QuorumLeaseStore::with_request_timeout`]).
     #[must_use = "the store is returned by value"]
     pub fn with_request_timeout(mut self, timeout: Duration) -> Self {
         self.request_timeout = timeout;
@@ -144,5 +146,10 @@ impl<S: LeaseSetStore> LeaseSetStore for QuorumLeaseSetStore<S> {
 
     fn list(&self, prefix: &str) -> impl Future<Output = Result<Vec<(String, LeaseInfo)>>> + Send {
         self.list_quorum(prefix)
+    }
+
+    /// The request timeout of its leases' quorum stores.
+    fn min_request_timeout(&self) -> Option<Duration> {
+        Some(self.request_timeout)
     }
 }

@@ -1,7 +1,7 @@
 //! The quorum store against in-memory accounts, with paused time.
 
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -46,6 +46,8 @@ async fn meets_the_store_contract() {
 async fn meets_the_store_contract_with_a_minority_down() {
     conformance::run_all(|_| async {
         let accounts = accounts(5);
+        // The first term needs every account (see `read_last`).
+        term(&quorum(&accounts), "first").await.unwrap();
         accounts[1].set_unavailable(true);
         accounts[4].set_unavailable(true);
         (quorum(&accounts), quorum(&accounts))
@@ -129,6 +131,10 @@ async fn no_majority_for_failures_is_a_transient_error_and_releases() {
 struct Stalling {
     inner: MemoryLeaseStore,
     stalled: Arc<AtomicBool>,
+    /// How many inspections and stamps it was asked for.
+    reads_and_stamps: Arc<AtomicUsize>,
+    /// How long each call takes to answer, in milliseconds.
+    latency_ms: Arc<AtomicUsize>,
 }
 
 impl Stalling {
@@ -145,36 +151,72 @@ impl Stalling {
                 } else {
                     Arc::default()
                 },
+                reads_and_stamps: Arc::default(),
+                latency_ms: Arc::default(),
             })
             .collect()
     }
 
-    fn gate<T: Send>(
+    /// One stalling handle on each account, each with a switch of its own.
+    fn each(accounts: &[MemoryLeaseStore]) -> Vec<Self> {
+        accounts
+            .iter()
+            .map(|inner| Stalling {
+                inner: inner.clone(),
+                stalled: Arc::default(),
+                reads_and_stamps: Arc::default(),
+                latency_ms: Arc::default(),
+            })
+            .collect()
+    }
+
+    fn stall(&self, stalled: bool) {
+        self.stalled.store(stalled, Ordering::SeqCst);
+    }
+
+    /// The call `make` makes on the account. The memory store acts when
+    /// the call is first polled, and answers at once: with no latency the
+    /// call is made now, as before; while stalled too, and its answer is
+    /// lost; otherwise it is made, and answered, after the latency.
+    fn gate<T: Send, Fut>(
         &self,
-        call: impl Future<Output = Result<T>> + Send,
-    ) -> impl Future<Output = Result<T>> + Send {
+        make: impl FnOnce(MemoryLeaseStore) -> Fut + Send,
+    ) -> impl Future<Output = Result<T>> + Send
+    where
+        Fut: Future<Output = Result<T>> + Send,
+    {
         let stalled = self.stalled.load(Ordering::SeqCst);
+        let latency = self.latency_ms.load(Ordering::SeqCst);
+        let inner = self.inner.clone();
+        let mut make = Some(make);
+        let answer = (stalled || latency == 0)
+            .then(|| futures_util::FutureExt::now_or_never(make.take()?(inner.clone())))
+            .flatten();
         async move {
             if stalled {
-                std::future::pending::<()>().await;
+                return std::future::pending().await;
             }
-            call.await
+            if let Some(answer) = answer {
+                return answer;
+            }
+            sleep(Duration::from_millis(u64::try_from(latency).unwrap())).await;
+            make.take().expect("made once")(inner).await
         }
     }
 }
 
 impl LeaseStore for Stalling {
     fn acquire(&self, id: LeaseId, d: Duration) -> impl Future<Output = Result<Acquire>> + Send {
-        self.gate(self.inner.acquire(id, d))
+        self.gate(move |s| async move { s.acquire(id, d).await })
     }
     fn renew(&self, id: LeaseId) -> impl Future<Output = Result<()>> + Send {
-        self.gate(self.inner.renew(id))
+        self.gate(move |s| async move { s.renew(id).await })
     }
     fn release(&self, id: LeaseId) -> impl Future<Output = Result<()>> + Send {
-        self.gate(self.inner.release(id))
+        self.gate(move |s| async move { s.release(id).await })
     }
     fn stamp(&self, id: LeaseId, holder: &str) -> impl Future<Output = Result<u64>> + Send {
-        self.gate(self.inner.stamp(id, holder))
+        self.stamp_at_least(id, holder, 0)
     }
     fn stamp_at_least(
         &self,
@@ -182,10 +224,13 @@ impl LeaseStore for Stalling {
         holder: &str,
         floor: u64,
     ) -> impl Future<Output = Result<u64>> + Send {
-        self.gate(self.inner.stamp_at_least(id, holder, floor))
+        self.reads_and_stamps.fetch_add(1, Ordering::SeqCst);
+        let holder = holder.to_owned();
+        self.gate(move |s| async move { s.stamp_at_least(id, &holder, floor).await })
     }
     fn inspect(&self) -> impl Future<Output = Result<Option<LeaseInfo>>> + Send {
-        self.gate(self.inner.inspect())
+        self.reads_and_stamps.fetch_add(1, Ordering::SeqCst);
+        self.gate(|s| async move { s.inspect().await })
     }
     fn name(&self) -> String {
         self.inner.name()
@@ -198,6 +243,7 @@ async fn calls_do_not_wait_for_an_account_that_never_answers() {
     let stalled = Arc::new(AtomicBool::new(false));
     let stores = Stalling::over(&accounts, 1, &stalled);
     let store = QuorumLeaseStore::new(stores).unwrap();
+    term(&store, "first").await.unwrap();
     let id = LeaseId::new();
     store.acquire(id, D).await.unwrap();
     stalled.store(true, Ordering::SeqCst);
@@ -210,7 +256,7 @@ async fn calls_do_not_wait_for_an_account_that_never_answers() {
         Duration::from_millis(100),
         "no call waits for the silent account (renew and stamp for their grace only)"
     );
-    assert_eq!(epoch, 1);
+    assert_eq!(epoch, 2);
     let inspected = store
         .clone()
         .with_request_timeout(Duration::from_secs(2))
@@ -319,7 +365,7 @@ async fn renew_is_lost_once_a_majority_is_held_by_another() {
 #[tokio::test(start_paused = true)]
 async fn epochs_strictly_increase_across_holders_with_different_majorities() {
     let accounts = accounts(3);
-    let mut last = 0;
+    let mut last = term(&quorum(&accounts), "first").await.unwrap();
     // Each term runs on another majority: the account down differs.
     for (term, down) in [0, 1, 2, 0, 2, 1].into_iter().enumerate() {
         for (i, account) in accounts.iter().enumerate() {
@@ -354,6 +400,217 @@ async fn the_stamp_brings_a_lagging_account_up_to_the_epoch() {
     assert_eq!(
         (info.state, info.epoch, info.holder.as_deref()),
         (LeaseState::Leased, 8, Some("new"))
+    );
+}
+
+/// One term on `store`: acquire, stamp, release; the term's epoch.
+async fn term<S: LeaseStore>(store: &QuorumLeaseStore<S>, holder: &str) -> Result<u64> {
+    let id = LeaseId::new();
+    assert_eq!(store.acquire(id, D).await?, Acquire::Acquired, "{holder}");
+    let stamped = store.stamp(id, holder).await;
+    let _ = store.release(id).await;
+    stamped
+}
+
+/// What each account carries: its last term's holder and epoch.
+fn stamps(accounts: &[MemoryLeaseStore]) -> Vec<(Option<String>, u64)> {
+    accounts.iter().map(|a| (a.holder(), a.epoch())).collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_epoch_never_goes_back_with_one_account_lost_and_others_behind() {
+    for (lost, behind, slow) in (0..27).map(|k| (k % 3, k / 3 % 3, k / 9)) {
+        let case = format!("account {lost} lost, {behind} behind, {slow} slow");
+        let accounts = accounts(3);
+        let stores = Stalling::each(&accounts);
+        let store = QuorumLeaseStore::new(stores.clone()).unwrap();
+        let mut last = term(&store, "t1").await.unwrap();
+        // Terms 2 to 4 without `behind`, which keeps epoch 1.
+        accounts[behind].set_unavailable(true);
+        for holder in ["t2", "t3", "t4"] {
+            let epoch = term(&store, holder).await.unwrap();
+            assert!(epoch > last, "{case}: {epoch} after {last}");
+            last = epoch;
+        }
+        accounts[behind].set_unavailable(false);
+        accounts[lost].lose_blob();
+        // The next term's first majority is the two others.
+        stores[slow].stall(true);
+        if let Ok(epoch) = term(&store, "t5").await {
+            assert!(
+                epoch > last,
+                "{case}: epoch {epoch} after {last}; accounts {:?}",
+                stamps(&accounts)
+            );
+            last = epoch;
+        }
+        stores[slow].stall(false);
+        let epoch = term(&store, "t6").await.unwrap();
+        assert!(epoch > last, "{case}: epoch {epoch} after {last}");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_first_term_waits_for_every_account() {
+    let accounts = accounts(3);
+    accounts[2].set_unavailable(true);
+    let store = quorum(&accounts);
+    let result = term(&store, "first").await;
+    assert!(
+        result.as_ref().is_err_and(Error::is_transient),
+        "the silent account may be the one that kept the last epoch: {result:?}"
+    );
+    accounts[2].set_unavailable(false);
+    assert_eq!(term(&store, "first").await.unwrap(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_first_terms_stamp_waits_for_a_slow_account() {
+    let accounts = accounts(3);
+    let stores = Stalling::each(&accounts);
+    let store = QuorumLeaseStore::new(stores.clone()).unwrap();
+    let id = LeaseId::new();
+    store.acquire(id, D).await.unwrap();
+    for (i, latency) in [10, 10, 200].into_iter().enumerate() {
+        stores[i].latency_ms.store(latency, Ordering::SeqCst);
+    }
+    store.stamp(id, "first").await.unwrap();
+    // Without an epoch there, the slow account would leave only two that
+    // carry one: the next term could not start if either were out.
+    let first = (Some("first".to_owned()), 1);
+    assert_eq!(stamps(&accounts), [first.clone(), first.clone(), first]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn renewals_bring_every_account_up_to_the_terms_stamp_and_cost_nothing_once_it_is() {
+    let accounts = accounts(3);
+    let stores = Stalling::each(&accounts);
+    let store = QuorumLeaseStore::new(stores.clone()).unwrap();
+    term(&store, "t1").await.unwrap();
+    accounts[2].set_unavailable(true);
+    let id = LeaseId::new();
+    store.acquire(id, D).await.unwrap();
+    assert_eq!(store.stamp(id, "t2").await.unwrap(), 2);
+    store.renew(id).await.unwrap();
+    accounts[2].set_unavailable(false);
+    store.renew(id).await.unwrap();
+    let t2 = (Some("t2".to_owned()), 2);
+    assert_eq!(
+        stamps(&accounts),
+        [t2.clone(), t2.clone(), t2.clone()],
+        "the account that came back"
+    );
+    // An account that loses its blob is leased and stamped again.
+    accounts[0].lose_blob();
+    store.renew(id).await.unwrap();
+    assert_eq!(
+        stamps(&accounts),
+        [t2.clone(), t2.clone(), t2.clone()],
+        "the account that lost its blob"
+    );
+    let count = || -> Vec<usize> {
+        stores
+            .iter()
+            .map(|s| s.reads_and_stamps.load(Ordering::SeqCst))
+            .collect()
+    };
+    let before = count();
+    for _ in 0..10 {
+        store.renew(id).await.unwrap();
+    }
+    assert_eq!(
+        count(),
+        before,
+        "no read or stamp once every account is current"
+    );
+    // An account that answered the stamp late is brought up to date once,
+    // and is not stamped past the term's epoch.
+    store.release(id).await.unwrap();
+    let id = LeaseId::new();
+    store.acquire(id, D).await.unwrap();
+    stores[1].stall(true);
+    let epoch = store.stamp(id, "t3").await.unwrap();
+    stores[1].stall(false);
+    store.renew(id).await.unwrap();
+    store.renew(id).await.unwrap();
+    let t3 = (Some("t3".to_owned()), epoch);
+    assert_eq!(stamps(&accounts), [t3.clone(), t3.clone(), t3]);
+}
+
+#[tokio::test]
+async fn a_store_request_timeout_longer_than_the_callers_is_refused() {
+    let idle = |ctx: LeaderContext| async move {
+        ctx.cancelled().await;
+        Ok::<(), Error>(())
+    };
+    let options = MutexOptions::default();
+    let longer = options.request_timeout + Duration::from_secs(1);
+    let store = quorum(&accounts(3)).with_request_timeout(longer);
+    let refused = BlobDistributedMutex::with_store(store.clone(), options.clone(), idle);
+    assert!(
+        matches!(
+            &refused,
+            Err(Error::InvalidOption {
+                field: "request_timeout",
+                ..
+            })
+        ),
+        "the mutex would drop an acquire before the store gives back what it was granted"
+    );
+    let options = options.with_request_timeout(longer);
+    assert!(BlobDistributedMutex::with_store(store, options, idle).is_ok());
+
+    let set_options = crate::LeaseSetOptions::default();
+    let sets = (0..3)
+        .map(|i| (format!("account-{i}"), crate::MemoryLeaseSetStore::new()))
+        .collect();
+    let sets = super::QuorumLeaseSetStore::with_labels(sets)
+        .unwrap()
+        .with_request_timeout(set_options.mutex.request_timeout + Duration::from_secs(1));
+    let refused = crate::BlobLeaseSet::with_store(
+        sets,
+        ["p"],
+        set_options,
+        |ctx: crate::PartitionContext| async move {
+            ctx.cancelled().await;
+            Ok::<(), Error>(())
+        },
+    );
+    assert!(
+        matches!(
+            &refused,
+            Err(Error::InvalidOption {
+                field: "request_timeout",
+                ..
+            })
+        ),
+        "the lease set alike"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_account_slower_than_the_renewals_grace_is_brought_up_to_the_stamp_all_the_same() {
+    let accounts = accounts(3);
+    let stores = Stalling::each(&accounts);
+    let store = QuorumLeaseStore::new(stores.clone()).unwrap();
+    term(&store, "t1").await.unwrap();
+    let id = LeaseId::new();
+    store.acquire(id, D).await.unwrap();
+    accounts[2].set_unavailable(true);
+    let epoch = store.stamp(id, "t2").await.unwrap();
+    accounts[2].set_unavailable(false);
+    // The others answer in 10 ms, so a renewal waits 50 ms more for the
+    // third; a renew, a read and a stamp there take 75 ms.
+    for (i, latency) in [10, 10, 25].into_iter().enumerate() {
+        stores[i].latency_ms.store(latency, Ordering::SeqCst);
+    }
+    for _ in 0..3 {
+        store.renew(id).await.unwrap();
+    }
+    assert_eq!(
+        stamps(&accounts)[2],
+        (Some("t2".to_owned()), epoch),
+        "the slow account carries the term's stamp"
     );
 }
 

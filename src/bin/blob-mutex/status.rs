@@ -3,7 +3,7 @@
 use std::fmt::Write as _;
 
 use anyhow::Result;
-use blob_mutex::{AccountLease, LeaseInfo, LeaseState, QuorumLeaseStore};
+use blob_mutex::{AccountLease, Holding, LeaseInfo, LeaseState, QuorumLeaseStore};
 
 use crate::cli::{StatusArgs, Target};
 use crate::exit;
@@ -40,7 +40,15 @@ async fn quorum_status(args: &StatusArgs, quorum: &QuorumLeaseStore) -> Result<u
         );
     }
     let info = quorum.merged(&accounts);
-    let view = View::new(&args.target, info.as_ref());
+    let mut view = View::new(&args.target, info.as_ref());
+    // While leased, the holder is named only when a majority carries its
+    // stamp beside a lease.
+    if view.leased && view.state == LeaseState::Leased {
+        match quorum.leader(&accounts) {
+            Some((holder, epoch)) => view.holder_known(holder, epoch),
+            None => view.holder_unknown(),
+        }
+    }
     if args.json {
         let each: Vec<String> = accounts.iter().map(account_json).collect();
         let merged = view.json();
@@ -60,39 +68,52 @@ async fn quorum_status(args: &StatusArgs, quorum: &QuorumLeaseStore) -> Result<u
     })
 }
 
-/// One account's lease on one line.
+/// One account's lease on one line: whose lease it holds, in words when
+/// the stamp there does not tell.
 fn account_line(account: &AccountLease) -> String {
-    let what = match &account.lease {
-        Ok(Some(info)) => format!(
-            "{} holder {} epoch {}",
-            info.state,
-            info.holder.as_deref().unwrap_or("-"),
-            info.epoch
+    let stamp = |info: &LeaseInfo| match &info.holder {
+        Some(holder) if info.epoch > 0 => format!("holder {holder} epoch {}", info.epoch),
+        _ => "never stamped".to_owned(),
+    };
+    let what = match (&account.lease, &account.holding) {
+        (Err(e), _) => format!("unreachable: {}", Chain(e)),
+        (Ok(None), _) => "no lease blob yet".to_owned(),
+        (Ok(Some(_)), Holding::Term { holder, epoch }) => {
+            format!("leased holder {holder} epoch {epoch}")
+        }
+        (Ok(Some(info)), Holding::Unattributed) => format!(
+            "leased, holder unknown: the stamp here ({}) is not the newest term's",
+            stamp(info)
         ),
-        Ok(None) => "no lease blob yet".to_owned(),
-        Err(e) => format!("unreachable: {}", Chain(e)),
+        (Ok(Some(info)), _) => format!("{}, last {}", info.state, stamp(info)),
     };
     format!("account {:<48} {what}", account.account)
 }
 
-/// One account's lease as a JSON object.
+/// One account's lease as a JSON object: `holder` and `epoch` of the lease
+/// it holds (null when not leased, or when the lease cannot be attributed:
+/// `lease` says which), and the stamp it carries (`last_holder`,
+/// `last_epoch`).
 fn account_json(account: &AccountLease) -> String {
     let text = |value: Option<&str>| value.map_or_else(|| "null".to_owned(), json_string);
-    let (state, holder, epoch, error) = match &account.lease {
-        Ok(Some(info)) => (
-            Some(info.state.as_str()),
-            info.holder.clone(),
-            info.epoch,
-            None,
-        ),
-        Ok(None) => (None, None, 0, None),
-        Err(e) => (None, None, 0, Some(Chain(e).to_string())),
+    let number = |value: Option<u64>| value.map_or_else(|| "null".to_owned(), |n| n.to_string());
+    let info = account.lease.as_ref().ok().and_then(Option::as_ref);
+    let (lease, holder, epoch) = match &account.holding {
+        Holding::Term { holder, epoch } => (Some("term"), Some(holder.as_str()), Some(*epoch)),
+        Holding::Unattributed => (Some("unattributed"), None, None),
+        _ => (None, None, None),
     };
+    let error = account.lease.as_ref().err().map(|e| Chain(e).to_string());
     format!(
-        "{{\"account\":{},\"state\":{},\"holder\":{},\"epoch\":{epoch},\"error\":{}}}",
+        "{{\"account\":{},\"state\":{},\"lease\":{},\"holder\":{},\"epoch\":{},\
+         \"last_holder\":{},\"last_epoch\":{},\"error\":{}}}",
         json_string(&account.account),
-        text(state),
-        text(holder.as_deref()),
+        text(info.map(|i| i.state.as_str())),
+        text(lease),
+        text(holder),
+        number(epoch),
+        text(info.and_then(|i| i.holder.as_deref())),
+        number(info.map(|i| i.epoch)),
         text(error.as_deref()),
     )
 }
@@ -123,7 +144,8 @@ struct View<'a> {
     /// `fixed` or `infinite` while leased.
     duration: Option<&'static str>,
     holder: Option<&'a str>,
-    epoch: u64,
+    /// `None` while leased with no holder a majority agrees on.
+    epoch: Option<u64>,
     acquired_at: Option<&'a str>,
 }
 
@@ -143,9 +165,22 @@ impl<'a> View<'a> {
                 }
             }),
             holder: info.and_then(|i| i.holder.as_deref()),
-            epoch: info.map_or(0, |i| i.epoch),
+            epoch: Some(info.map_or(0, |i| i.epoch)),
             acquired_at: info.and_then(|i| i.acquired_at.as_deref()),
         }
+    }
+
+    /// The holder and epoch a majority of a quorum's accounts agrees on.
+    fn holder_known(&mut self, holder: &'a str, epoch: u64) {
+        self.holder = Some(holder);
+        self.epoch = Some(epoch);
+    }
+
+    /// Leased on a majority of a quorum's accounts, with no majority
+    /// agreeing on the holder and epoch.
+    fn holder_unknown(&mut self) {
+        self.holder = None;
+        self.epoch = None;
     }
 
     /// A small table; when the lease is free, the holder is the last one.
@@ -161,8 +196,12 @@ impl<'a> View<'a> {
         let rows = [
             ("blob", format!("{}/{}", self.container, self.blob)),
             ("state", state),
-            (holder_label, self.holder.unwrap_or("-").to_owned()),
-            ("epoch", self.epoch.to_string()),
+            (holder_label, self.holder_text()),
+            (
+                "epoch",
+                self.epoch
+                    .map_or_else(|| "unknown".to_owned(), |e| e.to_string()),
+            ),
             ("acquired at", self.acquired_at.unwrap_or("-").to_owned()),
         ];
         let mut out = String::new();
@@ -170,6 +209,16 @@ impl<'a> View<'a> {
             let _ = writeln!(out, "{label:<12} {value}");
         }
         out
+    }
+
+    fn holder_text(&self) -> String {
+        match (self.holder, self.epoch) {
+            (Some(holder), _) => holder.to_owned(),
+            (None, None) => {
+                "unknown: no majority of the accounts carries one holder and epoch".to_owned()
+            }
+            (None, Some(_)) => "-".to_owned(),
+        }
     }
 
     /// One JSON object on one line.
@@ -185,7 +234,8 @@ impl<'a> View<'a> {
             self.leased,
             text(self.duration),
             text(self.holder),
-            self.epoch,
+            self.epoch
+                .map_or_else(|| "null".to_owned(), |e| e.to_string()),
             text(self.acquired_at),
         )
     }

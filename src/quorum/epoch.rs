@@ -1,0 +1,186 @@
+//! The epoch across the accounts: read, for a new term, from a majority
+//! that can show it holds the last one; stamped on every account; and
+//! brought up to date by the renewals on the accounts that missed it.
+
+use std::time::Duration;
+
+use tracing::debug;
+
+use tokio::time::Instant;
+
+use super::votes::{no_majority, straggler_grace, Answers, Asking, Vote, Votes};
+use crate::error::{Error, Result};
+use crate::store::{LeaseId, LeaseInfo, LeaseStore};
+
+/// The last epoch, and how it was read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Read {
+    /// The largest epoch read.
+    pub(super) last: u64,
+    /// Read from every account, not from a majority that carries epochs:
+    /// no majority would carry this term's epoch if the accounts that miss
+    /// its stamp stayed without one (the first term, above all).
+    pub(super) from_every_account: bool,
+}
+
+/// What a term wrote on the accounts: its holder and epoch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Stamp {
+    pub(super) holder: String,
+    pub(super) epoch: u64,
+}
+
+/// How one account's lease blob counts for the read of a new term's
+/// epoch: it carries an epoch, or it has none (never stamped, or it lost
+/// its blob: deleted, recreated, an emulator restarted empty), or it did
+/// not answer.
+fn vote_carried(answer: &Result<Option<LeaseInfo>>) -> Vote {
+    match answer {
+        Ok(Some(info)) if info.epoch > 0 => Vote::Yes,
+        Ok(_) => Vote::No,
+        Err(_) => Vote::Failed,
+    }
+}
+
+/// The read is decided once a majority carries an epoch, once every
+/// account answered, or once neither can happen any more.
+fn read_decided(votes: Votes) -> bool {
+    votes.won()
+        || votes.pending == 0
+        || (votes.yes + votes.pending < votes.majority() && votes.failed > 0)
+}
+
+/// The last epoch any term used: the largest epoch the accounts carry,
+/// read from a majority of accounts that each carry one, or from every
+/// account. An account with no epoch does not count toward that majority:
+/// it may have lost the epoch that matters, and only a majority of
+/// accounts that kept their epochs is sure to meet an account the last
+/// term stamped. When every account answered, the read meets every account
+/// the last term stamped, and one of them kept its blob unless all of them
+/// lost it: that is how the first term starts (no account has an epoch),
+/// and how accounts that lost their blobs are read once no majority is
+/// left that carries an epoch.
+///
+/// The read ends as soon as it is decided: at once when a majority carries
+/// an epoch. Otherwise every answer may still decide it, so it waits for
+/// the silent accounts up to `limit`, not only for a straggler's grace.
+pub(super) async fn read_last<S: LeaseStore>(
+    accounts: &[(String, S)],
+    limit: Duration,
+) -> Result<Read> {
+    let mut asking = Asking::new(
+        accounts,
+        "stamp",
+        Votes::new(accounts.len()),
+        |_, store| Some(store.inspect()),
+        |_, answer| vote_carried(answer),
+    );
+    let _ = tokio::time::timeout(limit, asking.until(read_decided)).await;
+    let (answers, votes) = asking.finish();
+    let last = answers
+        .iter()
+        .flatten()
+        .flatten()
+        .flatten()
+        .map(|info| info.epoch)
+        .max()
+        .unwrap_or(0);
+    if votes.won() || votes.yes + votes.no == votes.n {
+        return Ok(Read {
+            last,
+            from_every_account: !votes.won(),
+        });
+    }
+    if votes.yes + votes.no < votes.majority() {
+        return Err(no_majority("stamp", answers, votes));
+    }
+    Err(Error::transport(
+        "stamp",
+        format!(
+            "no majority of the {} accounts carries an epoch ({} do, {} have none: lost, or never stamped; \
+             {} did not answer): the last epoch is not known until a majority carries one or every account answers",
+            votes.n, votes.yes, votes.no, votes.failed
+        ),
+    ))
+}
+
+/// Stamps `holder` with `epoch` as the floor on every account; the
+/// answers, and whether a majority now carries at least `epoch`. Once
+/// decided, it waits for the others for a straggler's grace; or, when
+/// `every` account must carry an epoch for the next term to read one from
+/// a majority (they all answered the read), up to `limit`.
+pub(super) async fn stamp_all<S: LeaseStore>(
+    accounts: &[(String, S)],
+    lease: LeaseId,
+    holder: &str,
+    epoch: u64,
+    (every, limit): (bool, Duration),
+) -> (Answers<u64>, Votes) {
+    let start = Instant::now();
+    let mut asking = Asking::new(
+        accounts,
+        "stamp",
+        Votes::new(accounts.len()),
+        |_, store| Some(store.stamp_at_least(lease, holder, epoch)),
+        |_, answer| match answer {
+            Ok(e) if *e >= epoch => Vote::Yes,
+            Err(Error::LeaseLost(_)) => Vote::No,
+            Ok(_) | Err(_) => Vote::Failed,
+        },
+    );
+    asking.settle(Votes::decided).await;
+    let grace = if every {
+        limit.saturating_sub(start.elapsed())
+    } else {
+        straggler_grace(start.elapsed())
+    };
+    asking.collect_for(grace).await;
+    asking.finish()
+}
+
+/// Brings one account, held under `lease`, up to the term's stamp: reads
+/// its epoch first, so that an account that carries the stamp already (its
+/// answer to the stamp was lost) is not raised past it.
+pub(super) async fn catch_up<S: LeaseStore>(
+    store: &S,
+    lease: LeaseId,
+    stamp: &Stamp,
+) -> Result<()> {
+    let carried = store.inspect().await?.map_or(0, |info| info.epoch);
+    if carried >= stamp.epoch {
+        return Ok(());
+    }
+    let epoch = store
+        .stamp_at_least(lease, &stamp.holder, stamp.epoch)
+        .await?;
+    debug!(lease = %store.name(), carried, epoch, "account brought up to the term's epoch");
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn votes(yes: usize, no: usize, failed: usize) -> Votes {
+        let mut votes = Votes::new(3);
+        votes.yes = yes;
+        votes.no = no;
+        votes.failed = failed;
+        votes.pending = 3 - yes - no - failed;
+        votes
+    }
+
+    #[test]
+    fn the_read_waits_for_a_majority_carrying_an_epoch_or_for_everyone() {
+        assert!(read_decided(votes(2, 0, 0)));
+        assert!(!read_decided(votes(1, 1, 0)), "the third may carry one");
+        assert!(!read_decided(votes(0, 2, 0)), "the first term needs all");
+        assert!(read_decided(votes(0, 3, 0)));
+        assert!(
+            read_decided(votes(0, 2, 1)),
+            "no first term with one failed"
+        );
+        assert!(read_decided(votes(1, 2, 0)));
+        assert!(read_decided(votes(1, 1, 1)));
+    }
+}
