@@ -36,6 +36,10 @@ pub const EPOCH_KEY: &str = "epoch";
 /// Metadata key of the instant the current term began (RFC 3339, UTC).
 pub const ACQUIRED_AT_KEY: &str = "acquired_at";
 
+/// The error code of a request to a container that does not exist (told
+/// apart from `BlobNotFound`, a missing blob in a container that does).
+const CONTAINER_NOT_FOUND: &str = "ContainerNotFound";
+
 /// Error codes that mean a lease we thought we held is not ours any more.
 const LOST_CODES: &[&str] = &[
     "LeaseIdMismatchWithLeaseOperation",
@@ -367,28 +371,47 @@ impl BlobLeaseManager {
         }
     }
 
-    /// Creates the container and an empty blob if they do not exist. Never
-    /// overwrites: the blob is written with `If-None-Match: *`.
+    /// Creates an empty blob if it does not exist, and the container first
+    /// only when storage says the container is missing (`ContainerNotFound`):
+    /// a container that exists is never created, so that a SAS or a role
+    /// scoped to the container is enough. Never overwrites: the blob is
+    /// written with `If-None-Match: *`.
     async fn create_blob(&self) -> Result<()> {
+        let put = || {
+            self.blob
+                .put_block_blob(Vec::<u8>::new())
+                .if_match(IfMatchCondition::NotMatch("*".to_owned()))
+        };
+        let mut created_container = false;
+        loop {
+            let Err(e) = put().await else {
+                debug!(blob = %self.blob_name, "created lease blob");
+                return Ok(());
+            };
+            match http_status(&e) {
+                // Already there (409 BlobAlreadyExists, or 412 when it is
+                // leased or the condition failed): leave it exactly as it is.
+                Some((409 | 412, _)) => {
+                    trace!(blob = %self.blob_name, "lease blob already exists");
+                    return Ok(());
+                }
+                Some((404, Some(code))) if code == CONTAINER_NOT_FOUND && !created_container => {
+                    self.create_container().await?;
+                    created_container = true;
+                }
+                _ => return Err(map_error("create blob", &e)),
+            }
+        }
+    }
+
+    /// Creates the container, which storage said is missing; one created in
+    /// between by another instance is fine.
+    async fn create_container(&self) -> Result<()> {
         match self.blob.container_client().create().await {
             Ok(()) => debug!(container = %self.container, "created container"),
             Err(e) => match http_status(&e) {
                 Some((409, _)) => {}
                 _ => return Err(map_error("create container", &e)),
-            },
-        }
-        let put = self
-            .blob
-            .put_block_blob(Vec::<u8>::new())
-            .if_match(IfMatchCondition::NotMatch("*".to_owned()))
-            .await;
-        match put {
-            Ok(_) => debug!(blob = %self.blob_name, "created lease blob"),
-            // Already there (409 BlobAlreadyExists, or 412 when it is leased or
-            // the condition failed): leave it exactly as it is.
-            Err(e) => match http_status(&e) {
-                Some((409 | 412, _)) => trace!(blob = %self.blob_name, "lease blob already exists"),
-                _ => return Err(map_error("create blob", &e)),
             },
         }
         Ok(())
@@ -823,6 +846,62 @@ fn is_not_found(error: &azure_core::Error) -> bool {
     matches!(http_status(error), Some((404, _)))
 }
 
+/// Error codes of a request whose credential was accepted but does not
+/// allow the call: a SAS without the permission (or resource type) or a
+/// role without the action.
+const PERMISSION_CODES: &[&str] = &[
+    "AuthorizationPermissionMismatch",
+    "AuthorizationResourceTypeMismatch",
+    "AuthorizationFailure",
+];
+
+/// What to grant so that `operation` is allowed: the SAS permission (and
+/// for an account SAS its resource type) and the role that has it. The
+/// README's table "Permissions" lists the same per mode.
+fn grant(operation: &str) -> &'static str {
+    match operation {
+        "create container" => {
+            "the credential may not create the container: create the container beforehand, \
+             or use an account SAS with resource type container (srt=c) and create (c) or \
+             write (w), or a role that can create containers (Storage Blob Data Contributor on the account)"
+        }
+        "create blob" => {
+            "grant create (c) or write (w) on the blob (container SAS, blob SAS, or account SAS \
+             with srt=o), or Storage Blob Data Contributor on the container"
+        }
+        "list" | "list candidates" => {
+            "grant list (l) on the container (container SAS, or account SAS with srt=c), or \
+             Storage Blob Data Contributor on the container"
+        }
+        "inspect" | "read metadata" | "read state" => {
+            "grant read (r) on the blob, or Storage Blob Data Reader on the container"
+        }
+        "break" => {
+            "grant write (w) and delete (d) on the blob, or Storage Blob Data Contributor on the \
+             container"
+        }
+        "delete" => {
+            "grant delete (d) on the container's blobs, or Storage Blob Data Contributor on the \
+             container"
+        }
+        _ => "grant write (w) on the blob, or Storage Blob Data Contributor on the container",
+    }
+}
+
+/// The message of a refused call: what to grant when the credential lacks
+/// a permission, what to check when it was not accepted at all.
+fn refusal(operation: &str, code: Option<&str>) -> String {
+    match code {
+        Some(code) if PERMISSION_CODES.contains(&code) => {
+            format!("{operation} was refused: {}", grant(operation))
+        }
+        _ => format!(
+            "{operation} was refused: the credential was not accepted; check the account key, \
+             or the SAS's signature, start and expiry, or the token's tenant and audience"
+        ),
+    }
+}
+
 /// Maps an SDK error to the crate's kinds by status and `x-ms-error-code`,
 /// with a message that carries no secret.
 fn map_error(operation: &'static str, error: &azure_core::Error) -> Error {
@@ -831,9 +910,7 @@ fn map_error(operation: &'static str, error: &azure_core::Error) -> Error {
             (401 | 403, code) => Error::Authentication {
                 status,
                 code: code.unwrap_or("Forbidden").to_owned(),
-                message: format!(
-                    "{operation} was refused; check the account key, SAS permissions or role assignment"
-                ),
+                message: refusal(operation, code),
             },
             (409 | 412, Some(code)) if LOST_CODES.contains(&code) => {
                 Error::LeaseLost(format!("{operation}: {code}"))
@@ -939,6 +1016,17 @@ mod tests {
             Error::Authentication { status: 403, .. }
         ));
         assert!(map_error("acquire", &http(401, "InvalidAuthenticationInfo")).is_fatal());
+        // A missing permission names what to grant; a credential that was
+        // not accepted says what to check.
+        let list = map_error("list", &http(403, "AuthorizationPermissionMismatch")).to_string();
+        assert!(list.contains("grant list (l) on the container"), "{list}");
+        let write = map_error("write state", &http(403, "AuthorizationPermissionMismatch"));
+        assert!(write.to_string().contains("grant write (w)"), "{write}");
+        let signature = map_error("renew", &http(403, "AuthenticationFailed")).to_string();
+        assert!(
+            signature.contains("SAS's signature, start and expiry"),
+            "{signature}"
+        );
         let busy = map_error("renew", &http(503, "ServerBusy"));
         assert!(busy.is_transient(), "{busy:?}");
         assert!(map_error("acquire", &http(400, "InvalidHeaderValue")).is_fatal());

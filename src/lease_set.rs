@@ -354,12 +354,60 @@ impl<S: LeaseSetStore> BlobLeaseSet<S> {
     pub async fn run(&self, token: CancellationToken) -> Result<()> {
         let shared = self.shared.clone();
         let member = shared.store.lease(&format!("{MEMBERS}{}", shared.holder))?;
+        let (stop, fatal) = (token.child_token(), Fatal::default());
         let membership = BlobDistributedMutex::with_store(
             member,
             membership_options(&self.options.mutex, &shared.holder),
-            move |ctx| balance(ctx, shared.clone()),
+            {
+                let (stop, fatal) = (stop.clone(), fatal.clone());
+                move |ctx| {
+                    fatal
+                        .clone()
+                        .ends(stop.clone(), balance(ctx, shared.clone()))
+                }
+            },
         )?;
-        membership.run_task_when_mutex_acquired(token).await
+        membership.run_task_when_mutex_acquired(stop).await?;
+        fatal.take()
+    }
+}
+
+/// A fatal error of the balancer (a permission storage refuses, such as
+/// list): it ends the set's run with that error instead of a term that
+/// fails and is campaigned for again, and again.
+#[derive(Clone, Default)]
+struct Fatal(Arc<std::sync::Mutex<Option<Error>>>);
+
+impl Fatal {
+    /// Runs `balancer`; a fatal error is kept and cancels `stop`.
+    async fn ends(
+        self,
+        stop: CancellationToken,
+        balancer: impl Future<Output = Result<()>>,
+    ) -> Result<()> {
+        match balancer.await {
+            Err(e) if e.is_fatal() => {
+                *self
+                    .0
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(e);
+                stop.cancel();
+                Ok(())
+            }
+            other => other,
+        }
+    }
+
+    fn take(&self) -> Result<()> {
+        match self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take()
+        {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
     }
 }
 

@@ -11,6 +11,7 @@ pub mod chaos;
 pub mod foreign;
 pub mod partitions;
 pub mod proxy;
+pub mod sas;
 pub mod workers;
 
 use std::future::Future;
