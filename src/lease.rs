@@ -902,15 +902,35 @@ fn refusal(operation: &str, code: Option<&str>) -> String {
     }
 }
 
+/// The most of the service's own message kept in an error.
+const SERVICE_MESSAGE_LEN: usize = 300;
+
+/// The message storage sent with an error status, as `" (storage said:
+/// …)"` on one line, secrets removed; empty when it sent none.
+fn service_message(error: &azure_core::Error) -> String {
+    let Some(message) = error.as_http_error().and_then(|e| e.error_message()) else {
+        return String::new();
+    };
+    let line = message
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join("; ");
+    let line: String = redact(&line).chars().take(SERVICE_MESSAGE_LEN).collect();
+    format!(" (storage said: {line})")
+}
+
 /// Maps an SDK error to the crate's kinds by status and `x-ms-error-code`,
 /// with a message that carries no secret.
 fn map_error(operation: &'static str, error: &azure_core::Error) -> Error {
     if let Some((status, code)) = http_status(error) {
+        let said = service_message(error);
         return match (status, code.as_deref()) {
             (401 | 403, code) => Error::Authentication {
                 status,
                 code: code.unwrap_or("Forbidden").to_owned(),
-                message: refusal(operation, code),
+                message: refusal(operation, code) + &said,
             },
             (409 | 412, Some(code)) if LOST_CODES.contains(&code) => {
                 Error::LeaseLost(format!("{operation}: {code}"))
@@ -918,7 +938,7 @@ fn map_error(operation: &'static str, error: &azure_core::Error) -> Error {
             (status, _) => Error::Storage {
                 status,
                 code,
-                message: format!("{operation} failed"),
+                message: format!("{operation} failed{said}"),
             },
         };
     }

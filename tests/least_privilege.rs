@@ -197,6 +197,13 @@ async fn a_set_without_list_is_one_clear_error() {
         .await
         .expect_err("a set cannot balance without list");
     assert_names_grant(&error, "list (l)");
+    // The service's own message is kept beside its code.
+    assert!(
+        error
+            .to_string()
+            .contains("storage said: This request is not authorized"),
+        "{error}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
