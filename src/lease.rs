@@ -16,9 +16,10 @@ use azure_storage_blobs::prelude::{BlobClient, ClientBuilder, ContainerClient};
 use futures_util::StreamExt;
 use time::format_description::well_known::Rfc3339;
 use time::OffsetDateTime;
-use tracing::{debug, trace};
+use tracing::{debug, trace, warn};
 
 use crate::bounded::bounded;
+use crate::collect::{Collection, Collector};
 use crate::error::{redact, Cause, Error, Result};
 use crate::options::{lease_seconds, DEFAULT_REQUEST_TIMEOUT};
 use crate::settings::{BlobSettings, Credential};
@@ -27,6 +28,7 @@ use crate::store::{
 };
 
 mod candidates;
+use candidates::CANDIDATES;
 pub use candidates::{PRIORITY_KEY, PROPOSED_KEY};
 
 /// Metadata key of the current holder's name.
@@ -68,6 +70,8 @@ pub struct BlobLeaseManager {
     container: String,
     blob_name: String,
     request_timeout: Duration,
+    /// The stale candidate records this manager's listings collect.
+    collector: Arc<Collector>,
 }
 
 impl fmt::Debug for BlobLeaseManager {
@@ -105,7 +109,17 @@ impl BlobLeaseManager {
             blob_name: settings.blob().to_owned(),
             settings,
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
+            collector: Arc::new(Collector::new(Collection::default())),
         }
+    }
+
+    /// The same manager with another collection of the stale candidate
+    /// records that a leader with a priority finds when it lists the
+    /// candidates (default [`Collection::default`]).
+    #[must_use = "the manager is returned by value"]
+    pub fn with_collection(mut self, collection: Collection) -> Self {
+        self.collector = Arc::new(Collector::new(collection));
+        self
     }
 
     /// The same manager with another cap on each call (default 3 s).
@@ -720,6 +734,8 @@ pub struct BlobLeaseSetStore {
     container: ContainerClient,
     settings: BlobSettings,
     request_timeout: Duration,
+    /// The stale member and candidate blobs the balancer's listings collect.
+    collector: Arc<Collector>,
 }
 
 impl fmt::Debug for BlobLeaseSetStore {
@@ -743,7 +759,16 @@ impl BlobLeaseSetStore {
             container: container_client(settings)?,
             settings: settings.clone(),
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
+            collector: Arc::new(Collector::new(Collection::default())),
         })
+    }
+
+    /// The same store with another collection of stale member and
+    /// candidate blobs (default [`Collection::default`]).
+    #[must_use = "the store is returned by value"]
+    pub fn with_collection(mut self, collection: Collection) -> Self {
+        self.collector = Arc::new(Collector::new(collection));
+        self
     }
 
     /// The same store with another cap on each call (default 3 s).
@@ -795,8 +820,35 @@ impl LeaseSetStore for BlobLeaseSetStore {
             .for_blob(self.settings.container(), blob.clone())?;
         Ok(
             BlobLeaseManager::on(self.container.blob_client(blob), settings)
-                .with_request_timeout(self.request_timeout),
+                .with_request_timeout(self.request_timeout)
+                .with_collection(self.collector.collection()),
         )
+    }
+
+    fn collect(&self, listing: &[(String, LeaseInfo)]) -> impl Future<Output = usize> + Send {
+        let set = self.settings.blob();
+        let due = self.collector.due(
+            listing
+                .iter()
+                .filter(|(name, _)| name.starts_with(MEMBERS) || name.contains(CANDIDATES))
+                .map(|(name, info)| (name.as_str(), info)),
+            tokio::time::Instant::now(),
+        );
+        let due = due
+            .into_iter()
+            .map(|(name, etag)| (format!("{set}/{name}"), etag))
+            .collect();
+        delete_stale(
+            self.container.clone(),
+            self.collector.clone(),
+            due,
+            self.request_timeout,
+        )
+    }
+
+    fn remove(&self, name: &str) -> impl Future<Output = bool> + Send {
+        let blob = self.container.blob_client(self.blob_name(name));
+        delete_unleased(blob, self.request_timeout)
     }
 
     fn list(&self, prefix: &str) -> impl Future<Output = Result<Vec<(String, LeaseInfo)>>> + Send {
@@ -805,6 +857,90 @@ impl LeaseSetStore for BlobLeaseSetStore {
             self.request_timeout,
             self.list_uncapped(prefix.to_owned()),
         )
+    }
+}
+
+/// The prefix of the member blobs within a set: only these (and candidate
+/// records) are ever collected, never a partition.
+const MEMBERS: &str = "members/";
+/// The most conditional deletes of stale blobs in flight at once: few, so
+/// that a backlog of deletions never crowds out the renewals.
+const DELETES_IN_FLIGHT: usize = 4;
+
+/// Deletes the stale blobs `due` (full names, with the `ETag` each was seen
+/// with), each only if it is unchanged and not leased (no lease id is
+/// sent), at most [`DELETES_IN_FLIGHT`] at once, all within `limit`;
+/// returns how many were deleted. A permission that is missing stops the
+/// collector, told once at warn.
+async fn delete_stale(
+    container: ContainerClient,
+    collector: Arc<Collector>,
+    due: Vec<(String, String)>,
+    limit: Duration,
+) -> usize {
+    if due.is_empty() || collector.is_refused() {
+        return 0;
+    }
+    let batch = futures_util::stream::iter(due)
+        .map(|(name, etag)| {
+            let blob = container.blob_client(&name);
+            async move {
+                let result = blob
+                    .delete()
+                    .if_match(IfMatchCondition::Match(etag))
+                    .await;
+                (name, result)
+            }
+        })
+        .buffer_unordered(DELETES_IN_FLIGHT)
+        .fold(0, |deleted, (name, result)| {
+            let collector = &collector;
+            async move {
+                match result.as_ref().map_err(http_status) {
+                    Ok(_) => {
+                        collector.forget(&name);
+                        trace!(blob = %name, "deleted a stale blob");
+                        return deleted + 1;
+                    }
+                    Err(Some((404, _))) => collector.forget(&name),
+                    // Leased (412 LeaseIdMissing) or written since it was
+                    // listed (412 ConditionNotMet): alive after all.
+                    Err(Some((409 | 412, code))) => {
+                        trace!(blob = %name, ?code, "a stale blob came back to life; kept");
+                    }
+                    Err(Some((401 | 403, _))) => {
+                        if collector.refuse() {
+                            let error = result.map(drop).map_err(|e| map_error("delete", &e));
+                            if let Err(e) = error {
+                                warn!(error = %e, "cannot delete stale blobs; they are left to grow");
+                            }
+                        }
+                    }
+                    Err(_) => debug!(blob = %name, "could not delete a stale blob; trying again later"),
+                }
+                deleted
+            }
+        });
+    let deleted = tokio::time::timeout(limit, batch).await.unwrap_or(0);
+    if deleted > 0 {
+        debug!(deleted, "collected stale blobs");
+    }
+    deleted
+}
+
+/// Deletes `blob` unless it is leased (no lease id is sent, so storage
+/// refuses while anyone holds a lease); `true` when deleted.
+async fn delete_unleased(blob: BlobClient, limit: Duration) -> bool {
+    match tokio::time::timeout(limit, blob.delete().into_future()).await {
+        Ok(Ok(_)) => {
+            debug!(blob = %blob.blob_name(), "deleted on leaving");
+            true
+        }
+        Ok(Err(e)) => {
+            debug!(blob = %blob.blob_name(), status = ?http_status(&e), "not deleted on leaving; it will be collected when stale");
+            false
+        }
+        Err(_) => false,
     }
 }
 

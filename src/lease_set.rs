@@ -353,7 +353,8 @@ impl<S: LeaseSetStore> BlobLeaseSet<S> {
     /// leases to expire.
     pub async fn run(&self, token: CancellationToken) -> Result<()> {
         let shared = self.shared.clone();
-        let member = shared.store.lease(&format!("{MEMBERS}{}", shared.holder))?;
+        let name = format!("{MEMBERS}{}", shared.holder);
+        let member = shared.store.lease(&name)?;
         let (stop, fatal) = (token.child_token(), Fatal::default());
         let membership = BlobDistributedMutex::with_store(
             member,
@@ -367,7 +368,10 @@ impl<S: LeaseSetStore> BlobLeaseSet<S> {
                 }
             },
         )?;
-        membership.run_task_when_mutex_acquired(stop).await?;
+        let ran = membership.run_task_when_mutex_acquired(stop).await;
+        // Leaving: the member blob goes too, unless it is leased again.
+        self.shared.store.remove(&name).await;
+        ran?;
         fatal.take()
     }
 }
@@ -491,6 +495,11 @@ async fn read_set<S: LeaseSetStore>(
         _ = ctx.cancelled() => return Err(Error::Cancelled),
         r = bounded("list", limit, shared.store.list("")) => r?,
     };
+    // Stale members and candidates, a bounded number a cycle (see `collect`).
+    tokio::select! {
+        _ = ctx.cancelled() => return Err(Error::Cancelled),
+        _ = shared.store.collect(&listing) => {}
+    }
     let (mut members, mut partitions) = (BTreeSet::new(), BTreeMap::new());
     for (name, info) in listing {
         if info.state != LeaseState::Leased {
