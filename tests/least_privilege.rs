@@ -291,3 +291,16 @@ async fn the_cli_names_the_permission_it_lacks() {
     assert_eq!(output.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("create the container"), "{stderr}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_set_without_delete_still_runs_and_leaves_its_member_blob_behind() {
+    let container = azurite::unique_container("sas-no-delete");
+    create_container(&container).await;
+    let settings = with_sas(&container, "set", &container_sas(&container, "racwl"));
+    run_set(&settings).await.unwrap();
+    let store = blob_mutex::BlobLeaseSetStore::new(&settings).unwrap();
+    let members = blob_mutex::LeaseSetStore::list(&store, "members/")
+        .await
+        .unwrap();
+    assert_eq!(members.len(), 1, "{members:?}");
+}
