@@ -119,3 +119,43 @@ async fn a_bad_metrics_address_is_a_usage_error() {
     assert_eq!(output.status.code(), Some(2), "{output:?}");
     assert!(String::from_utf8_lossy(&output.stderr).contains("--metrics-addr"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_release_is_logged_as_a_warning() {
+    let proxy = Proxy::start(azurite::shared().port);
+    let container = azurite::unique_container("cli-release");
+    let dir = std::env::temp_dir().join(format!("blob-mutex-{container}"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (started, stop) = (dir.join("started"), dir.join("stop"));
+    let script = r#"touch "$1"; while [ ! -e "$2" ]; do sleep 0.05; done"#;
+    let child = Command::new(BIN)
+        .args(["run", "--container", &container, "--blob", "lock", "--"])
+        .args(["sh", "-c", script, "sh"])
+        .arg(&started)
+        .arg(&stop)
+        .env("AZURE_STORAGE_CONNECTION_STRING", proxy.connection_string())
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    wait_for("the command to start", Duration::from_secs(30), || async {
+        started.exists().then_some(())
+    })
+    .await;
+    // Storage unreachable when the command ends: the release cannot land.
+    proxy.partition();
+    std::fs::write(&stop, b"").unwrap();
+    let output = tokio::time::timeout(Duration::from_secs(30), child.wait_with_output())
+        .await
+        .unwrap()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains("WARN") && stderr.contains("release failed"),
+        "{stderr}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
