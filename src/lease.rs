@@ -437,7 +437,7 @@ impl BlobLeaseManager {
             .blob_lease_client(lease.sdk_id())
             .renew()
             .await
-            .map_err(|e| map_error("renew", &e))?;
+            .map_err(|e| lease_call_error("renew", &e))?;
         // Azurite renews an expired lease even under a wrong id and answers
         // with the old id: only our own id counts as renewed.
         if response.lease_id == lease.sdk_id() {
@@ -470,7 +470,7 @@ impl BlobLeaseManager {
             .release()
             .await
             .map(drop)
-            .map_err(|e| map_error("release", &e))
+            .map_err(|e| lease_call_error("release", &e))
     }
 
     async fn stamp_uncapped(&self, lease: LeaseId, holder: &str, floor: u64) -> Result<u64> {
@@ -1035,6 +1035,19 @@ fn refusal(operation: &str, code: Option<&str>) -> String {
             "{operation} was refused: the credential was not accepted; check the account key, \
              or the SAS's signature, start and expiry, or the token's tenant and audience"
         ),
+    }
+}
+
+/// The error of a call on a lease we hold (renew, release): as
+/// [`map_error`], and a blob that is gone (deleted, as a withdrawn or
+/// collected record is, or its container) is a lost lease.
+fn lease_call_error(operation: &'static str, error: &azure_core::Error) -> Error {
+    match http_status(error) {
+        Some((404, code)) => Error::LeaseLost(format!(
+            "{operation}: {} (the blob no longer exists)",
+            code.as_deref().unwrap_or("404")
+        )),
+        _ => map_error(operation, error),
     }
 }
 
