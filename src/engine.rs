@@ -610,7 +610,7 @@ impl<S: LeaseStore> Engine<'_, S> {
         match bounded("release", limit, self.store.release(lease)).await {
             Ok(()) => debug!(holder = %self.holder, "released lease"),
             Err(e) => {
-                debug!(holder = %self.holder, error = %Chain(&e), "release failed; the lease will expire");
+                warn!(holder = %self.holder, error = %Chain(&e), "release failed; the lease will expire");
             }
         }
     }

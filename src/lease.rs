@@ -16,9 +16,10 @@ use azure_storage_blobs::prelude::{BlobClient, ClientBuilder, ContainerClient};
 use futures_util::StreamExt;
 use time::format_description::well_known::Rfc3339;
 use time::OffsetDateTime;
-use tracing::{debug, trace};
+use tracing::{debug, trace, warn};
 
 use crate::bounded::bounded;
+use crate::collect::{Collection, Collector};
 use crate::error::{redact, Cause, Error, Result};
 use crate::options::{lease_seconds, DEFAULT_REQUEST_TIMEOUT};
 use crate::settings::{BlobSettings, Credential};
@@ -27,6 +28,7 @@ use crate::store::{
 };
 
 mod candidates;
+use candidates::CANDIDATES;
 pub use candidates::{PRIORITY_KEY, PROPOSED_KEY};
 
 /// Metadata key of the current holder's name.
@@ -35,6 +37,10 @@ pub const HOLDER_KEY: &str = "holder";
 pub const EPOCH_KEY: &str = "epoch";
 /// Metadata key of the instant the current term began (RFC 3339, UTC).
 pub const ACQUIRED_AT_KEY: &str = "acquired_at";
+
+/// The error code of a request to a container that does not exist (told
+/// apart from `BlobNotFound`, a missing blob in a container that does).
+const CONTAINER_NOT_FOUND: &str = "ContainerNotFound";
 
 /// Error codes that mean a lease we thought we held is not ours any more.
 const LOST_CODES: &[&str] = &[
@@ -64,6 +70,8 @@ pub struct BlobLeaseManager {
     container: String,
     blob_name: String,
     request_timeout: Duration,
+    /// The stale candidate records this manager's listings collect.
+    collector: Arc<Collector>,
 }
 
 impl fmt::Debug for BlobLeaseManager {
@@ -101,7 +109,17 @@ impl BlobLeaseManager {
             blob_name: settings.blob().to_owned(),
             settings,
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
+            collector: Arc::new(Collector::new(Collection::default())),
         }
+    }
+
+    /// The same manager with another collection of the stale candidate
+    /// records that a leader with a priority finds when it lists the
+    /// candidates (default [`Collection::default`]).
+    #[must_use = "the manager is returned by value"]
+    pub fn with_collection(mut self, collection: Collection) -> Self {
+        self.collector = Arc::new(Collector::new(collection));
+        self
     }
 
     /// The same manager with another cap on each call (default 3 s).
@@ -367,28 +385,47 @@ impl BlobLeaseManager {
         }
     }
 
-    /// Creates the container and an empty blob if they do not exist. Never
-    /// overwrites: the blob is written with `If-None-Match: *`.
+    /// Creates an empty blob if it does not exist, and the container first
+    /// only when storage says the container is missing (`ContainerNotFound`):
+    /// a container that exists is never created, so that a SAS or a role
+    /// scoped to the container is enough. Never overwrites: the blob is
+    /// written with `If-None-Match: *`.
     async fn create_blob(&self) -> Result<()> {
+        let put = || {
+            self.blob
+                .put_block_blob(Vec::<u8>::new())
+                .if_match(IfMatchCondition::NotMatch("*".to_owned()))
+        };
+        let mut created_container = false;
+        loop {
+            let Err(e) = put().await else {
+                debug!(blob = %self.blob_name, "created lease blob");
+                return Ok(());
+            };
+            match http_status(&e) {
+                // Already there (409 BlobAlreadyExists, or 412 when it is
+                // leased or the condition failed): leave it exactly as it is.
+                Some((409 | 412, _)) => {
+                    trace!(blob = %self.blob_name, "lease blob already exists");
+                    return Ok(());
+                }
+                Some((404, Some(code))) if code == CONTAINER_NOT_FOUND && !created_container => {
+                    self.create_container().await?;
+                    created_container = true;
+                }
+                _ => return Err(map_error("create blob", &e)),
+            }
+        }
+    }
+
+    /// Creates the container, which storage said is missing; one created in
+    /// between by another instance is fine.
+    async fn create_container(&self) -> Result<()> {
         match self.blob.container_client().create().await {
             Ok(()) => debug!(container = %self.container, "created container"),
             Err(e) => match http_status(&e) {
                 Some((409, _)) => {}
                 _ => return Err(map_error("create container", &e)),
-            },
-        }
-        let put = self
-            .blob
-            .put_block_blob(Vec::<u8>::new())
-            .if_match(IfMatchCondition::NotMatch("*".to_owned()))
-            .await;
-        match put {
-            Ok(_) => debug!(blob = %self.blob_name, "created lease blob"),
-            // Already there (409 BlobAlreadyExists, or 412 when it is leased or
-            // the condition failed): leave it exactly as it is.
-            Err(e) => match http_status(&e) {
-                Some((409 | 412, _)) => trace!(blob = %self.blob_name, "lease blob already exists"),
-                _ => return Err(map_error("create blob", &e)),
             },
         }
         Ok(())
@@ -400,7 +437,7 @@ impl BlobLeaseManager {
             .blob_lease_client(lease.sdk_id())
             .renew()
             .await
-            .map_err(|e| map_error("renew", &e))?;
+            .map_err(|e| lease_call_error("renew", &e))?;
         // Azurite renews an expired lease even under a wrong id and answers
         // with the old id: only our own id counts as renewed.
         if response.lease_id == lease.sdk_id() {
@@ -433,7 +470,7 @@ impl BlobLeaseManager {
             .release()
             .await
             .map(drop)
-            .map_err(|e| map_error("release", &e))
+            .map_err(|e| lease_call_error("release", &e))
     }
 
     async fn stamp_uncapped(&self, lease: LeaseId, holder: &str, floor: u64) -> Result<u64> {
@@ -697,6 +734,8 @@ pub struct BlobLeaseSetStore {
     container: ContainerClient,
     settings: BlobSettings,
     request_timeout: Duration,
+    /// The stale member and candidate blobs the balancer's listings collect.
+    collector: Arc<Collector>,
 }
 
 impl fmt::Debug for BlobLeaseSetStore {
@@ -720,7 +759,16 @@ impl BlobLeaseSetStore {
             container: container_client(settings)?,
             settings: settings.clone(),
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
+            collector: Arc::new(Collector::new(Collection::default())),
         })
+    }
+
+    /// The same store with another collection of stale member and
+    /// candidate blobs (default [`Collection::default`]).
+    #[must_use = "the store is returned by value"]
+    pub fn with_collection(mut self, collection: Collection) -> Self {
+        self.collector = Arc::new(Collector::new(collection));
+        self
     }
 
     /// The same store with another cap on each call (default 3 s).
@@ -772,8 +820,35 @@ impl LeaseSetStore for BlobLeaseSetStore {
             .for_blob(self.settings.container(), blob.clone())?;
         Ok(
             BlobLeaseManager::on(self.container.blob_client(blob), settings)
-                .with_request_timeout(self.request_timeout),
+                .with_request_timeout(self.request_timeout)
+                .with_collection(self.collector.collection()),
         )
+    }
+
+    fn collect(&self, listing: &[(String, LeaseInfo)]) -> impl Future<Output = usize> + Send {
+        let set = self.settings.blob();
+        let due = self.collector.due(
+            listing
+                .iter()
+                .filter(|(name, _)| name.starts_with(MEMBERS) || name.contains(CANDIDATES))
+                .map(|(name, info)| (name.as_str(), info)),
+            tokio::time::Instant::now(),
+        );
+        let due = due
+            .into_iter()
+            .map(|(name, etag)| (format!("{set}/{name}"), etag))
+            .collect();
+        delete_stale(
+            self.container.clone(),
+            self.collector.clone(),
+            due,
+            self.request_timeout,
+        )
+    }
+
+    fn remove(&self, name: &str) -> impl Future<Output = bool> + Send {
+        let blob = self.container.blob_client(self.blob_name(name));
+        delete_unleased(blob, self.request_timeout)
     }
 
     fn list(&self, prefix: &str) -> impl Future<Output = Result<Vec<(String, LeaseInfo)>>> + Send {
@@ -782,6 +857,90 @@ impl LeaseSetStore for BlobLeaseSetStore {
             self.request_timeout,
             self.list_uncapped(prefix.to_owned()),
         )
+    }
+}
+
+/// The prefix of the member blobs within a set: only these (and candidate
+/// records) are ever collected, never a partition.
+const MEMBERS: &str = "members/";
+/// The most conditional deletes of stale blobs in flight at once: few, so
+/// that a backlog of deletions never crowds out the renewals.
+const DELETES_IN_FLIGHT: usize = 4;
+
+/// Deletes the stale blobs `due` (full names, with the `ETag` each was seen
+/// with), each only if it is unchanged and not leased (no lease id is
+/// sent), at most [`DELETES_IN_FLIGHT`] at once, all within `limit`;
+/// returns how many were deleted. A permission that is missing stops the
+/// collector, told once at warn.
+async fn delete_stale(
+    container: ContainerClient,
+    collector: Arc<Collector>,
+    due: Vec<(String, String)>,
+    limit: Duration,
+) -> usize {
+    if due.is_empty() || collector.is_refused() {
+        return 0;
+    }
+    let batch = futures_util::stream::iter(due)
+        .map(|(name, etag)| {
+            let blob = container.blob_client(&name);
+            async move {
+                let result = blob
+                    .delete()
+                    .if_match(IfMatchCondition::Match(etag))
+                    .await;
+                (name, result)
+            }
+        })
+        .buffer_unordered(DELETES_IN_FLIGHT)
+        .fold(0, |deleted, (name, result)| {
+            let collector = &collector;
+            async move {
+                match result.as_ref().map_err(http_status) {
+                    Ok(_) => {
+                        collector.forget(&name);
+                        trace!(blob = %name, "deleted a stale blob");
+                        return deleted + 1;
+                    }
+                    Err(Some((404, _))) => collector.forget(&name),
+                    // Leased (412 LeaseIdMissing) or written since it was
+                    // listed (412 ConditionNotMet): alive after all.
+                    Err(Some((409 | 412, code))) => {
+                        trace!(blob = %name, ?code, "a stale blob came back to life; kept");
+                    }
+                    Err(Some((401 | 403, _))) => {
+                        if collector.refuse() {
+                            let error = result.map(drop).map_err(|e| map_error("delete", &e));
+                            if let Err(e) = error {
+                                warn!(error = %e, "cannot delete stale blobs; they are left to grow");
+                            }
+                        }
+                    }
+                    Err(_) => debug!(blob = %name, "could not delete a stale blob; trying again later"),
+                }
+                deleted
+            }
+        });
+    let deleted = tokio::time::timeout(limit, batch).await.unwrap_or(0);
+    if deleted > 0 {
+        debug!(deleted, "collected stale blobs");
+    }
+    deleted
+}
+
+/// Deletes `blob` unless it is leased (no lease id is sent, so storage
+/// refuses while anyone holds a lease); `true` when deleted.
+async fn delete_unleased(blob: BlobClient, limit: Duration) -> bool {
+    match tokio::time::timeout(limit, blob.delete().into_future()).await {
+        Ok(Ok(_)) => {
+            debug!(blob = %blob.blob_name(), "deleted on leaving");
+            true
+        }
+        Ok(Err(e)) => {
+            debug!(blob = %blob.blob_name(), status = ?http_status(&e), "not deleted on leaving; it will be collected when stale");
+            false
+        }
+        Err(_) => false,
     }
 }
 
@@ -823,17 +982,104 @@ fn is_not_found(error: &azure_core::Error) -> bool {
     matches!(http_status(error), Some((404, _)))
 }
 
+/// Error codes of a request whose credential was accepted but does not
+/// allow the call: a SAS without the permission (or resource type) or a
+/// role without the action.
+const PERMISSION_CODES: &[&str] = &[
+    "AuthorizationPermissionMismatch",
+    "AuthorizationResourceTypeMismatch",
+    "AuthorizationFailure",
+];
+
+/// What to grant so that `operation` is allowed: the SAS permission (and
+/// for an account SAS its resource type) and the role that has it. The
+/// README's table "Permissions" lists the same per mode.
+fn grant(operation: &str) -> &'static str {
+    match operation {
+        "create container" => {
+            "the credential may not create the container: create the container beforehand, \
+             or use an account SAS with resource type container (srt=c) and create (c) or \
+             write (w), or a role that can create containers (Storage Blob Data Contributor on the account)"
+        }
+        "create blob" => {
+            "grant create (c) or write (w) on the blob (container SAS, blob SAS, or account SAS \
+             with srt=o), or Storage Blob Data Contributor on the container"
+        }
+        "list" | "list candidates" => {
+            "grant list (l) on the container (container SAS, or account SAS with srt=c), or \
+             Storage Blob Data Contributor on the container"
+        }
+        "inspect" | "read metadata" | "read state" => {
+            "grant read (r) on the blob, or Storage Blob Data Reader on the container"
+        }
+        "break" => {
+            "grant write (w) and delete (d) on the blob, or Storage Blob Data Contributor on the \
+             container"
+        }
+        "delete" => {
+            "grant delete (d) on the container's blobs, or Storage Blob Data Contributor on the \
+             container"
+        }
+        _ => "grant write (w) on the blob, or Storage Blob Data Contributor on the container",
+    }
+}
+
+/// The message of a refused call: what to grant when the credential lacks
+/// a permission, what to check when it was not accepted at all.
+fn refusal(operation: &str, code: Option<&str>) -> String {
+    match code {
+        Some(code) if PERMISSION_CODES.contains(&code) => {
+            format!("{operation} was refused: {}", grant(operation))
+        }
+        _ => format!(
+            "{operation} was refused: the credential was not accepted; check the account key, \
+             or the SAS's signature, start and expiry, or the token's tenant and audience"
+        ),
+    }
+}
+
+/// The error of a call on a lease we hold (renew, release): as
+/// [`map_error`], and a blob that is gone (deleted, as a withdrawn or
+/// collected record is, or its container) is a lost lease.
+fn lease_call_error(operation: &'static str, error: &azure_core::Error) -> Error {
+    match http_status(error) {
+        Some((404, code)) => Error::LeaseLost(format!(
+            "{operation}: {} (the blob no longer exists)",
+            code.as_deref().unwrap_or("404")
+        )),
+        _ => map_error(operation, error),
+    }
+}
+
+/// The most of the service's own message kept in an error.
+const SERVICE_MESSAGE_LEN: usize = 300;
+
+/// The message storage sent with an error status, as `" (storage said:
+/// …)"` on one line, secrets removed; empty when it sent none.
+fn service_message(error: &azure_core::Error) -> String {
+    let Some(message) = error.as_http_error().and_then(|e| e.error_message()) else {
+        return String::new();
+    };
+    let line = message
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join("; ");
+    let line: String = redact(&line).chars().take(SERVICE_MESSAGE_LEN).collect();
+    format!(" (storage said: {line})")
+}
+
 /// Maps an SDK error to the crate's kinds by status and `x-ms-error-code`,
 /// with a message that carries no secret.
 fn map_error(operation: &'static str, error: &azure_core::Error) -> Error {
     if let Some((status, code)) = http_status(error) {
+        let said = service_message(error);
         return match (status, code.as_deref()) {
             (401 | 403, code) => Error::Authentication {
                 status,
                 code: code.unwrap_or("Forbidden").to_owned(),
-                message: format!(
-                    "{operation} was refused; check the account key, SAS permissions or role assignment"
-                ),
+                message: refusal(operation, code) + &said,
             },
             (409 | 412, Some(code)) if LOST_CODES.contains(&code) => {
                 Error::LeaseLost(format!("{operation}: {code}"))
@@ -841,7 +1087,7 @@ fn map_error(operation: &'static str, error: &azure_core::Error) -> Error {
             (status, _) => Error::Storage {
                 status,
                 code,
-                message: format!("{operation} failed"),
+                message: format!("{operation} failed{said}"),
             },
         };
     }
@@ -939,6 +1185,17 @@ mod tests {
             Error::Authentication { status: 403, .. }
         ));
         assert!(map_error("acquire", &http(401, "InvalidAuthenticationInfo")).is_fatal());
+        // A missing permission names what to grant; a credential that was
+        // not accepted says what to check.
+        let list = map_error("list", &http(403, "AuthorizationPermissionMismatch")).to_string();
+        assert!(list.contains("grant list (l) on the container"), "{list}");
+        let write = map_error("write state", &http(403, "AuthorizationPermissionMismatch"));
+        assert!(write.to_string().contains("grant write (w)"), "{write}");
+        let signature = map_error("renew", &http(403, "AuthenticationFailed")).to_string();
+        assert!(
+            signature.contains("SAS's signature, start and expiry"),
+            "{signature}"
+        );
         let busy = map_error("renew", &http(503, "ServerBusy"));
         assert!(busy.is_transient(), "{busy:?}");
         assert!(map_error("acquire", &http(400, "InvalidHeaderValue")).is_fatal());

@@ -433,7 +433,8 @@ impl<S: LeaseSetStore> BlobLeaseSet<S> {
     pub async fn run(&self, token: CancellationToken) -> Result<()> {
         let shared = self.shared.clone();
         shared.lingering.settle(ABORT_WAIT).await?;
-        let member = shared.store.lease(&format!("{MEMBERS}{}", shared.holder))?;
+        let name = format!("{MEMBERS}{}", shared.holder);
+        let member = shared.store.lease(&name)?;
         let stop = token.child_token();
         {
             let mut fate = shared.fate();
@@ -446,6 +447,8 @@ impl<S: LeaseSetStore> BlobLeaseSet<S> {
             move |ctx| balance(ctx, shared.clone()),
         )?;
         let result = membership.run_task_when_mutex_acquired(stop).await;
+        // Leaving: the member blob goes too, unless it is leased again.
+        self.shared.store.remove(&name).await;
         match self.shared.fate().fatal.take() {
             Some(fatal) => Err(fatal),
             None => result,
@@ -540,6 +543,11 @@ async fn read_set<S: LeaseSetStore>(
         _ = ctx.cancelled() => return Err(Error::Cancelled),
         r = bounded("list", limit, shared.store.list("")) => r?,
     };
+    // Stale members and candidates, a bounded number a cycle (see `collect`).
+    tokio::select! {
+        _ = ctx.cancelled() => return Err(Error::Cancelled),
+        _ = shared.store.collect(&listing) => {}
+    }
     let (mut members, mut partitions) = (BTreeSet::new(), BTreeMap::new());
     for (name, info) in listing {
         if info.state != LeaseState::Leased {

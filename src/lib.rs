@@ -6,6 +6,7 @@
 mod backoff;
 mod balance;
 mod bounded;
+mod collect;
 #[cfg(feature = "testing")]
 pub mod conformance;
 mod engine;
@@ -27,6 +28,7 @@ mod store;
 mod term_tasks;
 
 pub use balance::Strategy;
+pub use collect::Collection;
 pub use error::{BoxError, Cause, Error, Result};
 pub use fail_stop::FAIL_STOP_EXIT_CODE;
 pub use leadership::{Heartbeat, LeaderContext, Leadership, StopReason, TaskStop, TermReport};

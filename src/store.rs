@@ -514,4 +514,24 @@ pub trait LeaseSetStore: Send + Sync + 'static {
     /// (without the set's own prefix), with what [`LeaseStore::inspect`]
     /// would say of it.
     fn list(&self, prefix: &str) -> impl Future<Output = Result<Vec<(String, LeaseInfo)>>> + Send;
+
+    /// Deletes leases of the set that are stale and never needed again
+    /// (on Azure: member and candidate blobs seen without a lease for long,
+    /// a bounded number per call, never one that is leased; see
+    /// [`Collection`](crate::Collection)). `listing` is this cycle's
+    /// [`list`](Self::list) of the whole set. Returns how many were
+    /// deleted. Failures are logged, not returned: collection is tried
+    /// again next cycle. The default deletes nothing.
+    fn collect(&self, listing: &[(String, LeaseInfo)]) -> impl Future<Output = usize> + Send {
+        let _ = listing;
+        std::future::ready(0)
+    }
+
+    /// Deletes the lease `name` when nobody holds it (a graceful leave of
+    /// a member, after its release); returns whether it was deleted. The
+    /// default deletes nothing.
+    fn remove(&self, name: &str) -> impl Future<Output = bool> + Send {
+        let _ = name;
+        std::future::ready(false)
+    }
 }

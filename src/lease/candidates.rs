@@ -18,7 +18,10 @@ use azure_core::request_options::Metadata;
 use futures_util::StreamExt;
 use tracing::debug;
 
-use super::{is_not_found, lease_info, map_error, BlobLeaseManager, HOLDER_KEY};
+use super::{
+    delete_stale, delete_unleased, is_not_found, lease_info, map_error, BlobLeaseManager,
+    HOLDER_KEY,
+};
 use crate::error::Result;
 use crate::store::{Acquire, Candidate, LeaseId, LeaseState};
 
@@ -54,6 +57,7 @@ impl BlobLeaseManager {
             blob_name: name,
             settings: self.settings.clone(),
             request_timeout: self.request_timeout,
+            collector: self.collector.clone(),
         }
     }
 
@@ -91,8 +95,13 @@ impl BlobLeaseManager {
         self.record(&holder).renew_uncapped(record).await
     }
 
+    /// Releases the record, then deletes it unless it is leased again
+    /// (a record left behind is collected when stale).
     pub(super) async fn withdraw_uncapped(&self, record: LeaseId, holder: String) -> Result<()> {
-        self.record(&holder).release_uncapped(record).await
+        let blob = self.record(&holder);
+        blob.release_uncapped(record).await?;
+        delete_unleased(blob.blob, self.request_timeout).await;
+        Ok(())
     }
 
     pub(super) async fn candidates_uncapped(&self) -> Result<Vec<Candidate>> {
@@ -105,14 +114,18 @@ impl BlobLeaseManager {
             .include_metadata(true)
             .into_stream();
         let mut listed = Vec::new();
+        let mut records = Vec::new();
         while let Some(page) = pages.next().await {
             let page = match page {
                 Ok(page) => page,
-                Err(e) if is_not_found(&e) => return Ok(listed),
+                Err(e) if is_not_found(&e) => break,
                 Err(e) => return Err(map_error("list candidates", &e)),
             };
             for blob in page.blobs.blobs() {
-                if lease_info(&blob.properties, None).state != LeaseState::Leased {
+                let info = lease_info(&blob.properties, None);
+                let leased = info.state == LeaseState::Leased;
+                records.push((blob.name.clone(), info));
+                if !leased {
                     continue;
                 }
                 if let Some(candidate) = blob.metadata.as_ref().and_then(parse_candidate) {
@@ -124,6 +137,21 @@ impl BlobLeaseManager {
                 }
             }
         }
+        // Records left behind by candidates that died: a bounded number per
+        // listing, in at most half the time of a call, so that the listing
+        // itself is not lost to a slow collection.
+        let due = self.collector.due(
+            records.iter().map(|(name, info)| (name.as_str(), info)),
+            tokio::time::Instant::now(),
+        );
+        let container = self.blob.container_client().clone();
+        delete_stale(
+            container,
+            self.collector.clone(),
+            due,
+            self.request_timeout / 2,
+        )
+        .await;
         Ok(listed)
     }
 }

@@ -13,6 +13,7 @@ pub mod foreign;
 pub mod matrix_process;
 pub mod partitions;
 pub mod proxy;
+pub mod sas;
 pub mod workers;
 
 use std::future::Future;

@@ -410,6 +410,12 @@ pub(crate) struct RunArgs {
     /// version 1). [default: none, takes no part]
     #[arg(long, value_name = "N", allow_negative_numbers = true)]
     pub(crate) priority: Option<i64>,
+    /// Serve the metrics in the Prometheus text format on /metrics, and
+    /// /healthz (200 while campaigning or leading normally, 503 when
+    /// storage has not answered for 10 s or a task is stuck), on this
+    /// address only, for example 127.0.0.1:9898. [default: off]
+    #[arg(long, value_name = "ADDR")]
+    pub(crate) metrics_addr: Option<std::net::SocketAddr>,
     /// The command to run, and its arguments, after `--`.
     #[arg(last = true, required = true, value_name = "CMD")]
     pub(crate) command: Vec<OsString>,

@@ -8,9 +8,11 @@
 mod break_lease;
 mod child;
 mod cli;
+mod endpoint;
 mod exit;
 mod guard;
 mod partitions;
+mod recorder;
 mod run;
 mod state;
 mod status;

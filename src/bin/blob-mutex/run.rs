@@ -16,6 +16,7 @@ use tracing::{info, warn};
 
 use crate::child::{self, Child, SpawnError, StopTimes, Watched};
 use crate::cli::RunArgs;
+use crate::endpoint::Endpoint;
 use crate::{exit, guard};
 
 /// How the run ended; it chooses the exit code.
@@ -92,6 +93,11 @@ pub(crate) async fn run(args: RunArgs) -> Result<u8> {
         token: CancellationToken::new(),
         state: Mutex::new(State::default()),
     });
+    // Before the mutex is made, so that its figures are recorded from the start.
+    let endpoint = match args.metrics_addr {
+        Some(addr) => Some(Endpoint::bind(addr).await?),
+        None => None,
+    };
     let task_shared = shared.clone();
     let task = move |ctx| lead(ctx, task_shared.clone());
     let limit = options.request_timeout;
@@ -99,11 +105,11 @@ pub(crate) async fn run(args: RunArgs) -> Result<u8> {
         Ok(quorum) => {
             info!(blob = %shared.name, accounts = quorum.len(), "on a quorum of storage accounts");
             let mutex = BlobDistributedMutex::with_store(quorum, options, task)?;
-            campaign(&mutex, &shared, args.wait, limit).await
+            campaign(&mutex, &shared, args.wait, limit, endpoint).await
         }
         Err(settings) => {
             let mutex = BlobDistributedMutex::with_options(settings, options, task)?;
-            campaign(&mutex, &shared, args.wait, limit).await
+            campaign(&mutex, &shared, args.wait, limit, endpoint).await
         }
     }
 }
@@ -114,13 +120,22 @@ async fn campaign<S: LeaseStore>(
     shared: &Arc<Shared>,
     wait: Option<Duration>,
     limit: Duration,
+    endpoint: Option<Endpoint>,
 ) -> Result<u8> {
     preflight(mutex.store(), limit).await?;
     let signals = tokio::spawn(forward_signals(shared.clone()));
     info!(blob = %shared.name, holder = mutex.holder(), "campaigning for the lease");
-    let result = mutex
-        .run_task_when_mutex_acquired(shared.token.clone())
-        .await;
+    let serving = async {
+        if let Some(endpoint) = endpoint {
+            endpoint.serve(mutex.store(), mutex.watch(), limit).await;
+        }
+        std::future::pending::<()>().await;
+    };
+    // Serving never ends: the campaign's end ends it.
+    let result = tokio::select! {
+        result = mutex.run_task_when_mutex_acquired(shared.token.clone()) => result,
+        () = serving => Ok(()),
+    };
     signals.abort();
     match (result, wait) {
         (Ok(()), _) => Ok(exit_code(shared)),

@@ -1,0 +1,326 @@
+//! Nothing grows without bound, on a real Azurite: stale member blobs of a
+//! lease set and stale candidate records beside a lease blob are collected
+//! by the live instances, a bounded number per listing, while the set keeps
+//! balancing; a graceful leave deletes its own blob; a blob that is leased
+//! is never deleted, whatever the race between a deletion and a renewal.
+
+mod support;
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use blob_mutex::{
+    BlobDistributedMutex, BlobLeaseManager, BlobLeaseSet, BlobLeaseSetStore, CancellationToken,
+    Collection, Error, LeaseId, LeaseSetOptions, LeaseSetStore, LeaseState, MutexOptions,
+};
+use futures_util::StreamExt;
+use support::{azurite, init_tracing, wait_for};
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+/// Azurite's cost per request grows with the blobs of the container: with
+/// 20 000 stale members, creating them took 234 s to 492 s here, the set
+/// balanced 5 s to 13 s after it started, and Azurite deleted about 6 blobs
+/// a second (an hour for all of them). 5 000 show the same in a minute or two.
+const STALE_MEMBERS: usize = 5_000;
+const STALE_CANDIDATES: usize = 1_000;
+/// Creates in flight at once while setting up.
+const CREATES_IN_FLIGHT: usize = 32;
+/// Azurite lists 20 000 blobs with metadata in about 5 s on a loaded
+/// two-core machine (more than the default 3 s request timeout), and
+/// answers every call more slowly the more blobs it holds: generous.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(15);
+/// Long enough for renewals cut at [`REQUEST_TIMEOUT`].
+const LEASE: Duration = Duration::from_secs(60);
+/// Collection as the tests run it: a short staleness bound, so that the
+/// test does not wait out the default five minutes.
+fn collection() -> Collection {
+    Collection::default()
+        .with_stale_after(Duration::from_secs(2))
+        .with_per_listing(1_000)
+}
+
+/// Creates `names` as empty blobs, with no lease: what instances that
+/// stopped long ago leave behind.
+async fn create_stale(store: &BlobLeaseSetStore, names: impl Iterator<Item = String>) {
+    let started = Instant::now();
+    let count = futures_util::stream::iter(names)
+        .map(|name| {
+            let lease = store.lease(&name).unwrap();
+            async move {
+                let mut tries = 0;
+                while let Err(e) = lease.create_if_missing().await {
+                    tries += 1;
+                    assert!(tries < 5 && e.is_transient(), "{e:?}");
+                }
+            }
+        })
+        .buffer_unordered(CREATES_IN_FLIGHT)
+        .count()
+        .await;
+    eprintln!("created {count} stale blobs in {:?}", started.elapsed());
+}
+
+/// Runs one instance of the set `holder` until `token` is cancelled; its
+/// owned partitions are published on the returned channel.
+fn start_member(
+    store: BlobLeaseSetStore,
+    holder: &str,
+    token: &CancellationToken,
+) -> (
+    watch::Receiver<BTreeSet<String>>,
+    tokio::task::JoinHandle<blob_mutex::Result<()>>,
+) {
+    let options = LeaseSetOptions::default()
+        .with_mutex(
+            MutexOptions::default()
+                .with_holder(holder.to_owned())
+                .with_lease_duration(LEASE)
+                .with_request_timeout(REQUEST_TIMEOUT),
+        )
+        .with_balance_interval(Duration::from_millis(200));
+    let set =
+        BlobLeaseSet::with_store(store, ["p0", "p1", "p2", "p3"], options, |ctx| async move {
+            ctx.cancelled().await;
+            Ok::<_, Error>(())
+        })
+        .unwrap();
+    let mut owned = set.watch();
+    let (tx, rx) = watch::channel(BTreeSet::new());
+    tokio::spawn(async move {
+        while owned.changed().await.is_ok() {
+            let now = owned.borrow_and_update().keys().cloned().collect();
+            let _ = tx.send(now);
+        }
+    });
+    let token = token.clone();
+    (rx, tokio::spawn(async move { set.run(token).await }))
+}
+
+/// A client of `container` on the shared Azurite that is the SDK's own.
+fn sdk_container(container: &str) -> azure_storage_blobs::prelude::ContainerClient {
+    let credentials = azure_storage::StorageCredentials::access_key(
+        blob_mutex::AZURITE_ACCOUNT,
+        azurite::DEV_KEY.to_owned(),
+    );
+    let location = azure_storage::CloudLocation::Custom {
+        account: blob_mutex::AZURITE_ACCOUNT.to_owned(),
+        uri: azurite::shared().endpoint.clone(),
+    };
+    azure_storage_blobs::prelude::ClientBuilder::with_location(location, credentials)
+        .container_client(container)
+}
+
+async fn members(store: &BlobLeaseSetStore) -> blob_mutex::Result<Vec<(String, LeaseState)>> {
+    Ok(store
+        .list("members/")
+        .await?
+        .into_iter()
+        .map(|(name, info)| (name, info.state))
+        .collect())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stale_members_are_collected_while_the_set_balances_and_a_leave_deletes_its_own() {
+    let container = azurite::unique_container("collect-members");
+    let settings = azurite::shared().settings(&container, "set");
+    let store = BlobLeaseSetStore::new(&settings)
+        .unwrap()
+        .with_request_timeout(REQUEST_TIMEOUT)
+        .with_collection(collection());
+    create_stale(
+        &store,
+        (0..STALE_MEMBERS).map(|i| format!("members/gone-{i}")),
+    )
+    .await;
+
+    let token = CancellationToken::new();
+    let (mut a_owns, a) = start_member(store.clone(), "a", &token);
+    let (mut b_owns, b) = start_member(store.clone(), "b", &token);
+    // The set balances with the stale members still there: two each.
+    let started = Instant::now();
+    for owns in [&mut a_owns, &mut b_owns] {
+        tokio::time::timeout(REQUEST_TIMEOUT * 4, owns.wait_for(|p| p.len() == 2))
+            .await
+            .expect("the set balances")
+            .unwrap();
+    }
+    eprintln!("balanced after {:?}", started.elapsed());
+    // The listing shrinks back to the live members. Each look is a listing
+    // of thousands of blobs: one every few seconds, with a time limit of
+    // its own, is enough.
+    let looking = BlobLeaseSetStore::new(&settings)
+        .unwrap()
+        .with_request_timeout(Duration::from_secs(120));
+    let listed = loop {
+        match members(&looking).await {
+            Ok(members) if members.len() <= 2 => break members,
+            Ok(members) => eprintln!("{} members after {:?}", members.len(), started.elapsed()),
+            Err(e) => eprintln!("could not list: {e}"),
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(400),
+            "the stale members were not collected"
+        );
+        tokio::time::sleep(Duration::from_secs(5)).await;
+    };
+    eprintln!("collected after {:?}", started.elapsed());
+    assert_eq!(
+        listed,
+        [
+            ("members/a".to_owned(), LeaseState::Leased),
+            ("members/b".to_owned(), LeaseState::Leased)
+        ],
+        "the live members' blobs are never collected"
+    );
+    assert!(!a.is_finished() && !b.is_finished());
+    assert_eq!(a_owns.borrow().len() + b_owns.borrow().len(), 4);
+
+    // A graceful leave deletes the member's own blob.
+    token.cancel();
+    a.await.unwrap().unwrap();
+    b.await.unwrap().unwrap();
+    assert_eq!(members(&looking).await.unwrap(), []);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stale_candidates_are_collected_by_the_leader_and_a_withdraw_deletes_its_own() {
+    init_tracing();
+    let container = azurite::unique_container("collect-candidates");
+    let settings = azurite::shared().settings(&container, "lock");
+    // `lock.candidates/<holder>`: names the crate refuses for a lease, so
+    // made with the SDK itself.
+    let client = sdk_container(&container);
+    client.create().await.unwrap();
+    let started = Instant::now();
+    futures_util::stream::iter(0..STALE_CANDIDATES)
+        .map(|i| {
+            let blob = client.blob_client(format!("lock.candidates/gone-{i}"));
+            async move { blob.put_block_blob(Vec::<u8>::new()).await.unwrap() }
+        })
+        .buffer_unordered(CREATES_IN_FLIGHT)
+        .count()
+        .await;
+    eprintln!(
+        "created {STALE_CANDIDATES} stale records in {:?}",
+        started.elapsed()
+    );
+    let count = || {
+        let client = client.clone();
+        async move {
+            let mut pages = client.list_blobs().prefix("lock.candidates/").into_stream();
+            let mut n = 0;
+            while let Some(page) = pages.next().await {
+                n += page.unwrap().blobs.blobs().count();
+            }
+            n
+        }
+    };
+    assert_eq!(count().await, STALE_CANDIDATES);
+
+    let manager = |holder: &str, priority: i64| {
+        let store = BlobLeaseManager::new(&settings)
+            .unwrap()
+            .with_request_timeout(REQUEST_TIMEOUT)
+            .with_collection(collection());
+        let options = MutexOptions::default()
+            .with_holder(holder.to_owned())
+            .with_priority(priority)
+            .with_request_timeout(REQUEST_TIMEOUT);
+        Arc::new(
+            BlobDistributedMutex::with_store(store, options, |ctx| async move {
+                ctx.cancelled().await;
+                Ok::<_, Error>(())
+            })
+            .unwrap(),
+        )
+    };
+    let token = CancellationToken::new();
+    let leader = manager("leader", 1);
+    let run = tokio::spawn({
+        let (leader, token) = (leader.clone(), token.clone());
+        async move { leader.run_task_when_mutex_acquired(token).await }
+    });
+    let started = Instant::now();
+    wait_for(
+        "the stale candidates to be collected",
+        Duration::from_secs(300),
+        || async { (count().await == 0).then_some(()) },
+    )
+    .await;
+    eprintln!("collected after {:?}", started.elapsed());
+
+    // A candidate of a lower priority advertises, and withdraws when its
+    // round ends: its record goes with it.
+    let candidate = manager("candidate", 0);
+    let round = CancellationToken::new();
+    let waiting = tokio::spawn({
+        let (candidate, round) = (candidate.clone(), round.clone());
+        async move { candidate.run_task_when_mutex_acquired(round).await }
+    });
+    wait_for(
+        "the candidate's record",
+        Duration::from_secs(60),
+        || async { (count().await == 1).then_some(()) },
+    )
+    .await;
+    round.cancel();
+    waiting.await.unwrap().unwrap();
+    assert_eq!(count().await, 0, "a withdraw deletes its own record");
+    token.cancel();
+    run.await.unwrap().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leased_member_is_never_deleted_whatever_the_race_with_its_renewal() {
+    let container = azurite::unique_container("collect-race");
+    let settings = azurite::shared().settings(&container, "set");
+    let store = BlobLeaseSetStore::new(&settings)
+        .unwrap()
+        .with_collection(Collection::default().with_stale_after(Duration::ZERO));
+    let member = store.lease("members/m").unwrap();
+    let (mut deleted, mut kept) = (0, 0);
+    for round in 0..40 {
+        let id = LeaseId::new();
+        member.create_if_missing().await.unwrap();
+        // Seen free (twice, so that it is due), then taken while the
+        // deletion is on its way.
+        let listing = store.list("").await.unwrap();
+        store.collect(&listing).await;
+        let listing = store.list("").await.unwrap();
+        let live = async {
+            if round % 4 != 0 {
+                tokio::task::yield_now().await;
+            }
+            match member.acquire(id, Duration::from_secs(15)).await {
+                Ok(_) => {
+                    for _ in 0..3 {
+                        member.renew(id).await?;
+                    }
+                    Ok(true)
+                }
+                Err(e) => Err(e),
+            }
+        };
+        let (live, collected) = tokio::join!(live, store.collect(&listing));
+        assert!(
+            live.is_ok(),
+            "round {round}: a member that acquired lost its blob: {live:?}"
+        );
+        let info = member
+            .inspect()
+            .await
+            .unwrap()
+            .expect("the blob of a live member");
+        assert_eq!(info.state, LeaseState::Leased, "round {round}");
+        if collected == 1 {
+            deleted += 1;
+        } else {
+            kept += 1;
+        }
+        member.release(id).await.unwrap();
+    }
+    eprintln!("deletion first in {deleted} rounds, acquire first in {kept}");
+    assert!(kept > 0, "the race never had the lease first");
+}
