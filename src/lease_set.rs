@@ -35,16 +35,15 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::ops::Deref;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use tokio::sync::{broadcast, watch, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinHandle;
-use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, error, warn};
+use tracing::{debug, warn};
 
-use crate::backoff::{backoff, Jitter};
+use crate::backoff::Jitter;
 use crate::balance::{plan, Plan, Strategy, View};
 use crate::bounded::bounded;
 use crate::engine::{box_task, Engine, Observer};
@@ -58,6 +57,10 @@ use crate::options::{default_holder, MutexOptions, ABORT_WAIT, STOP_SLACK};
 use crate::settings::BlobSettings;
 use crate::store::{check_request_timeout, LeaseSetStore, LeaseState, LeaseStore};
 
+mod fate;
+
+use fate::{is_partition_fault, Fate};
+
 const MEMBERS: &str = "members/";
 /// The time between two claims of one cycle: a cold start with many
 /// partitions sends at most 200 acquires a second.
@@ -69,10 +72,6 @@ const CLAIM_PACE: Duration = Duration::from_millis(5);
 /// storage answering in a few milliseconds it never binds: the pace does.
 const CLAIMS_IN_FLIGHT: usize = 16;
 const PARTITIONS: &str = "partitions/";
-/// The longest wait before a partition whose term failed fatally (its
-/// epoch garbled, storage refusing the request as malformed) is tried again;
-/// the first wait is the mutex options' `failure_backoff`, doubled each time.
-const SKIP_MAX: Duration = Duration::from_secs(300);
 
 /// What a partition's task is given: everything a [`LeaderContext`] gives
 /// (through `Deref`: epoch, cancellation, heartbeat, sub-tasks, deadline)
@@ -238,53 +237,6 @@ struct Shared<S: LeaseSetStore> {
     /// What the set decided while it runs: set-wide errors and partitions
     /// skipped for a while.
     fate: Mutex<Fate>,
-}
-
-/// What ends a run, and which partitions are not claimed for now.
-#[derive(Default)]
-struct Fate {
-    /// The error that ends [`BlobLeaseSet::run`], once one came.
-    fatal: Option<Error>,
-    /// The run's own token, cancelled on a fatal error.
-    stop: Option<CancellationToken>,
-    /// Partitions whose term failed fatally: not claimed before the
-    /// instant, with the number of failures in a row.
-    skipped: BTreeMap<String, (Instant, u32)>,
-}
-
-impl<S: LeaseSetStore> Shared<S> {
-    fn fate(&self) -> MutexGuard<'_, Fate> {
-        self.fate.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// Ends the run with `error` (the first one wins): every partition is
-    /// drained and released, then [`BlobLeaseSet::run`] returns it.
-    fn end_run(&self, error: Error) {
-        let mut fate = self.fate();
-        fate.fatal.get_or_insert(error);
-        if let Some(stop) = &fate.stop {
-            stop.cancel();
-        }
-    }
-
-    /// Skips `partition` for a while after its term failed with `error`.
-    fn skip(&self, partition: &str, error: &Error) {
-        let base = self.options.mutex.failure_backoff;
-        let mut fate = self.fate();
-        let failures = fate.skipped.get(partition).map_or(0, |s| s.1) + 1;
-        let wait = backoff(base, SKIP_MAX.max(base), failures);
-        fate.skipped
-            .insert(partition.to_owned(), (Instant::now() + wait, failures));
-        error!(holder = %self.holder, %partition, error = %Chain(error), failures, retry_in = ?wait, "the partition cannot be led; skipping it");
-    }
-
-    /// Whether `partition` may be claimed now.
-    fn claimable(&self, partition: &str) -> bool {
-        self.fate()
-            .skipped
-            .get(partition)
-            .is_none_or(|(until, _)| Instant::now() >= *until)
-    }
 }
 
 impl<S: LeaseSetStore> std::fmt::Debug for BlobLeaseSet<S> {
@@ -598,15 +550,6 @@ fn start_claim<S: LeaseSetStore>(
         Ok::<(), Error>(())
     });
     Claim { token, handle }
-}
-
-/// A fatal error that concerns one partition's blob only: its epoch
-/// cannot be increased, or storage refused a request on it as malformed.
-fn is_partition_fault(e: &Error) -> bool {
-    matches!(
-        e,
-        Error::InvalidEpoch { .. } | Error::Storage { status: 400, .. }
-    )
 }
 
 /// What hears of a partition term's start and end: the set's map of owned
