@@ -105,7 +105,8 @@ pub enum TaskStop {
     /// Every task returned (by itself, or after its token was cancelled).
     Returned,
     /// Some task did not return within its grace and was aborted; all have
-    /// ended now.
+    /// ended now (for a dropped term: all were aborted as it was reported,
+    /// see [`TermReport`]).
     Aborted,
     /// Some task could be neither stopped nor aborted: it may still run. The
     /// lease was not released, and the campaign ends with
@@ -137,7 +138,12 @@ impl fmt::Display for TaskStop {
 ///
 /// It is sent once the term's tasks have stopped and before the lease is
 /// released, so a report means that no task of the term runs any more,
-/// unless [`TaskStop::Stuck`] says otherwise.
+/// unless [`TaskStop::Stuck`] says otherwise. A term whose future was
+/// dropped (reason [`StopReason::Dropped`], or `Deadline` when its deadline
+/// had passed) cannot wait: it is reported as its tasks are aborted, which
+/// end at their next await. Its lease is left to expire, and nothing is
+/// claimed again by the same mutex or set in this process until those
+/// tasks have ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct TermReport {
