@@ -27,7 +27,7 @@ use crate::store::{
     check_state_len, Acquire, Candidate, LeaseId, LeaseInfo, LeaseSetStore, LeaseState, LeaseStore,
 };
 
-mod candidates;
+pub(crate) mod candidates;
 use candidates::CANDIDATES;
 pub use candidates::{PRIORITY_KEY, PROPOSED_KEY};
 
@@ -40,10 +40,10 @@ pub const ACQUIRED_AT_KEY: &str = "acquired_at";
 
 /// The error code of a request to a container that does not exist (told
 /// apart from `BlobNotFound`, a missing blob in a container that does).
-const CONTAINER_NOT_FOUND: &str = "ContainerNotFound";
+pub(crate) const CONTAINER_NOT_FOUND: &str = "ContainerNotFound";
 
 /// Error codes that mean a lease we thought we held is not ours any more.
-const LOST_CODES: &[&str] = &[
+pub(crate) const LOST_CODES: &[&str] = &[
     "LeaseIdMismatchWithLeaseOperation",
     "LeaseIsBrokenAndCannotBeRenewed",
     "LeaseNotPresentWithLeaseOperation",
@@ -567,7 +567,7 @@ impl BlobLeaseManager {
 }
 
 /// A lost lease, as the answer to a state write: the write was refused.
-fn refused(error: Error) -> Error {
+pub(crate) fn refused(error: Error) -> Error {
     match error {
         Error::LeaseLost(message) => Error::StateWriteRefused(message),
         other => other,
@@ -862,10 +862,10 @@ impl LeaseSetStore for BlobLeaseSetStore {
 
 /// The prefix of the member blobs within a set: only these (and candidate
 /// records) are ever collected, never a partition.
-const MEMBERS: &str = "members/";
+pub(crate) const MEMBERS: &str = "members/";
 /// The most conditional deletes of stale blobs in flight at once: few, so
 /// that a backlog of deletions never crowds out the renewals.
-const DELETES_IN_FLIGHT: usize = 4;
+pub(crate) const DELETES_IN_FLIGHT: usize = 4;
 
 /// Deletes the stale blobs `due` (full names, with the `ETag` each was seen
 /// with), each only if it is unchanged and not leased (no lease id is
@@ -945,7 +945,7 @@ async fn delete_unleased(blob: BlobClient, limit: Duration) -> bool {
 }
 
 /// The epoch in the metadata, for display: 0 when missing or garbled.
-fn parse_epoch(metadata: &HashMap<String, String>) -> u64 {
+pub(crate) fn parse_epoch(metadata: &HashMap<String, String>) -> u64 {
     metadata
         .get(EPOCH_KEY)
         .and_then(|e| e.trim().parse().ok())
@@ -955,7 +955,7 @@ fn parse_epoch(metadata: &HashMap<String, String>) -> u64 {
 /// The epoch of the next term: one more than the one in the metadata, or 1
 /// on a blob that never had one. A garbled or maximal epoch is an error:
 /// restarting from 0 would hand out fencing tokens that were used before.
-fn next_epoch(metadata: &HashMap<String, String>) -> Result<u64> {
+pub(crate) fn next_epoch(metadata: &HashMap<String, String>) -> Result<u64> {
     let Some(found) = metadata.get(EPOCH_KEY) else {
         return Ok(1);
     };
@@ -985,7 +985,7 @@ fn is_not_found(error: &azure_core::Error) -> bool {
 /// Error codes of a request whose credential was accepted but does not
 /// allow the call: a SAS without the permission (or resource type) or a
 /// role without the action.
-const PERMISSION_CODES: &[&str] = &[
+pub(crate) const PERMISSION_CODES: &[&str] = &[
     "AuthorizationPermissionMismatch",
     "AuthorizationResourceTypeMismatch",
     "AuthorizationFailure",
@@ -1026,7 +1026,7 @@ fn grant(operation: &str) -> &'static str {
 
 /// The message of a refused call: what to grant when the credential lacks
 /// a permission, what to check when it was not accepted at all.
-fn refusal(operation: &str, code: Option<&str>) -> String {
+pub(crate) fn refusal(operation: &str, code: Option<&str>) -> String {
     match code {
         Some(code) if PERMISSION_CODES.contains(&code) => {
             format!("{operation} was refused: {}", grant(operation))
@@ -1052,7 +1052,7 @@ fn lease_call_error(operation: &'static str, error: &azure_core::Error) -> Error
 }
 
 /// The most of the service's own message kept in an error.
-const SERVICE_MESSAGE_LEN: usize = 300;
+pub(crate) const SERVICE_MESSAGE_LEN: usize = 300;
 
 /// The message storage sent with an error status, as `" (storage said:
 /// …)"` on one line, secrets removed; empty when it sent none.

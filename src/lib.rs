@@ -45,6 +45,9 @@ pub use quorum::{
     AccountLease, Holding, QuorumLeaseSetStore, QuorumLeaseStore, MAX_QUORUM_ACCOUNTS,
 };
 pub use settings::{BlobSettings, AZURITE_ACCOUNT, AZURITE_ENDPOINT};
+#[cfg(feature = "official-sdk")]
+#[cfg_attr(docsrs, doc(cfg(feature = "official-sdk")))]
+pub use store::official::{OfficialLeaseManager, OfficialLeaseSetStore, OfficialSettings};
 pub use store::{
     Acquire, Candidate, LeaseId, LeaseInfo, LeaseSetStore, LeaseState, LeaseStore, MAX_STATE_LEN,
 };

@@ -47,3 +47,38 @@ async fn an_azure_lease_expires_after_its_duration() {
     let (a, b) = azurite_pair(&azurite::unique_container("expiry"), "expiry");
     conformance::lease_expires_after_its_duration(&a, &b).await;
 }
+
+#[cfg(feature = "official-sdk")]
+fn official_pair(
+    container: &str,
+    blob: &str,
+) -> (
+    blob_mutex::OfficialLeaseManager,
+    blob_mutex::OfficialLeaseManager,
+) {
+    let settings =
+        support::backend::official_settings(&azurite::shared().endpoint, container, blob);
+    (
+        blob_mutex::OfficialLeaseManager::new(&settings).unwrap(),
+        blob_mutex::OfficialLeaseManager::new(&settings).unwrap(),
+    )
+}
+
+/// The backend on the official SDK, authenticated with a SAS.
+#[cfg(feature = "official-sdk")]
+#[tokio::test]
+async fn the_official_sdk_store_meets_the_contract() {
+    let container = azurite::unique_container("official");
+    conformance::run_all(|name| {
+        let pair = official_pair(&container, name);
+        async move { pair }
+    })
+    .await;
+}
+
+#[cfg(feature = "official-sdk")]
+#[tokio::test]
+async fn an_official_sdk_lease_expires_after_its_duration() {
+    let (a, b) = official_pair(&azurite::unique_container("official-expiry"), "expiry");
+    conformance::lease_expires_after_its_duration(&a, &b).await;
+}

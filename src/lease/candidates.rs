@@ -158,7 +158,7 @@ impl BlobLeaseManager {
 
 /// The candidate in a record's metadata; `None` when a field is missing or
 /// garbled.
-fn parse_candidate(metadata: &HashMap<String, String>) -> Option<Candidate> {
+pub(crate) fn parse_candidate(metadata: &HashMap<String, String>) -> Option<Candidate> {
     let holder = metadata.get(HOLDER_KEY)?.clone();
     let priority = metadata.get(PRIORITY_KEY)?.trim().parse().ok()?;
     let proposed = metadata.get(PROPOSED_KEY)?.trim().parse().ok()?;

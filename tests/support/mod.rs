@@ -8,6 +8,8 @@
 #![allow(dead_code, unreachable_pub)]
 
 pub mod azurite;
+#[cfg(feature = "official-sdk")]
+pub mod backend;
 pub mod chaos;
 pub mod foreign;
 pub mod matrix_process;

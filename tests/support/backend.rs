@@ -1,0 +1,59 @@
+//! The two storage backends the backend tests run on: the 0.21 SDK's
+//! (`BlobLeaseManager`, the account key) and the official SDK's
+//! (`OfficialLeaseManager`, feature `official-sdk`), which has no shared key
+//! and authenticates here with an account SAS signed by `sas`.
+
+use super::sas;
+
+/// The environment variable the fault worker and the examples read to pick
+/// a backend: `official` for the official SDK, anything else for 0.21.
+pub const BACKEND_ENV: &str = "BLOB_MUTEX_BACKEND";
+
+/// A storage backend.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    /// `azure_storage_blobs` 0.21, with the development account's key.
+    Legacy,
+    /// `azure_storage_blob` 1.x, with an account SAS.
+    Official,
+}
+
+impl Backend {
+    /// The connection string of the development account at `endpoint` for
+    /// this backend: the key, or an account SAS on every container (the
+    /// backend creates the test's container, so a container SAS is not
+    /// enough).
+    pub fn connection_string(self, endpoint: &str) -> String {
+        match self {
+            Backend::Legacy => super::azurite::connection_string(endpoint),
+            Backend::Official => sas::sas_connection_string(endpoint, &account_sas()),
+        }
+    }
+
+    /// The value of [`BACKEND_ENV`] for this backend.
+    pub fn env(self) -> &'static str {
+        match self {
+            Backend::Legacy => "legacy",
+            Backend::Official => "official",
+        }
+    }
+}
+
+/// An account SAS with everything the crate does: containers and objects,
+/// read, write, delete, list, add, create.
+pub fn account_sas() -> String {
+    sas::account_sas("co", "rwdlac")
+}
+
+/// The official backend's settings for `container`/`blob` at `endpoint`.
+pub fn official_settings(
+    endpoint: &str,
+    container: &str,
+    blob: &str,
+) -> blob_mutex::OfficialSettings {
+    blob_mutex::OfficialSettings::from_container_url(
+        &format!("{endpoint}/{container}?{}", account_sas()),
+        blob,
+    )
+    .expect("valid official settings")
+}
