@@ -3,6 +3,10 @@
 //! (`OfficialLeaseManager`, feature `official-sdk`), which has no shared key
 //! and authenticates here with an account SAS signed by `sas`.
 
+use std::time::Duration;
+
+use blob_mutex::{Acquire, BlobLeaseManager, Error, LeaseId, LeaseInfo};
+
 use super::sas;
 
 /// The environment variable the fault worker and the examples read to pick
@@ -46,6 +50,7 @@ pub fn account_sas() -> String {
 }
 
 /// The official backend's settings for `container`/`blob` at `endpoint`.
+#[cfg(feature = "official-sdk")]
 pub fn official_settings(
     endpoint: &str,
     container: &str,
@@ -57,3 +62,41 @@ pub fn official_settings(
     )
     .expect("valid official settings")
 }
+
+/// The calls of a lease manager that bound themselves by its request
+/// timeout, whichever backend: what a test of one backend's answers to
+/// faults calls.
+pub trait Capped {
+    async fn acquire(&self, proposed: LeaseId, duration: Duration) -> Result<Acquire, Error>;
+    async fn renew(&self, lease: LeaseId) -> Result<(), Error>;
+    async fn release(&self, lease: LeaseId) -> Result<(), Error>;
+    async fn inspect(&self) -> Result<Option<LeaseInfo>, Error>;
+    async fn create_if_missing(&self) -> Result<(), Error>;
+}
+
+/// Implements [`Capped`] by the manager's own (capped) methods.
+macro_rules! capped {
+    ($manager:ty) => {
+        impl Capped for $manager {
+            async fn acquire(&self, proposed: LeaseId, duration: Duration) -> Result<Acquire, Error> {
+                <$manager>::acquire(self, proposed, duration).await
+            }
+            async fn renew(&self, lease: LeaseId) -> Result<(), Error> {
+                <$manager>::renew(self, lease).await
+            }
+            async fn release(&self, lease: LeaseId) -> Result<(), Error> {
+                <$manager>::release(self, lease).await
+            }
+            async fn inspect(&self) -> Result<Option<LeaseInfo>, Error> {
+                <$manager>::inspect(self).await
+            }
+            async fn create_if_missing(&self) -> Result<(), Error> {
+                <$manager>::create_if_missing(self).await
+            }
+        }
+    };
+}
+
+capped!(BlobLeaseManager);
+#[cfg(feature = "official-sdk")]
+capped!(blob_mutex::OfficialLeaseManager);

@@ -8,7 +8,6 @@
 #![allow(dead_code, unreachable_pub)]
 
 pub mod azurite;
-#[cfg(feature = "official-sdk")]
 pub mod backend;
 pub mod chaos;
 pub mod foreign;

@@ -109,6 +109,91 @@ impl OfficialLeaseManager {
         &self.settings
     }
 
+    /// The request timeout in force.
+    #[must_use]
+    pub fn request_timeout(&self) -> Duration {
+        self.request_timeout
+    }
+
+    /// Acquires a lease of `duration` (15 to 60 whole seconds) under
+    /// `proposed`, as [`BlobLeaseManager::acquire`](crate::BlobLeaseManager::acquire)
+    /// does, within the request timeout.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidOption`] for a duration out of range; the kinds of
+    /// [`Error`] for a failed storage call, [`Error::Timeout`] past the
+    /// request timeout.
+    ///
+    /// # Cancellation safety
+    ///
+    /// Dropping the future may leave the lease acquired on the server;
+    /// acquire again with the same id to learn the outcome.
+    pub async fn acquire(&self, proposed: LeaseId, duration: Duration) -> Result<Acquire> {
+        bounded(
+            "acquire",
+            self.request_timeout,
+            self.acquire_uncapped(proposed, duration),
+        )
+        .await
+    }
+
+    /// Renews the lease held under `lease`, within the request timeout.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::LeaseLost`] when the lease is not held under this id (or the
+    /// answer names another id); other kinds when storage cannot be asked.
+    ///
+    /// # Cancellation safety
+    ///
+    /// Safe: renewing is idempotent.
+    pub async fn renew(&self, lease: LeaseId) -> Result<()> {
+        bounded("renew", self.request_timeout, self.renew_uncapped(lease)).await
+    }
+
+    /// Releases the lease held under `lease`, within the request timeout.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::LeaseLost`] when the lease is not held under this id; other
+    /// kinds when storage cannot be asked.
+    ///
+    /// # Cancellation safety
+    ///
+    /// Safe: a dropped call leaves the lease to expire.
+    pub async fn release(&self, lease: LeaseId) -> Result<()> {
+        bounded("release", self.request_timeout, self.release_uncapped(lease)).await
+    }
+
+    /// The lease state and the last term's metadata, or `None` when the blob
+    /// (or its container) does not exist, within the request timeout.
+    ///
+    /// # Errors
+    ///
+    /// The kinds of [`Error`] for a failed storage call.
+    ///
+    /// # Cancellation safety
+    ///
+    /// Safe: it only reads.
+    pub async fn inspect(&self) -> Result<Option<LeaseInfo>> {
+        bounded("inspect", self.request_timeout, self.inspect_uncapped()).await
+    }
+
+    /// Creates the container (only when storage says it is missing) and an
+    /// empty lease blob if they do not exist, never overwriting a blob.
+    ///
+    /// # Errors
+    ///
+    /// The kinds of [`Error`] for a failed storage call.
+    ///
+    /// # Cancellation safety
+    ///
+    /// Safe: it is idempotent.
+    pub async fn create_if_missing(&self) -> Result<()> {
+        bounded("create", self.request_timeout, self.create_blob()).await
+    }
+
     /// Breaks the current lease, whoever holds it (see
     /// [`BlobLeaseManager::break_lease`](crate::BlobLeaseManager::break_lease)).
     /// Returns how long until the lease can be acquired.
