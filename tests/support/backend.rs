@@ -78,7 +78,11 @@ pub trait Capped {
 macro_rules! capped {
     ($manager:ty) => {
         impl Capped for $manager {
-            async fn acquire(&self, proposed: LeaseId, duration: Duration) -> Result<Acquire, Error> {
+            async fn acquire(
+                &self,
+                proposed: LeaseId,
+                duration: Duration,
+            ) -> Result<Acquire, Error> {
                 <$manager>::acquire(self, proposed, duration).await
             }
             async fn renew(&self, lease: LeaseId) -> Result<(), Error> {
@@ -100,3 +104,13 @@ macro_rules! capped {
 capped!(BlobLeaseManager);
 #[cfg(feature = "official-sdk")]
 capped!(blob_mutex::OfficialLeaseManager);
+
+impl Backend {
+    /// An empty cluster whose workers reach storage through this backend.
+    pub fn cluster(self) -> super::workers::Cluster {
+        match self {
+            Backend::Legacy => super::workers::Cluster::new(),
+            Backend::Official => super::workers::Cluster::on_backend(self.env()),
+        }
+    }
+}

@@ -163,7 +163,12 @@ impl OfficialLeaseManager {
     ///
     /// Safe: a dropped call leaves the lease to expire.
     pub async fn release(&self, lease: LeaseId) -> Result<()> {
-        bounded("release", self.request_timeout, self.release_uncapped(lease)).await
+        bounded(
+            "release",
+            self.request_timeout,
+            self.release_uncapped(lease),
+        )
+        .await
     }
 
     /// The lease state and the last term's metadata, or `None` when the blob
