@@ -8,13 +8,14 @@ use std::process::Command;
 use std::time::Duration;
 
 use support::azurite;
-use support::workers::{example_bin, Cluster, Spec, What};
+use support::backend::Backend;
+use support::workers::{example_bin, Spec, What};
 
-fn spec(name: &str, container: &str) -> Spec {
+fn spec(backend: Backend, name: &str, container: &str) -> Spec {
     let mut command = Command::new(example_bin("worker"));
     command.args([container, "example-worker", name]).env(
         "AZURE_STORAGE_CONNECTION_STRING",
-        azurite::shared().connection_string(),
+        backend.connection_string(&azurite::shared().endpoint),
     );
     Spec {
         name: name.to_owned(),
@@ -24,8 +25,19 @@ fn spec(name: &str, container: &str) -> Spec {
 
 #[tokio::test]
 async fn the_example_worker_hands_over_and_prints_its_contract() {
+    hands_over(Backend::Legacy).await;
+}
+
+#[cfg(feature = "official-sdk")]
+#[tokio::test]
+async fn the_example_worker_hands_over_on_the_official_sdk() {
+    hands_over(Backend::Official).await;
+}
+
+async fn hands_over(backend: Backend) {
     let container = azurite::unique_container("example-worker");
-    let mut cluster = Cluster::new();
+    let mut cluster = backend.cluster();
+    let spec = |name: &str, container: &str| spec(backend, name, container);
     cluster.spawn(spec("w0", &container));
     cluster.spawn(spec("w1", &container));
     let (leader, epoch, _) = cluster.wait_first_leader().await;
