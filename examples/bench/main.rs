@@ -31,7 +31,7 @@
 //! `--set-secs N` (its steady window) [120 / 60],
 //! `--quorum-reps N` (crash failovers per mode; twice as many handovers) [8 / 3],
 //! `--quorum-secs N` (request-count window per mode) [60 / 20],
-//! `--sections overhead,contention,cost,handover,crash,successor,partitions,quorum` [all, in
+//! `--sections overhead,contention,cost,handover,crash,successor,partitions,quorum,backends` [all, in
 //! that order; `--quick` leaves `partitions` out unless it is named],
 //! `--out DIR` [`bench-results`], `--endpoint URL` (use a running Azurite's
 //! blob endpoint, `http://<ip>:<port>/devstoreaccount1`, instead of starting
@@ -46,6 +46,7 @@
 //! worker processes), `stats.rs`, `json.rs` and `report.rs`.
 
 mod azurite;
+mod backends;
 mod contention;
 mod cost;
 mod failover;
@@ -83,7 +84,7 @@ const JITTER: f64 = 0.2;
 const IDLE_WORK_MS: &str = "600000";
 
 /// The sections, in the order they run.
-const SECTIONS: [&str; 8] = [
+const SECTIONS: [&str; 9] = [
     "overhead",
     "contention",
     "cost",
@@ -92,6 +93,7 @@ const SECTIONS: [&str; 8] = [
     "successor",
     "partitions",
     "quorum",
+    "backends",
 ];
 
 struct Config {
@@ -296,6 +298,10 @@ async fn run(config: Config) -> Result<()> {
     if config.runs("quorum") {
         eprintln!("quorum: three accounts against one ...");
         quorum::quorum(&config, &azurite, &mut report).await?;
+    }
+    if config.runs("backends") {
+        eprintln!("backends: the 0.21 SDK's and the official SDK's ...");
+        backends::backends(&config, &azurite, &mut report).await?;
     }
     let elapsed = began.elapsed().as_secs_f64();
     report.section(
