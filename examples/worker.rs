@@ -74,7 +74,8 @@ async fn main() -> anyhow::Result<()> {
     .context("invalid storage settings")?;
     let options = MutexOptions::default().with_holder(id.clone());
     if std::env::var("BLOB_MUTEX_BACKEND").as_deref() == Ok("official") {
-        return run(official(&settings, options)?, id).await;
+        // Boxed, so that `main`'s own future stays small.
+        return Box::pin(run(official(&settings, options)?, id)).await;
     }
     run(
         BlobDistributedMutex::with_options(settings, options, lead)?,

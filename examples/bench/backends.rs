@@ -45,7 +45,11 @@ const FEATURE_SETS: [(&str, &str); 5] = [
     ("all", "--all-features"),
 ];
 
-pub(crate) async fn backends(config: &Config, azurite: &Azurite, report: &mut Report) -> Result<()> {
+pub(crate) async fn backends(
+    config: &Config,
+    azurite: &Azurite,
+    report: &mut Report,
+) -> Result<()> {
     let latency = latency(config, azurite).await?;
     let mut cpu = Vec::new();
     if config.set_size > 0 {
@@ -141,7 +145,10 @@ async fn latency(config: &Config, azurite: &Azurite) -> Result<Latency> {
             for b in order {
                 let started = Instant::now();
                 if operation.starts_with("acquire") {
-                    ensure!(managers[b].acquire(id).await? == Acquire::Acquired, "acquire");
+                    ensure!(
+                        managers[b].acquire(id).await? == Acquire::Acquired,
+                        "acquire"
+                    );
                 } else {
                     managers[b].renew(id).await?;
                 }
@@ -275,7 +282,15 @@ fn crate_counts() -> Vec<(&'static str, &'static str, usize)> {
     let mut counts = Vec::new();
     for (name, flags) in FEATURE_SETS {
         let output = std::process::Command::new(std::env::var("CARGO").unwrap_or("cargo".into()))
-            .args(["tree", "-e", "normal", "--prefix", "none", "--manifest-path", manifest])
+            .args([
+                "tree",
+                "-e",
+                "normal",
+                "--prefix",
+                "none",
+                "--manifest-path",
+                manifest,
+            ])
             .args(flags.split_whitespace())
             .output();
         let Ok(output) = output.map_err(|e| eprintln!("  cargo tree: {e}")) else {
@@ -298,10 +313,13 @@ fn crate_counts() -> Vec<(&'static str, &'static str, usize)> {
 fn account_sas() -> String {
     const VERSION: &str = "2022-11-02";
     const EXPIRY: &str = "2099-01-01T00:00:00Z";
-    let to_sign =
-        [ACCOUNT, "rwdlac", "b", "co", "", EXPIRY, "", "", VERSION, "", ""].join("\n");
-    let signature = azure_core::hmac::hmac_sha256(&to_sign, &azure_core::auth::Secret::new(DEV_KEY))
-        .expect("the development key is base64");
+    let to_sign = [
+        ACCOUNT, "rwdlac", "b", "co", "", EXPIRY, "", "", VERSION, "", "",
+    ]
+    .join("\n");
+    let signature =
+        azure_core::hmac::hmac_sha256(&to_sign, &azure_core::auth::Secret::new(DEV_KEY))
+            .expect("the development key is base64");
     let encode = |v: &str| {
         v.replace('+', "%2B")
             .replace('/', "%2F")
@@ -322,8 +340,25 @@ fn write(
     cpu: &[RenewalCpu],
     crates: &[(&str, &str, usize)],
 ) {
+    let _ = writeln!(
+        report.details,
+        "### Storage backends: the 0.21 SDK and the official SDK\n"
+    );
+    let latency = write_latency(config, report, latency);
+    let cpu = write_cpu(config, report, cpu);
+    let crates = write_crates(report, crates);
+    report.section(
+        "backends",
+        Json::obj([
+            ("latency", latency),
+            ("renewal_cpu", cpu),
+            ("crates", crates),
+        ]),
+    );
+}
+
+fn write_latency(config: &Config, report: &mut Report, latency: &Latency) -> Json {
     let d = &mut report.details;
-    let _ = writeln!(d, "### Storage backends: the 0.21 SDK and the official SDK\n");
     let _ = writeln!(
         d,
         "`BlobLeaseManager` (azure_storage_blobs 0.21, account key) and `OfficialLeaseManager` \
@@ -350,6 +385,7 @@ fn write(
             ("seconds", Json::stats(&s)),
         ]));
     }
+    d.push('\n');
     for pair in latency.samples.chunks(2) {
         if let [(operation, _, legacy), (_, _, official)] = pair {
             let ratio = stats(official).median / stats(legacy).median;
@@ -361,10 +397,12 @@ fn write(
             );
         }
     }
-    let d = &mut report.details;
-    d.push('\n');
-    let mut cpu_json = Vec::new();
+    Json::Arr(json)
+}
+
+fn write_cpu(config: &Config, report: &mut Report, cpu: &[RenewalCpu]) -> Json {
     if !cpu.is_empty() {
+        let d = &mut report.details;
         let _ = writeln!(
             d,
             "One worker process (`fault-worker --partitions {} --lease-secs 15`) owning every \
@@ -377,6 +415,7 @@ fn write(
         let _ = writeln!(d, "| backend | owned all after | renewals/s | CPU, share of one core | CPU per renewal (ticks / run time) |");
         let _ = writeln!(d, "|---|---|---|---|---|");
     }
+    let mut json = Vec::new();
     for c in cpu {
         let rate = float(c.renewals) / c.window;
         let per = |seconds: f64| seconds / float(c.renewals.max(1)) * 1e6;
@@ -390,12 +429,15 @@ fn write(
             per(c.cpu_seconds_ns)
         );
         report.target(
-            &format!("CPU per renewal at {rate:.0} renewals/s, {} backend", c.backend),
+            &format!(
+                "CPU per renewal at {rate:.0} renewals/s, {} backend",
+                c.backend
+            ),
             format!("{:.0} µs", per(c.cpu_seconds)),
             "(no target)".to_owned(),
             None,
         );
-        cpu_json.push(Json::obj([
+        json.push(Json::obj([
             ("backend", Json::str(c.backend)),
             ("partitions", Json::count(config.set_size)),
             ("to_own_all_seconds", Json::Num(c.to_own_all)),
@@ -405,6 +447,10 @@ fn write(
             ("cpu_seconds_run_time", Json::Num(c.cpu_seconds_ns)),
         ]));
     }
+    Json::Arr(json)
+}
+
+fn write_crates(report: &mut Report, crates: &[(&str, &str, usize)]) -> Json {
     let d = &mut report.details;
     if !crates.is_empty() {
         let _ = writeln!(d, "\n| feature set | cargo flags | crates |");
@@ -414,26 +460,16 @@ fn write(
         }
     }
     d.push('\n');
-    report.section(
-        "backends",
-        Json::obj([
-            ("latency", Json::Arr(json)),
-            ("renewal_cpu", Json::Arr(cpu_json)),
-            (
-                "crates",
-                Json::Arr(
-                    crates
-                        .iter()
-                        .map(|(name, flags, count)| {
-                            Json::obj([
-                                ("feature_set", Json::str(*name)),
-                                ("flags", Json::str(*flags)),
-                                ("crates", Json::count(*count)),
-                            ])
-                        })
-                        .collect(),
-                ),
-            ),
-        ]),
-    );
+    Json::Arr(
+        crates
+            .iter()
+            .map(|(name, flags, count)| {
+                Json::obj([
+                    ("feature_set", Json::str(*name)),
+                    ("flags", Json::str(*flags)),
+                    ("crates", Json::count(*count)),
+                ])
+            })
+            .collect(),
+    )
 }

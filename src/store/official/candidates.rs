@@ -74,9 +74,11 @@ impl OfficialLeaseManager {
             if info.state != LeaseState::Leased {
                 continue;
             }
-            match parse_candidate(metadata) {
-                Some(candidate) => listed.push(candidate),
-                None => tracing::debug!(record = %name, "a candidate record without a candidate"),
+            if let Some(candidate) = parse_candidate(metadata) {
+                listed.push(candidate);
+            } else {
+                // Being written (leased, metadata not yet set): no candidate yet.
+                tracing::debug!(record = %name, "a candidate record without a candidate");
             }
         }
         // Records left behind by candidates that died: a bounded number per

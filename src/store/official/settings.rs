@@ -188,6 +188,7 @@ impl fmt::Debug for OfficialSettings {
         f.debug_struct("OfficialSettings")
             .field("container_url", &shown.as_str())
             .field("credential", &credential)
+            .field("container", &self.container)
             .field("blob", &self.blob)
             .finish()
     }
