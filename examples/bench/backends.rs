@@ -456,7 +456,12 @@ fn write_crates(report: &mut Report, crates: &[(&str, &str, usize)]) -> Json {
         let _ = writeln!(d, "\n| feature set | cargo flags | crates |");
         let _ = writeln!(d, "|---|---|---|");
         for (name, flags, count) in crates {
-            let _ = writeln!(d, "| {name} | `{flags}` | {count} |");
+            let flags = if flags.is_empty() {
+                "(none)".to_owned()
+            } else {
+                format!("`{flags}`")
+            };
+            let _ = writeln!(d, "| {name} | {flags} | {count} |");
         }
     }
     d.push('\n');

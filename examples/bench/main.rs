@@ -32,7 +32,8 @@
 //! `--quorum-reps N` (crash failovers per mode; twice as many handovers) [8 / 3],
 //! `--quorum-secs N` (request-count window per mode) [60 / 20],
 //! `--sections overhead,contention,cost,handover,crash,successor,partitions,quorum,backends` [all, in
-//! that order; `--quick` leaves `partitions` out unless it is named],
+//! that order; `--quick` leaves `partitions` out unless it is named, and
+//! `backends` runs only when named, in a build with `--features official-sdk`],
 //! `--out DIR` [`bench-results`], `--endpoint URL` (use a running Azurite's
 //! blob endpoint, `http://<ip>:<port>/devstoreaccount1`, instead of starting
 //! one). The worker processes are the `fault-worker` example
@@ -40,7 +41,7 @@
 //!
 //! One module per section (`overhead.rs`, `contention.rs`, `cost.rs` with
 //! `footprint.rs`, `failover.rs` for `handover` and `crash`, `successor.rs`,
-//! `partitions.rs`, `quorum.rs`);
+//! `partitions.rs`, `quorum.rs`, `backends.rs`);
 //! the rest is
 //! shared: `azurite.rs`, `proxy.rs` (the counting proxy), `workers.rs` (the
 //! worker processes), `stats.rs`, `json.rs` and `report.rs`.
@@ -153,7 +154,7 @@ impl Config {
             quorum_window: Duration::from_secs(if quick { 20 } else { 60 }),
             sections: SECTIONS
                 .iter()
-                .filter(|s| !(quick && **s == "partitions"))
+                .filter(|s| !(quick && **s == "partitions") && **s != "backends")
                 .map(|s| (*s).to_owned())
                 .collect(),
             out: PathBuf::from("bench-results"),
