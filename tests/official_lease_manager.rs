@@ -81,3 +81,61 @@ async fn a_sas_that_cannot_create_the_missing_container_names_what_to_grant() {
         "{e}"
     );
 }
+
+/// `OfficialLeaseSetStore`: one listing reads every lease of the set, stale
+/// member blobs are collected (conditionally, never a leased one), and a
+/// leave deletes a member blob only once it is not leased.
+#[tokio::test]
+async fn a_set_lists_its_leases_collects_stale_members_and_keeps_leased_ones() {
+    use blob_mutex::{Collection, LeaseSetStore, OfficialLeaseSetStore};
+
+    let container = azurite::unique_container("official-set");
+    let settings = official_settings(&azurite::shared().endpoint, &container, "set");
+    let store = OfficialLeaseSetStore::new(&settings)
+        .unwrap()
+        .with_collection(Collection::default().with_stale_after(Duration::from_millis(300)));
+    for i in 0..10 {
+        let gone = store.lease(&format!("members/gone-{i}")).unwrap();
+        gone.create_if_missing().await.unwrap();
+    }
+    let live = store.lease("members/live").unwrap();
+    let partition = store.lease("p0").unwrap();
+    let (id, p) = (LeaseId::new(), LeaseId::new());
+    assert_eq!(live.acquire(id, D).await.unwrap(), Acquire::Acquired);
+    assert_eq!(partition.acquire(p, D).await.unwrap(), Acquire::Acquired);
+    LeaseStore::stamp(&partition, p, "me").await.unwrap();
+
+    let listing = store.list("").await.unwrap();
+    assert_eq!(listing.len(), 12, "{listing:?}");
+    let (_, p0) = listing.iter().find(|(name, _)| name == "p0").unwrap();
+    assert_eq!(
+        (p0.state, p0.holder.as_deref(), p0.epoch),
+        (LeaseState::Leased, Some("me"), 1)
+    );
+
+    // Each look lists and collects; a blob is deleted once it was seen
+    // unchanged and without a lease for longer than `stale_after`.
+    let left = support::wait_for(
+        "the stale members to be collected",
+        Duration::from_secs(15),
+        || {
+            let store = store.clone();
+            async move {
+                let listing = store.list("").await.unwrap();
+                store.collect(&listing).await;
+                let names: Vec<String> = listing.into_iter().map(|(name, _)| name).collect();
+                (names.len() <= 2).then_some(names)
+            }
+        },
+    )
+    .await;
+    assert_eq!(left, ["members/live", "p0"]);
+
+    assert!(
+        !store.remove("members/live").await,
+        "a leased member is kept"
+    );
+    live.release(id).await.unwrap();
+    assert!(store.remove("members/live").await);
+    partition.release(p).await.unwrap();
+}
