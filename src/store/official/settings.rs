@@ -79,7 +79,10 @@ impl OfficialSettings {
     /// name; [`Error::InvalidOption`] for an invalid blob name. The message
     /// never repeats the query.
     pub fn from_container_url(container_url: &str, blob: impl Into<String>) -> Result<Self> {
-        let url = parse(container_url)?;
+        let mut url = parse(container_url)?;
+        // `…/leases/` names the container `leases` too.
+        let path = url.path().trim_end_matches('/').to_owned();
+        url.set_path(&path);
         let container = url
             .path_segments()
             .and_then(|mut segments| segments.next_back())
@@ -206,6 +209,8 @@ mod tests {
         )
         .unwrap();
         assert_eq!((s.container(), s.blob()), ("leases", "jobs/nightly"));
+        let slash = OfficialSettings::from_container_url("https://h/leases/?sig=x", "b").unwrap();
+        assert_eq!(slash.container_url().as_str(), "https://h/leases?sig=x");
         let shown = format!("{s:?}");
         assert!(
             !shown.contains("topsecret") && shown.contains("SAS (redacted)"),
