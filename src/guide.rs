@@ -127,10 +127,10 @@ mod tests {
             .collect()
     }
 
-    /// The fragments of `[text](#fragment)` links.
-    fn fragments_used(markdown: &str) -> Vec<String> {
+    /// The targets of inline `[text](target)` links.
+    fn inline_targets(markdown: &str) -> Vec<String> {
         prose(markdown)
-            .split("](#")
+            .split("](")
             .skip(1)
             .filter_map(|rest| Some(rest.split_once(')')?.0.to_owned()))
             .collect()
@@ -223,9 +223,16 @@ mod tests {
         let markdown = read(path);
         let github = definitions(&markdown);
         let mut problems = Vec::new();
-        for fragment in fragments_used(&markdown) {
-            if !heading_ids(&markdown).contains(&fragment) {
-                problems.push(format!("{path}: no heading for the link to #{fragment}"));
+        for target in inline_targets(&markdown) {
+            if let Some(fragment) = target.strip_prefix('#') {
+                if !heading_ids(&markdown).iter().any(|id| id == fragment) {
+                    problems.push(format!("{path}: no heading for the link to {target}"));
+                }
+            } else if !target.starts_with("https://") {
+                problems.push(format!(
+                    "{path}: ({target}) works on GitHub only; link with a label that \
+                     src/lib.rs or src/guide.rs also defines"
+                ));
             }
         }
         for label in labels_used(&markdown) {
