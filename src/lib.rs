@@ -1,3 +1,28 @@
+// The README links to the guide with reference links (`[text][guide-cli]`)
+// whose definitions at its end point at the chapters' Markdown files, so that
+// they work on GitHub. In a Markdown document the first definition of a label
+// wins: the definitions below come first and send the same labels, on docs.rs,
+// to the guide's modules as intra-doc links, which rustdoc checks (a link to a
+// missing chapter fails `cargo doc` with `-D warnings`). Plain docs.rs URLs
+// would read everywhere but point at the last release and go unchecked;
+// intra-doc links alone would be broken on GitHub. `guide::tests` checks that
+// both sets name the same targets.
+#![doc = "[guide]: crate::guide"]
+#![doc = "[guide-election]: crate::guide::election"]
+#![doc = "[guide-cancel]: crate::guide::election#cancel-drop-and-sub-tasks"]
+#![doc = "[guide-guarantees]: crate::guide::guarantees"]
+#![doc = "[guide-partitions]: crate::guide::partitions"]
+#![doc = "[guide-handover]: crate::guide::handover"]
+#![doc = "[guide-quorum]: crate::guide::quorum"]
+#![doc = "[guide-state]: crate::guide::state"]
+#![doc = "[guide-testing]: crate::guide::testing"]
+#![doc = "[guide-operations]: crate::guide::operations"]
+#![doc = "[guide-metrics]: crate::guide::operations#metrics"]
+#![doc = "[guide-cli]: crate::guide::cli"]
+#![doc = "[guide-options]: crate::guide::options"]
+#![doc = "[guide-features]: crate::guide::options#what-each-feature-costs"]
+#![doc = concat!("[benchmarks]: https://docs.rs/crate/blob-mutex/", env!("CARGO_PKG_VERSION"), "/source/BENCHMARKS.md")]
+#![doc = concat!("[security]: https://docs.rs/crate/blob-mutex/", env!("CARGO_PKG_VERSION"), "/source/SECURITY.md")]
 #![doc = include_str!("../README.md")]
 // docs.rs builds with `--cfg docsrs` (see `[package.metadata.docs.rs]`) and marks
 // the items that need an optional feature.
@@ -12,6 +37,7 @@ pub mod conformance;
 mod engine;
 mod error;
 mod fail_stop;
+pub mod guide;
 mod leadership;
 mod lease;
 mod lease_set;
