@@ -49,7 +49,7 @@ use crate::bounded::bounded;
 use crate::engine::{box_task, Engine, Observer};
 use crate::error::{BoxError, Chain, Error, Result};
 use crate::leadership::{LeaderContext, Leadership, TermReport};
-use crate::lease::BlobLeaseSetStore;
+use crate::store::blob::BlobLeaseSetStore;
 use crate::lingering::Lingering;
 use crate::metrics::Metrics;
 use crate::mutex::BlobDistributedMutex;

@@ -13,7 +13,6 @@ mod engine;
 mod error;
 mod fail_stop;
 mod leadership;
-mod lease;
 mod lease_set;
 mod lingering;
 #[cfg(feature = "testing")]
@@ -32,7 +31,7 @@ pub use collect::Collection;
 pub use error::{BoxError, Cause, Error, Result};
 pub use fail_stop::FAIL_STOP_EXIT_CODE;
 pub use leadership::{Heartbeat, LeaderContext, Leadership, StopReason, TaskStop, TermReport};
-pub use lease::{
+pub use store::blob::{
     BlobLeaseManager, BlobLeaseSetStore, ACQUIRED_AT_KEY, EPOCH_KEY, HOLDER_KEY, PRIORITY_KEY,
     PROPOSED_KEY,
 };

@@ -10,7 +10,7 @@ use tokio_util::sync::CancellationToken;
 use crate::engine::{box_task, Engine, TaskFn};
 use crate::error::{BoxError, Error, Result};
 use crate::leadership::{LeaderContext, Leadership, TermReport};
-use crate::lease::BlobLeaseManager;
+use crate::store::blob::BlobLeaseManager;
 use crate::lingering::Lingering;
 use crate::metrics::Metrics;
 use crate::options::{default_holder, MutexOptions};

@@ -18,7 +18,7 @@ use tracing::debug;
 
 use crate::bounded::bounded;
 use crate::error::{Error, Result};
-use crate::lease::BlobLeaseManager;
+use crate::store::blob::BlobLeaseManager;
 use crate::options::DEFAULT_REQUEST_TIMEOUT;
 use crate::settings::BlobSettings;
 use crate::store::{Acquire, LeaseId, LeaseInfo, LeaseState, LeaseStore};

@@ -8,6 +8,8 @@ use std::time::Duration;
 
 use crate::error::{Error, Result};
 
+pub(crate) mod blob;
+
 /// A lease id: a UUID chosen by this crate (a *proposed* lease id), so that a
 /// retried acquire of the same round is idempotent.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
