@@ -6,28 +6,22 @@
 mod backoff;
 mod balance;
 mod bounded;
-mod collect;
-#[cfg(feature = "testing")]
-pub mod conformance;
 mod engine;
 mod error;
 mod fail_stop;
 mod leadership;
 mod lease_set;
 mod lingering;
-#[cfg(feature = "testing")]
-mod memory;
 mod metrics;
 mod mutex;
 mod options;
-mod quorum;
 mod settings;
 mod state;
 mod store;
 mod term_tasks;
 
 pub use balance::Strategy;
-pub use collect::Collection;
+pub use store::collect::Collection;
 pub use error::{BoxError, Cause, Error, Result};
 pub use fail_stop::FAIL_STOP_EXIT_CODE;
 pub use leadership::{Heartbeat, LeaderContext, Leadership, StopReason, TaskStop, TermReport};
@@ -37,13 +31,15 @@ pub use store::blob::{
 };
 pub use lease_set::{BlobLeaseSet, LeaseSetOptions, PartitionContext, PartitionReport};
 #[cfg(feature = "testing")]
-pub use memory::{MemoryLeaseSetStore, MemoryLeaseStore};
+pub use store::memory::{MemoryLeaseSetStore, MemoryLeaseStore};
 pub use mutex::BlobDistributedMutex;
 pub use options::{MutexOptions, STOP_SLACK};
-pub use quorum::{
+pub use store::quorum::{
     AccountLease, Holding, QuorumLeaseSetStore, QuorumLeaseStore, MAX_QUORUM_ACCOUNTS,
 };
 pub use settings::{BlobSettings, AZURITE_ACCOUNT, AZURITE_ENDPOINT};
+#[cfg(feature = "testing")]
+pub use store::conformance;
 pub use store::{
     Acquire, Candidate, LeaseId, LeaseInfo, LeaseSetStore, LeaseState, LeaseStore, MAX_STATE_LEN,
 };

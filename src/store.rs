@@ -9,6 +9,12 @@ use std::time::Duration;
 use crate::error::{Error, Result};
 
 pub(crate) mod blob;
+pub(crate) mod collect;
+#[cfg(feature = "testing")]
+pub mod conformance;
+#[cfg(feature = "testing")]
+pub(crate) mod memory;
+pub(crate) mod quorum;
 
 /// A lease id: a UUID chosen by this crate (a *proposed* lease id), so that a
 /// retried acquire of the same round is idempotent.

@@ -19,7 +19,7 @@ use time::OffsetDateTime;
 use tracing::{debug, trace, warn};
 
 use crate::bounded::bounded;
-use crate::collect::{Collection, Collector};
+use crate::store::collect::{Collection, Collector};
 use crate::error::{redact, Cause, Error, Result};
 use crate::options::{lease_seconds, DEFAULT_REQUEST_TIMEOUT};
 use crate::settings::{BlobSettings, Credential};

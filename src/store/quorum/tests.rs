@@ -10,7 +10,7 @@ use tokio::time::{sleep, Instant};
 use tokio_util::sync::CancellationToken;
 
 use super::QuorumLeaseStore;
-use crate::conformance;
+use crate::store::conformance;
 use crate::error::{Error, Result};
 use crate::store::{Acquire, LeaseId, LeaseInfo, LeaseState, LeaseStore};
 use crate::{BlobDistributedMutex, LeaderContext, MemoryLeaseStore, MutexOptions};
