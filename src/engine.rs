@@ -17,15 +17,17 @@ use tracing::{debug, error, trace, warn};
 
 use crate::backoff::{backoff, Jitter};
 use crate::bounded::bounded;
+use crate::engine::fail_stop::FailStop;
+use crate::engine::leadership::{
+    Heartbeat, LeaderContext, Leadership, StopReason, TaskStop, TermReport,
+};
+use crate::engine::lingering::Lingering;
+use crate::engine::metrics::{Attempt, Metrics};
+use crate::engine::state::Fenced;
+use crate::engine::term_tasks::{Ended, TermTasks};
 use crate::error::{BoxError, Chain, Error, Result};
-use crate::fail_stop::{self, FailStop};
-use crate::leadership::{Heartbeat, LeaderContext, Leadership, StopReason, TaskStop, TermReport};
-use crate::lingering::Lingering;
-use crate::metrics::{Attempt, Metrics};
 use crate::options::{MutexOptions, ABORT_WAIT, FAIL_STOP_SLACK, STOP_SLACK};
-use crate::state::Fenced;
 use crate::store::{Acquire, LeaseId, LeaseStore};
-use crate::term_tasks::{Ended, TermTasks};
 
 pub(crate) use report::Observer;
 use report::{Reporter, TermGuard};
@@ -690,7 +692,13 @@ fn joined_task(joined: std::result::Result<Ended, JoinError>) -> Ended {
     }
 }
 
+pub(crate) mod fail_stop;
+pub(crate) mod leadership;
+pub(crate) mod lingering;
+pub(crate) mod metrics;
 mod report;
+pub(crate) mod state;
 mod successor;
+pub(crate) mod term_tasks;
 #[cfg(test)]
 mod tests;

@@ -44,19 +44,20 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
 use crate::backoff::Jitter;
-use crate::balance::{plan, Plan, Strategy, View};
 use crate::bounded::bounded;
+use crate::engine::leadership::{LeaderContext, Leadership, TermReport};
+use crate::engine::lingering::Lingering;
+use crate::engine::metrics::Metrics;
 use crate::engine::{box_task, Engine, Observer};
 use crate::error::{BoxError, Chain, Error, Result};
-use crate::leadership::{LeaderContext, Leadership, TermReport};
-use crate::store::blob::BlobLeaseSetStore;
-use crate::lingering::Lingering;
-use crate::metrics::Metrics;
+use crate::lease_set::balance::{plan, Plan, Strategy, View};
 use crate::mutex::BlobDistributedMutex;
 use crate::options::{default_holder, MutexOptions, ABORT_WAIT, STOP_SLACK};
 use crate::settings::BlobSettings;
+use crate::store::blob::BlobLeaseSetStore;
 use crate::store::{check_request_timeout, LeaseSetStore, LeaseState, LeaseStore};
 
+pub(crate) mod balance;
 mod fate;
 
 use fate::{is_partition_fault, Fate};

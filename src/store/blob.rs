@@ -19,10 +19,10 @@ use time::OffsetDateTime;
 use tracing::{debug, trace, warn};
 
 use crate::bounded::bounded;
-use crate::store::collect::{Collection, Collector};
 use crate::error::{redact, Cause, Error, Result};
 use crate::options::{lease_seconds, DEFAULT_REQUEST_TIMEOUT};
 use crate::settings::{BlobSettings, Credential};
+use crate::store::collect::{Collection, Collector};
 use crate::store::{
     check_state_len, Acquire, Candidate, LeaseId, LeaseInfo, LeaseSetStore, LeaseState, LeaseStore,
 };

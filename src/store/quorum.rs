@@ -18,9 +18,9 @@ use tracing::debug;
 
 use crate::bounded::bounded;
 use crate::error::{Error, Result};
-use crate::store::blob::BlobLeaseManager;
 use crate::options::DEFAULT_REQUEST_TIMEOUT;
 use crate::settings::BlobSettings;
+use crate::store::blob::BlobLeaseManager;
 use crate::store::{Acquire, LeaseId, LeaseInfo, LeaseState, LeaseStore};
 
 pub use self::each::{AccountLease, Holding};

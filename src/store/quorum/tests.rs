@@ -10,8 +10,8 @@ use tokio::time::{sleep, Instant};
 use tokio_util::sync::CancellationToken;
 
 use super::QuorumLeaseStore;
-use crate::store::conformance;
 use crate::error::{Error, Result};
+use crate::store::conformance;
 use crate::store::{Acquire, LeaseId, LeaseInfo, LeaseState, LeaseStore};
 use crate::{BlobDistributedMutex, LeaderContext, MemoryLeaseStore, MutexOptions};
 
