@@ -23,9 +23,9 @@ pub use lease_set::{BlobLeaseSet, LeaseSetOptions, PartitionContext, PartitionRe
 pub use mutex::BlobDistributedMutex;
 pub use options::{MutexOptions, STOP_SLACK};
 pub use settings::{BlobSettings, AZURITE_ACCOUNT, AZURITE_ENDPOINT};
-pub use store::blob::{
-    BlobLeaseManager, BlobLeaseSetStore, ACQUIRED_AT_KEY, EPOCH_KEY, HOLDER_KEY, PRIORITY_KEY,
-    PROPOSED_KEY,
+pub use store::blob::{BlobLeaseManager, BlobLeaseSetStore};
+pub use store::blob_protocol::{
+    ACQUIRED_AT_KEY, EPOCH_KEY, HOLDER_KEY, PRIORITY_KEY, PROPOSED_KEY,
 };
 pub use store::collect::Collection;
 #[cfg(feature = "testing")]

@@ -9,6 +9,7 @@ use std::time::Duration;
 use crate::error::{Error, Result};
 
 pub(crate) mod blob;
+pub(crate) mod blob_protocol;
 pub(crate) mod collect;
 #[cfg(feature = "testing")]
 pub mod conformance;
@@ -541,5 +542,18 @@ pub trait LeaseSetStore: Send + Sync + 'static {
     fn remove(&self, name: &str) -> impl Future<Output = bool> + Send {
         let _ = name;
         std::future::ready(false)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lease_id_round_trips() {
+        let id = LeaseId::new();
+        assert_eq!(id.to_string().parse::<LeaseId>().unwrap(), id);
+        assert!("not-a-uuid".parse::<LeaseId>().is_err());
+        assert_ne!(LeaseId::new(), LeaseId::new());
     }
 }
