@@ -1,5 +1,8 @@
 //! How a term ends: dropped campaigns, sub-tasks, reports, pauses and the
 //! boundary values of the stop timeline.
+//!
+//! Long (about 850 lines): one scenario per test, each with its own in-memory
+//! store and paused clock.
 
 // Instants of one paused clock, subtracted in the order they happened; an
 // underflow would be a test failure anyway.
