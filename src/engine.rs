@@ -3,6 +3,17 @@
 //! [`BlobDistributedMutex`](crate::BlobDistributedMutex) runs it on one
 //! lease; a [`BlobLeaseSet`](crate::BlobLeaseSet) runs one term of it per
 //! partition. It never learns which store it runs on.
+//!
+//! This folder holds the engine and what only it uses: a term's tasks
+//! (`term_tasks`), the end of a term (`stop`, `report`), planned handover
+//! (`successor`), the fenced state (`state`) and fail-stop (`fail_stop`).
+//! Three more live here although the mutex and the lease set name them,
+//! because they are the engine's own inputs and outputs that those two only
+//! pass along when they build an engine: a term's context and reports
+//! (`leadership`), the tasks of ended terms that may still run
+//! (`lingering`), and the metrics (`metrics`). The helpers other layers
+//! share stay at the crate root: `bounded` (every store caps its calls with
+//! it) and `backoff` (the lease set's balancer backs off with it).
 
 use std::future::Future;
 use std::pin::{pin, Pin};

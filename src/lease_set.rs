@@ -3,6 +3,8 @@
 //!
 //! Long (about 690 lines) for these module docs, the lease set's design in
 //! one place; the code is under 500 lines.
+//! Beside it in this folder: the balancer's plan (`balance`) and what ends
+//! a run and which partitions are skipped (`fate`).
 //!
 //! # How it works
 //!

@@ -1,5 +1,12 @@
 //! The lease-store seam: what the election needs from any store, and the
 //! words it speaks (lease ids, acquire outcomes, lease states).
+//!
+//! The stores live beside it in this folder: the default backend on the
+//! `azure_storage_blobs` 0.21 crates (`blob`), what every blob backend
+//! writes and reads whatever its SDK (`blob_protocol`), the collection of
+//! stale blobs (`collect`), the quorum over several accounts (`quorum`), the
+//! in-memory store (`memory`) and the contract's tests (`conformance`).
+//! Nothing here knows the engine, the mutex or the lease set.
 
 use std::fmt;
 use std::future::Future;
