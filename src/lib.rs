@@ -29,48 +29,38 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod backoff;
-mod balance;
 mod bounded;
-mod collect;
-#[cfg(feature = "testing")]
-pub mod conformance;
 mod engine;
 mod error;
-mod fail_stop;
 pub mod guide;
-mod leadership;
-mod lease;
 mod lease_set;
-mod lingering;
-#[cfg(feature = "testing")]
-mod memory;
-mod metrics;
 mod mutex;
 mod options;
-mod quorum;
 mod settings;
-mod state;
 mod store;
-mod term_tasks;
 
-pub use balance::Strategy;
-pub use collect::Collection;
-pub use error::{BoxError, Cause, Error, Result};
-pub use fail_stop::FAIL_STOP_EXIT_CODE;
-pub use leadership::{Heartbeat, LeaderContext, Leadership, StopReason, TaskStop, TermReport};
-pub use lease::{
-    BlobLeaseManager, BlobLeaseSetStore, ACQUIRED_AT_KEY, EPOCH_KEY, HOLDER_KEY, PRIORITY_KEY,
-    PROPOSED_KEY,
+pub use engine::fail_stop::FAIL_STOP_EXIT_CODE;
+pub use engine::leadership::{
+    Heartbeat, LeaderContext, Leadership, StopReason, TaskStop, TermReport,
 };
+pub use error::{BoxError, Cause, Error, Result};
+pub use lease_set::balance::Strategy;
 pub use lease_set::{BlobLeaseSet, LeaseSetOptions, PartitionContext, PartitionReport};
-#[cfg(feature = "testing")]
-pub use memory::{MemoryLeaseSetStore, MemoryLeaseStore};
 pub use mutex::BlobDistributedMutex;
 pub use options::{MutexOptions, STOP_SLACK};
-pub use quorum::{
+pub use settings::{BlobSettings, AZURITE_ACCOUNT, AZURITE_ENDPOINT};
+pub use store::blob::{BlobLeaseManager, BlobLeaseSetStore};
+pub use store::blob_protocol::{
+    ACQUIRED_AT_KEY, EPOCH_KEY, HOLDER_KEY, PRIORITY_KEY, PROPOSED_KEY,
+};
+pub use store::collect::Collection;
+#[cfg(feature = "testing")]
+pub use store::conformance;
+#[cfg(feature = "testing")]
+pub use store::memory::{MemoryLeaseSetStore, MemoryLeaseStore};
+pub use store::quorum::{
     AccountLease, Holding, QuorumLeaseSetStore, QuorumLeaseStore, MAX_QUORUM_ACCOUNTS,
 };
-pub use settings::{BlobSettings, AZURITE_ACCOUNT, AZURITE_ENDPOINT};
 pub use store::{
     Acquire, Candidate, LeaseId, LeaseInfo, LeaseSetStore, LeaseState, LeaseStore, MAX_STATE_LEN,
 };

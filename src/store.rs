@@ -1,5 +1,12 @@
 //! The lease-store seam: what the election needs from any store, and the
 //! words it speaks (lease ids, acquire outcomes, lease states).
+//!
+//! The stores live beside it in this folder: the default backend on the
+//! `azure_storage_blobs` 0.21 crates (`blob`), what every blob backend
+//! writes and reads whatever its SDK (`blob_protocol`), the collection of
+//! stale blobs (`collect`), the quorum over several accounts (`quorum`), the
+//! in-memory store (`memory`) and the contract's tests (`conformance`).
+//! Nothing here knows the engine, the mutex or the lease set.
 
 use std::fmt;
 use std::future::Future;
@@ -7,6 +14,15 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use crate::error::{Error, Result};
+
+pub(crate) mod blob;
+pub(crate) mod blob_protocol;
+pub(crate) mod collect;
+#[cfg(feature = "testing")]
+pub mod conformance;
+#[cfg(feature = "testing")]
+pub(crate) mod memory;
+pub(crate) mod quorum;
 
 /// A lease id: a UUID chosen by this crate (a *proposed* lease id), so that a
 /// retried acquire of the same round is idempotent.
@@ -533,5 +549,18 @@ pub trait LeaseSetStore: Send + Sync + 'static {
     fn remove(&self, name: &str) -> impl Future<Output = bool> + Send {
         let _ = name;
         std::future::ready(false)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lease_id_round_trips() {
+        let id = LeaseId::new();
+        assert_eq!(id.to_string().parse::<LeaseId>().unwrap(), id);
+        assert!("not-a-uuid".parse::<LeaseId>().is_err());
+        assert_ne!(LeaseId::new(), LeaseId::new());
     }
 }

@@ -13,9 +13,9 @@ use super::votes::{ask_all, majority, no_majority};
 use super::{merge, vote_ok, QuorumLeaseStore, MAX_QUORUM_ACCOUNTS};
 use crate::bounded::bounded;
 use crate::error::{Error, Result};
-use crate::lease::BlobLeaseSetStore;
 use crate::options::DEFAULT_REQUEST_TIMEOUT;
 use crate::settings::BlobSettings;
+use crate::store::blob::BlobLeaseSetStore;
 use crate::store::{LeaseInfo, LeaseSetStore};
 
 /// A lease set over N independent lease-set stores (storage accounts): each
