@@ -60,14 +60,13 @@ use crate::mutex::BlobDistributedMutex;
 use crate::options::{default_holder, MutexOptions, ABORT_WAIT, STOP_SLACK};
 use crate::settings::BlobSettings;
 use crate::store::blob::BlobLeaseSetStore;
-use crate::store::{check_request_timeout, LeaseSetStore, LeaseState, LeaseStore};
+use crate::store::{check_request_timeout, LeaseSetStore, LeaseState, LeaseStore, MEMBERS};
 
 pub(crate) mod balance;
 mod fate;
 
 use fate::{is_partition_fault, Fate};
 
-const MEMBERS: &str = "members/";
 /// The time between two claims of one cycle: a cold start with many
 /// partitions sends at most 200 acquires a second.
 const CLAIM_PACE: Duration = Duration::from_millis(5);

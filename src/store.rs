@@ -473,6 +473,11 @@ pub(crate) fn check_request_timeout(
     }
 }
 
+/// The prefix of a lease set's member leases (`members/<holder>`): the
+/// only leases of a set, with candidate records, that are ever collected;
+/// partitions never are.
+pub(crate) const MEMBERS: &str = "members/";
+
 /// The largest leader state, in bytes (4 MiB), that
 /// [`LeaseStore::write_state`] accepts. A single Put Blob takes far more;
 /// the limit keeps every write one request that fits in a renew interval.

@@ -15,14 +15,18 @@ use blob_mutex::conformance::{
     state_writes_land_only_under_the_lease, DURATION,
 };
 #[allow(unused_imports)]
+use blob_mutex::guide::{
+    cli, election, guarantees, handover, operations, options, partitions, quorum, state, testing,
+};
+#[allow(unused_imports)]
 use blob_mutex::{
-    conformance, AccountLease, Acquire, BlobDistributedMutex, BlobLeaseManager, BlobLeaseSet,
-    BlobLeaseSetStore, BlobSettings, BoxError, CancellationToken, Candidate, Cause, Collection,
-    Error, Heartbeat, Holding, LeaderContext, Leadership, LeaseId, LeaseInfo, LeaseSetOptions,
-    LeaseSetStore, LeaseState, LeaseStore, MemoryLeaseSetStore, MemoryLeaseStore, MutexOptions,
-    PartitionContext, PartitionReport, QuorumLeaseSetStore, QuorumLeaseStore, Result, StopReason,
-    Strategy, TaskStop, TermReport, ACQUIRED_AT_KEY, AZURITE_ACCOUNT, AZURITE_ENDPOINT, EPOCH_KEY,
-    FAIL_STOP_EXIT_CODE, HOLDER_KEY, MAX_QUORUM_ACCOUNTS, MAX_STATE_LEN, PRIORITY_KEY,
+    conformance, guide, AccountLease, Acquire, BlobDistributedMutex, BlobLeaseManager,
+    BlobLeaseSet, BlobLeaseSetStore, BlobSettings, BoxError, CancellationToken, Candidate, Cause,
+    Collection, Error, Heartbeat, Holding, LeaderContext, Leadership, LeaseId, LeaseInfo,
+    LeaseSetOptions, LeaseSetStore, LeaseState, LeaseStore, MemoryLeaseSetStore, MemoryLeaseStore,
+    MutexOptions, PartitionContext, PartitionReport, QuorumLeaseSetStore, QuorumLeaseStore, Result,
+    StopReason, Strategy, TaskStop, TermReport, ACQUIRED_AT_KEY, AZURITE_ACCOUNT, AZURITE_ENDPOINT,
+    EPOCH_KEY, FAIL_STOP_EXIT_CODE, HOLDER_KEY, MAX_QUORUM_ACCOUNTS, MAX_STATE_LEN, PRIORITY_KEY,
     PROPOSED_KEY, STOP_SLACK,
 };
 
@@ -88,6 +92,17 @@ const NAMED: &[&str] = &[
     "blob_mutex::conformance::stamp_needs_the_lease_and_epochs_increase",
     "blob_mutex::conformance::state_is_kept_across_terms_with_the_metadata",
     "blob_mutex::conformance::state_writes_land_only_under_the_lease",
+    "blob_mutex::guide",
+    "blob_mutex::guide::cli",
+    "blob_mutex::guide::election",
+    "blob_mutex::guide::guarantees",
+    "blob_mutex::guide::handover",
+    "blob_mutex::guide::operations",
+    "blob_mutex::guide::options",
+    "blob_mutex::guide::partitions",
+    "blob_mutex::guide::quorum",
+    "blob_mutex::guide::state",
+    "blob_mutex::guide::testing",
 ];
 
 #[test]

@@ -38,9 +38,7 @@ pub(crate) fn encode_holder(holder: &str) -> String {
     out
 }
 
-/// The prefix of the member blobs within a set: only these (and candidate
-/// records) are ever collected, never a partition.
-pub(crate) const MEMBERS: &str = "members/";
+pub(crate) use crate::store::MEMBERS;
 
 /// The error code of a request to a container that does not exist (told
 /// apart from `BlobNotFound`, a missing blob in a container that does).
@@ -102,7 +100,7 @@ const PERMISSION_CODES: &[&str] = &[
 
 /// What to grant so that `operation` is allowed: the SAS permission (and
 /// for an account SAS its resource type) and the role that has it. The
-/// README's table "Permissions" lists the same per mode.
+/// guide's table "Least privilege" (docs/guide/operations.md) lists the same per mode.
 fn grant(operation: &str) -> &'static str {
     match operation {
         "create container" => {

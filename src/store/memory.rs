@@ -7,9 +7,10 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::collect::{Collection, Collector};
 use crate::error::{Error, Result};
 use crate::options::lease_seconds;
+use crate::store::collect::{Collection, Collector};
+use crate::store::MEMBERS;
 use crate::store::{
     check_state_len, Acquire, Candidate, LeaseId, LeaseInfo, LeaseSetStore, LeaseState, LeaseStore,
 };
@@ -493,6 +494,3 @@ impl LeaseSetStore for MemoryLeaseSetStore {
         std::future::ready(self.delete_unleased(name))
     }
 }
-
-/// The prefix of a set's member leases: the only ones collected.
-const MEMBERS: &str = "members/";
