@@ -3,6 +3,17 @@
 //! [`BlobDistributedMutex`](crate::BlobDistributedMutex) runs it on one
 //! lease; a [`BlobLeaseSet`](crate::BlobLeaseSet) runs one term of it per
 //! partition. It never learns which store it runs on.
+//!
+//! This folder holds the engine and what only it uses: a term's tasks
+//! (`term_tasks`), the end of a term (`stop`, `report`), planned handover
+//! (`successor`), the fenced state (`state`) and fail-stop (`fail_stop`).
+//! Three more live here although the mutex and the lease set name them,
+//! because they are the engine's own inputs and outputs that those two only
+//! pass along when they build an engine: a term's context and reports
+//! (`leadership`), the tasks of ended terms that may still run
+//! (`lingering`), and the metrics (`metrics`). The helpers other layers
+//! share stay at the crate root: `bounded` (every store caps its calls with
+//! it) and `backoff` (the lease set's balancer backs off with it).
 
 use std::future::Future;
 use std::pin::{pin, Pin};
@@ -17,15 +28,15 @@ use tracing::{debug, error, trace, warn};
 
 use crate::backoff::{backoff, Jitter};
 use crate::bounded::bounded;
+use crate::engine::fail_stop::FailStop;
+use crate::engine::leadership::{Heartbeat, LeaderContext, Leadership, StopReason};
+use crate::engine::lingering::Lingering;
+use crate::engine::metrics::{Attempt, Metrics};
+use crate::engine::state::Fenced;
+use crate::engine::term_tasks::{Ended, TermTasks};
 use crate::error::{BoxError, Chain, Error, Result};
-use crate::fail_stop::{self, FailStop};
-use crate::leadership::{Heartbeat, LeaderContext, Leadership, StopReason, TaskStop, TermReport};
-use crate::lingering::Lingering;
-use crate::metrics::{Attempt, Metrics};
-use crate::options::{MutexOptions, ABORT_WAIT, FAIL_STOP_SLACK, STOP_SLACK};
-use crate::state::Fenced;
+use crate::options::{MutexOptions, ABORT_WAIT, STOP_SLACK};
 use crate::store::{Acquire, LeaseId, LeaseStore};
-use crate::term_tasks::{Ended, TermTasks};
 
 pub(crate) use report::Observer;
 use report::{Reporter, TermGuard};
@@ -467,133 +478,6 @@ impl<S: LeaseStore> Engine<'_, S> {
         (stop, failure)
     }
 
-    /// Stops the term's tasks (cancel, grace, abort), reports the end of the
-    /// term, and releases the lease once nothing of the term runs.
-    async fn stop(
-        &self,
-        mut term: Running<'_>,
-        stop: StopReason,
-        mut failure: Option<String>,
-        renewal: Pin<&mut impl Future<Output = RenewEnd>>,
-    ) -> Result<Term> {
-        let epoch = term.epoch;
-        let _ = term.reason.set(stop);
-        term.child.cancel();
-        debug!(holder = %self.holder, epoch, reason = %stop, "stopping the leader task");
-        let (stopped, lease_held) = self.drain(&mut term, stop, &mut failure, renewal).await;
-        if failure.is_none() {
-            failure = term.tasks.failure().map(|f| f.message);
-        }
-        let report = TermReport {
-            epoch,
-            reason: stop,
-            tasks: stopped,
-            failure,
-        };
-        term.guard.report(&report);
-        if stopped == TaskStop::Stuck {
-            if self.options.fail_stop {
-                fail_stop::exit(epoch, "the leader task could not be aborted");
-            }
-            return Err(Error::TaskNotStopped);
-        }
-        if let Some(guard) = term.fail_stop.take() {
-            guard.disarm();
-        }
-        match (lease_held, stop, term.successor) {
-            (true, StopReason::Handover, Some(to)) => self.hand_over(term.lease, to).await,
-            (true, _, _) => self.release(term.lease, self.options.request_timeout).await,
-            (false, _, _) => {}
-        }
-        debug!(holder = %self.holder, epoch, "no longer leader");
-        Ok(match stop {
-            StopReason::Shutdown => Term::Shutdown,
-            // A task that failed or stopped making progress (even while it
-            // was stopping) backs off, so that a healthy instance takes over first.
-            StopReason::Stalled | StopReason::Failed | StopReason::Panicked => Term::Failed,
-            _ if report.failure.is_some() => Term::Failed,
-            other => Term::Ended(other),
-        })
-    }
-
-    /// Waits for the term's tasks after they were asked to stop: up to the
-    /// grace (renewing meanwhile while the lease is still ours), then aborts
-    /// what is left, at `deadline − STOP_SLACK` at the latest. Returns how the
-    /// tasks ended and whether the lease is still ours to release; a failure
-    /// of the leader task while it stopped is added to `failure`.
-    async fn drain(
-        &self,
-        term: &mut Running<'_>,
-        stop: StopReason,
-        failure: &mut Option<String>,
-        mut renewal: Pin<&mut impl Future<Output = RenewEnd>>,
-    ) -> (TaskStop, bool) {
-        // While the lease is still ours and nothing is wrong with storage
-        // or the task's progress, keep renewing while the tasks drain.
-        let mut renewing = matches!(
-            stop,
-            StopReason::Shutdown
-                | StopReason::Finished
-                | StopReason::Failed
-                | StopReason::Panicked
-                | StopReason::Handover
-        );
-        let mut lease_held = stop != StopReason::LeaseLost;
-        let epoch = term.epoch;
-        let grace = if stop == StopReason::LeaseLost {
-            self.options.stop_grace.min(LOST_GRACE)
-        } else {
-            self.options.stop_grace
-        };
-        let mut grace_end = Instant::now() + grace;
-        // The abort lands before the deadline, whatever the reason, and with
-        // time left for the abort to take effect and for fail-stop.
-        let abort_at = |grace_end: Instant, deadline: &Deadline| {
-            let latest = deadline.get().checked_sub(STOP_SLACK).unwrap_or(grace_end);
-            grace_end.min(latest)
-        };
-        if let Some(guard) = &term.fail_stop {
-            guard.stop_by((grace_end + ABORT_WAIT + FAIL_STOP_SLACK).into_std());
-        }
-        let mut leader_running = !term.leader.is_finished();
-        let stopped = loop {
-            tokio::select! {
-                () = term.tasks.all_ended() => break TaskStop::Returned,
-                joined = &mut term.leader, if leader_running => {
-                    leader_running = false;
-                    if let Some(message) = joined_task(joined).failure() {
-                        error!(holder = %self.holder, epoch, error = %message, "leader task failed while stopping");
-                        failure.get_or_insert(message);
-                    }
-                }
-                end = &mut renewal, if renewing => {
-                    renewing = false;
-                    if let RenewEnd::Lost(e) = end {
-                        warn!(holder = %self.holder, epoch, error = %Chain(&e), "lease lost while the leader task stops");
-                        lease_held = false;
-                        grace_end = grace_end.min(Instant::now() + LOST_GRACE);
-                    }
-                }
-                () = sleep_until(abort_at(grace_end, &term.deadline)) => {
-                    if Instant::now() < abort_at(grace_end, &term.deadline) {
-                        continue; // a renewal moved the deadline
-                    }
-                    term.tasks.abort_all();
-                    break match tokio::time::timeout(ABORT_WAIT, term.tasks.all_ended()).await {
-                        Ok(()) => TaskStop::Aborted,
-                        Err(_) => TaskStop::Stuck,
-                    };
-                }
-            }
-        };
-        if leader_running && term.leader.is_finished() {
-            if let Some(message) = joined_task((&mut term.leader).await).failure() {
-                failure.get_or_insert(message);
-            }
-        }
-        (stopped, lease_held)
-    }
-
     /// What reports the end of this engine's terms.
     fn reporter(&self) -> Reporter<'_> {
         Reporter {
@@ -690,7 +574,14 @@ fn joined_task(joined: std::result::Result<Ended, JoinError>) -> Ended {
     }
 }
 
+pub(crate) mod fail_stop;
+pub(crate) mod leadership;
+pub(crate) mod lingering;
+pub(crate) mod metrics;
 mod report;
+pub(crate) mod state;
+mod stop;
 mod successor;
+pub(crate) mod term_tasks;
 #[cfg(test)]
 mod tests;

@@ -1,50 +1,67 @@
+// The README links to the guide with reference links (`[text][guide-cli]`)
+// whose definitions at its end point at the chapters' Markdown files, so that
+// they work on GitHub. In a Markdown document the first definition of a label
+// wins: the definitions below come first and send the same labels, on docs.rs,
+// to the guide's modules as intra-doc links, which rustdoc checks (a link to a
+// missing chapter fails `cargo doc` with `-D warnings`). Plain docs.rs URLs
+// would read everywhere but point at the last release and go unchecked;
+// intra-doc links alone would be broken on GitHub. `guide::tests` checks that
+// both sets name the same targets.
+#![doc = "[guide]: crate::guide"]
+#![doc = "[guide-election]: crate::guide::election"]
+#![doc = "[guide-cancel]: crate::guide::election#cancel-drop-and-sub-tasks"]
+#![doc = "[guide-guarantees]: crate::guide::guarantees"]
+#![doc = "[guide-partitions]: crate::guide::partitions"]
+#![doc = "[guide-handover]: crate::guide::handover"]
+#![doc = "[guide-quorum]: crate::guide::quorum"]
+#![doc = "[guide-state]: crate::guide::state"]
+#![doc = "[guide-testing]: crate::guide::testing"]
+#![doc = "[guide-operations]: crate::guide::operations"]
+#![doc = "[guide-metrics]: crate::guide::operations#metrics"]
+#![doc = "[guide-cli]: crate::guide::cli"]
+#![doc = "[guide-options]: crate::guide::options"]
+#![doc = "[guide-features]: crate::guide::options#what-each-feature-costs"]
+#![doc = "[guide-backends]: crate::guide::backends"]
+#![doc = concat!("[benchmarks]: https://docs.rs/crate/blob-mutex/", env!("CARGO_PKG_VERSION"), "/source/BENCHMARKS.md")]
+#![doc = concat!("[security]: https://docs.rs/crate/blob-mutex/", env!("CARGO_PKG_VERSION"), "/source/SECURITY.md")]
 #![doc = include_str!("../README.md")]
 // docs.rs builds with `--cfg docsrs` (see `[package.metadata.docs.rs]`) and marks
 // the items that need an optional feature.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod backoff;
-mod balance;
 mod bounded;
-mod collect;
-#[cfg(feature = "testing")]
-pub mod conformance;
 mod engine;
 mod error;
-mod fail_stop;
-mod leadership;
-mod lease;
+pub mod guide;
 mod lease_set;
-mod lingering;
-#[cfg(feature = "testing")]
-mod memory;
-mod metrics;
 mod mutex;
 mod options;
-mod quorum;
 mod settings;
-mod state;
 mod store;
-mod term_tasks;
 
-pub use balance::Strategy;
-pub use collect::Collection;
-pub use error::{BoxError, Cause, Error, Result};
-pub use fail_stop::FAIL_STOP_EXIT_CODE;
-pub use leadership::{Heartbeat, LeaderContext, Leadership, StopReason, TaskStop, TermReport};
-pub use lease::{
-    BlobLeaseManager, BlobLeaseSetStore, ACQUIRED_AT_KEY, EPOCH_KEY, HOLDER_KEY, PRIORITY_KEY,
-    PROPOSED_KEY,
+pub use engine::fail_stop::FAIL_STOP_EXIT_CODE;
+pub use engine::leadership::{
+    Heartbeat, LeaderContext, Leadership, StopReason, TaskStop, TermReport,
 };
+pub use error::{BoxError, Cause, Error, Result};
+pub use lease_set::balance::Strategy;
 pub use lease_set::{BlobLeaseSet, LeaseSetOptions, PartitionContext, PartitionReport};
-#[cfg(feature = "testing")]
-pub use memory::{MemoryLeaseSetStore, MemoryLeaseStore};
 pub use mutex::BlobDistributedMutex;
 pub use options::{MutexOptions, STOP_SLACK};
-pub use quorum::{
+pub use settings::{BlobSettings, AZURITE_ACCOUNT, AZURITE_ENDPOINT};
+pub use store::blob::{BlobLeaseManager, BlobLeaseSetStore};
+pub use store::blob_protocol::{
+    ACQUIRED_AT_KEY, EPOCH_KEY, HOLDER_KEY, PRIORITY_KEY, PROPOSED_KEY,
+};
+pub use store::collect::Collection;
+#[cfg(feature = "testing")]
+pub use store::conformance;
+#[cfg(feature = "testing")]
+pub use store::memory::{MemoryLeaseSetStore, MemoryLeaseStore};
+pub use store::quorum::{
     AccountLease, Holding, QuorumLeaseSetStore, QuorumLeaseStore, MAX_QUORUM_ACCOUNTS,
 };
-pub use settings::{BlobSettings, AZURITE_ACCOUNT, AZURITE_ENDPOINT};
 #[cfg(feature = "official-sdk")]
 #[cfg_attr(docsrs, doc(cfg(feature = "official-sdk")))]
 pub use store::official::{OfficialLeaseManager, OfficialLeaseSetStore, OfficialSettings};

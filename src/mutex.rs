@@ -7,14 +7,14 @@ use std::sync::Arc;
 use tokio::sync::{broadcast, watch};
 use tokio_util::sync::CancellationToken;
 
+use crate::engine::leadership::{LeaderContext, Leadership, TermReport};
+use crate::engine::lingering::Lingering;
+use crate::engine::metrics::Metrics;
 use crate::engine::{box_task, Engine, TaskFn};
 use crate::error::{BoxError, Error, Result};
-use crate::leadership::{LeaderContext, Leadership, TermReport};
-use crate::lease::BlobLeaseManager;
-use crate::lingering::Lingering;
-use crate::metrics::Metrics;
 use crate::options::{default_holder, MutexOptions};
 use crate::settings::BlobSettings;
+use crate::store::blob::BlobLeaseManager;
 use crate::store::{check_request_timeout, LeaseStore};
 
 /// How many term reports a slow receiver can fall behind.

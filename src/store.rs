@@ -1,5 +1,14 @@
 //! The lease-store seam: what the election needs from any store, and the
 //! words it speaks (lease ids, acquire outcomes, lease states).
+//!
+//! The stores live beside it in this folder: the default backend on the
+//! `azure_storage_blobs` 0.21 crates (`blob`), what every blob backend
+//! writes and reads whatever its SDK (`blob_protocol`), the collection of
+//! stale blobs (`collect`), the quorum over several accounts (`quorum`), the
+//! in-memory store (`memory`) and the contract's tests (`conformance`); with
+//! the feature `official-sdk`, the backend on the official Azure SDK
+//! (`official`).
+//! Nothing here knows the engine, the mutex or the lease set.
 
 use std::fmt;
 use std::future::Future;
@@ -8,8 +17,16 @@ use std::time::Duration;
 
 use crate::error::{Error, Result};
 
+pub(crate) mod blob;
+pub(crate) mod blob_protocol;
+pub(crate) mod collect;
+#[cfg(feature = "testing")]
+pub mod conformance;
+#[cfg(feature = "testing")]
+pub(crate) mod memory;
 #[cfg(feature = "official-sdk")]
 pub(crate) mod official;
+pub(crate) mod quorum;
 
 /// A lease id: a UUID chosen by this crate (a *proposed* lease id), so that a
 /// retried acquire of the same round is idempotent.
@@ -460,6 +477,11 @@ pub(crate) fn check_request_timeout(
     }
 }
 
+/// The prefix of a lease set's member leases (`members/<holder>`): the
+/// only leases of a set, with candidate records, that are ever collected;
+/// partitions never are.
+pub(crate) const MEMBERS: &str = "members/";
+
 /// The largest leader state, in bytes (4 MiB), that
 /// [`LeaseStore::write_state`] accepts. A single Put Blob takes far more;
 /// the limit keeps every write one request that fits in a renew interval.
@@ -536,5 +558,18 @@ pub trait LeaseSetStore: Send + Sync + 'static {
     fn remove(&self, name: &str) -> impl Future<Output = bool> + Send {
         let _ = name;
         std::future::ready(false)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lease_id_round_trips() {
+        let id = LeaseId::new();
+        assert_eq!(id.to_string().parse::<LeaseId>().unwrap(), id);
+        assert!("not-a-uuid".parse::<LeaseId>().is_err());
+        assert_ne!(LeaseId::new(), LeaseId::new());
     }
 }

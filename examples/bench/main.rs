@@ -3,7 +3,8 @@
 //! call, the worker's CPU and memory footprint, 50-way contention, planned
 //! handover to a preferred successor, lease sets of many partitions, and a
 //! quorum of three accounts against one (with a simulation of leader
-//! availability under independent account outages).
+//! availability under independent account outages), and a soak of one
+//! process with churn (its memory, descriptors, tasks and CPU over an hour).
 //!
 //! ```text
 //! cargo build --release --examples
@@ -31,9 +32,14 @@
 //! `--set-secs N` (its steady window) [120 / 60],
 //! `--quorum-reps N` (crash failovers per mode; twice as many handovers) [8 / 3],
 //! `--quorum-secs N` (request-count window per mode) [60 / 20],
-//! `--sections overhead,contention,cost,handover,crash,successor,partitions,quorum,backends` [all, in
-//! that order; `--quick` leaves `partitions` out unless it is named, and
-//! `backends` runs only when named, in a build with `--features official-sdk`],
+//! `--soak-secs N` (the soak's length; run 3600 for the figures) [3600 / 600],
+//! `--soak-cycle-secs N` (a set instance's join-and-leave cycle) [120],
+//! `--soak-churn-secs N` (between two restarts of a mutex contender) [20],
+//! `--soak-warmup-secs N` (left out of the soak's fit) [a sixth of the run],
+//! `--sections overhead,contention,cost,handover,crash,successor,partitions,quorum,soak,backends`
+//! [all but `soak` and `backends`, in that order; `soak` runs only when named,
+//! and so does `backends`, in a build with `--features official-sdk`; `--quick`
+//! leaves `partitions` out unless it is named],
 //! `--out DIR` [`bench-results`], `--endpoint URL` (use a running Azurite's
 //! blob endpoint, `http://<ip>:<port>/devstoreaccount1`, instead of starting
 //! one). The worker processes are the `fault-worker` example
@@ -41,7 +47,7 @@
 //!
 //! One module per section (`overhead.rs`, `contention.rs`, `cost.rs` with
 //! `footprint.rs`, `failover.rs` for `handover` and `crash`, `successor.rs`,
-//! `partitions.rs`, `quorum.rs`, `backends.rs`);
+//! `partitions.rs`, `quorum.rs`, `soak.rs`, `backends.rs`);
 //! the rest is
 //! shared: `azurite.rs`, `proxy.rs` (the counting proxy), `workers.rs` (the
 //! worker processes), `stats.rs`, `json.rs` and `report.rs`.
@@ -58,6 +64,7 @@ mod partitions;
 mod proxy;
 mod quorum;
 mod report;
+mod soak;
 mod stats;
 mod successor;
 mod workers;
@@ -85,7 +92,7 @@ const JITTER: f64 = 0.2;
 const IDLE_WORK_MS: &str = "600000";
 
 /// The sections, in the order they run.
-const SECTIONS: [&str; 9] = [
+const SECTIONS: [&str; 10] = [
     "overhead",
     "contention",
     "cost",
@@ -94,6 +101,7 @@ const SECTIONS: [&str; 9] = [
     "successor",
     "partitions",
     "quorum",
+    "soak",
     "backends",
 ];
 
@@ -115,6 +123,7 @@ struct Config {
     quorum_reps: usize,
     /// How long the quorum section counts requests, per mode.
     quorum_window: Duration,
+    soak: soak::Soak,
     sections: Vec<String>,
     out: PathBuf,
     endpoint: Option<String>,
@@ -125,6 +134,7 @@ struct Config {
 impl Config {
     // Long: one flat match arm per flag, each a line or two; splitting it
     // would scatter the flags over several functions.
+    #[allow(clippy::too_many_lines)]
     fn parse() -> Result<Config> {
         let mut args: Vec<String> = std::env::args().skip(1).collect();
         let quick = args.iter().any(|a| a == "--quick");
@@ -152,9 +162,15 @@ impl Config {
             partition_window_big: Duration::from_secs(if quick { 60 } else { 120 }),
             quorum_reps: if quick { 3 } else { 8 },
             quorum_window: Duration::from_secs(if quick { 20 } else { 60 }),
+            soak: soak::Soak {
+                duration: Duration::from_secs(if quick { 600 } else { 3600 }),
+                cycle: Duration::from_secs(120),
+                churn: Duration::from_secs(20),
+                warmup: None,
+            },
             sections: SECTIONS
                 .iter()
-                .filter(|s| !(quick && **s == "partitions") && **s != "backends")
+                .filter(|s| **s != "soak" && **s != "backends" && !(quick && **s == "partitions"))
                 .map(|s| (*s).to_owned())
                 .collect(),
             out: PathBuf::from("bench-results"),
@@ -195,6 +211,12 @@ impl Config {
                 }
                 "--quorum-reps" => config.quorum_reps = value()?.parse()?,
                 "--quorum-secs" => config.quorum_window = Duration::from_secs(value()?.parse()?),
+                "--soak-secs" => config.soak.duration = Duration::from_secs(value()?.parse()?),
+                "--soak-cycle-secs" => config.soak.cycle = Duration::from_secs(value()?.parse()?),
+                "--soak-churn-secs" => config.soak.churn = Duration::from_secs(value()?.parse()?),
+                "--soak-warmup-secs" => {
+                    config.soak.warmup = Some(Duration::from_secs(value()?.parse()?));
+                }
                 "--out" => config.out = PathBuf::from(value()?),
                 "--endpoint" => config.endpoint = Some(value()?),
                 other => bail!("unknown option {other} (see the top of examples/bench/main.rs)"),
@@ -215,6 +237,16 @@ impl Config {
         ensure!(
             config.candidates >= 2,
             "contention needs at least two candidates"
+        );
+        ensure!(
+            config.soak.cycle >= Duration::from_secs(80)
+                && config.soak.churn >= Duration::from_secs(1),
+            "--soak-cycle-secs needs at least 80 (a crashed instance's 30 s leases expire in the \
+             second half) and --soak-churn-secs at least 1"
+        );
+        ensure!(
+            !config.runs("soak") || config.set_size >= 1,
+            "the soak needs --set-size of at least 1"
         );
         ensure!(
             config.overhead_samples >= 10,
@@ -299,6 +331,14 @@ async fn run(config: Config) -> Result<()> {
     if config.runs("quorum") {
         eprintln!("quorum: three accounts against one ...");
         quorum::quorum(&config, &azurite, &mut report).await?;
+    }
+    if config.runs("soak") {
+        eprintln!(
+            "soak: {} s, {} partitions, with churn ...",
+            config.soak.duration.as_secs(),
+            config.set_size
+        );
+        soak::soak(&config, &azurite, &mut report).await?;
     }
     if config.runs("backends") {
         eprintln!("backends: the 0.21 SDK's and the official SDK's ...");

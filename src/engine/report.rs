@@ -11,10 +11,10 @@ use tokio::time::Instant;
 use tracing::{debug, error, warn};
 
 use super::Deadline;
-use crate::leadership::{Leadership, StopReason, TaskStop, TermReport};
-use crate::lingering::Lingering;
-use crate::metrics::Metrics;
-use crate::term_tasks::TermTasks;
+use crate::engine::leadership::{Leadership, StopReason, TaskStop, TermReport};
+use crate::engine::lingering::Lingering;
+use crate::engine::metrics::Metrics;
+use crate::engine::term_tasks::TermTasks;
 
 /// Who hears of a term's start and end besides the state channel and the
 /// metrics. Called synchronously, so that a dropped term can still report.

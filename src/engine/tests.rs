@@ -1,4 +1,7 @@
 //! The election loop's timing, against an in-memory lease store with paused time.
+//!
+//! Long (about 800 lines): one scenario per test, each with its own in-memory
+//! store and clock; the scenarios of a term's end are in `tests/term.rs`.
 
 use std::collections::VecDeque;
 use std::future::Future;
@@ -11,8 +14,8 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::{box_task, Engine, TaskFn};
+use crate::engine::leadership::{LeaderContext, Leadership, StopReason, TaskStop, TermReport};
 use crate::error::{Error, Result};
-use crate::leadership::{LeaderContext, Leadership, StopReason, TaskStop, TermReport};
 use crate::options::{MutexOptions, STOP_SLACK};
 use crate::store::{Acquire, LeaseId, LeaseInfo, LeaseStore};
 
@@ -237,10 +240,10 @@ struct Harness {
     options: MutexOptions,
     state: watch::Sender<Leadership>,
     reports: broadcast::Sender<TermReport>,
-    metrics: crate::metrics::Metrics,
+    metrics: crate::engine::metrics::Metrics,
     received: Mutex<broadcast::Receiver<TermReport>>,
     token: CancellationToken,
-    lingering: crate::lingering::Lingering,
+    lingering: crate::engine::lingering::Lingering,
 }
 
 impl Harness {
@@ -252,10 +255,10 @@ impl Harness {
             options: options.with_jitter_seed(7),
             state: watch::channel(Leadership::Follower).0,
             reports,
-            metrics: crate::metrics::Metrics::new("memory/test"),
+            metrics: crate::engine::metrics::Metrics::new("memory/test"),
             received: Mutex::new(received),
             token: CancellationToken::new(),
-            lingering: crate::lingering::Lingering::default(),
+            lingering: crate::engine::lingering::Lingering::default(),
         }
     }
 

@@ -4,7 +4,10 @@
 //! `/healthz` answers 200 `ok` while the process campaigns or leads
 //! normally, and 503 with the reason when it cannot reach storage (no
 //! answer to a probe of the lease blob for [`UNREACHABLE_AFTER`]) or when a
-//! term's task could be neither stopped nor aborted. The probe reads the
+//! term's task could be neither stopped nor aborted (the command itself
+//! cannot get there: one that survives SIGKILL ends `run` with exit code 5,
+//! and a probe then finds nothing listening, which a liveness check counts
+//! as a failure too). The probe reads the
 //! blob's properties every [`PROBE_EVERY`]: one request, needing read (r).
 //! Nothing is served unless the flag is given, and only on the address it
 //! names.
@@ -145,22 +148,64 @@ impl Answer {
 
     /// Why the process is not healthy, if it is not.
     fn unhealthy(&self) -> Option<String> {
-        if let Leadership::Ended(report) = &*self.leadership.borrow() {
-            if report.tasks == TaskStop::Stuck {
-                return Some(format!(
-                    "the task of term {} could be neither stopped nor aborted",
-                    report.epoch
-                ));
-            }
-        }
+        let stuck = match &*self.leadership.borrow() {
+            Leadership::Ended(report) if report.tasks == TaskStop::Stuck => Some(report.epoch),
+            _ => None,
+        };
         let health = self.health.lock().unwrap_or_else(PoisonError::into_inner);
-        let silent = health.answered.elapsed();
-        (silent > UNREACHABLE_AFTER).then(|| {
-            format!(
-                "storage has not answered for {}s: {}",
-                silent.as_secs(),
-                health.failure.as_deref().unwrap_or("no answer yet")
-            )
-        })
+        verdict(stuck, health.answered.elapsed(), health.failure.as_deref())
+    }
+}
+
+/// The answer of `/healthz`: `None` when healthy, else the reason. `stuck`
+/// is the epoch of a term whose task could be neither stopped nor aborted;
+/// `silent`, how long storage has not answered a probe, and `failure`, why
+/// the last probe failed.
+fn verdict(stuck: Option<u64>, silent: Duration, failure: Option<&str>) -> Option<String> {
+    if let Some(epoch) = stuck {
+        return Some(format!(
+            "the task of term {epoch} could be neither stopped nor aborted"
+        ));
+    }
+    (silent > UNREACHABLE_AFTER).then(|| {
+        format!(
+            "storage has not answered for {}s: {}",
+            silent.as_secs(),
+            failure.unwrap_or("no answer yet")
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn healthy_while_storage_answered_within_the_bound_and_no_task_is_stuck() {
+        assert_eq!(verdict(None, Duration::ZERO, None), None);
+        assert_eq!(verdict(None, UNREACHABLE_AFTER, Some("timed out")), None);
+    }
+
+    #[test]
+    fn unhealthy_once_storage_is_silent_past_the_bound_with_the_last_failure() {
+        let reason = verdict(None, Duration::from_secs(11), Some("connection refused"));
+        assert_eq!(
+            reason.as_deref(),
+            Some("storage has not answered for 11s: connection refused")
+        );
+        let reason = verdict(None, Duration::from_secs(12), None);
+        assert_eq!(
+            reason.as_deref(),
+            Some("storage has not answered for 12s: no answer yet")
+        );
+    }
+
+    #[test]
+    fn a_stuck_task_is_unhealthy_even_while_storage_answers() {
+        let reason = verdict(Some(7), Duration::ZERO, None);
+        assert_eq!(
+            reason.as_deref(),
+            Some("the task of term 7 could be neither stopped nor aborted")
+        );
     }
 }

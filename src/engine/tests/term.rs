@@ -1,5 +1,8 @@
 //! How a term ends: dropped campaigns, sub-tasks, reports, pauses and the
 //! boundary values of the stop timeline.
+//!
+//! Long (about 850 lines): one scenario per test, each with its own in-memory
+//! store and paused clock.
 
 // Instants of one paused clock, subtracted in the order they happened; an
 // underflow would be a test failure anyway.
@@ -720,18 +723,18 @@ async fn one_term_spreads_its_first_renewal_over_the_second_half_of_the_interval
 fn lone_context(
     store: Arc<MemoryStore>,
     deadline: &watch::Sender<Instant>,
-) -> (LeaderContext, crate::term_tasks::TermTasks) {
+) -> (LeaderContext, crate::engine::term_tasks::TermTasks) {
     let token = CancellationToken::new();
-    let tasks = crate::term_tasks::TermTasks::new(1, token.clone());
+    let tasks = crate::engine::term_tasks::TermTasks::new(1, token.clone());
     let ctx = LeaderContext {
         epoch: 1,
         holder: "lone".into(),
         token,
         reason: Arc::default(),
-        heartbeat: crate::leadership::Heartbeat::new().0,
+        heartbeat: crate::engine::leadership::Heartbeat::new().0,
         deadline: deadline.subscribe(),
         tasks: tasks.spawner(),
-        state: Arc::new(crate::state::Fenced::new(
+        state: Arc::new(crate::engine::state::Fenced::new(
             store,
             LeaseId::new(),
             deadline.subscribe(),

@@ -12,8 +12,9 @@ use super::client::map_error;
 use super::list::{delete_stale, delete_unleased, list};
 use super::OfficialLeaseManager;
 use crate::error::Result;
-use crate::lease::candidates::{encode_holder, parse_candidate, CANDIDATES};
-use crate::lease::{HOLDER_KEY, PRIORITY_KEY, PROPOSED_KEY};
+use crate::store::blob_protocol::{
+    encode_holder, parse_candidate, CANDIDATES, HOLDER_KEY, PRIORITY_KEY, PROPOSED_KEY,
+};
 use crate::store::{Acquire, Candidate, LeaseId, LeaseState};
 
 impl OfficialLeaseManager {

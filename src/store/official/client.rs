@@ -12,8 +12,8 @@ use azure_storage_blob::models::{LeaseDuration, LeaseState as SdkLeaseState};
 use azure_storage_blob::{BlobContainerClient, BlobContainerClientOptions};
 
 use crate::error::{redact, Cause, Error};
-use crate::lease::{
-    parse_epoch, refusal, ACQUIRED_AT_KEY, HOLDER_KEY, LOST_CODES, SERVICE_MESSAGE_LEN,
+use crate::store::blob_protocol::{
+    parse_epoch, said, status_error, ACQUIRED_AT_KEY, HOLDER_KEY,
 };
 use crate::store::{LeaseInfo, LeaseState};
 
@@ -90,9 +90,8 @@ pub(super) fn is_not_found(error: &azure_core_1::Error) -> bool {
     matches!(http_status(error), Some((404, _)))
 }
 
-/// The `<Message>` storage sent with an error status, as `" (storage
-/// said: …)"` on one line, secrets removed; empty when it sent none (a
-/// `HEAD` answer has no body).
+/// The `<Message>` storage sent with an error status (see [`said`]);
+/// empty when it sent none (a `HEAD` answer has no body).
 fn service_message(error: &azure_core_1::Error) -> String {
     let ErrorKind::HttpResponse {
         raw_response: Some(raw),
@@ -102,21 +101,10 @@ fn service_message(error: &azure_core_1::Error) -> String {
         return String::new();
     };
     let body = String::from_utf8_lossy(raw.body());
-    let Some(message) = body
-        .split_once("<Message>")
+    body.split_once("<Message>")
         .and_then(|(_, rest)| rest.split_once("</Message>"))
-        .map(|(message, _)| message)
-    else {
-        return String::new();
-    };
-    let line = message
-        .lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty())
-        .collect::<Vec<_>>()
-        .join("; ");
-    let line: String = redact(&line).chars().take(SERVICE_MESSAGE_LEN).collect();
-    format!(" (storage said: {line})")
+        .map(|(message, _)| said(message))
+        .unwrap_or_default()
 }
 
 /// Maps an SDK error to the crate's kinds, as the 0.21 backend maps the
@@ -125,22 +113,7 @@ fn service_message(error: &azure_core_1::Error) -> String {
 /// errors, a credential without a token transient, anything else transport.
 pub(super) fn map_error(operation: &'static str, error: &azure_core_1::Error) -> Error {
     if let Some((status, code)) = http_status(error) {
-        let said = service_message(error);
-        return match (status, code.as_deref()) {
-            (401 | 403, code) => Error::Authentication {
-                status,
-                code: code.unwrap_or("Forbidden").to_owned(),
-                message: refusal(operation, code) + &said,
-            },
-            (409 | 412, Some(code)) if LOST_CODES.contains(&code) => {
-                Error::LeaseLost(format!("{operation}: {code}"))
-            }
-            (status, _) => Error::Storage {
-                status,
-                code,
-                message: format!("{operation} failed{said}"),
-            },
-        };
+        return status_error(operation, status, code, &service_message(error));
     }
     match error.kind() {
         ErrorKind::Credential => Error::CredentialUnavailable {

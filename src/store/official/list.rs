@@ -15,9 +15,9 @@ use futures_util::StreamExt;
 use tracing::{debug, trace, warn};
 
 use super::client::{http_status, is_not_found, lease_info, map_error};
-use crate::collect::Collector;
 use crate::error::Result;
-use crate::lease::DELETES_IN_FLIGHT;
+use crate::store::blob_protocol::DELETES_IN_FLIGHT;
+use crate::store::collect::Collector;
 use crate::store::LeaseInfo;
 
 /// A listed blob: its full name, its lease, and its metadata.

@@ -12,10 +12,9 @@ use super::client::container_client;
 use super::list::{delete_stale, delete_unleased, list};
 use super::{OfficialLeaseManager, OfficialSettings};
 use crate::bounded::bounded;
-use crate::collect::{Collection, Collector};
 use crate::error::Result;
-use crate::lease::candidates::CANDIDATES;
-use crate::lease::MEMBERS;
+use crate::store::blob_protocol::{CANDIDATES, MEMBERS};
+use crate::store::collect::{Collection, Collector};
 use crate::options::DEFAULT_REQUEST_TIMEOUT;
 use crate::store::{LeaseInfo, LeaseSetStore};
 

@@ -22,8 +22,8 @@
 use std::time::Duration;
 
 #[cfg(feature = "metrics")]
-use crate::leadership::TaskStop;
-use crate::leadership::TermReport;
+use crate::engine::leadership::TaskStop;
+use crate::engine::leadership::TermReport;
 
 /// The figures of one mutex; a no-op without the `metrics` feature.
 #[derive(Clone, Debug)]

@@ -8,10 +8,10 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::engine::state::TermState;
+use crate::engine::term_tasks::Shared as TermShared;
 use crate::error::{BoxError, Result};
-use crate::state::TermState;
 use crate::store::LeaseId;
-use crate::term_tasks::Shared as TermShared;
 
 /// The state of one [`BlobDistributedMutex`](crate::BlobDistributedMutex), as
 /// seen through [`BlobDistributedMutex::watch`](crate::BlobDistributedMutex::watch).

@@ -10,42 +10,20 @@
 //! (letters, digits, `-` and `_` as they are, every other byte as `.XX`),
 //! so two holders never share a record and a record is never nested.
 
-use std::collections::HashMap;
-use std::fmt::Write as _;
 use std::time::Duration;
 
 use azure_core::request_options::Metadata;
 use futures_util::StreamExt;
 use tracing::debug;
 
-use super::{
-    delete_stale, delete_unleased, is_not_found, lease_info, map_error, BlobLeaseManager,
-    HOLDER_KEY,
-};
+use super::delete::{delete_stale, delete_unleased};
+use super::errors::{is_not_found, map_error};
+use super::{lease_info, BlobLeaseManager};
 use crate::error::Result;
+use crate::store::blob_protocol::{
+    encode_holder, parse_candidate, CANDIDATES, HOLDER_KEY, PRIORITY_KEY, PROPOSED_KEY,
+};
 use crate::store::{Acquire, Candidate, LeaseId, LeaseState};
-
-/// What follows the lease blob's name in the name of every candidate record.
-pub(crate) const CANDIDATES: &str = ".candidates/";
-/// Metadata key of a candidate's priority.
-pub const PRIORITY_KEY: &str = "priority";
-/// Metadata key of a candidate's proposed lease id.
-pub const PROPOSED_KEY: &str = "proposed_lease_id";
-
-/// The holder as one blob-name segment: `[A-Za-z0-9_-]` as is, every other
-/// byte as `.XX` (upper-case hex). Never empty, never `.` or `..`, never
-/// ends with a dot.
-pub(crate) fn encode_holder(holder: &str) -> String {
-    let mut out = String::with_capacity(holder.len());
-    for b in holder.bytes() {
-        if b.is_ascii_alphanumeric() || b == b'-' || b == b'_' {
-            out.push(char::from(b));
-        } else {
-            let _ = write!(out, ".{b:02X}");
-        }
-    }
-    out
-}
 
 impl BlobLeaseManager {
     /// The manager of `holder`'s candidate record, sharing this one's client.
@@ -153,60 +131,5 @@ impl BlobLeaseManager {
         )
         .await;
         Ok(listed)
-    }
-}
-
-/// The candidate in a record's metadata; `None` when a field is missing or
-/// garbled.
-pub(crate) fn parse_candidate(metadata: &HashMap<String, String>) -> Option<Candidate> {
-    let holder = metadata.get(HOLDER_KEY)?.clone();
-    let priority = metadata.get(PRIORITY_KEY)?.trim().parse().ok()?;
-    let proposed = metadata.get(PROPOSED_KEY)?.trim().parse().ok()?;
-    Some(Candidate::new(holder, priority, proposed))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn holders_encode_to_one_safe_segment_each() {
-        assert_eq!(encode_holder("host-12_a"), "host-12_a");
-        assert_eq!(encode_holder("a.b/c"), "a.2Eb.2Fc");
-        assert_eq!(encode_holder(".."), ".2E.2E");
-        assert_eq!(encode_holder("x "), "x.20");
-        // Injective: a literal ".2E" is itself encoded.
-        assert_ne!(encode_holder(".2E"), encode_holder("."));
-        for holder in ["a", ".", "..", "a/b", "x.", "~%?#"] {
-            let segment = encode_holder(holder);
-            assert!(
-                !segment.contains('/') && !segment.ends_with('.'),
-                "{segment}"
-            );
-            crate::settings::validate_blob(&segment).unwrap();
-        }
-    }
-
-    #[test]
-    fn a_garbled_record_is_no_candidate() {
-        let id = LeaseId::new();
-        let full = HashMap::from([
-            (HOLDER_KEY.to_owned(), "a".to_owned()),
-            (PRIORITY_KEY.to_owned(), "-3".to_owned()),
-            (PROPOSED_KEY.to_owned(), id.to_string()),
-        ]);
-        let parsed = parse_candidate(&full).unwrap();
-        assert_eq!((parsed.priority, parsed.proposed), (-3, id));
-        for key in [HOLDER_KEY, PRIORITY_KEY, PROPOSED_KEY] {
-            let mut missing = full.clone();
-            missing.remove(key);
-            assert!(parse_candidate(&missing).is_none(), "{key}");
-        }
-        let mut bad = full.clone();
-        bad.insert(PRIORITY_KEY.to_owned(), "high".to_owned());
-        assert!(parse_candidate(&bad).is_none());
-        let mut bad = full;
-        bad.insert(PROPOSED_KEY.to_owned(), "x".to_owned());
-        assert!(parse_candidate(&bad).is_none());
     }
 }

@@ -9,6 +9,8 @@ use tokio::time::Instant;
 
 use crate::error::{Error, Result};
 use crate::options::lease_seconds;
+use crate::store::collect::{Collection, Collector};
+use crate::store::MEMBERS;
 use crate::store::{
     check_state_len, Acquire, Candidate, LeaseId, LeaseInfo, LeaseSetStore, LeaseState, LeaseStore,
 };
@@ -377,9 +379,25 @@ impl LeaseStore for MemoryLeaseStore {
 
 /// Many [`MemoryLeaseStore`]s by name, listed together: the in-memory
 /// [`LeaseSetStore`]. Clones share the leases.
-#[derive(Clone, Debug, Default)]
+///
+/// Stale members are collected as on Azure (see [`Collection`]): a member
+/// lease seen unleased for longer than the bound on the collector's clock
+/// is deleted, unless it is leased when the delete comes (memory leases
+/// have no `ETag`, so a member that was written but not leased in between
+/// may go; members are never written unleased).
+#[derive(Clone, Debug)]
 pub struct MemoryLeaseSetStore {
     leases: Arc<Mutex<BTreeMap<String, MemoryLeaseStore>>>,
+    collector: Arc<Collector>,
+}
+
+impl Default for MemoryLeaseSetStore {
+    fn default() -> Self {
+        MemoryLeaseSetStore {
+            leases: Arc::default(),
+            collector: Arc::new(Collector::new(Collection::default())),
+        }
+    }
 }
 
 impl MemoryLeaseSetStore {
@@ -387,6 +405,39 @@ impl MemoryLeaseSetStore {
     #[must_use]
     pub fn new() -> Self {
         MemoryLeaseSetStore::default()
+    }
+
+    /// The same set with another collection of stale members (default
+    /// [`Collection::default`]).
+    #[must_use = "the store is returned by value"]
+    pub fn with_collection(mut self, collection: Collection) -> Self {
+        self.collector = Arc::new(Collector::new(collection));
+        self
+    }
+
+    /// Deletes the lease `name` unless it is leased now: its blob is lost
+    /// (a clone still held somewhere finds it gone, as on Azure), and the
+    /// entry itself goes once nobody else holds it.
+    fn delete_unleased(&self, name: &str) -> bool {
+        let mut leases = self.leases.lock().unwrap_or_else(PoisonError::into_inner);
+        let Some(lease) = leases.get(name) else {
+            return false;
+        };
+        {
+            let mut state = lease.lock();
+            let info = state.info(Instant::now());
+            if info.is_none_or(|i| matches!(i.state, LeaseState::Leased | LeaseState::Breaking)) {
+                return false;
+            }
+            *state = State {
+                unavailable: state.unavailable,
+                ..State::default()
+            };
+        }
+        if Arc::strong_count(&lease.state) == 1 {
+            leases.remove(name);
+        }
+        true
     }
 
     /// The lease named `name`, to break it or make it unavailable in a test.
@@ -421,5 +472,25 @@ impl LeaseSetStore for MemoryLeaseSetStore {
             .filter_map(|(name, lease)| Some((name.clone(), lease.lock().info(now)?)))
             .collect();
         std::future::ready(Ok(listed))
+    }
+
+    fn collect(&self, listing: &[(String, LeaseInfo)]) -> impl Future<Output = usize> + Send {
+        let due = self.collector.due(
+            listing
+                .iter()
+                .filter(|(name, _)| name.starts_with(MEMBERS))
+                .map(|(name, info)| (name.as_str(), info)),
+            Instant::now(),
+        );
+        let mut deleted = 0;
+        for (name, _) in due {
+            self.collector.forget(&name);
+            deleted += usize::from(self.delete_unleased(&name));
+        }
+        std::future::ready(deleted)
+    }
+
+    fn remove(&self, name: &str) -> impl Future<Output = bool> + Send {
+        std::future::ready(self.delete_unleased(name))
     }
 }

@@ -1,4 +1,7 @@
 //! The quorum store against in-memory accounts, with paused time.
+//!
+//! Long (about 810 lines): one scenario per test, each with its own in-memory
+//! accounts and paused clock.
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -10,8 +13,8 @@ use tokio::time::{sleep, Instant};
 use tokio_util::sync::CancellationToken;
 
 use super::QuorumLeaseStore;
-use crate::conformance;
 use crate::error::{Error, Result};
+use crate::store::conformance;
 use crate::store::{Acquire, LeaseId, LeaseInfo, LeaseState, LeaseStore};
 use crate::{BlobDistributedMutex, LeaderContext, MemoryLeaseStore, MutexOptions};
 

@@ -4,16 +4,18 @@
 use std::collections::BTreeMap;
 use std::fmt;
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use super::votes::{ask_all, no_majority};
+use futures_util::future::join_all;
+
+use super::votes::{ask_all, majority, no_majority};
 use super::{merge, vote_ok, QuorumLeaseStore, MAX_QUORUM_ACCOUNTS};
 use crate::bounded::bounded;
 use crate::error::{Error, Result};
-use crate::lease::BlobLeaseSetStore;
 use crate::options::DEFAULT_REQUEST_TIMEOUT;
 use crate::settings::BlobSettings;
+use crate::store::blob::BlobLeaseSetStore;
 use crate::store::{LeaseInfo, LeaseSetStore};
 
 /// A lease set over N independent lease-set stores (storage accounts): each
@@ -27,13 +29,22 @@ use crate::store::{LeaseInfo, LeaseSetStore};
 pub struct QuorumLeaseSetStore<S: LeaseSetStore = BlobLeaseSetStore> {
     sets: Arc<[(String, S)]>,
     request_timeout: Duration,
+    /// Each account's own listing from the last [`LeaseSetStore::list`]
+    /// (`None` where it did not answer), kept for the collection that
+    /// follows it: an account collects from what it listed itself, since
+    /// staleness is judged by each blob's own `ETag`.
+    last_listings: Arc<Mutex<Vec<Option<Listing>>>>,
 }
+
+/// One account's listing: lease names with what it says of each.
+type Listing = Vec<(String, LeaseInfo)>;
 
 impl<S: LeaseSetStore> Clone for QuorumLeaseSetStore<S> {
     fn clone(&self) -> Self {
         QuorumLeaseSetStore {
             sets: self.sets.clone(),
             request_timeout: self.request_timeout,
+            last_listings: self.last_listings.clone(),
         }
     }
 }
@@ -87,6 +98,7 @@ impl<S: LeaseSetStore> QuorumLeaseSetStore<S> {
         Ok(QuorumLeaseSetStore {
             sets: sets.into(),
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
+            last_listings: Arc::default(),
         })
     }
 
@@ -112,23 +124,31 @@ impl<S: LeaseSetStore> QuorumLeaseSetStore<S> {
         if votes.yes < votes.majority() {
             return Err(no_majority("list", answers, votes));
         }
+        let own: Vec<Option<Listing>> = answers
+            .into_iter()
+            .map(|answer| answer.and_then(Result::ok))
+            .collect();
         // Per lease, what each account that answered says of it (`None`
         // where its listing does not have it).
-        let listings: Vec<Vec<(String, LeaseInfo)>> =
-            answers.into_iter().flatten().flatten().collect();
+        let listings: Vec<&Listing> = own.iter().flatten().collect();
         let mut by_name: BTreeMap<String, Vec<Option<LeaseInfo>>> = BTreeMap::new();
         for (i, listing) in listings.iter().enumerate() {
-            for (name, info) in listing {
+            for (name, info) in *listing {
                 let seen = by_name
                     .entry(name.clone())
                     .or_insert_with(|| vec![None; listings.len()]);
                 seen[i] = Some(info.clone());
             }
         }
-        Ok(by_name
+        let merged = by_name
             .into_iter()
             .filter_map(|(name, found)| Some((name, merge(self.sets.len(), &found)?)))
-            .collect())
+            .collect();
+        *self
+            .last_listings
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = own;
+        Ok(merged)
     }
 }
 
@@ -152,4 +172,46 @@ impl<S: LeaseSetStore> LeaseSetStore for QuorumLeaseSetStore<S> {
     fn min_request_timeout(&self) -> Option<Duration> {
         Some(self.request_timeout)
     }
+
+    /// Every account collects from its own part of the last listing (the
+    /// merged `listing` cannot say which `ETag` each account saw), all at
+    /// once; returns how many blobs were deleted over all accounts.
+    fn collect(&self, listing: &[(String, LeaseInfo)]) -> impl Future<Output = usize> + Send {
+        let _ = listing;
+        let listings = std::mem::take(
+            &mut *self
+                .last_listings
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner),
+        );
+        let sets = self.sets.clone();
+        async move {
+            let collecting = sets
+                .iter()
+                .zip(listings)
+                .filter_map(|((_, set), own)| Some(set.collect_owned(own?)));
+            join_all(collecting).await.into_iter().sum()
+        }
+    }
+
+    /// Deletes the lease in every account where nobody holds it; `true`
+    /// when a majority deleted it.
+    fn remove(&self, name: &str) -> impl Future<Output = bool> + Send {
+        let sets = self.sets.clone();
+        let name = name.to_owned();
+        async move {
+            let removed = join_all(sets.iter().map(|(_, set)| set.remove(&name))).await;
+            removed.iter().filter(|r| **r).count() >= majority(sets.len())
+        }
+    }
 }
+
+/// [`LeaseSetStore::collect`] over a listing it owns, so that the future
+/// borrows nothing from the caller.
+trait CollectOwned: LeaseSetStore {
+    fn collect_owned(&self, listing: Listing) -> impl Future<Output = usize> + Send {
+        async move { self.collect(&listing).await }
+    }
+}
+
+impl<S: LeaseSetStore> CollectOwned for S {}

@@ -14,8 +14,8 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::error;
 
+use crate::engine::leadership::StopReason;
 use crate::error::{BoxError, Chain};
-use crate::leadership::StopReason;
 
 /// How one piece of a term's work ended by itself.
 #[derive(Debug)]

@@ -1,0 +1,276 @@
+//! What a lease record on the Blob service holds and what the service's
+//! answers mean, whatever SDK sends the requests: the metadata keys, the
+//! epoch rule, the names of member and candidate blobs, the error codes and
+//! the wording of a refusal. Every blob backend uses these, so that the
+//! records one writes are the records another reads.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+
+use crate::error::{redact, Error, Result};
+use crate::store::Candidate;
+
+/// Metadata key of the current holder's name.
+pub const HOLDER_KEY: &str = "holder";
+/// Metadata key of the fencing token.
+pub const EPOCH_KEY: &str = "epoch";
+/// Metadata key of the instant the current term began (RFC 3339, UTC).
+pub const ACQUIRED_AT_KEY: &str = "acquired_at";
+/// What follows the lease blob's name in the name of every candidate record.
+pub(crate) const CANDIDATES: &str = ".candidates/";
+/// Metadata key of a candidate's priority.
+pub const PRIORITY_KEY: &str = "priority";
+/// Metadata key of a candidate's proposed lease id.
+pub const PROPOSED_KEY: &str = "proposed_lease_id";
+
+/// The holder as one blob-name segment: `[A-Za-z0-9_-]` as is, every other
+/// byte as `.XX` (upper-case hex). Never empty, never `.` or `..`, never
+/// ends with a dot.
+pub(crate) fn encode_holder(holder: &str) -> String {
+    let mut out = String::with_capacity(holder.len());
+    for b in holder.bytes() {
+        if b.is_ascii_alphanumeric() || b == b'-' || b == b'_' {
+            out.push(char::from(b));
+        } else {
+            let _ = write!(out, ".{b:02X}");
+        }
+    }
+    out
+}
+
+pub(crate) use crate::store::MEMBERS;
+
+/// The error code of a request to a container that does not exist (told
+/// apart from `BlobNotFound`, a missing blob in a container that does).
+pub(crate) const CONTAINER_NOT_FOUND: &str = "ContainerNotFound";
+
+/// Error codes that mean a lease we thought we held is not ours any more.
+const LOST_CODES: &[&str] = &[
+    "LeaseIdMismatchWithLeaseOperation",
+    "LeaseIsBrokenAndCannotBeRenewed",
+    "LeaseNotPresentWithLeaseOperation",
+    "LeaseLost",
+    "LeaseIdMismatchWithBlobOperation",
+    "LeaseNotPresentWithBlobOperation",
+    "LeaseIdMissing",
+];
+
+/// The epoch in the metadata, for display: 0 when missing or garbled.
+pub(crate) fn parse_epoch(metadata: &HashMap<String, String>) -> u64 {
+    metadata
+        .get(EPOCH_KEY)
+        .and_then(|e| e.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// The epoch of the next term: one more than the one in the metadata, or 1
+/// on a blob that never had one. A garbled or maximal epoch is an error:
+/// restarting from 0 would hand out fencing tokens that were used before.
+pub(crate) fn next_epoch(metadata: &HashMap<String, String>) -> Result<u64> {
+    let Some(found) = metadata.get(EPOCH_KEY) else {
+        return Ok(1);
+    };
+    found
+        .trim()
+        .parse::<u64>()
+        .ok()
+        .and_then(|epoch| epoch.checked_add(1))
+        .ok_or_else(|| Error::InvalidEpoch {
+            found: found.chars().take(64).collect(),
+        })
+}
+
+/// The candidate in a record's metadata; `None` when a field is missing or
+/// garbled.
+pub(crate) fn parse_candidate(metadata: &HashMap<String, String>) -> Option<Candidate> {
+    let holder = metadata.get(HOLDER_KEY)?.clone();
+    let priority = metadata.get(PRIORITY_KEY)?.trim().parse().ok()?;
+    let proposed = metadata.get(PROPOSED_KEY)?.trim().parse().ok()?;
+    Some(Candidate::new(holder, priority, proposed))
+}
+
+/// Error codes of a request whose credential was accepted but does not
+/// allow the call: a SAS without the permission (or resource type) or a
+/// role without the action.
+const PERMISSION_CODES: &[&str] = &[
+    "AuthorizationPermissionMismatch",
+    "AuthorizationResourceTypeMismatch",
+    "AuthorizationFailure",
+];
+
+/// What to grant so that `operation` is allowed: the SAS permission (and
+/// for an account SAS its resource type) and the role that has it. The
+/// guide's table "Least privilege" (docs/guide/operations.md) lists the same per mode.
+fn grant(operation: &str) -> &'static str {
+    match operation {
+        "create container" => {
+            "the credential may not create the container: create the container beforehand, \
+             or use an account SAS with resource type container (srt=c) and create (c) or \
+             write (w), or a role that can create containers (Storage Blob Data Contributor on the account)"
+        }
+        "create blob" => {
+            "grant create (c) or write (w) on the blob (container SAS, blob SAS, or account SAS \
+             with srt=o), or Storage Blob Data Contributor on the container"
+        }
+        "list" | "list candidates" => {
+            "grant list (l) on the container (container SAS, or account SAS with srt=c), or \
+             Storage Blob Data Contributor on the container"
+        }
+        "inspect" | "read metadata" | "read state" => {
+            "grant read (r) on the blob, or Storage Blob Data Reader on the container"
+        }
+        "break" => {
+            "grant write (w) and delete (d) on the blob, or Storage Blob Data Contributor on the \
+             container"
+        }
+        "delete" => {
+            "grant delete (d) on the container's blobs, or Storage Blob Data Contributor on the \
+             container"
+        }
+        _ => "grant write (w) on the blob, or Storage Blob Data Contributor on the container",
+    }
+}
+
+/// The message of a refused call: what to grant when the credential lacks
+/// a permission, what to check when it was not accepted at all.
+fn refusal(operation: &str, code: Option<&str>) -> String {
+    match code {
+        Some(code) if PERMISSION_CODES.contains(&code) => {
+            format!("{operation} was refused: {}", grant(operation))
+        }
+        _ => format!(
+            "{operation} was refused: the credential was not accepted; check the account key, \
+             or the SAS's signature, start and expiry, or the token's tenant and audience"
+        ),
+    }
+}
+
+/// The crate's error for an error status of the Blob service, by status and
+/// `x-ms-error-code`; `said` is what the service said (see [`said`]).
+pub(crate) fn status_error(
+    operation: &str,
+    status: u16,
+    code: Option<String>,
+    said: &str,
+) -> Error {
+    match (status, code.as_deref()) {
+        (401 | 403, code) => Error::Authentication {
+            status,
+            code: code.unwrap_or("Forbidden").to_owned(),
+            message: refusal(operation, code) + said,
+        },
+        (409 | 412, Some(code)) if LOST_CODES.contains(&code) => {
+            Error::LeaseLost(format!("{operation}: {code}"))
+        }
+        (status, _) => Error::Storage {
+            status,
+            code,
+            message: format!("{operation} failed{said}"),
+        },
+    }
+}
+
+/// A lost lease, as the answer to a state write: the write was refused.
+pub(crate) fn refused(error: Error) -> Error {
+    match error {
+        Error::LeaseLost(message) => Error::StateWriteRefused(message),
+        other => other,
+    }
+}
+
+/// The most conditional deletes of stale blobs in flight at once: few, so
+/// that a backlog of deletions never crowds out the renewals.
+pub(crate) const DELETES_IN_FLIGHT: usize = 4;
+
+/// The most of the service's own message kept in an error.
+const SERVICE_MESSAGE_LEN: usize = 300;
+
+/// The message storage sent with an error status, as `" (storage said:
+/// …)"` on one line, secrets removed.
+pub(crate) fn said(message: &str) -> String {
+    let line = message
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join("; ");
+    let line: String = redact(&line).chars().take(SERVICE_MESSAGE_LEN).collect();
+    format!(" (storage said: {line})")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::LeaseId;
+
+    #[test]
+    fn the_next_epoch_never_goes_back() {
+        let with = |value: &str| HashMap::from([(EPOCH_KEY.to_owned(), value.to_owned())]);
+        assert_eq!(next_epoch(&HashMap::new()).unwrap(), 1);
+        assert_eq!(next_epoch(&with("41")).unwrap(), 42);
+        assert_eq!(next_epoch(&with(" 7 ")).unwrap(), 8);
+        assert_eq!(
+            next_epoch(&with(&(u64::MAX - 1).to_string())).unwrap(),
+            u64::MAX
+        );
+        for bad in [
+            "",
+            "x",
+            "-1",
+            "1.5",
+            "18446744073709551615",
+            "99999999999999999999",
+        ] {
+            assert!(
+                matches!(next_epoch(&with(bad)), Err(Error::InvalidEpoch { .. })),
+                "{bad:?}"
+            );
+        }
+        let long = "9".repeat(500);
+        match next_epoch(&with(&long)) {
+            Err(Error::InvalidEpoch { found }) => assert_eq!(found.len(), 64),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn holders_encode_to_one_safe_segment_each() {
+        assert_eq!(encode_holder("host-12_a"), "host-12_a");
+        assert_eq!(encode_holder("a.b/c"), "a.2Eb.2Fc");
+        assert_eq!(encode_holder(".."), ".2E.2E");
+        assert_eq!(encode_holder("x "), "x.20");
+        // Injective: a literal ".2E" is itself encoded.
+        assert_ne!(encode_holder(".2E"), encode_holder("."));
+        for holder in ["a", ".", "..", "a/b", "x.", "~%?#"] {
+            let segment = encode_holder(holder);
+            assert!(
+                !segment.contains('/') && !segment.ends_with('.'),
+                "{segment}"
+            );
+            crate::settings::validate_blob(&segment).unwrap();
+        }
+    }
+
+    #[test]
+    fn a_garbled_record_is_no_candidate() {
+        let id = LeaseId::new();
+        let full = HashMap::from([
+            (HOLDER_KEY.to_owned(), "a".to_owned()),
+            (PRIORITY_KEY.to_owned(), "-3".to_owned()),
+            (PROPOSED_KEY.to_owned(), id.to_string()),
+        ]);
+        let parsed = parse_candidate(&full).unwrap();
+        assert_eq!((parsed.priority, parsed.proposed), (-3, id));
+        for key in [HOLDER_KEY, PRIORITY_KEY, PROPOSED_KEY] {
+            let mut missing = full.clone();
+            missing.remove(key);
+            assert!(parse_candidate(&missing).is_none(), "{key}");
+        }
+        let mut bad = full.clone();
+        bad.insert(PRIORITY_KEY.to_owned(), "high".to_owned());
+        assert!(parse_candidate(&bad).is_none());
+        let mut bad = full;
+        bad.insert(PROPOSED_KEY.to_owned(), "x".to_owned());
+        assert!(parse_candidate(&bad).is_none());
+    }
+}

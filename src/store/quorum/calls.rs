@@ -1,0 +1,359 @@
+//! Each call of the quorum store: asked of every account concurrently,
+//! decided by a majority of them, and what the accounts' answers count as.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tracing::debug;
+
+use super::epoch::{catch_up, read_last, stamp_all, Stamp};
+use super::votes::{ask, no_majority, straggler_grace, Answers, Asking, Vote, Votes};
+use super::{merge, QuorumLeaseStore, Term, CLEANUP_LIMIT};
+use crate::error::{Error, Result};
+use crate::store::{Acquire, LeaseId, LeaseInfo, LeaseStore};
+
+impl<S: LeaseStore> QuorumLeaseStore<S> {
+    /// Releases `lease` on the accounts marked, concurrently; waits at
+    /// most [`CLEANUP_LIMIT`] (and half the request timeout) for those in
+    /// `wait_for`. Failures are left to expire.
+    async fn release_on(&self, lease: LeaseId, which: &[bool], wait_for: &[bool]) {
+        let waiting = wait_for.iter().filter(|w| **w).count();
+        let released = ask(
+            &self.accounts,
+            "release",
+            Votes::new(self.len()),
+            |i, store| which[i].then(|| store.release(lease)),
+            |i, _| if wait_for[i] { Vote::Yes } else { Vote::Failed },
+            |votes| votes.yes >= waiting,
+            no_grace,
+        );
+        let limit = CLEANUP_LIMIT.min(self.request_timeout / 2);
+        let _ = tokio::time::timeout(limit, released).await;
+    }
+
+    pub(super) async fn acquire_quorum(
+        &self,
+        proposed: LeaseId,
+        duration: Duration,
+    ) -> Result<Acquire> {
+        let mut asking = Asking::new(
+            &self.accounts,
+            "acquire",
+            Votes::new(self.len()),
+            |_, store| Some(store.acquire(proposed, duration)),
+            |_, answer: &Result<Acquire>| match answer {
+                Ok(Acquire::Acquired) => Vote::Yes,
+                Ok(Acquire::Held) => Vote::No,
+                Err(_) => Vote::Failed,
+            },
+        );
+        // An attempt left undecided by silent accounts gives up on them
+        // soon after the others answered (and at the cap at the latest, in
+        // time to release what it was granted before the caller's own time
+        // limit drops it): a lease granted and kept by an attempt waiting
+        // for a silent account keeps the leader from renewing there.
+        let start = Instant::now();
+        let cap = self.request_timeout / 2;
+        let _ = tokio::time::timeout(cap, asking.settle(Votes::decided)).await;
+        if Votes::won(asking.votes()) {
+            // So that the whole term starts on every account that answers
+            // like the others, not only at the first renewal.
+            let grace = straggler_grace(start.elapsed());
+            let _ = tokio::time::timeout_at(start + cap, asking.collect_for(grace)).await;
+        }
+        let (answers, votes) = asking.finish();
+        let granted: Vec<bool> = answers
+            .iter()
+            .map(|a| matches!(a, Some(Ok(Acquire::Acquired))))
+            .collect();
+        if votes.won() {
+            self.remember(Term::new(proposed, duration, granted));
+            return Ok(Acquire::Acquired);
+        }
+        debug!(lease = %self.name(), granted = votes.yes, held = votes.no, failed = votes.failed, "no majority granted; releasing the leases granted");
+        // An account that failed or did not answer may have granted the
+        // lease all the same: release there too, without waiting for it.
+        let maybe: Vec<bool> = answers
+            .iter()
+            .map(|a| !matches!(a, Some(Ok(Acquire::Held))))
+            .collect();
+        self.release_on(proposed, &maybe, &granted).await;
+        if votes.lost() {
+            Ok(Acquire::Held)
+        } else {
+            Err(no_majority("acquire", answers, votes))
+        }
+    }
+
+    pub(super) async fn renew_quorum(&self, lease: LeaseId) -> Result<()> {
+        let start = Instant::now();
+        let term = self.recall(lease);
+        let (answers, votes) = ask(
+            &self.accounts,
+            "renew",
+            Votes::new(self.len()),
+            |i, store| {
+                let again = term.as_ref().map(|t| (t.duration, t.held[i]));
+                Some(renew_or_acquire(store, lease, again))
+            },
+            |_, answer| vote_held(answer),
+            Votes::decided,
+            straggler_grace,
+        )
+        .await;
+        if let Some(mut term) = term {
+            for (i, answer) in answers.iter().enumerate() {
+                match answer {
+                    Some(Ok(_)) => term.held[i] = true,
+                    Some(Err(Error::LeaseLost(_))) => term.held[i] = false,
+                    _ => {}
+                }
+                // Known to carry the stamp only under a lease held since:
+                // an account not heard from may have lost the blob and been
+                // leased again. It is read again at the next renewal.
+                term.current[i] &= matches!(answer, Some(Ok(false)));
+            }
+            if votes.won() {
+                self.catch_up_all(lease, &mut term, &answers, start).await;
+            }
+            self.remember(term);
+        }
+        if votes.won() {
+            Ok(())
+        } else if votes.lost() {
+            Err(lost("renew", votes))
+        } else {
+            Err(no_majority("renew", answers, votes))
+        }
+    }
+
+    /// Brings the accounts a renewal (begun at `start`) just held, and not
+    /// known to carry the term's stamp, up to it, all at once. Only
+    /// accounts that answered are asked, so a silent one costs no wait;
+    /// the wait is capped at 1 s and ends within the request timeout. An
+    /// account cut short is read again at the next renewal.
+    async fn catch_up_all(
+        &self,
+        lease: LeaseId,
+        term: &mut Term,
+        renewed: &Answers<bool>,
+        start: Instant,
+    ) {
+        let Some(stamp) = term.stamp.clone() else {
+            return;
+        };
+        let behind: Vec<bool> = renewed
+            .iter()
+            .zip(&term.current)
+            .map(|(answer, current)| matches!(answer, Some(Ok(_))) && !current)
+            .collect();
+        if !behind.contains(&true) {
+            return;
+        }
+        let mut asking = Asking::new(
+            &self.accounts,
+            "stamp",
+            Votes::new(self.len()),
+            |i, store| behind[i].then(|| catch_up(store, lease, &stamp)),
+            |_, answer| vote_ok(answer),
+        );
+        let left = self.request_timeout.saturating_sub(start.elapsed()) / 2;
+        let limit = CLEANUP_LIMIT.min(left);
+        let _ = tokio::time::timeout(limit, asking.until(|v| v.pending == 0)).await;
+        let (answers, _) = asking.finish();
+        for (current, answer) in term.current.iter_mut().zip(&answers) {
+            if matches!(answer, Some(Ok(()))) {
+                *current = true;
+            }
+        }
+    }
+
+    /// Reads the last epoch from a majority that carries one, then stamps
+    /// the next on every account (see the type's docs).
+    pub(super) async fn stamp_quorum(
+        &self,
+        lease: LeaseId,
+        holder: &str,
+        floor: u64,
+    ) -> Result<u64> {
+        let limit = self.request_timeout / 2;
+        let read = match read_last(&self.accounts, limit).await {
+            Ok(read) => read,
+            Err(e) => return Err(self.lost_or(lease, e).await),
+        };
+        let epoch = read
+            .last
+            .checked_add(1)
+            .ok_or_else(|| Error::InvalidEpoch {
+                found: read.last.to_string(),
+            })?
+            .max(floor);
+        let wait = (read.from_every_account, limit);
+        let (answers, votes) = stamp_all(&self.accounts, lease, holder, epoch, wait).await;
+        if let Some(mut term) = self.recall(lease) {
+            // An account that answered more than the epoch carried a larger
+            // one already (left by an attempt that did not win): it carries
+            // at least the term's epoch, which is all the next read needs.
+            term.current = answers
+                .iter()
+                .map(|a| matches!(a, Some(Ok(e)) if *e >= epoch))
+                .collect();
+            term.stamp = votes.won().then(|| Stamp {
+                holder: holder.to_owned(),
+                epoch,
+            });
+            self.remember(term);
+        }
+        if votes.won() {
+            Ok(epoch)
+        } else if votes.lost() {
+            Err(lost("stamp", votes))
+        } else {
+            Err(no_majority("stamp", answers, votes))
+        }
+    }
+
+    /// `error`, unless the lease is not held under `lease` on a majority:
+    /// then the loss, which a stamp must tell apart.
+    async fn lost_or(&self, lease: LeaseId, error: Error) -> Error {
+        let (_, votes) = ask(
+            &self.accounts,
+            "stamp",
+            Votes::new(self.len()),
+            |_, store| Some(store.renew(lease)),
+            |_, answer| vote_held(answer),
+            Votes::decided,
+            no_grace,
+        )
+        .await;
+        if votes.lost() {
+            lost("stamp", votes)
+        } else {
+            error
+        }
+    }
+
+    pub(super) async fn release_quorum(&self, lease: LeaseId) -> Result<()> {
+        self.forget(lease);
+        // A lease already not ours on an account counts as released there.
+        let (answers, votes) = ask(
+            &self.accounts,
+            "release",
+            Votes::new(self.len()),
+            |_, store| Some(store.release(lease)),
+            |_, answer| match answer {
+                Ok(()) | Err(Error::LeaseLost(_)) => Vote::Yes,
+                Err(_) => Vote::Failed,
+            },
+            Votes::decided,
+            no_grace,
+        )
+        .await;
+        if !votes.won() {
+            return Err(no_majority("release", answers, votes));
+        }
+        if answers.iter().any(|a| matches!(a, Some(Ok(())))) {
+            Ok(())
+        } else {
+            Err(Error::LeaseLost(
+                "release: the lease is not held under this id on any account".to_owned(),
+            ))
+        }
+    }
+
+    pub(super) async fn change_quorum(&self, from: LeaseId, to: LeaseId) -> Result<()> {
+        let (answers, votes) = ask(
+            &self.accounts,
+            "change",
+            Votes::new(self.len()),
+            |_, store| Some(store.change(from, to)),
+            |_, answer| vote_held(answer),
+            Votes::decided,
+            no_grace,
+        )
+        .await;
+        if votes.won() {
+            if let Some(term) = self.forget(from).or_else(|| self.recall(to)) {
+                // The new id's term has not stamped yet.
+                let held = answers.iter().map(|a| matches!(a, Some(Ok(())))).collect();
+                self.remember(Term::new(to, term.duration, held));
+            }
+            Ok(())
+        } else if votes.lost() {
+            Err(lost("change", votes))
+        } else {
+            Err(no_majority("change", answers, votes))
+        }
+    }
+
+    pub(super) async fn inspect_quorum(&self) -> Result<Option<LeaseInfo>> {
+        let (answers, votes) = self.inspect_all().await;
+        if votes.yes < votes.majority() {
+            return Err(no_majority("inspect", answers, votes));
+        }
+        let found: Vec<Option<LeaseInfo>> = answers.into_iter().flatten().flatten().collect();
+        Ok(merge(votes.n, &found))
+    }
+}
+
+/// Renews on one account; when the lease is not held there under `lease`
+/// (lost, never granted, or the blob is missing), acquires it again under
+/// the same id when the store knows the duration. `again` is the duration
+/// and whether the account was last known held. Answers whether it
+/// acquired the lease again (the blob may be new, with another stamp).
+async fn renew_or_acquire<S: LeaseStore>(
+    store: &S,
+    lease: LeaseId,
+    again: Option<(Duration, bool)>,
+) -> Result<bool> {
+    let renewed = match again {
+        Some((_, false)) => Err(Error::LeaseLost("not granted on this account".to_owned())),
+        _ => store.renew(lease).await,
+    };
+    match (renewed, again) {
+        // Never granted there, or the account came back without the blob (a
+        // restarted emulator, a recreated account): lease it again. A lease
+        // lost there (broken, released, taken) counts as lost for this
+        // renewal, so that a break of a majority ends the term; the account
+        // is leased again at the next renewal, as one not held.
+        (Err(Error::LeaseLost(_)), Some((duration, false)))
+        | (Err(Error::Storage { status: 404, .. }), Some((duration, _))) => {
+            match store.acquire(lease, duration).await? {
+                Acquire::Acquired => Ok(true),
+                Acquire::Held => Err(Error::LeaseLost(
+                    "held by another id on this account".to_owned(),
+                )),
+            }
+        }
+        (renewed, _) => renewed.map(|()| false),
+    }
+}
+
+/// Release and change do not wait once decided.
+fn no_grace(_: Duration) -> Duration {
+    Duration::ZERO
+}
+
+pub(super) fn vote_ok<T>(answer: &Result<T>) -> Vote {
+    if answer.is_ok() {
+        Vote::Yes
+    } else {
+        Vote::Failed
+    }
+}
+
+/// A call that needs the lease: done, lost there, or failed.
+fn vote_held<T>(answer: &Result<T>) -> Vote {
+    match answer {
+        Ok(_) => Vote::Yes,
+        Err(Error::LeaseLost(_)) => Vote::No,
+        Err(_) => Vote::Failed,
+    }
+}
+
+fn lost(operation: &str, votes: Votes) -> Error {
+    Error::LeaseLost(format!(
+        "{operation}: the lease is not held under this id on {} of the {} accounts",
+        votes.no, votes.n
+    ))
+}
