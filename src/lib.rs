@@ -59,12 +59,12 @@ pub use store::collect::Collection;
 pub use store::conformance;
 #[cfg(feature = "testing")]
 pub use store::memory::{MemoryLeaseSetStore, MemoryLeaseStore};
-pub use store::quorum::{
-    AccountLease, Holding, QuorumLeaseSetStore, QuorumLeaseStore, MAX_QUORUM_ACCOUNTS,
-};
 #[cfg(feature = "official-sdk")]
 #[cfg_attr(docsrs, doc(cfg(feature = "official-sdk")))]
 pub use store::official::{OfficialLeaseManager, OfficialLeaseSetStore, OfficialSettings};
+pub use store::quorum::{
+    AccountLease, Holding, QuorumLeaseSetStore, QuorumLeaseStore, MAX_QUORUM_ACCOUNTS,
+};
 pub use store::{
     Acquire, Candidate, LeaseId, LeaseInfo, LeaseSetStore, LeaseState, LeaseStore, MAX_STATE_LEN,
 };

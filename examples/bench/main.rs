@@ -341,7 +341,6 @@ async fn run(config: Config) -> Result<()> {
         soak::soak(&config, &azurite, &mut report).await?;
     }
     if config.runs("backends") {
-        eprintln!("backends: the 0.21 SDK's and the official SDK's ...");
         backends::backends(&config, &azurite, &mut report).await?;
     }
     let elapsed = began.elapsed().as_secs_f64();

@@ -12,9 +12,7 @@ use azure_storage_blob::models::{LeaseDuration, LeaseState as SdkLeaseState};
 use azure_storage_blob::{BlobContainerClient, BlobContainerClientOptions};
 
 use crate::error::{redact, Cause, Error};
-use crate::store::blob_protocol::{
-    parse_epoch, said, status_error, ACQUIRED_AT_KEY, HOLDER_KEY,
-};
+use crate::store::blob_protocol::{parse_epoch, said, status_error, ACQUIRED_AT_KEY, HOLDER_KEY};
 use crate::store::{LeaseInfo, LeaseState};
 
 use super::OfficialSettings;

@@ -27,11 +27,11 @@ use super::client::{
 use super::OfficialSettings;
 use crate::bounded::bounded;
 use crate::error::{Error, Result};
+use crate::options::{lease_seconds, DEFAULT_REQUEST_TIMEOUT};
 use crate::store::blob_protocol::{
     next_epoch, refused, ACQUIRED_AT_KEY, CONTAINER_NOT_FOUND, EPOCH_KEY, HOLDER_KEY,
 };
 use crate::store::collect::{Collection, Collector};
-use crate::options::{lease_seconds, DEFAULT_REQUEST_TIMEOUT};
 use crate::store::{check_state_len, Acquire, Candidate, LeaseId, LeaseInfo, LeaseStore};
 
 /// The lease on one blob through the official Azure SDK: the same calls and

@@ -13,9 +13,9 @@ use super::list::{delete_stale, delete_unleased, list};
 use super::{OfficialLeaseManager, OfficialSettings};
 use crate::bounded::bounded;
 use crate::error::Result;
+use crate::options::DEFAULT_REQUEST_TIMEOUT;
 use crate::store::blob_protocol::{CANDIDATES, MEMBERS};
 use crate::store::collect::{Collection, Collector};
-use crate::options::DEFAULT_REQUEST_TIMEOUT;
 use crate::store::{LeaseInfo, LeaseSetStore};
 
 /// A set of leases in one container through the official SDK, as
