@@ -13,7 +13,9 @@
 //!   connection string converts ([`OfficialSettings::from_blob_settings`]).
 //! - **Same semantics, same answers.** The lease calls, the epoch rule, the
 //!   refusals' wording and what to grant, and the kinds of [`Error`](crate::Error)
-//!   per storage answer are the 0.21 backend's own helpers, shared.
+//!   per storage answer come from `store::blob_protocol`, which the 0.21
+//!   backend uses too: the records one backend writes are the records the
+//!   other reads.
 //! - **No SDK retries, one pooled client.** The pipeline's retry policy is
 //!   `RetryOptions::none()`; every call is bounded by the caller (the mutex,
 //!   the lease set's listing) from its send time. One reqwest client, with
