@@ -217,4 +217,24 @@ mod tests {
         let refused = azure_core_1::Error::with_message(ErrorKind::Connection, "refused");
         assert!(map_error("renew", &refused).is_transient());
     }
+
+    #[test]
+    fn the_service_message_is_kept_on_one_line_without_secrets() {
+        let body = "<?xml version=\"1.0\"?><Error><Code>ServerBusy</Code><Message>Busy.\n\
+                    RequestId:1 https://a.blob.core.windows.net/c/b?sig=SECRET</Message></Error>";
+        let raw = azure_core_1::http::RawResponse::from_bytes(
+            azure_core_1::http::StatusCode::from(503),
+            azure_core_1::http::headers::Headers::new(),
+            body.as_bytes().to_vec(),
+        );
+        let error = ErrorKind::HttpResponse {
+            status: azure_core_1::http::StatusCode::from(503),
+            error_code: Some("ServerBusy".to_owned()),
+            raw_response: Some(Box::new(raw)),
+        }
+        .into_error();
+        let text = map_error("renew", &error).to_string();
+        assert!(text.contains("storage said: Busy.; RequestId:1"), "{text}");
+        assert!(!text.contains("SECRET"), "{text}");
+    }
 }
