@@ -1,6 +1,7 @@
 //! The worker users copy (`examples/worker.rs`), not the fault fixture: two
 //! of them take turns, and every line of the documented contract comes, in
-//! order, from each.
+//! order, from each; on both backends. The lease-set example
+//! (`examples/partitions.rs`) on the official SDK's backend.
 
 mod support;
 
@@ -75,4 +76,41 @@ async fn hands_over(backend: Backend) {
     assert!(led_at >= stopped);
     cluster.history().assert_safe(&cluster.dump());
     cluster.kill_all();
+}
+
+/// The lease-set example (`examples/partitions.rs`) on the official SDK's
+/// backend: two instances share four partitions, two each, never one
+/// partition at two instances; both leave gracefully.
+#[cfg(feature = "official-sdk")]
+#[tokio::test]
+async fn the_partitions_example_shares_its_partitions_on_the_official_sdk() {
+    use support::partitions::{assert_safe, owned_now, terms};
+
+    let backend = Backend::Official;
+    let container = azurite::unique_container("example-partitions");
+    let mut cluster = backend.cluster();
+    for name in ["p0", "p1"] {
+        let mut command = Command::new(example_bin("partitions"));
+        command.args([container.as_str(), "set", name, "4"]).env(
+            "AZURE_STORAGE_CONNECTION_STRING",
+            backend.connection_string(&azurite::shared().endpoint),
+        );
+        cluster.spawn(Spec {
+            name: name.to_owned(),
+            command,
+        });
+    }
+    cluster
+        .wait_for("two partitions each", Duration::from_secs(60), |events| {
+            (owned_now(&terms(events), 2) == [2, 2]).then_some(())
+        })
+        .await;
+    for worker in 0..2 {
+        cluster.terminate(worker);
+    }
+    for worker in 0..2 {
+        let status = cluster.wait_exit(worker, Duration::from_secs(20)).await;
+        assert_eq!(status.code(), Some(0), "{}", cluster.dump_all());
+    }
+    assert_safe(&terms(&cluster.events()), cluster.now(), &cluster.dump());
 }
