@@ -8,8 +8,11 @@
 //! Start it several times on one set with different ids: the partitions
 //! (`p00` … up to the count given) spread evenly over the instances, and move
 //! when one joins, leaves or crashes. The connection string comes from
-//! `AZURE_STORAGE_CONNECTION_STRING` (Azurite's defaults when unset). Ctrl-C
-//! or SIGTERM stops every partition's task, releases its lease, then exits.
+//! `AZURE_STORAGE_CONNECTION_STRING` (Azurite's defaults when unset). With
+//! `BLOB_MUTEX_BACKEND=official` (built with the feature `official-sdk`), it
+//! reaches storage through the official Azure SDK, with the connection
+//! string's SAS. Ctrl-C or SIGTERM stops every partition's task, releases its
+//! lease, then exits.
 //!
 //! Standard output has one line per change, for scripts:
 //! `OWNING partition=<p> epoch=<n> id=<id>` from the partition's task when
@@ -21,7 +24,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use blob_mutex::{
-    BlobLeaseSet, BlobSettings, CancellationToken, LeaseSetOptions, PartitionContext,
+    BlobLeaseSet, BlobSettings, CancellationToken, LeaseSetOptions, LeaseSetStore, PartitionContext,
 };
 use tokio::sync::broadcast::error::RecvError;
 
@@ -81,8 +84,39 @@ async fn main() -> anyhow::Result<()> {
     let options = LeaseSetOptions::default();
     let mutex = options.mutex.clone().with_holder(id.clone());
     let options = options.with_mutex(mutex);
-    let lease_set = BlobLeaseSet::new(&settings, partitions, options, work)?;
+    if std::env::var("BLOB_MUTEX_BACKEND").as_deref() == Ok("official") {
+        let lease_set = official(&settings, partitions, options)?;
+        // Boxed, so that `main`'s own future stays small.
+        return Box::pin(run(lease_set, id)).await;
+    }
+    run(BlobLeaseSet::new(&settings, partitions, options, work)?, id).await
+}
 
+/// The set on the official Azure SDK's backend: the same settings, whose
+/// credential must be a SAS (the official SDK has no shared key).
+#[cfg(feature = "official-sdk")]
+fn official(
+    settings: &BlobSettings,
+    partitions: impl Iterator<Item = String>,
+    options: LeaseSetOptions,
+) -> anyhow::Result<BlobLeaseSet<blob_mutex::OfficialLeaseSetStore>> {
+    let settings = blob_mutex::OfficialSettings::from_blob_settings(settings)?;
+    let store = blob_mutex::OfficialLeaseSetStore::new(&settings)?
+        .with_request_timeout(options.mutex.request_timeout);
+    Ok(BlobLeaseSet::with_store(store, partitions, options, work)?)
+}
+
+#[cfg(not(feature = "official-sdk"))]
+fn official(
+    _: &BlobSettings,
+    _: impl Iterator<Item = String>,
+    _: LeaseSetOptions,
+) -> anyhow::Result<BlobLeaseSet> {
+    anyhow::bail!("BLOB_MUTEX_BACKEND=official needs the feature official-sdk")
+}
+
+/// Runs the set until Ctrl-C or SIGTERM, printing every partition term's end.
+async fn run<S: LeaseSetStore>(lease_set: BlobLeaseSet<S>, id: String) -> anyhow::Result<()> {
     // The end of every partition's term, reported by the set, not by the task.
     let mut reports = lease_set.partition_reports();
     let printer = tokio::spawn(async move {

@@ -14,6 +14,7 @@
 //! | [Metrics and operations](operations) | metrics, the health endpoint, least privilege, stale blobs, benchmarks |
 //! | [Use it from the shell](cli) | the manual of the `blob-mutex` command, with its exit codes |
 //! | [Options, connecting and features](options) | every option and its default, the credentials, what each feature costs |
+//! | [Storage backends](backends) | the 0.21 SDK's backend and the official SDK's: how to choose, and how to migrate |
 //!
 //! Each chapter is a Markdown file under `docs/guide/` that reads the same in
 //! the repository; its Rust code blocks run as doc tests.
@@ -35,6 +36,7 @@ macro_rules! links {
             "[guide-state]: crate::guide::state\n",
             "[guide-cli]: crate::guide::cli\n",
             "[guide-operations]: crate::guide::operations\n",
+            "[guide-backends]: crate::guide::backends\n",
             "[guide-least-privilege]: crate::guide::operations#least-privilege-the-permissions-each-mode-needs\n",
             "[benchmarks]: https://docs.rs/crate/blob-mutex/",
             env!("CARGO_PKG_VERSION"),
@@ -64,6 +66,7 @@ chapter!(testing, "testing.md");
 chapter!(operations, "operations.md");
 chapter!(cli, "cli.md");
 chapter!(options, "options.md");
+chapter!(backends, "backends.md");
 
 #[cfg(test)]
 mod tests {

@@ -21,6 +21,7 @@
 #![doc = "[guide-cli]: crate::guide::cli"]
 #![doc = "[guide-options]: crate::guide::options"]
 #![doc = "[guide-features]: crate::guide::options#what-each-feature-costs"]
+#![doc = "[guide-backends]: crate::guide::backends"]
 #![doc = concat!("[benchmarks]: https://docs.rs/crate/blob-mutex/", env!("CARGO_PKG_VERSION"), "/source/BENCHMARKS.md")]
 #![doc = concat!("[security]: https://docs.rs/crate/blob-mutex/", env!("CARGO_PKG_VERSION"), "/source/SECURITY.md")]
 #![doc = include_str!("../README.md")]
@@ -58,6 +59,9 @@ pub use store::collect::Collection;
 pub use store::conformance;
 #[cfg(feature = "testing")]
 pub use store::memory::{MemoryLeaseSetStore, MemoryLeaseStore};
+#[cfg(feature = "official-sdk")]
+#[cfg_attr(docsrs, doc(cfg(feature = "official-sdk")))]
+pub use store::official::{OfficialLeaseManager, OfficialLeaseSetStore, OfficialSettings};
 pub use store::quorum::{
     AccountLease, Holding, QuorumLeaseSetStore, QuorumLeaseStore, MAX_QUORUM_ACCOUNTS,
 };

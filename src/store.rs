@@ -5,7 +5,9 @@
 //! `azure_storage_blobs` 0.21 crates (`blob`), what every blob backend
 //! writes and reads whatever its SDK (`blob_protocol`), the collection of
 //! stale blobs (`collect`), the quorum over several accounts (`quorum`), the
-//! in-memory store (`memory`) and the contract's tests (`conformance`).
+//! in-memory store (`memory`) and the contract's tests (`conformance`); with
+//! the feature `official-sdk`, the backend on the official Azure SDK
+//! (`official`).
 //! Nothing here knows the engine, the mutex or the lease set.
 
 use std::fmt;
@@ -22,6 +24,8 @@ pub(crate) mod collect;
 pub mod conformance;
 #[cfg(feature = "testing")]
 pub(crate) mod memory;
+#[cfg(feature = "official-sdk")]
+pub(crate) mod official;
 pub(crate) mod quorum;
 
 /// A lease id: a UUID chosen by this crate (a *proposed* lease id), so that a

@@ -46,10 +46,16 @@ struct Case {
     container: String,
     blob: &'static str,
     dir: PathBuf,
+    /// The connection string every command gets.
+    connection: String,
 }
 
 impl Case {
     fn new(name: &'static str) -> Case {
+        Self::on(name, azurite::shared().connection_string())
+    }
+
+    fn on(name: &'static str, connection: String) -> Case {
         let container = azurite::unique_container(&format!("cli-{name}"));
         let dir = std::env::temp_dir().join(format!("blob-mutex-{container}"));
         std::fs::create_dir_all(&dir).expect("create the test directory");
@@ -57,6 +63,7 @@ impl Case {
             container,
             blob: "lock",
             dir,
+            connection,
         }
     }
 
@@ -67,10 +74,7 @@ impl Case {
         command
             .arg(subcommand)
             .args(["--container", &self.container, "--blob", self.blob])
-            .env(
-                "AZURE_STORAGE_CONNECTION_STRING",
-                azurite::shared().connection_string(),
-            )
+            .env("AZURE_STORAGE_CONNECTION_STRING", &self.connection)
             .env_remove("RUST_LOG")
             .stdin(Stdio::null())
             .kill_on_drop(true);
@@ -285,10 +289,30 @@ fn assert_one_line_error(output: &Output, code: i32, needle: &str) {
 
 #[tokio::test]
 async fn two_runs_take_turns_and_the_second_starts_within_acquire_retry_plus_1s() {
-    let case = Case::new("turns");
-    let flags = ["--acquire-retry", "1s"];
-    let mut a = case.run("a", 7, &flags);
-    let mut b = case.run("b", 0, &flags);
+    take_turns(&Case::new("turns"), &["--acquire-retry", "1s"]).await;
+}
+
+/// The same election and failover through the official SDK's backend,
+/// with a SAS.
+#[cfg(feature = "official-sdk")]
+#[tokio::test]
+async fn two_runs_on_the_official_sdk_take_turns() {
+    let connection =
+        support::backend::Backend::Official.connection_string(&azurite::shared().endpoint);
+    let case = Case::on("official", connection);
+    take_turns(&case, &["--acquire-retry", "1s", "--backend", "official"]).await;
+    for holder in ["a", "b"] {
+        let stderr = case.stderr(holder);
+        assert!(
+            stderr.contains("through the official Azure SDK"),
+            "{stderr}"
+        );
+    }
+}
+
+async fn take_turns(case: &Case, flags: &[&str]) {
+    let mut a = case.run("a", 7, flags);
+    let mut b = case.run("b", 0, flags);
 
     let limit = Duration::from_secs(30);
     let (first, second) = wait_for("one command to start", limit, || {

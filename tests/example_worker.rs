@@ -1,6 +1,7 @@
 //! The worker users copy (`examples/worker.rs`), not the fault fixture: two
 //! of them take turns, and every line of the documented contract comes, in
-//! order, from each.
+//! order, from each; on both backends. The lease-set example
+//! (`examples/partitions.rs`) on the official SDK's backend.
 
 mod support;
 
@@ -8,13 +9,14 @@ use std::process::Command;
 use std::time::Duration;
 
 use support::azurite;
-use support::workers::{example_bin, Cluster, Spec, What};
+use support::backend::Backend;
+use support::workers::{example_bin, Spec, What};
 
-fn spec(name: &str, container: &str) -> Spec {
+fn spec(backend: Backend, name: &str, container: &str) -> Spec {
     let mut command = Command::new(example_bin("worker"));
     command.args([container, "example-worker", name]).env(
         "AZURE_STORAGE_CONNECTION_STRING",
-        azurite::shared().connection_string(),
+        backend.connection_string(&azurite::shared().endpoint),
     );
     Spec {
         name: name.to_owned(),
@@ -24,8 +26,19 @@ fn spec(name: &str, container: &str) -> Spec {
 
 #[tokio::test]
 async fn the_example_worker_hands_over_and_prints_its_contract() {
+    hands_over(Backend::Legacy).await;
+}
+
+#[cfg(feature = "official-sdk")]
+#[tokio::test]
+async fn the_example_worker_hands_over_on_the_official_sdk() {
+    hands_over(Backend::Official).await;
+}
+
+async fn hands_over(backend: Backend) {
     let container = azurite::unique_container("example-worker");
-    let mut cluster = Cluster::new();
+    let mut cluster = backend.cluster();
+    let spec = |name: &str, container: &str| spec(backend, name, container);
     cluster.spawn(spec("w0", &container));
     cluster.spawn(spec("w1", &container));
     let (leader, epoch, _) = cluster.wait_first_leader().await;
@@ -63,4 +76,41 @@ async fn the_example_worker_hands_over_and_prints_its_contract() {
     assert!(led_at >= stopped);
     cluster.history().assert_safe(&cluster.dump());
     cluster.kill_all();
+}
+
+/// The lease-set example (`examples/partitions.rs`) on the official SDK's
+/// backend: two instances share four partitions, two each, never one
+/// partition at two instances; both leave gracefully.
+#[cfg(feature = "official-sdk")]
+#[tokio::test]
+async fn the_partitions_example_shares_its_partitions_on_the_official_sdk() {
+    use support::partitions::{assert_safe, owned_now, terms};
+
+    let backend = Backend::Official;
+    let container = azurite::unique_container("example-partitions");
+    let mut cluster = backend.cluster();
+    for name in ["p0", "p1"] {
+        let mut command = Command::new(example_bin("partitions"));
+        command.args([container.as_str(), "set", name, "4"]).env(
+            "AZURE_STORAGE_CONNECTION_STRING",
+            backend.connection_string(&azurite::shared().endpoint),
+        );
+        cluster.spawn(Spec {
+            name: name.to_owned(),
+            command,
+        });
+    }
+    cluster
+        .wait_for("two partitions each", Duration::from_secs(60), |events| {
+            (owned_now(&terms(events), 2) == [2, 2]).then_some(())
+        })
+        .await;
+    for worker in 0..2 {
+        cluster.terminate(worker);
+    }
+    for worker in 0..2 {
+        let status = cluster.wait_exit(worker, Duration::from_secs(20)).await;
+        assert_eq!(status.code(), Some(0), "{}", cluster.dump_all());
+    }
+    assert_safe(&terms(&cluster.events()), cluster.now(), &cluster.dump());
 }

@@ -12,6 +12,7 @@ mod support;
 use std::time::Duration;
 
 use support::azurite::{unique_container, Azurite};
+use support::backend::Backend;
 use support::foreign::{Foreign, CALL};
 use support::workers::Cluster;
 
@@ -24,13 +25,18 @@ fn azurite() -> Azurite {
 
 /// Two workers on `container`/`blob`, straight to `azurite`.
 fn workers(azurite: &Azurite, container: &str, blob: &str) -> Cluster {
-    let mut cluster = Cluster::new();
+    workers_on(Backend::Legacy, azurite, container, blob)
+}
+
+/// Two workers on `container`/`blob` through `backend`, straight to `azurite`.
+fn workers_on(backend: Backend, azurite: &Azurite, container: &str, blob: &str) -> Cluster {
+    let mut cluster = backend.cluster();
     cluster.spawn_workers(
         2,
         container,
         blob,
         &["--acquire-retry-ms", "500", "--renew-ms", "2000"],
-        |_| azurite.connection_string(),
+        |_| backend.connection_string(&azurite.endpoint),
     );
     cluster
 }
@@ -79,10 +85,20 @@ async fn foreign_content_and_metadata_are_never_overwritten() {
 
 #[tokio::test]
 async fn a_broken_lease_stops_the_leader() {
+    broken_lease(Backend::Legacy).await;
+}
+
+#[cfg(feature = "official-sdk")]
+#[tokio::test]
+async fn a_broken_lease_stops_the_leader_on_the_official_sdk() {
+    broken_lease(Backend::Official).await;
+}
+
+async fn broken_lease(backend: Backend) {
     let azurite = azurite();
     let container = unique_container("foreign-break");
     let foreign = Foreign::new(&azurite.connection_string(), &container, "break");
-    let cluster = workers(&azurite, &container, "break");
+    let cluster = workers_on(backend, &azurite, &container, "break");
     let (leader, epoch, _) = cluster.wait_first_leader().await;
     // A moment of steady leadership before the break.
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -115,7 +131,7 @@ async fn a_broken_lease_stops_the_leader() {
         history.summary()
     );
     println!(
-        "foreign break: leader stopped {:.3}s after the break (renew interval {:.1}s), \
+        "foreign break ({backend:?}): leader stopped {:.3}s after the break (renew interval {:.1}s), \
          next leader (epoch {next_epoch}) {:.3}s after it; overlap caused by the break {:.3}s; {}",
         // The foreign client returns a moment after the break took effect:
         // the leader may have stopped before `broken` was read.

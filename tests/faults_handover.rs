@@ -14,6 +14,7 @@ mod support;
 use std::time::Duration;
 
 use support::azurite;
+use support::backend::Backend;
 use support::proxy::{Proxy, Request};
 use support::workers::{Cluster, Spec, What};
 
@@ -27,6 +28,7 @@ const SLACK: Duration = Duration::from_secs(3);
 const TIMING: [&str; 4] = ["--renew-ms", "2000", "--acquire-retry-ms", "500"];
 
 struct Setup {
+    backend: Backend,
     proxy: Proxy,
     cluster: Cluster,
     container: String,
@@ -35,9 +37,14 @@ struct Setup {
 
 impl Setup {
     fn new(blob: &'static str) -> Setup {
+        Self::on(Backend::Legacy, blob)
+    }
+
+    fn on(backend: Backend, blob: &'static str) -> Setup {
         Setup {
+            backend,
             proxy: Proxy::start(azurite::shared().port),
-            cluster: Cluster::new(),
+            cluster: backend.cluster(),
             container: azurite::unique_container(blob),
             blob,
         }
@@ -51,7 +58,7 @@ impl Setup {
         options.extend(extra);
         self.cluster.spawn(Spec::worker(
             name,
-            &self.proxy.connection_string(),
+            &self.backend.connection_string(&self.proxy.endpoint()),
             &self.container,
             self.blob,
             &options,
@@ -84,7 +91,9 @@ impl Setup {
     /// When the first candidate record request of a worker's advertising
     /// reached the proxy: an acquire on a `.candidates/` blob.
     fn first_advert_after(&self, after: std::time::Instant) -> Option<std::time::Instant> {
-        self.requests(|r| r.is("acquire") && r.target.contains(".candidates/") && r.at >= after)
+        // The official SDK sends the `/` of a blob name as `%2F`.
+        let record = |t: &str| t.contains(".candidates/") || t.contains(".candidates%2F");
+        self.requests(|r| r.is("acquire") && record(&r.target) && r.at >= after)
             .first()
             .map(|r| r.at)
     }
@@ -92,7 +101,19 @@ impl Setup {
 
 #[tokio::test]
 async fn a_higher_priority_worker_leads_after_exactly_one_handover() {
-    let mut s = Setup::new("handover");
+    one_handover(Backend::Legacy).await;
+}
+
+/// The same handover (candidate records, Change Lease) through the official
+/// SDK's backend.
+#[cfg(feature = "official-sdk")]
+#[tokio::test]
+async fn a_higher_priority_worker_leads_after_exactly_one_handover_on_the_official_sdk() {
+    one_handover(Backend::Official).await;
+}
+
+async fn one_handover(backend: Backend) {
+    let mut s = Setup::on(backend, "handover");
     let old = s.start("v1", 1, &[]);
     let (first, epoch, _) = s.cluster.wait_first_leader().await;
     assert_eq!(first, old);
@@ -125,7 +146,7 @@ async fn a_higher_priority_worker_leads_after_exactly_one_handover() {
     assert_eq!(s.changes().len(), 1, "{:?}", s.changes());
     s.assert_no_break();
     println!(
-        "handover: new leader {:.3}s after it advertised; {}",
+        "handover ({backend:?}): new leader {:.3}s after it advertised; {}",
         took.as_secs_f64(),
         history.summary()
     );

@@ -11,6 +11,7 @@ mod support;
 use std::time::Duration;
 
 use support::azurite;
+use support::backend::Backend;
 use support::partitions::{assert_safe, owned_now, terms};
 use support::proxy::Proxy;
 use support::workers::{Cluster, Spec, What};
@@ -56,8 +57,24 @@ async fn settle(cluster: &Cluster, want: &[usize], limit: Duration) -> Duration 
 
 #[tokio::test]
 async fn partitions_spread_rebalance_on_join_and_leave_and_never_overlap() {
+    spread_and_rebalance(Backend::Legacy).await;
+}
+
+/// The same lease set through the official SDK's backend
+/// (`OfficialLeaseSetStore`).
+#[cfg(feature = "official-sdk")]
+#[tokio::test]
+async fn partitions_spread_rebalance_and_never_overlap_on_the_official_sdk() {
+    spread_and_rebalance(Backend::Official).await;
+}
+
+async fn spread_and_rebalance(backend: Backend) {
     let container = azurite::unique_container("partitions");
-    let mut cluster = Cluster::new();
+    let mut cluster = backend.cluster();
+    let connection = backend.connection_string(&azurite::shared().endpoint);
+    let spawn = |cluster: &mut Cluster, name: &str, container: &str| {
+        spawn_via(cluster, name, container, &connection)
+    };
     for name in ["a", "b", "c"] {
         spawn(&mut cluster, name, &container);
     }
@@ -76,7 +93,7 @@ async fn partitions_spread_rebalance_on_join_and_leave_and_never_overlap() {
 
     assert_safe(&terms(&cluster.events()), cluster.now(), &cluster.dump());
     println!(
-        "partitions: 3 workers balanced 12 partitions {:.1}s after start; a 4th got its share {:.1}s after \
+        "partitions ({backend:?}): 3 workers balanced 12 partitions {:.1}s after start; a 4th got its share {:.1}s after \
          joining; a graceful leave's partitions owned again in {:.1}s",
         balanced.as_secs_f64(),
         (rebalanced - joined).as_secs_f64(),

@@ -11,8 +11,8 @@ mod support;
 use std::time::Duration;
 
 use support::azurite;
+use support::backend::Backend;
 use support::proxy::{Direction, Mode, Proxy};
-use support::workers::Cluster;
 
 const LEASE: Duration = Duration::from_secs(15);
 const RETRY: Duration = Duration::from_millis(500);
@@ -22,16 +22,26 @@ const MARGIN: Duration = Duration::from_millis(1150);
 
 #[tokio::test]
 async fn a_leader_on_slow_storage_steps_down_at_its_deadline() {
+    slow_storage(Backend::Legacy).await;
+}
+
+#[cfg(feature = "official-sdk")]
+#[tokio::test]
+async fn a_leader_on_slow_storage_steps_down_at_its_deadline_on_the_official_sdk() {
+    slow_storage(Backend::Official).await;
+}
+
+async fn slow_storage(backend: Backend) {
     let container = azurite::unique_container("slow");
     // One proxy per worker, so that only the leader's storage is slow.
     let proxies = Proxy::start_many(2, azurite::shared().port);
-    let mut cluster = Cluster::new();
+    let mut cluster = backend.cluster();
     cluster.spawn_workers(
         2,
         &container,
         "slow",
         &["--acquire-retry-ms", "500", "--request-timeout-ms", "1000"],
-        |i| proxies[i].connection_string(),
+        |i| backend.connection_string(&proxies[i].endpoint()),
     );
     let (leader, epoch, led_at) = cluster.wait_first_leader().await;
     let proxy = &proxies[leader];
@@ -80,7 +90,7 @@ async fn a_leader_on_slow_storage_steps_down_at_its_deadline() {
     let history = cluster.history();
     history.assert_safe(&cluster.dump());
     println!(
-        "slow storage: led at {:.3}s, last confirmed renewal {:.3}s, slow from {:.3}s; task stopped at {:.3}s \
+        "slow storage ({backend:?}): led at {:.3}s, last confirmed renewal {:.3}s, slow from {:.3}s; task stopped at {:.3}s \
          ({:.3}s before the deadline {:.3}s); follower led at {:.3}s; {}",
         led_at.as_secs_f64(),
         renewed.as_secs_f64(),

@@ -12,8 +12,8 @@ mod support;
 use std::time::{Duration, Instant};
 
 use support::azurite::Azurite;
+use support::backend::Backend;
 use support::proxy::{Fate, Proxy};
-use support::workers::Cluster;
 
 const LEASE: Duration = Duration::from_secs(15);
 const RETRY: Duration = Duration::from_millis(500);
@@ -23,17 +23,27 @@ const WORKERS: usize = 3;
 
 #[tokio::test]
 async fn nobody_new_leads_while_storage_is_down_and_someone_leads_soon_after() {
+    storage_down(Backend::Legacy).await;
+}
+
+#[cfg(feature = "official-sdk")]
+#[tokio::test]
+async fn nobody_new_leads_while_storage_is_down_and_someone_leads_soon_after_on_the_official_sdk() {
+    storage_down(Backend::Official).await;
+}
+
+async fn storage_down(backend: Backend) {
     let mut azurite = Azurite::start_persistent();
     // One proxy in front of all workers, to count their requests.
     let proxy = Proxy::start(azurite.port);
     let container = support::azurite::unique_container("down");
-    let mut cluster = Cluster::new();
+    let mut cluster = backend.cluster();
     cluster.spawn_workers(
         WORKERS,
         &container,
         "down",
         &["--acquire-retry-ms", "500"],
-        |_| proxy.connection_string(),
+        |_| backend.connection_string(&proxy.endpoint()),
     );
     let (leader, epoch, _) = cluster.wait_first_leader().await;
     // A steady state before the outage: the leader leads, the followers poll.
@@ -109,7 +119,7 @@ async fn nobody_new_leads_while_storage_is_down_and_someone_leads_soon_after() {
     let history = cluster.history();
     history.assert_safe(&cluster.dump());
     println!(
-        "storage down {:.1}s: old leader stopped {:.3}s after the outage began; {all} requests while down \
+        "storage down ({backend:?}) {:.1}s: old leader stopped {:.3}s after the outage began; {all} requests while down \
          ({rate:.2}/s per worker, {later_rate:.2}/s in the second half); restart took {:.3}s; \
          new leader {:.3}s after storage was back; {}",
         (restart_at - down_at).as_secs_f64(),

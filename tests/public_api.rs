@@ -2,8 +2,8 @@
 //! drops a re-export fails to compile. Generated from the list of the public
 //! API: `scripts/public-api --test tests/fixtures/public-api.txt`.
 // The list is made with every feature; `testing` gates the memory stores and
-// the conformance suite.
-#![cfg(feature = "testing")]
+// the conformance suite, `official-sdk` the official SDK's backend.
+#![cfg(all(feature = "testing", feature = "official-sdk"))]
 
 #[allow(unused_imports)]
 use blob_mutex::conformance::{
@@ -16,7 +16,8 @@ use blob_mutex::conformance::{
 };
 #[allow(unused_imports)]
 use blob_mutex::guide::{
-    cli, election, guarantees, handover, operations, options, partitions, quorum, state, testing,
+    backends, cli, election, guarantees, handover, operations, options, partitions, quorum, state,
+    testing,
 };
 #[allow(unused_imports)]
 use blob_mutex::{
@@ -24,10 +25,10 @@ use blob_mutex::{
     BlobLeaseSet, BlobLeaseSetStore, BlobSettings, BoxError, CancellationToken, Candidate, Cause,
     Collection, Error, Heartbeat, Holding, LeaderContext, Leadership, LeaseId, LeaseInfo,
     LeaseSetOptions, LeaseSetStore, LeaseState, LeaseStore, MemoryLeaseSetStore, MemoryLeaseStore,
-    MutexOptions, PartitionContext, PartitionReport, QuorumLeaseSetStore, QuorumLeaseStore, Result,
-    StopReason, Strategy, TaskStop, TermReport, ACQUIRED_AT_KEY, AZURITE_ACCOUNT, AZURITE_ENDPOINT,
-    EPOCH_KEY, FAIL_STOP_EXIT_CODE, HOLDER_KEY, MAX_QUORUM_ACCOUNTS, MAX_STATE_LEN, PRIORITY_KEY,
-    PROPOSED_KEY, STOP_SLACK,
+    MutexOptions, OfficialLeaseManager, OfficialLeaseSetStore, OfficialSettings, PartitionContext,
+    PartitionReport, QuorumLeaseSetStore, QuorumLeaseStore, Result, StopReason, Strategy, TaskStop,
+    TermReport, ACQUIRED_AT_KEY, AZURITE_ACCOUNT, AZURITE_ENDPOINT, EPOCH_KEY, FAIL_STOP_EXIT_CODE,
+    HOLDER_KEY, MAX_QUORUM_ACCOUNTS, MAX_STATE_LEN, PRIORITY_KEY, PROPOSED_KEY, STOP_SLACK,
 };
 
 /// The items named above.
@@ -66,6 +67,9 @@ const NAMED: &[&str] = &[
     "blob_mutex::MemoryLeaseSetStore",
     "blob_mutex::MemoryLeaseStore",
     "blob_mutex::MutexOptions",
+    "blob_mutex::OfficialLeaseManager",
+    "blob_mutex::OfficialLeaseSetStore",
+    "blob_mutex::OfficialSettings",
     "blob_mutex::PRIORITY_KEY",
     "blob_mutex::PROPOSED_KEY",
     "blob_mutex::PartitionContext",
@@ -93,6 +97,7 @@ const NAMED: &[&str] = &[
     "blob_mutex::conformance::state_is_kept_across_terms_with_the_metadata",
     "blob_mutex::conformance::state_writes_land_only_under_the_lease",
     "blob_mutex::guide",
+    "blob_mutex::guide::backends",
     "blob_mutex::guide::cli",
     "blob_mutex::guide::election",
     "blob_mutex::guide::guarantees",

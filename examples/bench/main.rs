@@ -36,9 +36,10 @@
 //! `--soak-cycle-secs N` (a set instance's join-and-leave cycle) [120],
 //! `--soak-churn-secs N` (between two restarts of a mutex contender) [20],
 //! `--soak-warmup-secs N` (left out of the soak's fit) [a sixth of the run],
-//! `--sections overhead,contention,cost,handover,crash,successor,partitions,quorum,soak`
-//! [all but `soak`, in that order; `soak` runs only when named; `--quick` leaves
-//! `partitions` out unless it is named],
+//! `--sections overhead,contention,cost,handover,crash,successor,partitions,quorum,soak,backends`
+//! [all but `soak` and `backends`, in that order; `soak` runs only when named,
+//! and so does `backends`, in a build with `--features official-sdk`; `--quick`
+//! leaves `partitions` out unless it is named],
 //! `--out DIR` [`bench-results`], `--endpoint URL` (use a running Azurite's
 //! blob endpoint, `http://<ip>:<port>/devstoreaccount1`, instead of starting
 //! one). The worker processes are the `fault-worker` example
@@ -46,12 +47,13 @@
 //!
 //! One module per section (`overhead.rs`, `contention.rs`, `cost.rs` with
 //! `footprint.rs`, `failover.rs` for `handover` and `crash`, `successor.rs`,
-//! `partitions.rs`, `quorum.rs`, `soak.rs`);
+//! `partitions.rs`, `quorum.rs`, `soak.rs`, `backends.rs`);
 //! the rest is
 //! shared: `azurite.rs`, `proxy.rs` (the counting proxy), `workers.rs` (the
 //! worker processes), `stats.rs`, `json.rs` and `report.rs`.
 
 mod azurite;
+mod backends;
 mod contention;
 mod cost;
 mod failover;
@@ -90,7 +92,7 @@ const JITTER: f64 = 0.2;
 const IDLE_WORK_MS: &str = "600000";
 
 /// The sections, in the order they run.
-const SECTIONS: [&str; 9] = [
+const SECTIONS: [&str; 10] = [
     "overhead",
     "contention",
     "cost",
@@ -100,6 +102,7 @@ const SECTIONS: [&str; 9] = [
     "partitions",
     "quorum",
     "soak",
+    "backends",
 ];
 
 struct Config {
@@ -167,7 +170,7 @@ impl Config {
             },
             sections: SECTIONS
                 .iter()
-                .filter(|s| **s != "soak" && !(quick && **s == "partitions"))
+                .filter(|s| **s != "soak" && **s != "backends" && !(quick && **s == "partitions"))
                 .map(|s| (*s).to_owned())
                 .collect(),
             out: PathBuf::from("bench-results"),
@@ -336,6 +339,9 @@ async fn run(config: Config) -> Result<()> {
             config.set_size
         );
         soak::soak(&config, &azurite, &mut report).await?;
+    }
+    if config.runs("backends") {
+        backends::backends(&config, &azurite, &mut report).await?;
     }
     let elapsed = began.elapsed().as_secs_f64();
     report.section(

@@ -8,6 +8,7 @@
 #![allow(dead_code, unreachable_pub)]
 
 pub mod azurite;
+pub mod backend;
 pub mod chaos;
 pub mod foreign;
 pub mod matrix_process;

@@ -190,6 +190,8 @@ pub struct Cluster {
     start: Instant,
     procs: Vec<Proc>,
     events: Arc<Mutex<Vec<Event>>>,
+    /// `BLOB_MUTEX_BACKEND` for every worker, when not the default backend.
+    backend: Option<&'static str>,
 }
 
 impl Default for Cluster {
@@ -205,7 +207,16 @@ impl Cluster {
             start: Instant::now(),
             procs: Vec::new(),
             events: Arc::new(Mutex::new(Vec::new())),
+            backend: None,
         }
+    }
+
+    /// An empty cluster whose workers reach storage through `backend` (the
+    /// value of `BLOB_MUTEX_BACKEND`, such as `official`).
+    pub fn on_backend(backend: &'static str) -> Cluster {
+        let mut cluster = Cluster::new();
+        cluster.backend = Some(backend);
+        cluster
     }
 
     /// The instant the cluster's clock counts from.
@@ -226,6 +237,9 @@ impl Cluster {
     /// Starts a worker; returns its index.
     pub fn spawn(&mut self, mut spec: Spec) -> usize {
         let index = self.procs.len();
+        if let Some(backend) = self.backend {
+            spec.command.env("BLOB_MUTEX_BACKEND", backend);
+        }
         let mut child = spec
             .command
             .stdin(Stdio::null())

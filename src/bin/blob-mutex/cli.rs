@@ -416,9 +416,27 @@ pub(crate) struct RunArgs {
     /// address only, for example 127.0.0.1:9898. [default: off]
     #[arg(long, value_name = "ADDR")]
     pub(crate) metrics_addr: Option<std::net::SocketAddr>,
+    /// The storage backend: legacy (the azure_storage_blobs 0.21 SDK) or
+    /// official (the official Azure SDK, azure_storage_blob 1.x), which
+    /// takes a SAS: a connection string with SharedAccessSignature, no
+    /// account key. Both keep the same lease blob the same way; one account
+    /// only. [default: legacy]
+    #[cfg(feature = "official-sdk")]
+    #[arg(long, value_enum, env = "BLOB_MUTEX_BACKEND", default_value = "legacy")]
+    pub(crate) backend: Backend,
     /// The command to run, and its arguments, after `--`.
     #[arg(last = true, required = true, value_name = "CMD")]
     pub(crate) command: Vec<OsString>,
+}
+
+/// The storage backend of `run --backend`.
+#[cfg(feature = "official-sdk")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum Backend {
+    /// `azure_storage_blobs` 0.21.
+    Legacy,
+    /// The official Azure SDK, `azure_storage_blob` 1.x.
+    Official,
 }
 
 /// `blob-mutex status`.

@@ -10,11 +10,8 @@ use futures_util::StreamExt;
 use tracing::{debug, trace, warn};
 
 use super::errors::{http_status, map_error};
+use crate::store::blob_protocol::DELETES_IN_FLIGHT;
 use crate::store::collect::Collector;
-
-/// The most conditional deletes of stale blobs in flight at once: few, so
-/// that a backlog of deletions never crowds out the renewals.
-const DELETES_IN_FLIGHT: usize = 4;
 
 /// Deletes the stale blobs `due` (full names, with the `ETag` each was seen
 /// with), each only if it is unchanged and not leased (no lease id is

@@ -7,7 +7,8 @@ use tracing::{debug, trace};
 
 use super::errors::{http_status, map_error};
 use super::BlobLeaseManager;
-use crate::error::{Error, Result};
+use crate::error::Result;
+use crate::store::blob_protocol::refused;
 use crate::store::{check_state_len, LeaseId};
 
 impl BlobLeaseManager {
@@ -68,13 +69,5 @@ impl BlobLeaseManager {
                 Err(e) => return Err(refused(map_error("write state", &e))),
             }
         }
-    }
-}
-
-/// A lost lease, as the answer to a state write: the write was refused.
-fn refused(error: Error) -> Error {
-    match error {
-        Error::LeaseLost(message) => Error::StateWriteRefused(message),
-        other => other,
     }
 }

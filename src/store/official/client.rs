@@ -1,0 +1,240 @@
+//! The official SDK's clients as this crate needs them (one pooled HTTP
+//! client, no retries, a pinned service version), and its answers in the
+//! crate's words: errors by status and `x-ms-error-code`, lease states.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use azure_core_1::error::ErrorKind;
+use azure_core_1::http::{ClientOptions, RetryOptions, Transport};
+use azure_storage_blob::models::{LeaseDuration, LeaseState as SdkLeaseState};
+use azure_storage_blob::{BlobContainerClient, BlobContainerClientOptions};
+
+use crate::error::{redact, Cause, Error};
+use crate::store::blob_protocol::{parse_epoch, said, status_error, ACQUIRED_AT_KEY, HOLDER_KEY};
+use crate::store::{LeaseInfo, LeaseState};
+
+use super::OfficialSettings;
+
+/// The service version sent (`x-ms-version`): the newest that Azurite
+/// 3.35 knows, so that the backend runs on the emulator the project pins
+/// without `--skipApiVersionCheck`. Azure accepts it; every call this
+/// crate makes has been in the REST API since 2019.
+pub(super) const SERVICE_VERSION: &str = "2025-11-05";
+
+/// How long an idle connection stays in the pool (as the 0.21 backend's:
+/// under Azurite's 5 s keep-alive).
+const POOL_IDLE: Duration = Duration::from_secs(4);
+/// The most idle connections kept to the endpoint.
+const POOL_MAX_IDLE: usize = 32;
+
+/// A container client of the settings: one HTTP client with a pool of
+/// kept-alive connections, shared by every blob client made from it, the
+/// SDK's retries off (the crate owns retries and deadlines).
+pub(super) fn container_client(settings: &OfficialSettings) -> Result<BlobContainerClient, Error> {
+    let options = BlobContainerClientOptions {
+        client_options: ClientOptions {
+            retry: RetryOptions::none(),
+            transport: Some(Transport::new(Arc::new(http_client()?))),
+            ..ClientOptions::default()
+        },
+        version: SERVICE_VERSION.to_owned(),
+    };
+    BlobContainerClient::new(
+        settings.container_url().clone(),
+        settings.credential(),
+        Some(options),
+    )
+    .map_err(|e| Error::invalid("container_url", redact(&e.to_string())))
+}
+
+/// The HTTP client: reqwest 0.13 with rustls on ring and the webpki roots
+/// (the SDK's default would build rustls on aws-lc), no decompression.
+fn http_client() -> Result<reqwest_013::Client, Error> {
+    let roots = rustls::RootCertStore {
+        roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
+    };
+    let failed = |e: &dyn std::fmt::Display| Error::Transport {
+        operation: "create the HTTP client",
+        source: Cause::new(e.to_string()),
+    };
+    let tls = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .map_err(|e| failed(&e))?
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    reqwest_013::Client::builder()
+        .tls_backend_preconfigured(tls)
+        .pool_idle_timeout(POOL_IDLE)
+        .pool_max_idle_per_host(POOL_MAX_IDLE)
+        .build()
+        .map_err(|e| failed(&e))
+}
+
+/// The status and `x-ms-error-code` of an error answer.
+pub(super) fn http_status(error: &azure_core_1::Error) -> Option<(u16, Option<String>)> {
+    match error.kind() {
+        ErrorKind::HttpResponse {
+            status, error_code, ..
+        } => Some((u16::from(*status), error_code.clone())),
+        _ => None,
+    }
+}
+
+pub(super) fn is_not_found(error: &azure_core_1::Error) -> bool {
+    matches!(http_status(error), Some((404, _)))
+}
+
+/// The `<Message>` storage sent with an error status (see [`said`]);
+/// empty when it sent none (a `HEAD` answer has no body).
+fn service_message(error: &azure_core_1::Error) -> String {
+    let ErrorKind::HttpResponse {
+        raw_response: Some(raw),
+        ..
+    } = error.kind()
+    else {
+        return String::new();
+    };
+    let body = String::from_utf8_lossy(raw.body());
+    body.split_once("<Message>")
+        .and_then(|(_, rest)| rest.split_once("</Message>"))
+        .map(|(message, _)| said(message))
+        .unwrap_or_default()
+}
+
+/// Maps an SDK error to the crate's kinds, as the 0.21 backend maps the
+/// same storage answers: 401/403 authentication (naming what to grant),
+/// 409/412 with a lost-lease code a lost lease, other statuses storage
+/// errors, a credential without a token transient, anything else transport.
+pub(super) fn map_error(operation: &'static str, error: &azure_core_1::Error) -> Error {
+    if let Some((status, code)) = http_status(error) {
+        return status_error(operation, status, code, &service_message(error));
+    }
+    match error.kind() {
+        ErrorKind::Credential => Error::CredentialUnavailable {
+            operation,
+            source: Cause::of(error),
+        },
+        ErrorKind::DataConversion => Error::UnexpectedResponse {
+            operation,
+            message: redact(&error.to_string()),
+        },
+        _ => Error::Transport {
+            operation,
+            source: Cause::of(error),
+        },
+    }
+}
+
+/// The error of a call on a lease we hold (renew, release): as
+/// [`map_error`], and a blob that is gone is a lost lease.
+pub(super) fn lease_call_error(operation: &'static str, error: &azure_core_1::Error) -> Error {
+    match http_status(error) {
+        Some((404, code)) => Error::LeaseLost(format!(
+            "{operation}: {} (the blob no longer exists)",
+            code.as_deref().unwrap_or("404")
+        )),
+        _ => map_error(operation, error),
+    }
+}
+
+/// A response header the SDK could not parse: an unexpected answer.
+pub(super) fn unparsable(operation: &'static str, error: &azure_core_1::Error) -> Error {
+    Error::UnexpectedResponse {
+        operation,
+        message: redact(&error.to_string()),
+    }
+}
+
+/// What a blob's lease state, duration, metadata, length and `ETag` say of
+/// its lease.
+pub(super) fn lease_info(
+    state: Option<SdkLeaseState>,
+    duration: Option<LeaseDuration>,
+    metadata: &HashMap<String, String>,
+    content_length: Option<u64>,
+    etag: Option<String>,
+) -> LeaseInfo {
+    let state = match state {
+        Some(SdkLeaseState::Leased) => LeaseState::Leased,
+        Some(SdkLeaseState::Expired) => LeaseState::Expired,
+        Some(SdkLeaseState::Breaking) => LeaseState::Breaking,
+        Some(SdkLeaseState::Broken) => LeaseState::Broken,
+        _ => LeaseState::Available,
+    };
+    let mut info = LeaseInfo::new(state);
+    info.infinite = match (state, duration) {
+        (LeaseState::Leased, Some(LeaseDuration::Infinite)) => Some(true),
+        (LeaseState::Leased, _) => Some(false),
+        _ => None,
+    };
+    info.holder = metadata.get(HOLDER_KEY).cloned();
+    info.epoch = parse_epoch(metadata);
+    info.acquired_at = metadata.get(ACQUIRED_AT_KEY).cloned();
+    info.content_length = content_length.unwrap_or(0);
+    info.etag = etag.unwrap_or_default();
+    info
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn http(status: u16, code: &str) -> azure_core_1::Error {
+        ErrorKind::HttpResponse {
+            status: azure_core_1::http::StatusCode::from(status),
+            error_code: Some(code.to_owned()),
+            raw_response: None,
+        }
+        .into_error()
+    }
+
+    #[test]
+    fn errors_map_as_the_legacy_backend_maps_them() {
+        assert!(matches!(
+            map_error("renew", &http(409, "LeaseIdMismatchWithLeaseOperation")),
+            Error::LeaseLost(_)
+        ));
+        assert!(matches!(
+            map_error("renew", &http(412, "LeaseLost")),
+            Error::LeaseLost(_)
+        ));
+        assert!(map_error("acquire", &http(403, "AuthenticationFailed")).is_fatal());
+        let list = map_error("list", &http(403, "AuthorizationPermissionMismatch")).to_string();
+        assert!(list.contains("grant list (l) on the container"), "{list}");
+        assert!(map_error("renew", &http(503, "ServerBusy")).is_transient());
+        assert!(map_error("acquire", &http(400, "InvalidHeaderValue")).is_fatal());
+        assert!(matches!(
+            lease_call_error("renew", &http(404, "BlobNotFound")),
+            Error::LeaseLost(_)
+        ));
+        let no_token = azure_core_1::Error::with_message(ErrorKind::Credential, "IMDS timed out");
+        let mapped = map_error("acquire", &no_token);
+        assert!(mapped.is_transient() && !mapped.is_fatal(), "{mapped:?}");
+        let refused = azure_core_1::Error::with_message(ErrorKind::Connection, "refused");
+        assert!(map_error("renew", &refused).is_transient());
+    }
+
+    #[test]
+    fn the_service_message_is_kept_on_one_line_without_secrets() {
+        let body = "<?xml version=\"1.0\"?><Error><Code>ServerBusy</Code><Message>Busy.\n\
+                    RequestId:1 https://a.blob.core.windows.net/c/b?sig=SECRET</Message></Error>";
+        let raw = azure_core_1::http::RawResponse::from_bytes(
+            azure_core_1::http::StatusCode::from(503),
+            azure_core_1::http::headers::Headers::new(),
+            body.as_bytes().to_vec(),
+        );
+        let error = ErrorKind::HttpResponse {
+            status: azure_core_1::http::StatusCode::from(503),
+            error_code: Some("ServerBusy".to_owned()),
+            raw_response: Some(Box::new(raw)),
+        }
+        .into_error();
+        let text = map_error("renew", &error).to_string();
+        assert!(text.contains("storage said: Busy.; RequestId:1"), "{text}");
+        assert!(!text.contains("SECRET"), "{text}");
+    }
+}

@@ -1,0 +1,133 @@
+//! A set of leases in one container through the official SDK, listed with
+//! one List Blobs call per cycle.
+
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use azure_storage_blob::BlobContainerClient;
+
+use super::client::container_client;
+use super::list::{delete_stale, delete_unleased, list};
+use super::{OfficialLeaseManager, OfficialSettings};
+use crate::bounded::bounded;
+use crate::error::Result;
+use crate::options::DEFAULT_REQUEST_TIMEOUT;
+use crate::store::blob_protocol::{CANDIDATES, MEMBERS};
+use crate::store::collect::{Collection, Collector};
+use crate::store::{LeaseInfo, LeaseSetStore};
+
+/// A set of leases in one container through the official SDK, as
+/// [`BlobLeaseSetStore`](crate::BlobLeaseSetStore) keeps it: each lease is
+/// the blob `<set>/<name>`, where `<set>` is the settings' blob name. All
+/// its leases share one HTTP client, and one List Blobs call (with
+/// metadata) reads the state of all of them.
+#[derive(Clone)]
+pub struct OfficialLeaseSetStore {
+    container: Arc<BlobContainerClient>,
+    settings: OfficialSettings,
+    request_timeout: Duration,
+    collector: Arc<Collector>,
+}
+
+impl fmt::Debug for OfficialLeaseSetStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("OfficialLeaseSetStore")
+            .field("container", &self.settings.container())
+            .field("set", &self.settings.blob())
+            .finish_non_exhaustive()
+    }
+}
+
+impl OfficialLeaseSetStore {
+    /// The set named by the settings' blob name, in the settings'
+    /// container, with a 3 s request timeout.
+    ///
+    /// # Errors
+    ///
+    /// As [`OfficialLeaseManager::new`].
+    pub fn new(settings: &OfficialSettings) -> Result<Self> {
+        Ok(OfficialLeaseSetStore {
+            container: Arc::new(container_client(settings)?),
+            settings: settings.clone(),
+            request_timeout: DEFAULT_REQUEST_TIMEOUT,
+            collector: Arc::new(Collector::new(Collection::default())),
+        })
+    }
+
+    /// The same store with another collection of stale member and
+    /// candidate blobs (default [`Collection::default`]).
+    #[must_use = "the store is returned by value"]
+    pub fn with_collection(mut self, collection: Collection) -> Self {
+        self.collector = Arc::new(Collector::new(collection));
+        self
+    }
+
+    /// The same store with another cap on each listing and deletion
+    /// (default 3 s).
+    #[must_use = "the store is returned by value"]
+    pub fn with_request_timeout(mut self, timeout: Duration) -> Self {
+        self.request_timeout = timeout;
+        self
+    }
+
+    fn blob_name(&self, name: &str) -> String {
+        format!("{}/{name}", self.settings.blob())
+    }
+
+    async fn list_uncapped(&self, prefix: String) -> Result<Vec<(String, LeaseInfo)>> {
+        let set = format!("{}/", self.settings.blob());
+        let listed = list(&self.container, &format!("{set}{prefix}"), "list").await?;
+        Ok(listed
+            .into_iter()
+            .filter_map(|(name, info, _)| Some((name.strip_prefix(&set)?.to_owned(), info)))
+            .collect())
+    }
+}
+
+impl LeaseSetStore for OfficialLeaseSetStore {
+    type Lease = OfficialLeaseManager;
+
+    fn lease(&self, name: &str) -> Result<OfficialLeaseManager> {
+        let settings = self.settings.for_blob(self.blob_name(name))?;
+        Ok(OfficialLeaseManager::on(&self.container, settings)
+            .with_request_timeout(self.request_timeout)
+            .with_collection(self.collector.collection()))
+    }
+
+    fn list(&self, prefix: &str) -> impl Future<Output = Result<Vec<(String, LeaseInfo)>>> + Send {
+        bounded(
+            "list",
+            self.request_timeout,
+            self.list_uncapped(prefix.to_owned()),
+        )
+    }
+
+    fn collect(&self, listing: &[(String, LeaseInfo)]) -> impl Future<Output = usize> + Send {
+        let set = self.settings.blob();
+        let due = self.collector.due(
+            listing
+                .iter()
+                .filter(|(name, _)| name.starts_with(MEMBERS) || name.contains(CANDIDATES))
+                .map(|(name, info)| (name.as_str(), info)),
+            tokio::time::Instant::now(),
+        );
+        let due = due
+            .into_iter()
+            .map(|(name, etag)| (format!("{set}/{name}"), etag))
+            .collect();
+        let (container, collector, limit) = (
+            self.container.clone(),
+            self.collector.clone(),
+            self.request_timeout,
+        );
+        async move { delete_stale(&container, &collector, due, limit).await }
+    }
+
+    fn remove(&self, name: &str) -> impl Future<Output = bool> + Send {
+        let blob = self.container.blob_client(&self.blob_name(name));
+        let limit = self.request_timeout;
+        async move { delete_unleased(&blob, limit).await }
+    }
+}
