@@ -1218,3 +1218,53 @@ async fn a_run_with_a_higher_priority_takes_over_and_the_old_one_exits_lease_los
         Some(0)
     );
 }
+
+#[tokio::test]
+async fn debug_logs_never_carry_a_credential() {
+    let container = azurite::unique_container("cli-logs");
+    let shared = azurite::shared();
+    let sas = support::sas::container_sas(&container, "racwdl");
+    let signature = sas
+        .split('&')
+        .find_map(|p| p.strip_prefix("sig="))
+        .expect("a signature")
+        .to_owned();
+    let key_string = shared.connection_string();
+    let sas_string = support::sas::sas_connection_string(&shared.endpoint, &sas);
+    for (connection, secret) in [
+        (&key_string, "SharedKey"),
+        (&sas_string, signature.as_str()),
+    ] {
+        for rust_log in [
+            "trace",
+            "azure_core::policies::transport=debug,blob_mutex=debug",
+        ] {
+            let out = Command::new(BIN)
+                .args([
+                    "run",
+                    "--container",
+                    &container,
+                    "--blob",
+                    "logs",
+                    "--",
+                    "true",
+                ])
+                .env("AZURE_STORAGE_CONNECTION_STRING", connection)
+                .env("RUST_LOG", rust_log)
+                .stdin(Stdio::null())
+                .output()
+                .await
+                .expect("run blob-mutex");
+            let stderr = text(&out.stderr);
+            assert_eq!(out.status.code(), Some(0), "{stderr}");
+            assert!(
+                stderr.contains("DEBUG"),
+                "RUST_LOG={rust_log} logged nothing at debug: {stderr}"
+            );
+            assert!(
+                !stderr.contains(secret),
+                "RUST_LOG={rust_log}: a credential is in the logs"
+            );
+        }
+    }
+}
