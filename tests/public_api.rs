@@ -10,9 +10,9 @@ use blob_mutex::conformance::{
     acquire_is_exclusive_and_idempotent, candidates_are_listed_while_their_record_is_held,
     change_passes_the_lease_to_the_proposed_id, inspect_needs_no_lease_and_shows_the_last_term,
     lease_expires_after_its_duration, release_frees_the_lease_at_once,
-    renew_keeps_the_lease_and_only_for_its_id, run_all, stamp_at_least_keeps_epochs_increasing,
-    stamp_needs_the_lease_and_epochs_increase, state_is_kept_across_terms_with_the_metadata,
-    state_writes_land_only_under_the_lease, DURATION,
+    renew_keeps_the_lease_and_only_for_its_id, renewing_an_expired_lease_under_another_id_is_lost,
+    run_all, stamp_at_least_keeps_epochs_increasing, stamp_needs_the_lease_and_epochs_increase,
+    state_is_kept_across_terms_with_the_metadata, state_writes_land_only_under_the_lease, DURATION,
 };
 #[allow(unused_imports)]
 use blob_mutex::guide::{
@@ -91,6 +91,7 @@ const NAMED: &[&str] = &[
     "blob_mutex::conformance::lease_expires_after_its_duration",
     "blob_mutex::conformance::release_frees_the_lease_at_once",
     "blob_mutex::conformance::renew_keeps_the_lease_and_only_for_its_id",
+    "blob_mutex::conformance::renewing_an_expired_lease_under_another_id_is_lost",
     "blob_mutex::conformance::run_all",
     "blob_mutex::conformance::stamp_at_least_keeps_epochs_increasing",
     "blob_mutex::conformance::stamp_needs_the_lease_and_epochs_increase",

@@ -31,6 +31,12 @@ async fn a_memory_lease_expires_after_its_duration() {
     conformance::lease_expires_after_its_duration(&a, &b).await;
 }
 
+#[tokio::test(start_paused = true)]
+async fn a_memory_lease_renewed_after_its_expiry_under_another_id_is_lost() {
+    let (a, _) = memory_pair("expired-renew");
+    conformance::renewing_an_expired_lease_under_another_id_is_lost(&a).await;
+}
+
 #[tokio::test]
 async fn the_azure_store_meets_the_contract() {
     let container = azurite::unique_container("conformance");
@@ -46,6 +52,13 @@ async fn the_azure_store_meets_the_contract() {
 async fn an_azure_lease_expires_after_its_duration() {
     let (a, b) = azurite_pair(&azurite::unique_container("expiry"), "expiry");
     conformance::lease_expires_after_its_duration(&a, &b).await;
+}
+
+/// Real time: Azurite's trap (it renews an expired lease under any id).
+#[tokio::test]
+async fn an_azure_lease_renewed_after_its_expiry_under_another_id_is_lost() {
+    let (a, _) = azurite_pair(&azurite::unique_container("expired-renew"), "lease");
+    conformance::renewing_an_expired_lease_under_another_id_is_lost(&a).await;
 }
 
 #[cfg(feature = "official-sdk")]
@@ -81,6 +94,13 @@ async fn the_official_sdk_store_meets_the_contract() {
 async fn an_official_sdk_lease_expires_after_its_duration() {
     let (a, b) = official_pair(&azurite::unique_container("official-expiry"), "expiry");
     conformance::lease_expires_after_its_duration(&a, &b).await;
+}
+
+#[cfg(feature = "official-sdk")]
+#[tokio::test]
+async fn an_official_sdk_lease_renewed_after_its_expiry_under_another_id_is_lost() {
+    let (a, _) = official_pair(&azurite::unique_container("official-renew"), "lease");
+    conformance::renewing_an_expired_lease_under_another_id_is_lost(&a).await;
 }
 
 /// Old and new instances during a migration: a lease held through one

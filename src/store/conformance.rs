@@ -258,6 +258,26 @@ pub async fn state_is_kept_across_terms_with_the_metadata<S: LeaseStore>(a: &S, 
     ok(b.release(second).await, "release");
 }
 
+/// A renewal of an expired lease under an id that never held it is a
+/// definitive loss ([`Error::LeaseLost`]), whatever storage answers: Azurite
+/// renews an expired lease under any id and answers with the old id, and a
+/// store that counted that as renewed would lead on a lease it does not
+/// hold. Takes [`DURATION`] and a little more of real (or paused) time;
+/// leaves the lease in an unknown state (Azurite renews it).
+///
+/// # Panics
+///
+/// When the store breaks the rule.
+pub async fn renewing_an_expired_lease_under_another_id_is_lost<S: LeaseStore>(a: &S) {
+    let sent = tokio::time::Instant::now();
+    ok(a.acquire(LeaseId::new(), DURATION).await, "acquire");
+    tokio::time::sleep_until(sent + DURATION + Duration::from_millis(500)).await;
+    assert_lost(
+        &a.renew(LeaseId::new()).await,
+        "renew of an expired lease under an id that never held it",
+    );
+}
+
 /// A lease not renewed is granted to another id once its duration has
 /// passed, not before; a candidate record not kept alive vanishes likewise (rule 9,
 /// where supported). Waits [`DURATION`] and a little on Tokio's clock.
