@@ -421,14 +421,20 @@ fn membership_options(partition: &MutexOptions, holder: &str) -> MutexOptions {
     let usable = partition
         .lease_duration
         .saturating_sub(partition.effective_safety_margin());
-    let most = usable.saturating_sub(
-        partition.effective_renew_interval() + STOP_SLACK + Duration::from_millis(1),
-    );
+    // The first renewal is sent one renew interval into the term and needs
+    // time to be answered before the cancel point: a request timeout, up to
+    // another renew interval. Without that room a long request timeout
+    // would put the cancel point a millisecond after the renewal is sent.
+    // The partitions' own grace always fits (their options were validated).
+    let renew = partition.effective_renew_interval();
+    let room = partition.request_timeout.min(renew);
+    let tight = usable.saturating_sub(renew + STOP_SLACK + Duration::from_millis(1));
+    let most = usable.saturating_sub(renew + room + STOP_SLACK + Duration::from_millis(1));
     let wanted = partition.stop_grace + partition.request_timeout;
     let mut options = partition
         .clone()
         .with_holder(holder.to_owned())
-        .with_stop_grace(wanted.min(most).max(partition.stop_grace.min(most)));
+        .with_stop_grace(wanted.min(most).max(partition.stop_grace.min(tight)));
     // The heartbeat is the partition tasks' own: the balancer does not beat.
     options.heartbeat_timeout = None;
     options
@@ -627,6 +633,39 @@ async fn run_partition<S: LeaseSetStore>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_membership_grace_is_valid_and_leaves_its_first_renewal_time_to_answer() {
+        let s = Duration::from_secs;
+        let set = LeaseSetOptions::default().mutex;
+        for partition in [
+            set.clone(),
+            set.clone().with_request_timeout(set.lease_duration),
+            MutexOptions::default(),
+            MutexOptions::default().with_request_timeout(s(15)),
+            // The tightest valid timeline: no room beyond the partitions' grace.
+            MutexOptions::default()
+                .with_renew_interval(s(13))
+                .with_stop_grace(Duration::from_millis(100)),
+        ] {
+            partition.validate().unwrap();
+            let membership = membership_options(&partition, "a");
+            membership.validate().unwrap();
+            assert!(
+                membership.stop_grace >= partition.stop_grace,
+                "{partition:?}"
+            );
+            let usable = partition.lease_duration - partition.effective_safety_margin();
+            let cancel_point = usable - membership.stop_grace - STOP_SLACK;
+            let renew = partition.effective_renew_interval();
+            if membership.stop_grace > partition.stop_grace {
+                assert!(
+                    cancel_point > renew + partition.request_timeout.min(renew),
+                    "{partition:?}: cancel point {cancel_point:?}"
+                );
+            }
+        }
+    }
 
     #[test]
     fn defaults_are_a_30_s_lease_renewed_every_10_s_and_valid() {

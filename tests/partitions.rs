@@ -2,6 +2,8 @@
 //! Azurite: partitions are spread evenly, rebalanced when instances join and
 //! leave, and no partition's task ever runs on two instances at once.
 
+#[path = "support/faulty.rs"]
+mod faulty;
 mod support;
 
 use std::collections::BTreeMap;
@@ -691,4 +693,35 @@ async fn a_refused_listing_ends_the_run_with_the_error() {
     // Every partition was drained and released first.
     assert!(record.lock().unwrap().iter().all(|r| r.3.is_some()));
     assert!(!store.inner.get("partitions/p00").is_held());
+}
+
+/// A request timeout as long as the lease, on storage that takes 0.6 s a
+/// call: the membership's grace still leaves its first renewal the time to
+/// answer before the cancel point, so nothing churns.
+#[tokio::test(start_paused = true)]
+async fn a_request_timeout_as_long_as_the_lease_keeps_membership_on_slow_storage() {
+    let accounts = faulty::Accounts::new(1);
+    accounts.set_storage(faulty::Storage::Slow(Duration::from_millis(300)));
+    let store = accounts.set(0, "slow");
+    let record: Record = Arc::default();
+    let rec = record.clone();
+    let defaults = LeaseSetOptions::default();
+    let mutex = defaults
+        .mutex
+        .clone()
+        .with_request_timeout(defaults.mutex.lease_duration);
+    let set = set_with(
+        &store,
+        "a",
+        &partitions(4),
+        defaults.with_mutex(mutex),
+        move |ctx| work(ctx, rec.clone()),
+    );
+    let a = observe(set);
+    a.owning(4, Duration::from_secs(120)).await;
+    tokio::time::sleep(Duration::from_secs(300)).await;
+    let terms = record.lock().unwrap().len();
+    assert_eq!(terms, 4, "{terms} partition terms in 300 s");
+    a.token.cancel();
+    a.handle.await.unwrap().unwrap();
 }
