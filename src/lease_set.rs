@@ -655,8 +655,10 @@ mod tests {
                 membership.stop_grace >= partition.stop_grace,
                 "{partition:?}"
             );
-            let usable = partition.lease_duration - partition.effective_safety_margin();
-            let cancel_point = usable - membership.stop_grace - STOP_SLACK;
+            let usable = partition
+                .lease_duration
+                .saturating_sub(partition.effective_safety_margin());
+            let cancel_point = usable.saturating_sub(membership.stop_grace + STOP_SLACK);
             let renew = partition.effective_renew_interval();
             if membership.stop_grace > partition.stop_grace {
                 assert!(
