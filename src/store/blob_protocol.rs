@@ -178,10 +178,6 @@ pub(crate) fn refused(error: Error) -> Error {
     }
 }
 
-/// The most conditional deletes of stale blobs in flight at once: few, so
-/// that a backlog of deletions never crowds out the renewals.
-pub(crate) const DELETES_IN_FLIGHT: usize = 4;
-
 /// The most of the service's own message kept in an error.
 const SERVICE_MESSAGE_LEN: usize = 300;
 

@@ -31,14 +31,22 @@
 
 use std::collections::hash_map::RandomState;
 use std::collections::HashMap;
+use std::future::Future;
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use futures_util::StreamExt;
 use tokio::time::Instant;
+use tracing::{debug, trace, warn};
 
+use crate::error::{Error, Result};
 use crate::store::{LeaseInfo, LeaseState};
+
+/// The most conditional deletes of stale blobs in flight at once: few, so
+/// that a backlog of deletions never crowds out the renewals.
+pub(crate) const DELETES_IN_FLIGHT: usize = 4;
 
 /// How stale member and candidate blobs are collected (see
 /// [`BlobLeaseSetStore::with_collection`](crate::BlobLeaseSetStore::with_collection)
@@ -173,6 +181,70 @@ impl Collector {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .remove(name);
     }
+}
+
+/// Deletes the stale blobs `due` (full names, with the `ETag` each was seen
+/// with) through a backend's `delete`, which must delete a blob only if it
+/// is unchanged (`If-Match`) and not leased (no lease id sent), and answer
+/// in the crate's errors. At most [`DELETES_IN_FLIGHT`] at once, all within
+/// `limit`; returns how many were deleted. A missing permission stops the
+/// collector, told once at warn.
+pub(crate) async fn delete_stale<F, Fut>(
+    collector: Arc<Collector>,
+    due: Vec<(String, String)>,
+    limit: Duration,
+    delete: F,
+) -> usize
+where
+    F: Fn(String, String) -> Fut,
+    Fut: Future<Output = Result<()>>,
+{
+    if due.is_empty() || collector.is_refused() {
+        return 0;
+    }
+    let batch = futures_util::stream::iter(due)
+        .map(|(name, etag)| {
+            let deleting = delete(name.clone(), etag);
+            async move { (name, deleting.await) }
+        })
+        .buffer_unordered(DELETES_IN_FLIGHT)
+        .fold(0, |deleted, (name, result)| {
+            let collector = &collector;
+            async move {
+                match result {
+                    Ok(()) => {
+                        collector.forget(&name);
+                        trace!(blob = %name, "deleted a stale blob");
+                        return deleted + 1;
+                    }
+                    Err(Error::Storage { status: 404, .. }) => collector.forget(&name),
+                    // Leased (412 LeaseIdMissing) or written since it was
+                    // listed (412 ConditionNotMet): alive after all.
+                    Err(
+                        Error::LeaseLost(_)
+                        | Error::Storage {
+                            status: 409 | 412, ..
+                        },
+                    ) => {
+                        trace!(blob = %name, "a stale blob came back to life; kept");
+                    }
+                    Err(e @ Error::Authentication { .. }) => {
+                        if collector.refuse() {
+                            warn!(error = %e, "cannot delete stale blobs; they are left to grow");
+                        }
+                    }
+                    Err(_) => {
+                        debug!(blob = %name, "could not delete a stale blob; trying again later");
+                    }
+                }
+                deleted
+            }
+        });
+    let deleted = tokio::time::timeout(limit, batch).await.unwrap_or(0);
+    if deleted > 0 {
+        debug!(deleted, "collected stale blobs");
+    }
+    deleted
 }
 
 #[cfg(test)]

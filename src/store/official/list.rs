@@ -12,12 +12,11 @@ use azure_storage_blob::models::{
 };
 use azure_storage_blob::{BlobClient, BlobContainerClient};
 use futures_util::StreamExt;
-use tracing::{debug, trace, warn};
+use tracing::debug;
 
 use super::client::{http_status, is_not_found, lease_info, map_error};
 use crate::error::Result;
-use crate::store::blob_protocol::DELETES_IN_FLIGHT;
-use crate::store::collect::Collector;
+use crate::store::collect::{self, Collector};
 use crate::store::LeaseInfo;
 
 /// A listed blob: its full name, its lease, and its metadata.
@@ -65,59 +64,28 @@ pub(super) async fn list(
 }
 
 /// Deletes the stale blobs `due` (full names, with the `ETag` each was seen
-/// with), each only if unchanged and not leased, at most
-/// [`DELETES_IN_FLIGHT`] at once, all within `limit`; returns how many were
-/// deleted. A missing permission stops the collector, told once at warn.
+/// with), each only if unchanged and not leased, as
+/// [`collect::delete_stale`] drives it.
 pub(super) async fn delete_stale(
     container: &Arc<BlobContainerClient>,
     collector: &Arc<Collector>,
     due: Vec<(String, String)>,
     limit: Duration,
 ) -> usize {
-    if due.is_empty() || collector.is_refused() {
-        return 0;
-    }
-    let batch = futures_util::stream::iter(due)
-        .map(|(name, etag)| {
-            let blob = container.blob_client(&name);
-            async move {
-                let options = BlobClientDeleteOptions {
-                    if_match: Some(Etag::from(etag)),
-                    ..Default::default()
-                };
-                let result = blob.delete(Some(options)).await.map(drop);
-                (name, result)
-            }
-        })
-        .buffer_unordered(DELETES_IN_FLIGHT)
-        .fold(0, |deleted, (name, result)| async move {
-            match result.as_ref().map_err(http_status) {
-                Ok(()) => {
-                    collector.forget(&name);
-                    trace!(blob = %name, "deleted a stale blob");
-                    return deleted + 1;
-                }
-                Err(Some((404, _))) => collector.forget(&name),
-                Err(Some((409 | 412, code))) => {
-                    trace!(blob = %name, ?code, "a stale blob came back to life; kept");
-                }
-                Err(Some((401 | 403, _))) => {
-                    if collector.refuse() {
-                        if let Err(e) = &result {
-                            let e = map_error("delete", e);
-                            warn!(error = %e, "cannot delete stale blobs; they are left to grow");
-                        }
-                    }
-                }
-                Err(_) => debug!(blob = %name, "could not delete a stale blob; trying again later"),
-            }
-            deleted
-        });
-    let deleted = tokio::time::timeout(limit, batch).await.unwrap_or(0);
-    if deleted > 0 {
-        debug!(deleted, "collected stale blobs");
-    }
-    deleted
+    collect::delete_stale(collector.clone(), due, limit, |name, etag| {
+        let blob = container.blob_client(&name);
+        async move {
+            let options = BlobClientDeleteOptions {
+                if_match: Some(Etag::from(etag)),
+                ..Default::default()
+            };
+            blob.delete(Some(options))
+                .await
+                .map(drop)
+                .map_err(|e| map_error("delete", &e))
+        }
+    })
+    .await
 }
 
 /// Deletes `blob` unless it is leased (no lease id is sent); `true` when
