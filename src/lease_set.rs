@@ -1,7 +1,7 @@
 //! Many partitions shared among instances, each worked on by exactly one
 //! instance at a time, with the guarantees of the mutex for each.
 //!
-//! Long (about 690 lines) for these module docs, the lease set's design in
+//! Long (about 730 lines) for these module docs, the lease set's design in
 //! one place; the code is under 500 lines.
 //! Beside it in this folder: the balancer's plan (`balance`) and what ends
 //! a run and which partitions are skipped (`fate`).

@@ -1,4 +1,5 @@
-//! Summary statistics of the samples, and the random pauses between repetitions.
+//! Summary statistics of the samples, a least-squares fit, and the random
+//! pauses between repetitions.
 
 use std::time::Duration;
 
@@ -88,6 +89,29 @@ impl Rng {
     }
 }
 
+/// A least-squares line through `(x, y)`: slope, and the standard deviation
+/// of the residuals. `None` with fewer than three points.
+pub(crate) fn fit(points: &[(f64, f64)]) -> Option<(f64, f64)> {
+    #[allow(clippy::cast_precision_loss)] // a few hundred points
+    let n = points.len() as f64;
+    if points.len() < 3 {
+        return None;
+    }
+    let mx = points.iter().map(|p| p.0).sum::<f64>() / n;
+    let my = points.iter().map(|p| p.1).sum::<f64>() / n;
+    let sxx: f64 = points.iter().map(|p| (p.0 - mx).powi(2)).sum();
+    if sxx == 0.0 {
+        return None;
+    }
+    let sxy: f64 = points.iter().map(|p| (p.0 - mx) * (p.1 - my)).sum();
+    let slope = sxy / sxx;
+    let residuals: f64 = points
+        .iter()
+        .map(|p| (p.1 - (my + slope * (p.0 - mx))).powi(2))
+        .sum();
+    Some((slope, (residuals / (n - 2.0)).sqrt()))
+}
+
 #[cfg(test)]
 #[allow(clippy::float_cmp)] // small integers and halves, exact in an f64
 mod tests {
@@ -150,5 +174,26 @@ mod tests {
             let pause = rng.between(low, high);
             assert!(low <= pause && pause < high, "{pause:?}");
         }
+    }
+
+    #[test]
+    fn a_line_is_fitted_exactly() {
+        let points: Vec<(f64, f64)> = (0..10)
+            .map(|i| (f64::from(i), 3.0 + 2.0 * f64::from(i)))
+            .collect();
+        let (slope, sd) = fit(&points).expect("fit");
+        assert!((slope - 2.0).abs() < 1e-9, "{slope}");
+        assert!(sd < 1e-9, "{sd}");
+    }
+
+    #[test]
+    fn noise_around_a_flat_line_has_no_slope() {
+        let points: Vec<(f64, f64)> = (0..10)
+            .map(|i| (f64::from(i), if i % 2 == 0 { 1.0 } else { -1.0 }))
+            .collect();
+        let (slope, sd) = fit(&points).expect("fit");
+        assert!(slope.abs() < 0.1, "{slope}");
+        assert!(sd > 0.9, "{sd}");
+        assert!(fit(&points[..2]).is_none());
     }
 }
