@@ -28,6 +28,10 @@
 //! 5 s cycle) a set collects up to 72 000 stale members an hour.
 //!
 //! Partition blobs are never collected: their epochs must only grow.
+//!
+//! Here: the options ([`Collection`]), what one instance has seen and what
+//! is due ([`Collector`]), and the driver of the deletes ([`delete_stale`]),
+//! which every blob backend uses with its own conditional delete call.
 
 use std::collections::hash_map::RandomState;
 use std::collections::HashMap;
