@@ -21,9 +21,10 @@ use support::workers::What;
 /// One `#[tokio::test]` per mode for a scenario: `cells!(scenario: mode, …)`
 /// makes the module `scenario` with a test named after each mode.
 macro_rules! cells {
-    ($scenario:ident: $($cell:ident => $mode:ident),+ $(,)?) => {
+    ($scenario:ident: $($(#[$meta:meta])* $cell:ident => $mode:ident),+ $(,)?) => {
         mod $scenario {
             $(
+                $(#[$meta])*
                 #[tokio::test]
                 async fn $cell() {
                     super::$scenario(super::Mode::$mode).await;
@@ -42,6 +43,10 @@ macro_rules! every_mode {
             quorum_mutex => QuorumMutex,
             quorum_lease_set => QuorumSet,
             handover => Handover,
+            #[cfg(feature = "official-sdk")]
+            official_mutex => OfficialMutex,
+            #[cfg(feature = "official-sdk")]
+            official_lease_set => OfficialSet,
         );
     };
 }
@@ -53,7 +58,12 @@ every_mode!(stuck_task_fail_stop);
 // A stuck task without fail-stop only ends a campaign of a lease set with
 // an error while the process goes on; the mutex's is in-process
 // (tests/faults_stuck_task.rs and the paused-time half of the matrix).
-cells!(stuck_task_without_fail_stop: lease_set => Set, quorum_lease_set => QuorumSet);
+cells!(stuck_task_without_fail_stop:
+    lease_set => Set,
+    quorum_lease_set => QuorumSet,
+    #[cfg(feature = "official-sdk")]
+    official_lease_set => OfficialSet,
+);
 
 /// SIGKILL the leader, or an owner of half the partitions: the others own
 /// its leases once they could have expired.

@@ -24,6 +24,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use super::azurite::{self, Azurite};
+use super::backend::Backend;
 use super::proxy::Proxy;
 use super::workers::{Cluster, Event, Spec, What, FIRST_LEADER};
 
@@ -67,12 +68,25 @@ pub enum Mode {
     /// The mutex with priorities: each worker started later has a higher
     /// one, so that it takes over by a planned handover.
     Handover,
+    /// [`Mode::Mutex`] on the official SDK's backend (with a SAS).
+    OfficialMutex,
+    /// [`Mode::Set`] on the official SDK's backend (with a SAS).
+    OfficialSet,
 }
 
 impl Mode {
     /// Whether the workers run a lease set.
     pub fn is_set(self) -> bool {
-        matches!(self, Mode::Set | Mode::QuorumSet)
+        matches!(self, Mode::Set | Mode::QuorumSet | Mode::OfficialSet)
+    }
+
+    /// The storage backend the workers use.
+    pub fn backend(self) -> Backend {
+        if matches!(self, Mode::OfficialMutex | Mode::OfficialSet) {
+            Backend::Official
+        } else {
+            Backend::Legacy
+        }
     }
 
     /// Whether the workers lead on a quorum of three accounts.
@@ -146,7 +160,7 @@ impl Rig {
         };
         Rig {
             mode,
-            cluster: Cluster::new(),
+            cluster: mode.backend().cluster(),
             container: azurite::unique_container(&format!("{scenario}-{mode:?}")),
             blob: if mode.is_set() { "set" } else { "lease" },
             lease: LEASE,
@@ -201,7 +215,11 @@ impl Rig {
     /// Starts the next worker's proxies; returns their connection strings.
     fn proxies_for_next(&mut self) -> Vec<String> {
         let proxies: Vec<Proxy> = self.ports.iter().map(|&p| Proxy::start(p)).collect();
-        let strings = proxies.iter().map(Proxy::connection_string).collect();
+        let backend = self.mode.backend();
+        let strings = proxies
+            .iter()
+            .map(|p| backend.connection_string(&p.endpoint()))
+            .collect();
         self.proxies.push(proxies);
         strings
     }
@@ -213,7 +231,7 @@ impl Rig {
     /// first waits with a lower priority.
     pub async fn start(&mut self, victim: &[&str]) -> usize {
         match self.mode {
-            Mode::Mutex | Mode::QuorumMutex => {
+            Mode::Mutex | Mode::QuorumMutex | Mode::OfficialMutex => {
                 let leader = self.spawn(victim);
                 self.wait_leading(leader).await;
                 self.spawn(&[]);
@@ -228,7 +246,7 @@ impl Rig {
                 self.wait_renewed(leader).await;
                 leader
             }
-            Mode::Set | Mode::QuorumSet => {
+            Mode::Set | Mode::QuorumSet | Mode::OfficialSet => {
                 let owner = self.spawn(victim);
                 self.spawn(&[]);
                 self.wait_owned(&[2, 2]).await;
@@ -410,7 +428,7 @@ impl Rig {
             let log: Vec<_> = proxy
                 .log()
                 .into_iter()
-                .filter(|r| r.target.contains(&path))
+                .filter(|r| decoded(&r.target).contains(&path))
                 .filter(|r| r.forwarded_at.is_some_and(|at| at < before))
                 .collect();
             // The term's lease id: that of the acquire that won it.
@@ -445,7 +463,7 @@ impl Rig {
         })
     }
 
-    /// What a lease's requests carry in their target.
+    /// What a lease's requests carry in their target, once [`decoded`].
     fn lease_path(&self, lease: &str) -> String {
         if self.mode.is_set() {
             format!("/{}/{}/partitions/{lease}?", self.container, self.blob)
@@ -714,4 +732,10 @@ pub fn terms(events: &[Event]) -> Vec<Term> {
         }
     }
     terms
+}
+
+/// A request target with `%2F` as `/`: the official SDK sends a blob name
+/// as one encoded path segment, the 0.21 SDK as it is.
+fn decoded(target: &str) -> String {
+    target.replace("%2F", "/").replace("%2f", "/")
 }
