@@ -227,6 +227,7 @@ impl Cause {
     }
 
     /// The chain of `error`, each message redacted.
+    #[cfg_attr(not(any(feature = "official", feature = "sdk-v021")), allow(dead_code))] // the backends' errors
     pub(crate) fn of(error: &(dyn std::error::Error + 'static)) -> Self {
         Cause {
             message: redact(&error.to_string()),

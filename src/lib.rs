@@ -37,7 +37,6 @@ pub mod guide;
 mod lease_set;
 mod mutex;
 mod options;
-mod settings;
 mod store;
 
 pub use engine::fail_stop::FAIL_STOP_EXIT_CODE;
@@ -49,8 +48,7 @@ pub use lease_set::balance::Strategy;
 pub use lease_set::{BlobLeaseSet, LeaseSetOptions, PartitionContext, PartitionReport};
 pub use mutex::BlobDistributedMutex;
 pub use options::{MutexOptions, STOP_SLACK};
-pub use settings::{BlobSettings, AZURITE_ACCOUNT, AZURITE_ENDPOINT};
-pub use store::blob::{BlobLeaseManager, BlobLeaseSetStore};
+pub use store::backend::{Backend, BlobLeaseManager, BlobLeaseSetStore};
 pub use store::blob_protocol::{
     ACQUIRED_AT_KEY, EPOCH_KEY, HOLDER_KEY, PRIORITY_KEY, PROPOSED_KEY,
 };
@@ -59,12 +57,19 @@ pub use store::collect::Collection;
 pub use store::conformance;
 #[cfg(feature = "testing")]
 pub use store::memory::{MemoryLeaseSetStore, MemoryLeaseStore};
-#[cfg(feature = "official-sdk")]
-#[cfg_attr(docsrs, doc(cfg(feature = "official-sdk")))]
+#[cfg(feature = "azure_identity")]
+#[cfg_attr(docsrs, doc(cfg(feature = "azure_identity")))]
+pub use store::default_credential::default_credential;
+#[cfg(feature = "official")]
+#[cfg_attr(docsrs, doc(cfg(feature = "official")))]
 pub use store::official::{OfficialLeaseManager, OfficialLeaseSetStore, OfficialSettings};
 pub use store::quorum::{
     AccountLease, Holding, QuorumLeaseSetStore, QuorumLeaseStore, MAX_QUORUM_ACCOUNTS,
 };
+#[cfg(feature = "sdk-v021")]
+#[cfg_attr(docsrs, doc(cfg(feature = "sdk-v021")))]
+pub use store::sdk_v021::{SdkV021LeaseManager, SdkV021LeaseSetStore};
+pub use store::settings::{BlobSettings, AZURITE_ACCOUNT, AZURITE_ENDPOINT};
 pub use store::{
     Acquire, Candidate, LeaseId, LeaseInfo, LeaseSetStore, LeaseState, LeaseStore, MAX_STATE_LEN,
 };

@@ -33,6 +33,9 @@
 //! is due ([`Collector`]), and the driver of the deletes ([`delete_stale`]),
 //! which every blob backend uses with its own conditional delete call.
 
+// Built with no backend, only `Collection` (public) is used.
+#![cfg_attr(not(any(feature = "official", feature = "sdk-v021")), allow(dead_code))]
+
 use std::collections::hash_map::RandomState;
 use std::collections::HashMap;
 use std::future::Future;

@@ -1,16 +1,20 @@
-//! The second storage backend: Microsoft's official Azure SDK for Rust
-//! (`azure_core` and `azure_storage_blob` 1.x), behind the feature
-//! `official-sdk`, off by default. [`BlobLeaseManager`](crate::BlobLeaseManager)
-//! on the frozen 0.21 crates stays the default backend.
+//! The default storage backend: Microsoft's official Azure SDK for Rust
+//! (`azure_core` and `azure_storage_blob` 1.x), feature `official`, on by
+//! default; the only module (with its children) that uses
+//! `azure_storage_blob`. Its floor plan is the `sdk_v021` backend's: the
+//! manager and its lease calls (`lease`), the settings as this SDK takes
+//! them (`settings`, with `sas`, the tokens signed from an account key),
+//! the client and its errors (`client`), the leader's state (`state`),
+//! candidate records (`candidates`), the set store and its listing (`set`)
+//! and deletes (`delete`).
 //!
 //! Decisions, and why (the guide's chapter `docs/guide/backends.md` says
 //! how to choose):
 //!
-//! - **Settings:** a sibling type, [`OfficialSettings`], not
-//!   [`BlobSettings`](crate::BlobSettings). The official SDK has no shared
-//!   key, and its `TokenCredential` is another trait than the 0.21 one
-//!   `BlobSettings` holds; a SAS is what both can share, so a SAS
-//!   connection string converts ([`OfficialSettings::from_blob_settings`]).
+//! - **Settings:** built from [`BlobSettings`](crate::BlobSettings) like
+//!   every backend's ([`OfficialSettings::from_blob_settings`]). The
+//!   official SDK has no shared key, so an account key signs short-lived
+//!   SAS tokens here (`sas`), put on each request by a pipeline policy.
 //! - **Same semantics, same answers.** The lease calls, the epoch rule, the
 //!   refusals' wording and what to grant, and the kinds of [`Error`](crate::Error)
 //!   per storage answer come from `store::blob_protocol`, which the 0.21
@@ -36,10 +40,12 @@
 
 mod candidates;
 mod client;
+mod delete;
 mod lease;
-mod list;
+mod sas;
 mod set;
 mod settings;
+mod state;
 
 pub use lease::OfficialLeaseManager;
 pub use set::OfficialLeaseSetStore;

@@ -9,7 +9,8 @@ use std::time::Duration;
 use azure_storage_blob::models::BlobClientSetMetadataOptions;
 
 use super::client::map_error;
-use super::list::{delete_stale, delete_unleased, list};
+use super::delete::{delete_stale, delete_unleased};
+use super::set::list;
 use super::OfficialLeaseManager;
 use crate::error::Result;
 use crate::store::blob_protocol::{

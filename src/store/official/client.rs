@@ -4,10 +4,10 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Duration;
 
-use azure_core_1::error::ErrorKind;
-use azure_core_1::http::{ClientOptions, RetryOptions, Transport};
+use azure_core::error::ErrorKind;
+use azure_core::http::policies::Policy;
+use azure_core::http::{ClientOptions, RetryOptions};
 use azure_storage_blob::models::{LeaseDuration, LeaseState as SdkLeaseState};
 use azure_storage_blob::{BlobContainerClient, BlobContainerClientOptions};
 
@@ -15,6 +15,7 @@ use crate::error::{redact, Cause, Error};
 use crate::store::blob_protocol::{parse_epoch, said, status_error, ACQUIRED_AT_KEY, HOLDER_KEY};
 use crate::store::{LeaseInfo, LeaseState};
 
+use super::sas::SignWithKey;
 use super::OfficialSettings;
 
 /// The service version sent (`x-ms-version`): the newest that Azurite
@@ -23,20 +24,21 @@ use super::OfficialSettings;
 /// crate makes has been in the REST API since 2019.
 pub(super) const SERVICE_VERSION: &str = "2025-11-05";
 
-/// How long an idle connection stays in the pool (as the 0.21 backend's:
-/// under Azurite's 5 s keep-alive).
-const POOL_IDLE: Duration = Duration::from_secs(4);
-/// The most idle connections kept to the endpoint.
-const POOL_MAX_IDLE: usize = 32;
-
 /// A container client of the settings: one HTTP client with a pool of
 /// kept-alive connections, shared by every blob client made from it, the
-/// SDK's retries off (the crate owns retries and deadlines).
+/// SDK's retries off (the crate owns retries and deadlines), and a SAS
+/// signed from the account key on every request when the settings hold a
+/// key.
 pub(super) fn container_client(settings: &OfficialSettings) -> Result<BlobContainerClient, Error> {
+    let per_call_policies: Vec<Arc<dyn Policy>> = match settings.signer() {
+        Some(signer) => vec![Arc::new(SignWithKey(signer))],
+        None => Vec::new(),
+    };
     let options = BlobContainerClientOptions {
         client_options: ClientOptions {
             retry: RetryOptions::none(),
-            transport: Some(Transport::new(Arc::new(http_client()?))),
+            transport: Some(crate::store::http::transport()?),
+            per_call_policies,
             ..ClientOptions::default()
         },
         version: SERVICE_VERSION.to_owned(),
@@ -49,33 +51,8 @@ pub(super) fn container_client(settings: &OfficialSettings) -> Result<BlobContai
     .map_err(|e| Error::invalid("container_url", redact(&e.to_string())))
 }
 
-/// The HTTP client: reqwest 0.13 with rustls on ring and the webpki roots
-/// (the SDK's default would build rustls on aws-lc), no decompression.
-fn http_client() -> Result<reqwest_013::Client, Error> {
-    let roots = rustls::RootCertStore {
-        roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
-    };
-    let failed = |e: &dyn std::fmt::Display| Error::Transport {
-        operation: "create the HTTP client",
-        source: Cause::new(e.to_string()),
-    };
-    let tls = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .map_err(|e| failed(&e))?
-    .with_root_certificates(roots)
-    .with_no_client_auth();
-    reqwest_013::Client::builder()
-        .tls_backend_preconfigured(tls)
-        .pool_idle_timeout(POOL_IDLE)
-        .pool_max_idle_per_host(POOL_MAX_IDLE)
-        .build()
-        .map_err(|e| failed(&e))
-}
-
 /// The status and `x-ms-error-code` of an error answer.
-pub(super) fn http_status(error: &azure_core_1::Error) -> Option<(u16, Option<String>)> {
+pub(super) fn http_status(error: &azure_core::Error) -> Option<(u16, Option<String>)> {
     match error.kind() {
         ErrorKind::HttpResponse {
             status, error_code, ..
@@ -84,13 +61,13 @@ pub(super) fn http_status(error: &azure_core_1::Error) -> Option<(u16, Option<St
     }
 }
 
-pub(super) fn is_not_found(error: &azure_core_1::Error) -> bool {
+pub(super) fn is_not_found(error: &azure_core::Error) -> bool {
     matches!(http_status(error), Some((404, _)))
 }
 
 /// The `<Message>` storage sent with an error status (see [`said`]);
 /// empty when it sent none (a `HEAD` answer has no body).
-fn service_message(error: &azure_core_1::Error) -> String {
+fn service_message(error: &azure_core::Error) -> String {
     let ErrorKind::HttpResponse {
         raw_response: Some(raw),
         ..
@@ -109,7 +86,7 @@ fn service_message(error: &azure_core_1::Error) -> String {
 /// same storage answers: 401/403 authentication (naming what to grant),
 /// 409/412 with a lost-lease code a lost lease, other statuses storage
 /// errors, a credential without a token transient, anything else transport.
-pub(super) fn map_error(operation: &'static str, error: &azure_core_1::Error) -> Error {
+pub(super) fn map_error(operation: &'static str, error: &azure_core::Error) -> Error {
     if let Some((status, code)) = http_status(error) {
         return status_error(operation, status, code, &service_message(error));
     }
@@ -131,7 +108,7 @@ pub(super) fn map_error(operation: &'static str, error: &azure_core_1::Error) ->
 
 /// The error of a call on a lease we hold (renew, release): as
 /// [`map_error`], and a blob that is gone is a lost lease.
-pub(super) fn lease_call_error(operation: &'static str, error: &azure_core_1::Error) -> Error {
+pub(super) fn lease_call_error(operation: &'static str, error: &azure_core::Error) -> Error {
     match http_status(error) {
         Some((404, code)) => Error::LeaseLost(format!(
             "{operation}: {} (the blob no longer exists)",
@@ -142,7 +119,7 @@ pub(super) fn lease_call_error(operation: &'static str, error: &azure_core_1::Er
 }
 
 /// A response header the SDK could not parse: an unexpected answer.
-pub(super) fn unparsable(operation: &'static str, error: &azure_core_1::Error) -> Error {
+pub(super) fn unparsable(operation: &'static str, error: &azure_core::Error) -> Error {
     Error::UnexpectedResponse {
         operation,
         message: redact(&error.to_string()),
@@ -183,9 +160,9 @@ pub(super) fn lease_info(
 mod tests {
     use super::*;
 
-    fn http(status: u16, code: &str) -> azure_core_1::Error {
+    fn http(status: u16, code: &str) -> azure_core::Error {
         ErrorKind::HttpResponse {
-            status: azure_core_1::http::StatusCode::from(status),
+            status: azure_core::http::StatusCode::from(status),
             error_code: Some(code.to_owned()),
             raw_response: None,
         }
@@ -211,10 +188,10 @@ mod tests {
             lease_call_error("renew", &http(404, "BlobNotFound")),
             Error::LeaseLost(_)
         ));
-        let no_token = azure_core_1::Error::with_message(ErrorKind::Credential, "IMDS timed out");
+        let no_token = azure_core::Error::with_message(ErrorKind::Credential, "IMDS timed out");
         let mapped = map_error("acquire", &no_token);
         assert!(mapped.is_transient() && !mapped.is_fatal(), "{mapped:?}");
-        let refused = azure_core_1::Error::with_message(ErrorKind::Connection, "refused");
+        let refused = azure_core::Error::with_message(ErrorKind::Connection, "refused");
         assert!(map_error("renew", &refused).is_transient());
     }
 
@@ -222,13 +199,13 @@ mod tests {
     fn the_service_message_is_kept_on_one_line_without_secrets() {
         let body = "<?xml version=\"1.0\"?><Error><Code>ServerBusy</Code><Message>Busy.\n\
                     RequestId:1 https://a.blob.core.windows.net/c/b?sig=SECRET</Message></Error>";
-        let raw = azure_core_1::http::RawResponse::from_bytes(
-            azure_core_1::http::StatusCode::from(503),
-            azure_core_1::http::headers::Headers::new(),
+        let raw = azure_core::http::RawResponse::from_bytes(
+            azure_core::http::StatusCode::from(503),
+            azure_core::http::headers::Headers::new(),
             body.as_bytes().to_vec(),
         );
         let error = ErrorKind::HttpResponse {
-            status: azure_core_1::http::StatusCode::from(503),
+            status: azure_core::http::StatusCode::from(503),
             error_code: Some("ServerBusy".to_owned()),
             raw_response: Some(Box::new(raw)),
         }

@@ -7,11 +7,11 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use azure_core_1::http::{Etag, RequestContent};
+use azure_core::http::{Etag, RequestContent};
 use azure_storage_blob::models::{
     BlobClientAcquireLeaseOptions, BlobClientAcquireLeaseResultHeaders,
     BlobClientBreakLeaseOptions, BlobClientBreakLeaseResultHeaders,
-    BlobClientChangeLeaseResultHeaders, BlobClientDownloadOptions, BlobClientGetPropertiesOptions,
+    BlobClientChangeLeaseResultHeaders, BlobClientGetPropertiesOptions,
     BlobClientGetPropertiesResultHeaders, BlobClientRenewLeaseResultHeaders,
     BlobClientSetMetadataOptions, BlockBlobClientUploadOptions,
 };
@@ -29,10 +29,10 @@ use crate::bounded::bounded;
 use crate::error::{Error, Result};
 use crate::options::{lease_seconds, DEFAULT_REQUEST_TIMEOUT};
 use crate::store::blob_protocol::{
-    next_epoch, refused, ACQUIRED_AT_KEY, CONTAINER_NOT_FOUND, EPOCH_KEY, HOLDER_KEY,
+    next_epoch, ACQUIRED_AT_KEY, CONTAINER_NOT_FOUND, EPOCH_KEY, HOLDER_KEY,
 };
 use crate::store::collect::{Collection, Collector};
-use crate::store::{check_state_len, Acquire, Candidate, LeaseId, LeaseInfo, LeaseStore};
+use crate::store::{Acquire, Candidate, LeaseId, LeaseInfo, LeaseStore};
 
 /// The lease on one blob through the official Azure SDK: the same calls and
 /// the same answers as [`BlobLeaseManager`](crate::BlobLeaseManager).
@@ -373,7 +373,7 @@ impl OfficialLeaseManager {
     }
 
     /// The blob's metadata and `ETag`, read under `lease`.
-    async fn metadata_under(
+    pub(super) async fn metadata_under(
         &self,
         lease: LeaseId,
         operation: &'static str,
@@ -425,7 +425,7 @@ impl OfficialLeaseManager {
             Err(e) if is_not_found(&e) => return Ok(None),
             Err(e) => return Err(map_error("inspect", &e)),
         };
-        let bad = |e: azure_core_1::Error| unparsable("inspect", &e);
+        let bad = |e: azure_core::Error| unparsable("inspect", &e);
         Ok(Some(lease_info(
             response.lease_state().map_err(bad)?,
             response.duration().map_err(bad)?,
@@ -433,67 +433,6 @@ impl OfficialLeaseManager {
             response.content_length().map_err(bad)?,
             response.etag().map_err(bad)?.map(|e| e.to_string()),
         )))
-    }
-
-    async fn read_state_uncapped(&self) -> Result<Vec<u8>> {
-        let options = BlobClientDownloadOptions {
-            parallel: std::num::NonZero::new(1),
-            ..Default::default()
-        };
-        let download = match self.blob.download(Some(options)).await {
-            Ok(download) => download,
-            // No blob yet (404), or a range request on an empty blob (416
-            // InvalidRange): no state.
-            Err(e) if matches!(http_status(&e), Some((404 | 416, _))) => return Ok(Vec::new()),
-            Err(e) => return Err(map_error("read state", &e)),
-        };
-        let body = download
-            .body
-            .collect()
-            .await
-            .map_err(|e| map_error("read state", &e))?;
-        Ok(body.to_vec())
-    }
-
-    async fn write_state_uncapped(&self, lease: LeaseId, state: &[u8]) -> Result<()> {
-        check_state_len(state)?;
-        // Put Blob replaces all metadata: read it under the lease and send it
-        // along, with `If-Match` (as the 0.21 backend does).
-        let mut attempts = 0;
-        loop {
-            attempts += 1;
-            let (metadata, etag) = self
-                .metadata_under(lease, "write state")
-                .await
-                .map_err(refused)?;
-            let options = BlockBlobClientUploadOptions {
-                lease_id: Some(lease.to_string()),
-                blob_content_type: Some("application/octet-stream".to_owned()),
-                metadata: Some(metadata),
-                if_match: Some(etag),
-                ..Default::default()
-            };
-            let put = self
-                .blob
-                .upload(RequestContent::from(state.to_vec()), Some(options))
-                .await;
-            match put {
-                Ok(_) => {
-                    trace!(blob = %self.blob_name, len = state.len(), "wrote leader state");
-                    return Ok(());
-                }
-                Err(e)
-                    if attempts < 3
-                        && matches!(
-                            http_status(&e),
-                            Some((412, Some(code))) if code == "ConditionNotMet"
-                        ) =>
-                {
-                    debug!(blob = %self.blob_name, "the blob changed between read and write; reading again");
-                }
-                Err(e) => return Err(refused(map_error("write state", &e))),
-            }
-        }
     }
 }
 

@@ -1,15 +1,20 @@
-//! A set of leases in one container through the official SDK, listed with
-//! one List Blobs call per cycle.
+//! The store of a lease set on the official SDK: the leases of a set in one
+//! container share one client, and one List Blobs call with metadata (one
+//! request per 5 000 names) reads them all, for the set and for the
+//! candidates.
 
+use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use azure_storage_blob::models::{BlobContainerClientListBlobsOptions, ListBlobsIncludeItem};
 use azure_storage_blob::BlobContainerClient;
+use futures_util::StreamExt;
 
-use super::client::container_client;
-use super::list::{delete_stale, delete_unleased, list};
+use super::client::{container_client, is_not_found, lease_info, map_error};
+use super::delete::{delete_stale, delete_unleased};
 use super::{OfficialLeaseManager, OfficialSettings};
 use crate::bounded::bounded;
 use crate::error::Result;
@@ -130,4 +135,48 @@ impl LeaseSetStore for OfficialLeaseSetStore {
         let limit = self.request_timeout;
         async move { delete_unleased(&blob, limit).await }
     }
+}
+
+/// A listed blob: its full name, its lease, and its metadata.
+pub(super) type Listed = (String, LeaseInfo, HashMap<String, String>);
+
+/// Every blob of `container` whose name starts with `prefix`, with its
+/// lease and metadata; empty when the container does not exist.
+pub(super) async fn list(
+    container: &BlobContainerClient,
+    prefix: &str,
+    operation: &'static str,
+) -> Result<Vec<Listed>> {
+    let options = BlobContainerClientListBlobsOptions {
+        prefix: Some(prefix.to_owned()),
+        include: Some(vec![ListBlobsIncludeItem::Metadata]),
+        ..Default::default()
+    };
+    let mut pages = container
+        .list_blobs(Some(options))
+        .map_err(|e| map_error(operation, &e))?
+        .into_pages();
+    let mut listed = Vec::new();
+    while let Some(page) = pages.next().await {
+        let page = match page {
+            Ok(page) => page,
+            Err(e) if is_not_found(&e) => break,
+            Err(e) => return Err(map_error(operation, &e)),
+        };
+        let page = page.into_model().map_err(|e| map_error(operation, &e))?;
+        for blob in page.blob_items {
+            let Some(name) = blob.name else { continue };
+            let metadata = blob.metadata.and_then(|m| m.values).unwrap_or_default();
+            let properties = blob.properties.unwrap_or_default();
+            let info = lease_info(
+                properties.lease_state,
+                properties.lease_duration,
+                &metadata,
+                properties.content_length,
+                properties.etag.map(|e| e.to_string()),
+            );
+            listed.push((name, info, metadata));
+        }
+    }
+    Ok(listed)
 }

@@ -1,25 +1,28 @@
-//! Where the lease blob lives for the official SDK, and how requests are
-//! authenticated: a container URL with a SAS, or a Microsoft Entra ID token
-//! credential of `azure_core` 1.x.
+//! The settings as the official SDK takes them: a container URL, with a SAS
+//! as its query, a Microsoft Entra ID token credential of `azure_core` 1.x,
+//! or an account key that signs short-lived SAS tokens here (`sas`).
 
 use std::fmt;
 use std::sync::Arc;
 
-use azure_core_1::credentials::TokenCredential;
-use azure_core_1::http::Url;
+use azure_core::credentials::TokenCredential;
+use azure_core::http::Url;
 
 use crate::error::{Error, Result};
-use crate::settings::{validate_blob, validate_container, BlobSettings, Credential};
+use super::sas::Signer;
+use crate::store::settings::{validate_account, validate_blob, validate_container, BlobSettings, Credential};
 
-/// Where the lease blob lives, for the backend on the official Azure SDK
+/// Where the lease blob lives, as the backend on the official Azure SDK
 /// ([`OfficialLeaseManager`](crate::OfficialLeaseManager),
-/// [`OfficialLeaseSetStore`](crate::OfficialLeaseSetStore)).
+/// [`OfficialLeaseSetStore`](crate::OfficialLeaseSetStore)) takes it: the
+/// container's URL and how requests are authenticated.
 ///
-/// A sibling of [`BlobSettings`] rather than the same type: the official SDK
-/// has no shared key, and its token credential is the `TokenCredential` of
-/// `azure_core` 1.x, a different trait from the one `BlobSettings` takes.
-/// What both backends can share, a connection string with a SAS, converts
-/// with [`OfficialSettings::from_blob_settings`].
+/// Most code never names it: [`BlobSettings`] on the backend
+/// [`Backend::Official`](crate::Backend::Official) (the default) builds
+/// it ([`OfficialSettings::from_blob_settings`]), whatever its credential;
+/// an account key signs short-lived SAS tokens locally, since the official
+/// SDK takes no shared key. Build it directly from a container URL with a
+/// SAS ([`OfficialSettings::from_container_url`]).
 ///
 /// `Debug` shows the container URL without its query (the SAS) and the blob.
 #[derive(Clone)]
@@ -27,6 +30,8 @@ pub struct OfficialSettings {
     /// The container's URL, with the SAS as its query when there is one.
     container_url: Url,
     credential: Option<Arc<dyn TokenCredential>>,
+    /// The signer of SAS tokens, when the settings hold an account key.
+    signer: Option<Arc<Signer>>,
     container: String,
     blob: String,
 }
@@ -47,22 +52,13 @@ impl OfficialSettings {
         container: impl Into<String>,
         blob: impl Into<String>,
     ) -> Result<Self> {
-        let ok = (3..=24).contains(&account.len())
-            && account
-                .bytes()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit());
-        if !ok {
-            return Err(Error::invalid(
-                "account",
-                "a storage account name has 3 to 24 lowercase letters and digits",
-            ));
-        }
+        validate_account(account)?;
         let container = container.into();
         validate_container(&container)?;
         let url = parse(&format!(
             "https://{account}.blob.core.windows.net/{container}"
         ))?;
-        Self::build(url, Some(credential), container, blob.into())
+        Self::build(url, Some(credential), None, container, blob.into())
     }
 
     /// Settings from a container URL, such as
@@ -89,30 +85,33 @@ impl OfficialSettings {
             .unwrap_or_default()
             .to_owned();
         validate_container(&container)?;
-        Self::build(url, None, container, blob.into())
+        Self::build(url, None, None, container, blob.into())
     }
 
-    /// The settings of a connection string that carries a SAS
-    /// (`BlobEndpoint=…;SharedAccessSignature=…`), as the 0.21 backend
-    /// reads it: the same container, blob and SAS.
+    /// The official SDK's settings for `settings`, whatever their
+    /// credential: a SAS goes on the container URL, a token credential is
+    /// passed on, and an account key signs short-lived SAS tokens locally
+    /// (a service SAS on the container, renewed long before it expires).
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidOption`] (field `credential`) when the settings hold
-    /// an account key or a token credential of the 0.21 SDK: the official
-    /// SDK has no shared key, and takes its own `TokenCredential` (see
-    /// [`OfficialSettings::with_token_credential`]).
+    /// [`Error::InvalidOption`] when the endpoint and container make no URL;
+    /// [`Error::InvalidConnectionString`] when the account key is not
+    /// base64.
     pub fn from_blob_settings(settings: &BlobSettings) -> Result<Self> {
-        let Credential::Sas(sas) = settings.credential() else {
-            return Err(Error::invalid(
-                "credential",
-                "the official SDK backend takes a SAS (a connection string with \
-                 SharedAccessSignature, or a container URL) or an azure_core 1.x token \
-                 credential; it has no shared key",
-            ));
+        let base = format!("{}/{}", settings.endpoint(), settings.container());
+        let (url, credential, signer) = match settings.credential() {
+            Credential::Sas(sas) => (format!("{base}?{sas}"), None, None),
+            Credential::Token(token) => (base, Some(token.clone()), None),
+            Credential::SharedKey(key) => {
+                let signer = Signer::new(settings.account(), settings.container(), key)?;
+                (base, None, Some(Arc::new(signer)))
+            }
         };
-        let url = format!("{}/{}?{sas}", settings.endpoint(), settings.container());
-        Self::from_container_url(&url, settings.blob())
+        let mut official = Self::from_container_url(&url, settings.blob())?;
+        official.credential = credential;
+        official.signer = signer;
+        Ok(official)
     }
 
     /// The same settings for another blob in the same container.
@@ -124,6 +123,7 @@ impl OfficialSettings {
         Self::build(
             self.container_url.clone(),
             self.credential.clone(),
+            self.signer.clone(),
             self.container.clone(),
             blob.into(),
         )
@@ -132,6 +132,7 @@ impl OfficialSettings {
     fn build(
         container_url: Url,
         credential: Option<Arc<dyn TokenCredential>>,
+        signer: Option<Arc<Signer>>,
         container: String,
         blob: String,
     ) -> Result<Self> {
@@ -139,6 +140,7 @@ impl OfficialSettings {
         Ok(OfficialSettings {
             container_url,
             credential,
+            signer,
             container,
             blob,
         })
@@ -163,6 +165,10 @@ impl OfficialSettings {
     pub(super) fn credential(&self) -> Option<Arc<dyn TokenCredential>> {
         self.credential.clone()
     }
+
+    pub(super) fn signer(&self) -> Option<Arc<Signer>> {
+        self.signer.clone()
+    }
 }
 
 /// A container URL: http or https, with a host, no fragment.
@@ -183,10 +189,11 @@ impl fmt::Debug for OfficialSettings {
         let mut shown = self.container_url.clone();
         let sas = shown.query().is_some();
         shown.set_query(None);
-        let credential = match (&self.credential, sas) {
-            (Some(_), _) => "token credential",
-            (None, true) => "SAS (redacted)",
-            (None, false) => "none",
+        let credential = match (&self.credential, &self.signer, sas) {
+            (Some(_), _, _) => "token credential",
+            (None, Some(_), _) => "shared key (redacted)",
+            (None, None, true) => "SAS (redacted)",
+            (None, None, false) => "none",
         };
         f.debug_struct("OfficialSettings")
             .field("container_url", &shown.as_str())
@@ -234,7 +241,7 @@ mod tests {
     }
 
     #[test]
-    fn only_a_sas_converts_from_blob_settings() {
+    fn every_credential_converts_from_blob_settings() {
         let sas = BlobSettings::from_connection_string(
             "BlobEndpoint=http://127.0.0.1:4000/devstoreaccount1;SharedAccessSignature=sv=1&sig=x",
             "leases",
@@ -246,17 +253,16 @@ mod tests {
             s.container_url().as_str(),
             "http://127.0.0.1:4000/devstoreaccount1/leases?sv=1&sig=x"
         );
+        assert!(s.signer().is_none());
         let key = BlobSettings::azurite("leases", "leader").unwrap();
-        let err = OfficialSettings::from_blob_settings(&key).unwrap_err();
-        assert!(
-            matches!(
-                err,
-                Error::InvalidOption {
-                    field: "credential",
-                    ..
-                }
-            ),
-            "{err:?}"
+        let s = OfficialSettings::from_blob_settings(&key).unwrap();
+        assert_eq!(
+            s.container_url().as_str(),
+            "http://127.0.0.1:10000/devstoreaccount1/leases"
         );
+        assert!(s.signer().is_some() && s.credential().is_none());
+        let shown = format!("{s:?}");
+        assert!(shown.contains("shared key (redacted)"), "{shown}");
+        assert!(!shown.contains("Eby8vdM02"), "{shown}");
     }
 }

@@ -12,24 +12,25 @@
 
 use std::time::Duration;
 
-use azure_core::request_options::Metadata;
+use azure_core_v021::request_options::Metadata;
 use futures_util::StreamExt;
 use tracing::debug;
 
 use super::delete::{delete_stale, delete_unleased};
-use super::errors::{is_not_found, map_error};
-use super::{lease_info, BlobLeaseManager};
+use super::client::{is_not_found, map_error};
+use super::client::lease_info;
+use super::SdkV021LeaseManager;
 use crate::error::Result;
 use crate::store::blob_protocol::{
     encode_holder, parse_candidate, CANDIDATES, HOLDER_KEY, PRIORITY_KEY, PROPOSED_KEY,
 };
 use crate::store::{Acquire, Candidate, LeaseId, LeaseState};
 
-impl BlobLeaseManager {
+impl SdkV021LeaseManager {
     /// The manager of `holder`'s candidate record, sharing this one's client.
-    fn record(&self, holder: &str) -> BlobLeaseManager {
+    fn record(&self, holder: &str) -> SdkV021LeaseManager {
         let name = format!("{}{CANDIDATES}{}", self.blob_name, encode_holder(holder));
-        BlobLeaseManager {
+        SdkV021LeaseManager {
             blob: self.blob.container_client().blob_client(&name),
             container: self.container.clone(),
             blob_name: name,

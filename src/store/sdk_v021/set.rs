@@ -11,12 +11,13 @@ use futures_util::StreamExt;
 
 use super::client::container_client;
 use super::delete::{delete_stale, delete_unleased};
-use super::errors::{is_not_found, map_error};
-use super::{lease_info, BlobLeaseManager};
+use super::client::{is_not_found, map_error};
+use super::client::lease_info;
+use super::SdkV021LeaseManager;
 use crate::bounded::bounded;
 use crate::error::Result;
 use crate::options::DEFAULT_REQUEST_TIMEOUT;
-use crate::settings::BlobSettings;
+use crate::store::settings::BlobSettings;
 use crate::store::blob_protocol::{CANDIDATES, MEMBERS};
 use crate::store::collect::{Collection, Collector};
 use crate::store::{LeaseInfo, LeaseSetStore};
@@ -26,7 +27,7 @@ use crate::store::{LeaseInfo, LeaseSetStore};
 /// client and connection pool, and one List Blobs call (with metadata)
 /// reads the state of all of them.
 #[derive(Clone)]
-pub struct BlobLeaseSetStore {
+pub struct SdkV021LeaseSetStore {
     container: ContainerClient,
     settings: BlobSettings,
     request_timeout: Duration,
@@ -34,16 +35,16 @@ pub struct BlobLeaseSetStore {
     collector: Arc<Collector>,
 }
 
-impl fmt::Debug for BlobLeaseSetStore {
+impl fmt::Debug for SdkV021LeaseSetStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("BlobLeaseSetStore")
+        f.debug_struct("SdkV021LeaseSetStore")
             .field("container", &self.settings.container())
             .field("set", &self.settings.blob())
             .finish_non_exhaustive()
     }
 }
 
-impl BlobLeaseSetStore {
+impl SdkV021LeaseSetStore {
     /// The set named by the settings' blob name, in the settings' container,
     /// with a 3 s request timeout.
     ///
@@ -52,7 +53,7 @@ impl BlobLeaseSetStore {
     /// [`Error::InvalidConnectionString`](crate::Error::InvalidConnectionString)
     /// when the SAS token cannot be parsed.
     pub fn new(settings: &BlobSettings) -> Result<Self> {
-        Ok(BlobLeaseSetStore {
+        Ok(SdkV021LeaseSetStore {
             container: container_client(settings)?,
             settings: settings.clone(),
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
@@ -107,16 +108,16 @@ impl BlobLeaseSetStore {
     }
 }
 
-impl LeaseSetStore for BlobLeaseSetStore {
-    type Lease = BlobLeaseManager;
+impl LeaseSetStore for SdkV021LeaseSetStore {
+    type Lease = SdkV021LeaseManager;
 
-    fn lease(&self, name: &str) -> Result<BlobLeaseManager> {
+    fn lease(&self, name: &str) -> Result<SdkV021LeaseManager> {
         let blob = self.blob_name(name);
         let settings = self
             .settings
             .for_blob(self.settings.container(), blob.clone())?;
         Ok(
-            BlobLeaseManager::on(self.container.blob_client(blob), settings)
+            SdkV021LeaseManager::on(self.container.blob_client(blob), settings)
                 .with_request_timeout(self.request_timeout)
                 .with_collection(self.collector.collection()),
         )

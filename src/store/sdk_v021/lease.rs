@@ -1,18 +1,13 @@
-//! The default storage backend, on the `azure_storage_blobs` 0.21 crates,
-//! the only module (with its children) that uses them: the lease blob's calls
-//! (here), its state (`state`), candidate records (`candidates`), the set
-//! store (`set`), deleting blobs (`delete`), the client (`client`) and the
-//! SDK's errors (`errors`).
+//! One lease blob on the 0.21 SDK: acquire, renew, release, change, break,
+//! stamp and inspect.
 
-use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use azure_core::prelude::{IfMatchCondition, LeaseBreakPeriod, ProposedLeaseId};
-use azure_core::request_options::Metadata;
-use azure_storage_blobs::blob::BlobProperties;
+use azure_core_v021::prelude::{IfMatchCondition, LeaseBreakPeriod, ProposedLeaseId};
+use azure_core_v021::request_options::Metadata;
 use azure_storage_blobs::prelude::BlobClient;
 use time::format_description::well_known::Rfc3339;
 use time::OffsetDateTime;
@@ -21,28 +16,20 @@ use tracing::{debug, trace};
 use crate::bounded::bounded;
 use crate::error::{Error, Result};
 use crate::options::{lease_seconds, DEFAULT_REQUEST_TIMEOUT};
-use crate::settings::BlobSettings;
+use crate::store::settings::BlobSettings;
 use crate::store::blob_protocol::{
-    next_epoch, parse_epoch, ACQUIRED_AT_KEY, CONTAINER_NOT_FOUND, EPOCH_KEY, HOLDER_KEY,
+    next_epoch, ACQUIRED_AT_KEY, CONTAINER_NOT_FOUND, EPOCH_KEY, HOLDER_KEY,
 };
 use crate::store::collect::{Collection, Collector};
-use crate::store::{Acquire, Candidate, LeaseId, LeaseInfo, LeaseState, LeaseStore};
 
-mod candidates;
-mod client;
-mod delete;
-mod errors;
-mod set;
-mod state;
-
-pub use set::BlobLeaseSetStore;
-
-use client::container_client;
-use errors::{http_status, is_not_found, lease_call_error, map_error};
+use super::client::{
+    container_client, http_status, is_not_found, lease_call_error, lease_info, map_error,
+};
+use crate::store::{Acquire, Candidate, LeaseId, LeaseInfo, LeaseStore};
 
 impl LeaseId {
-    fn sdk_id(self) -> azure_core::request_options::LeaseId {
-        azure_core::request_options::LeaseId::from(self.as_uuid())
+    pub(super) fn sdk_id(self) -> azure_core_v021::request_options::LeaseId {
+        azure_core_v021::request_options::LeaseId::from(self.as_uuid())
     }
 }
 
@@ -51,19 +38,19 @@ impl LeaseId {
 /// retries are off: the caller (usually [`BlobDistributedMutex`](crate::BlobDistributedMutex))
 /// decides when to retry, so that nothing runs past a leader's deadline.
 #[derive(Clone)]
-pub struct BlobLeaseManager {
-    settings: BlobSettings,
-    blob: BlobClient,
-    container: String,
-    blob_name: String,
-    request_timeout: Duration,
+pub struct SdkV021LeaseManager {
+    pub(super) settings: BlobSettings,
+    pub(super) blob: BlobClient,
+    pub(super) container: String,
+    pub(super) blob_name: String,
+    pub(super) request_timeout: Duration,
     /// The stale candidate records this manager's listings collect.
-    collector: Arc<Collector>,
+    pub(super) collector: Arc<Collector>,
 }
 
-impl fmt::Debug for BlobLeaseManager {
+impl fmt::Debug for SdkV021LeaseManager {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("BlobLeaseManager")
+        f.debug_struct("SdkV021LeaseManager")
             .field("container", &self.container)
             .field("blob", &self.blob_name)
             .field("request_timeout", &self.request_timeout)
@@ -71,7 +58,7 @@ impl fmt::Debug for BlobLeaseManager {
     }
 }
 
-impl BlobLeaseManager {
+impl SdkV021LeaseManager {
     /// A manager for the blob named in `settings`, with a 3 s request timeout.
     ///
     /// # Errors
@@ -81,7 +68,7 @@ impl BlobLeaseManager {
         Self::from_settings(settings.clone())
     }
 
-    /// As [`BlobLeaseManager::new`], keeping the settings given.
+    /// As [`SdkV021LeaseManager::new`], keeping the settings given.
     pub(crate) fn from_settings(settings: BlobSettings) -> Result<Self> {
         let blob = container_client(&settings)?.blob_client(settings.blob());
         Ok(Self::on(blob, settings))
@@ -89,8 +76,8 @@ impl BlobLeaseManager {
 
     /// A manager of `blob`, whose client (and its connection pool) may be
     /// shared with other managers of the same container.
-    fn on(blob: BlobClient, settings: BlobSettings) -> Self {
-        BlobLeaseManager {
+    pub(super) fn on(blob: BlobClient, settings: BlobSettings) -> Self {
+        SdkV021LeaseManager {
             blob,
             container: settings.container().to_owned(),
             blob_name: settings.blob().to_owned(),
@@ -320,13 +307,13 @@ impl BlobLeaseManager {
         bounded(operation, self.request_timeout, call).await
     }
 
-    async fn acquire_uncapped(&self, proposed: LeaseId, duration: Duration) -> Result<Acquire> {
+    pub(super) async fn acquire_uncapped(&self, proposed: LeaseId, duration: Duration) -> Result<Acquire> {
         let seconds = lease_seconds(duration)?;
         let mut created = false;
         loop {
             let attempt = self
                 .blob
-                .acquire_lease(azure_core::prelude::LeaseDuration::Seconds(seconds))
+                .acquire_lease(azure_core_v021::prelude::LeaseDuration::Seconds(seconds))
                 .proposed_lease_id(ProposedLeaseId::from(proposed.sdk_id()))
                 .await;
             match attempt {
@@ -358,7 +345,7 @@ impl BlobLeaseManager {
         }
     }
 
-    async fn inspect_uncapped(&self) -> Result<Option<LeaseInfo>> {
+    pub(super) async fn inspect_uncapped(&self) -> Result<Option<LeaseInfo>> {
         {
             let response = match self.blob.get_properties().await {
                 Ok(response) => response,
@@ -418,7 +405,7 @@ impl BlobLeaseManager {
         Ok(())
     }
 
-    async fn renew_uncapped(&self, lease: LeaseId) -> Result<()> {
+    pub(super) async fn renew_uncapped(&self, lease: LeaseId) -> Result<()> {
         let response = self
             .blob
             .blob_lease_client(lease.sdk_id())
@@ -436,7 +423,7 @@ impl BlobLeaseManager {
         }
     }
 
-    async fn change_uncapped(&self, from: LeaseId, to: LeaseId) -> Result<()> {
+    pub(super) async fn change_uncapped(&self, from: LeaseId, to: LeaseId) -> Result<()> {
         let response = self
             .blob
             .blob_lease_client(from.sdk_id())
@@ -451,7 +438,7 @@ impl BlobLeaseManager {
         Ok(())
     }
 
-    async fn release_uncapped(&self, lease: LeaseId) -> Result<()> {
+    pub(super) async fn release_uncapped(&self, lease: LeaseId) -> Result<()> {
         self.blob
             .blob_lease_client(lease.sdk_id())
             .release()
@@ -460,7 +447,7 @@ impl BlobLeaseManager {
             .map_err(|e| lease_call_error("release", &e))
     }
 
-    async fn stamp_uncapped(&self, lease: LeaseId, holder: &str, floor: u64) -> Result<u64> {
+    pub(super) async fn stamp_uncapped(&self, lease: LeaseId, holder: &str, floor: u64) -> Result<u64> {
         let current = self
             .blob
             .get_properties()
@@ -492,7 +479,7 @@ impl BlobLeaseManager {
     }
 }
 
-impl LeaseStore for BlobLeaseManager {
+impl LeaseStore for SdkV021LeaseManager {
     fn acquire(
         &self,
         proposed: LeaseId,
@@ -570,32 +557,4 @@ impl LeaseStore for BlobLeaseManager {
     fn write_state(&self, lease: LeaseId, state: &[u8]) -> impl Future<Output = Result<()>> + Send {
         self.write_state_uncapped(lease, state)
     }
-}
-
-/// What a blob's properties and metadata say of its lease.
-fn lease_info(
-    properties: &BlobProperties,
-    metadata: Option<&HashMap<String, String>>,
-) -> LeaseInfo {
-    let empty = HashMap::new();
-    let metadata = metadata.unwrap_or(&empty);
-    let state = match properties.lease_state {
-        Some(azure_core::LeaseState::Leased) => LeaseState::Leased,
-        Some(azure_core::LeaseState::Expired) => LeaseState::Expired,
-        Some(azure_core::LeaseState::Breaking) => LeaseState::Breaking,
-        Some(azure_core::LeaseState::Broken) => LeaseState::Broken,
-        _ => LeaseState::Available,
-    };
-    let mut info = LeaseInfo::new(state);
-    info.infinite = match (state, properties.lease_duration) {
-        (LeaseState::Leased, Some(azure_core::LeaseDuration::Infinite)) => Some(true),
-        (LeaseState::Leased, _) => Some(false),
-        _ => None,
-    };
-    info.holder = metadata.get(HOLDER_KEY).cloned();
-    info.epoch = parse_epoch(metadata);
-    info.acquired_at = metadata.get(ACQUIRED_AT_KEY).cloned();
-    info.content_length = properties.content_length;
-    info.etag = properties.etag.to_string();
-    info
 }

@@ -4,11 +4,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use azure_core::prelude::IfMatchCondition;
+use azure_core_v021::prelude::IfMatchCondition;
 use azure_storage_blobs::prelude::{BlobClient, ContainerClient};
 use tracing::debug;
 
-use super::errors::{http_status, map_error};
+use super::client::{http_status, map_error};
 use crate::store::collect::{self, Collector};
 
 /// Deletes the stale blobs `due` (full names, with the `ETag` each was seen

@@ -1,17 +1,17 @@
 //! The leader's state in the lease blob's content on the 0.21 SDK: read by
 //! anyone, written only under the lease and with `If-Match`.
 
-use azure_core::prelude::IfMatchCondition;
-use azure_core::request_options::Metadata;
+use azure_core_v021::prelude::IfMatchCondition;
+use azure_core_v021::request_options::Metadata;
 use tracing::{debug, trace};
 
-use super::errors::{http_status, map_error};
-use super::BlobLeaseManager;
+use super::client::{http_status, map_error};
+use super::SdkV021LeaseManager;
 use crate::error::Result;
 use crate::store::blob_protocol::refused;
 use crate::store::{check_state_len, LeaseId};
 
-impl BlobLeaseManager {
+impl SdkV021LeaseManager {
     pub(super) async fn read_state_uncapped(&self) -> Result<Vec<u8>> {
         match self.blob.get_content().await {
             Ok(content) => Ok(content),

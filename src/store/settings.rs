@@ -1,21 +1,26 @@
-//! Where the lease blob lives and how to authenticate to it.
+//! Where the lease blob lives, how to authenticate to it, and which backend
+//! speaks to it: the settings every backend is built from. Nothing here
+//! names an SDK's client; the rules both backends share (connection
+//! strings, account, container and blob names, Azurite's defaults) are
+//! written once, here.
 //!
-//! Long (about 690 lines) for its tests: the last 170 lines check connection
+//! Long (about 750 lines) for its tests: the last 170 lines check connection
 //! strings, redaction, and container and blob names case by case.
 
 use std::fmt;
 use std::sync::Arc;
 
-use azure_core::auth::TokenCredential;
+use azure_core::credentials::TokenCredential;
 
 use crate::error::{Error, Result};
+use crate::store::backend::Backend;
 
 /// The account name Azurite and the old storage emulator use.
 pub const AZURITE_ACCOUNT: &str = "devstoreaccount1";
 
 /// The well-known, public account key of Azurite's default account. It is
 /// not a secret, but it is still never printed.
-const AZURITE_ACCOUNT_KEY: &str =
+pub(crate) const AZURITE_ACCOUNT_KEY: &str =
     "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==";
 
 /// Azurite's default blob endpoint.
@@ -23,17 +28,27 @@ pub const AZURITE_ENDPOINT: &str = "http://127.0.0.1:10000/devstoreaccount1";
 
 /// How requests are authenticated.
 #[derive(Clone)]
+#[cfg_attr(not(any(feature = "official", feature = "sdk-v021")), allow(dead_code))] // read by the backends
 pub(crate) enum Credential {
     /// Shared Key: the account key, base64.
     SharedKey(String),
     /// A shared access signature (the query string, without a leading `?`).
     Sas(String),
-    /// A Microsoft Entra ID token source, such as `DefaultAzureCredential`.
+    /// A Microsoft Entra ID token source of `azure_core` 1.x, such as the
+    /// credentials of `azure_identity` 1.x.
     Token(Arc<dyn TokenCredential>),
 }
 
 /// Where the lease blob lives: the storage account's blob endpoint, the
-/// credential, the container and the blob name.
+/// credential, the container and the blob name; and the storage backend
+/// that speaks to it ([`Backend`], by default the official Azure SDK's).
+///
+/// The same settings work on every backend: an account key (a connection
+/// string's `AccountKey`, or `UseDevelopmentStorage=true`), a SAS, or a
+/// token credential of `azure_core` 1.x. Pick the backend with
+/// [`BlobSettings::with_backend`] (for example from the environment with
+/// [`Backend::from_env`]); every store, mutex, lease set and quorum built
+/// from the settings then runs on it.
 ///
 /// Build it from a connection string ([`BlobSettings::from_connection_string`]),
 /// for Azurite ([`BlobSettings::azurite`]) or with a Microsoft Entra ID token
@@ -48,6 +63,7 @@ pub struct BlobSettings {
     credential: Credential,
     container: String,
     blob: String,
+    backend: Backend,
 }
 
 impl BlobSettings {
@@ -94,7 +110,8 @@ impl BlobSettings {
     }
 
     /// Settings that authenticate with a Microsoft Entra ID token credential
-    /// (for example one from `azure_identity`) against
+    /// of `azure_core` 1.x (for example one from `azure_identity` 1.x, such
+    /// as `ManagedIdentityCredential` or `WorkloadIdentityCredential`) against
     /// `https://{account}.blob.core.windows.net`. The identity needs the
     /// *Storage Blob Data Contributor* role on the container.
     ///
@@ -119,10 +136,10 @@ impl BlobSettings {
         )
     }
 
-    /// Settings that authenticate with `azure_identity`'s default credential
-    /// chain (environment, workload identity, managed identity, Azure CLI;
-    /// `AZURE_CREDENTIAL_KIND` picks one) against
-    /// `https://{account}.blob.core.windows.net`.
+    /// Settings that authenticate with a credential chosen from the
+    /// environment by `azure_identity` 1.x's credentials (see
+    /// [`default_credential`](crate::default_credential) for the order)
+    /// against `https://{account}.blob.core.windows.net`.
     ///
     /// Needs the `azure_identity` feature (on by default). Without it, build a
     /// `TokenCredential` yourself and pass it to
@@ -130,8 +147,9 @@ impl BlobSettings {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidOption`] naming `credential` when no credential source
-    /// can be set up, or the field of a name that is invalid.
+    /// [`Error::Authentication`] with code `CredentialUnavailable` when no
+    /// credential source can be set up; [`Error::InvalidOption`] naming the
+    /// field of a name that is invalid.
     #[cfg(feature = "azure_identity")]
     #[cfg_attr(docsrs, doc(cfg(feature = "azure_identity")))]
     pub fn with_default_credential(
@@ -139,13 +157,25 @@ impl BlobSettings {
         container: impl Into<String>,
         blob: impl Into<String>,
     ) -> Result<Self> {
-        let credential =
-            azure_identity::create_credential().map_err(|e| Error::Authentication {
-                status: 0,
-                code: "CredentialUnavailable".to_owned(),
-                message: crate::error::redact(&e.to_string()),
-            })?;
+        let credential = crate::store::default_credential::default_credential()?;
         Self::with_token_credential(account, credential, container, blob)
+    }
+
+    /// The same settings on another storage backend. Which backends exist
+    /// depends on the crate's features (`official`, on by default, and
+    /// `sdk-v021`); a backend that was not built in is refused when a store
+    /// is made from the settings, with [`Error::InvalidOption`] naming
+    /// `backend` and the feature to turn on.
+    #[must_use = "the settings are returned by value"]
+    pub fn with_backend(mut self, backend: Backend) -> Self {
+        self.backend = backend;
+        self
+    }
+
+    /// The storage backend the settings choose.
+    #[must_use]
+    pub fn backend(&self) -> Backend {
+        self.backend
     }
 
     /// The same settings with another blob endpoint, such as
@@ -178,6 +208,7 @@ impl BlobSettings {
             container.into(),
             blob.into(),
         )
+        .map(|settings| settings.with_backend(self.backend))
     }
 
     fn build(
@@ -195,6 +226,7 @@ impl BlobSettings {
             credential,
             container,
             blob,
+            backend: Backend::default(),
         })
     }
 
@@ -222,6 +254,7 @@ impl BlobSettings {
         &self.blob
     }
 
+    #[cfg_attr(not(any(feature = "official", feature = "sdk-v021")), allow(dead_code))] // read by the backends
     pub(crate) fn credential(&self) -> &Credential {
         &self.credential
     }
@@ -240,6 +273,7 @@ impl fmt::Debug for BlobSettings {
             .field("credential", &credential)
             .field("container", &self.container)
             .field("blob", &self.blob)
+            .field("backend", &self.backend)
             .finish()
     }
 }
@@ -434,7 +468,7 @@ fn validate_endpoint(endpoint: &str) -> std::result::Result<(), &'static str> {
     Ok(())
 }
 
-fn validate_account(account: &str) -> Result<()> {
+pub(crate) fn validate_account(account: &str) -> Result<()> {
     let ok = (3..=24).contains(&account.len())
         && account
             .bytes()
