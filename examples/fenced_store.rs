@@ -13,14 +13,17 @@
 //! of its term. `a` stops and releases the lease, `b` leads with a higher
 //! epoch and writes, then `a`'s late write arrives and the store refuses it.
 //! The connection string comes from `AZURE_STORAGE_CONNECTION_STRING`
-//! (Azurite's defaults when unset).
+//! (Azurite's defaults when unset), the
+//! storage backend from `BLOB_MUTEX_BACKEND` (`official`, the default, or
+//! `sdk-v021`).
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{bail, Context};
 use blob_mutex::{
-    BlobDistributedMutex, BlobSettings, CancellationToken, LeaderContext, Leadership, MutexOptions,
+    Backend, BlobDistributedMutex, BlobSettings, CancellationToken, LeaderContext, Leadership,
+    MutexOptions,
 };
 use tokio::sync::watch;
 
@@ -107,13 +110,11 @@ async fn main() -> anyhow::Result<()> {
         .with_writer(std::io::stderr)
         .init();
     let (container, blob) = ("examples", "fenced-store");
-    let settings = match std::env::var("AZURE_STORAGE_CONNECTION_STRING") {
-        Ok(cs) if !cs.trim().is_empty() => {
-            BlobSettings::from_connection_string(&cs, container, blob)
-        }
-        _ => BlobSettings::azurite(container, blob),
-    }
-    .context("invalid storage settings")?;
+    let connection = std::env::var("AZURE_STORAGE_CONNECTION_STRING")
+        .unwrap_or_else(|_| "UseDevelopmentStorage=true".to_owned());
+    let settings = BlobSettings::from_connection_string(&connection, container, blob)
+        .context("invalid storage settings")?
+        .with_backend(Backend::from_env()?);
     let store = Arc::new(FencedStore::default());
     let instance = |id: &str| {
         let store = store.clone();

@@ -8,10 +8,9 @@
 //! Start it several times on one set with different ids: the partitions
 //! (`p00` … up to the count given) spread evenly over the instances, and move
 //! when one joins, leaves or crashes. The connection string comes from
-//! `AZURE_STORAGE_CONNECTION_STRING` (Azurite's defaults when unset). With
-//! `BLOB_MUTEX_BACKEND=official` (built with the feature `official-sdk`), it
-//! reaches storage through the official Azure SDK, with the connection
-//! string's SAS. Ctrl-C or SIGTERM stops every partition's task, releases its
+//! `AZURE_STORAGE_CONNECTION_STRING` (Azurite's defaults when unset), the
+//! storage backend from `BLOB_MUTEX_BACKEND` (`official`, the default, or
+//! `sdk-v021`). Ctrl-C or SIGTERM stops every partition's task, releases its
 //! lease, then exits.
 //!
 //! Standard output has one line per change, for scripts:
@@ -24,7 +23,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use blob_mutex::{
-    BlobLeaseSet, BlobSettings, CancellationToken, LeaseSetOptions, LeaseSetStore, PartitionContext,
+    Backend, BlobLeaseSet, BlobSettings, CancellationToken, LeaseSetOptions, PartitionContext,
 };
 use tokio::sync::broadcast::error::RecvError;
 
@@ -72,51 +71,21 @@ async fn main() -> anyhow::Result<()> {
         anyhow::bail!(usage);
     };
     let count: usize = count.parse().context(usage)?;
-    let settings = match std::env::var("AZURE_STORAGE_CONNECTION_STRING") {
-        Ok(cs) if !cs.trim().is_empty() => {
-            BlobSettings::from_connection_string(&cs, container, set)
-        }
-        _ => BlobSettings::azurite(container, set),
-    }
-    .context("invalid storage settings")?;
+    let connection = std::env::var("AZURE_STORAGE_CONNECTION_STRING")
+        .unwrap_or_else(|_| "UseDevelopmentStorage=true".to_owned());
+    let settings = BlobSettings::from_connection_string(&connection, container, set)
+        .context("invalid storage settings")?
+        .with_backend(Backend::from_env()?);
     let partitions = (0..count).map(|i| format!("p{i:02}"));
     // The set's defaults (a 30 s lease), with this instance's name.
     let options = LeaseSetOptions::default();
     let mutex = options.mutex.clone().with_holder(id.clone());
     let options = options.with_mutex(mutex);
-    if std::env::var("BLOB_MUTEX_BACKEND").as_deref() == Ok("official") {
-        let lease_set = official(&settings, partitions, options)?;
-        // Boxed, so that `main`'s own future stays small.
-        return Box::pin(run(lease_set, id)).await;
-    }
     run(BlobLeaseSet::new(&settings, partitions, options, work)?, id).await
 }
 
-/// The set on the official Azure SDK's backend: the same settings, whose
-/// credential must be a SAS (the official SDK has no shared key).
-#[cfg(feature = "official-sdk")]
-fn official(
-    settings: &BlobSettings,
-    partitions: impl Iterator<Item = String>,
-    options: LeaseSetOptions,
-) -> anyhow::Result<BlobLeaseSet<blob_mutex::OfficialLeaseSetStore>> {
-    let settings = blob_mutex::OfficialSettings::from_blob_settings(settings)?;
-    let store = blob_mutex::OfficialLeaseSetStore::new(&settings)?
-        .with_request_timeout(options.mutex.request_timeout);
-    Ok(BlobLeaseSet::with_store(store, partitions, options, work)?)
-}
-
-#[cfg(not(feature = "official-sdk"))]
-fn official(
-    _: &BlobSettings,
-    _: impl Iterator<Item = String>,
-    _: LeaseSetOptions,
-) -> anyhow::Result<BlobLeaseSet> {
-    anyhow::bail!("BLOB_MUTEX_BACKEND=official needs the feature official-sdk")
-}
-
 /// Runs the set until Ctrl-C or SIGTERM, printing every partition term's end.
-async fn run<S: LeaseSetStore>(lease_set: BlobLeaseSet<S>, id: String) -> anyhow::Result<()> {
+async fn run(lease_set: BlobLeaseSet, id: String) -> anyhow::Result<()> {
     // The end of every partition's term, reported by the set, not by the task.
     let mut reports = lease_set.partition_reports();
     let printer = tokio::spawn(async move {

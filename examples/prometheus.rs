@@ -10,12 +10,14 @@
 //! them. Here the Prometheus exporter's recorder is installed and its text
 //! is served on `127.0.0.1:<port>` (default 9898) by a few lines of Tokio,
 //! for every request, whatever its path. The connection string comes from
-//! `AZURE_STORAGE_CONNECTION_STRING` (Azurite's defaults when unset).
+//! `AZURE_STORAGE_CONNECTION_STRING` (Azurite's defaults when unset), the
+//! storage backend from `BLOB_MUTEX_BACKEND` (`official`, the default, or
+//! `sdk-v021`).
 
 use std::time::Duration;
 
 use anyhow::Context;
-use blob_mutex::{BlobDistributedMutex, BlobSettings, CancellationToken, LeaderContext};
+use blob_mutex::{Backend, BlobDistributedMutex, BlobSettings, CancellationToken, LeaderContext};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
@@ -60,12 +62,11 @@ async fn main() -> anyhow::Result<()> {
     println!("figures on http://127.0.0.1:{port}/metrics");
     tokio::spawn(serve(listener, figures));
 
-    let settings = match std::env::var("AZURE_STORAGE_CONNECTION_STRING") {
-        Ok(cs) if !cs.trim().is_empty() => {
-            BlobSettings::from_connection_string(&cs, container, blob)?
-        }
-        _ => BlobSettings::azurite(container, blob)?,
-    };
+    let connection = std::env::var("AZURE_STORAGE_CONNECTION_STRING")
+        .unwrap_or_else(|_| "UseDevelopmentStorage=true".to_owned());
+    let settings = BlobSettings::from_connection_string(&connection, container, blob)
+        .context("invalid storage settings")?
+        .with_backend(Backend::from_env()?);
     let mutex = BlobDistributedMutex::new(settings, lead)?;
     let token = CancellationToken::new();
     let stop = token.clone();

@@ -16,7 +16,9 @@
 //! and queues jobs, the other that it follows. Stop the leader with Ctrl-C
 //! and the other one takes over within about a second. It uses the blob
 //! `examples/shared-state`; the connection string comes from
-//! `AZURE_STORAGE_CONNECTION_STRING` (Azurite's defaults when unset).
+//! `AZURE_STORAGE_CONNECTION_STRING` (Azurite's defaults when unset), the
+//! storage backend from `BLOB_MUTEX_BACKEND` (`official`, the default, or
+//! `sdk-v021`).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -24,7 +26,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use blob_mutex::{
-    BlobDistributedMutex, BlobSettings, CancellationToken, LeaderContext, MutexOptions,
+    Backend, BlobDistributedMutex, BlobSettings, CancellationToken, LeaderContext, MutexOptions,
 };
 use tokio::sync::{mpsc, Mutex};
 
@@ -75,13 +77,11 @@ async fn main() -> anyhow::Result<()> {
         .nth(1)
         .context("usage: shared_state <instance-id>")?;
     let (container, blob) = ("examples", "shared-state");
-    let settings = match std::env::var("AZURE_STORAGE_CONNECTION_STRING") {
-        Ok(cs) if !cs.trim().is_empty() => {
-            BlobSettings::from_connection_string(&cs, container, blob)
-        }
-        _ => BlobSettings::azurite(container, blob),
-    }
-    .context("invalid storage settings")?;
+    let connection = std::env::var("AZURE_STORAGE_CONNECTION_STRING")
+        .unwrap_or_else(|_| "UseDevelopmentStorage=true".to_owned());
+    let settings = BlobSettings::from_connection_string(&connection, container, blob)
+        .context("invalid storage settings")?
+        .with_backend(Backend::from_env()?);
 
     // The state the leader task shares with the main loop.
     let (send_job, jobs) = mpsc::channel::<u64>(16);

@@ -6,10 +6,9 @@
 //!
 //! Start it several times on one blob with different ids: one leads, the
 //! others wait to take over. The connection string comes from
-//! `AZURE_STORAGE_CONNECTION_STRING` (Azurite's defaults when unset). With
-//! `BLOB_MUTEX_BACKEND=official` (built with the feature `official-sdk`), it
-//! reaches storage through the official Azure SDK, with the connection
-//! string's SAS. Ctrl-C or SIGTERM stops the leader task, then releases the
+//! `AZURE_STORAGE_CONNECTION_STRING` (Azurite's defaults when unset), the
+//! storage backend from `BLOB_MUTEX_BACKEND` (`official`, the default, or
+//! `sdk-v021`). Ctrl-C or SIGTERM stops the leader task, then releases the
 //! lease, then exits.
 //!
 //! Standard output has one line per transition, for scripts:
@@ -22,7 +21,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use blob_mutex::{
-    BlobDistributedMutex, BlobSettings, CancellationToken, LeaderContext, LeaseStore, MutexOptions,
+    Backend, BlobDistributedMutex, BlobSettings, CancellationToken, LeaderContext, MutexOptions,
 };
 use tokio::sync::broadcast::error::RecvError;
 
@@ -65,18 +64,12 @@ async fn main() -> anyhow::Result<()> {
     else {
         anyhow::bail!("usage: worker <container> <blob> <instance-id>");
     };
-    let settings = match std::env::var("AZURE_STORAGE_CONNECTION_STRING") {
-        Ok(cs) if !cs.trim().is_empty() => {
-            BlobSettings::from_connection_string(&cs, container, blob)
-        }
-        _ => BlobSettings::azurite(container, blob),
-    }
-    .context("invalid storage settings")?;
+    let connection = std::env::var("AZURE_STORAGE_CONNECTION_STRING")
+        .unwrap_or_else(|_| "UseDevelopmentStorage=true".to_owned());
+    let settings = BlobSettings::from_connection_string(&connection, container, blob)
+        .context("invalid storage settings")?
+        .with_backend(Backend::from_env()?);
     let options = MutexOptions::default().with_holder(id.clone());
-    if std::env::var("BLOB_MUTEX_BACKEND").as_deref() == Ok("official") {
-        // Boxed, so that `main`'s own future stays small.
-        return Box::pin(run(official(&settings, options)?, id)).await;
-    }
     run(
         BlobDistributedMutex::with_options(settings, options, lead)?,
         id,
@@ -84,28 +77,8 @@ async fn main() -> anyhow::Result<()> {
     .await
 }
 
-/// The mutex on the official Azure SDK's backend: the same settings, whose
-/// credential must be a SAS (the official SDK has no shared key).
-#[cfg(feature = "official-sdk")]
-fn official(
-    settings: &BlobSettings,
-    options: MutexOptions,
-) -> anyhow::Result<BlobDistributedMutex<blob_mutex::OfficialLeaseManager>> {
-    let settings = blob_mutex::OfficialSettings::from_blob_settings(settings)?;
-    let store = blob_mutex::OfficialLeaseManager::new(&settings)?;
-    Ok(BlobDistributedMutex::with_store(store, options, lead)?)
-}
-
-#[cfg(not(feature = "official-sdk"))]
-fn official(
-    _: &BlobSettings,
-    _: MutexOptions,
-) -> anyhow::Result<BlobDistributedMutex<blob_mutex::BlobLeaseManager>> {
-    anyhow::bail!("BLOB_MUTEX_BACKEND=official needs the feature official-sdk")
-}
-
 /// Campaigns until Ctrl-C or SIGTERM, printing every term's end.
-async fn run<S: LeaseStore>(mutex: BlobDistributedMutex<S>, id: String) -> anyhow::Result<()> {
+async fn run(mutex: BlobDistributedMutex, id: String) -> anyhow::Result<()> {
     // The end of every term, reported by the mutex, not by the task.
     let mut reports = mutex.term_reports();
     let printer = tokio::spawn(async move {

@@ -58,8 +58,8 @@ use crate::error::{BoxError, Chain, Error, Result};
 use crate::lease_set::balance::{plan, Plan, Strategy, View};
 use crate::mutex::BlobDistributedMutex;
 use crate::options::{default_holder, MutexOptions, ABORT_WAIT, STOP_SLACK};
-use crate::store::settings::BlobSettings;
 use crate::store::backend::BlobLeaseSetStore;
+use crate::store::settings::BlobSettings;
 use crate::store::{check_request_timeout, LeaseSetStore, LeaseState, LeaseStore, MEMBERS};
 
 pub(crate) mod balance;

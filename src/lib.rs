@@ -55,11 +55,11 @@ pub use store::blob_protocol::{
 pub use store::collect::Collection;
 #[cfg(feature = "testing")]
 pub use store::conformance;
-#[cfg(feature = "testing")]
-pub use store::memory::{MemoryLeaseSetStore, MemoryLeaseStore};
 #[cfg(feature = "azure_identity")]
 #[cfg_attr(docsrs, doc(cfg(feature = "azure_identity")))]
 pub use store::default_credential::default_credential;
+#[cfg(feature = "testing")]
+pub use store::memory::{MemoryLeaseSetStore, MemoryLeaseStore};
 #[cfg(feature = "official")]
 #[cfg_attr(docsrs, doc(cfg(feature = "official")))]
 pub use store::official::{OfficialLeaseManager, OfficialLeaseSetStore, OfficialSettings};

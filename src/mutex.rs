@@ -13,8 +13,8 @@ use crate::engine::metrics::Metrics;
 use crate::engine::{box_task, Engine, TaskFn};
 use crate::error::{BoxError, Error, Result};
 use crate::options::{default_holder, MutexOptions};
-use crate::store::settings::BlobSettings;
 use crate::store::backend::BlobLeaseManager;
+use crate::store::settings::BlobSettings;
 use crate::store::{check_request_timeout, LeaseStore};
 
 /// How many term reports a slow receiver can fall behind.
@@ -88,7 +88,7 @@ impl BlobDistributedMutex<BlobLeaseManager> {
         E: Into<BoxError> + 'static,
     {
         options.validate()?;
-        let manager = BlobLeaseManager::new(&settings)?
+        let manager = BlobLeaseManager::from_settings(settings)?
             .with_request_timeout(options.request_timeout);
         Self::with_store(manager, options, task)
     }

@@ -95,7 +95,9 @@ async fn a_wrong_account_key_returns_an_authentication_error() {
         az.endpoint
     );
     let container = azurite::unique_container("wrongkey");
-    let settings = BlobSettings::from_connection_string(&cs, container, "leader").unwrap();
+    let settings = BlobSettings::from_connection_string(&cs, container, "leader")
+        .unwrap()
+        .with_backend(support::backend::current());
     let mutex = BlobDistributedMutex::new(settings, never_called).unwrap();
     let result = tokio::time::timeout(
         Duration::from_secs(10),
@@ -124,7 +126,8 @@ async fn an_unreachable_endpoint_keeps_trying_and_stops_at_once_when_cancelled()
     let settings = BlobSettings::azurite("leases", "leader")
         .unwrap()
         .with_endpoint(format!("http://127.0.0.1:{port}/devstoreaccount1"))
-        .unwrap();
+        .unwrap()
+        .with_backend(support::backend::current());
     let mutex = BlobDistributedMutex::new(settings, never_called).unwrap();
     let token = CancellationToken::new();
     let run = mutex.run_task_when_mutex_acquired(token.clone());

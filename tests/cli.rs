@@ -292,22 +292,42 @@ async fn two_runs_take_turns_and_the_second_starts_within_acquire_retry_plus_1s(
     take_turns(&Case::new("turns"), &["--acquire-retry", "1s"]).await;
 }
 
-/// The same election and failover through the official SDK's backend,
-/// with a SAS.
-#[cfg(feature = "official-sdk")]
+/// The backend named by `--backend` (this run's, explicitly) is the one
+/// `run` leads on, and says so.
 #[tokio::test]
-async fn two_runs_on_the_official_sdk_take_turns() {
-    let connection =
-        support::backend::Backend::Official.connection_string(&azurite::shared().endpoint);
-    let case = Case::on("official", connection);
-    take_turns(&case, &["--acquire-retry", "1s", "--backend", "official"]).await;
+async fn two_runs_on_the_backend_given_by_flag_take_turns() {
+    let backend = support::backend::current();
+    let case = Case::new("backend-flag");
+    take_turns(
+        &case,
+        &["--acquire-retry", "1s", "--backend", backend.as_str()],
+    )
+    .await;
     for holder in ["a", "b"] {
         let stderr = case.stderr(holder);
-        assert!(
-            stderr.contains("through the official Azure SDK"),
-            "{stderr}"
-        );
+        assert!(stderr.contains(&format!("backend={backend}")), "{stderr}");
     }
+}
+
+/// A backend that does not exist is a usage error naming the ones that do.
+#[test]
+fn an_unknown_backend_is_a_usage_error() {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_blob-mutex"))
+        .args([
+            "status",
+            "--dev",
+            "-c",
+            "leases",
+            "-b",
+            "lock",
+            "--backend",
+            "legacy",
+        ])
+        .output()
+        .expect("run blob-mutex");
+    assert_eq!(output.status.code(), Some(2), "{output:?}");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("official or sdk-v021"), "{stderr}");
 }
 
 async fn take_turns(case: &Case, flags: &[&str]) {

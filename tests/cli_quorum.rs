@@ -218,7 +218,8 @@ async fn status_names_a_holder_only_where_the_stamp_shows_it() {
         .map(|account| {
             let cs = account.connection_string();
             let settings = BlobSettings::from_connection_string(&cs, &quorum.container, "lock");
-            BlobLeaseManager::new(&settings.unwrap()).unwrap()
+            BlobLeaseManager::new(&settings.unwrap().with_backend(support::backend::current()))
+                .unwrap()
         })
         .collect();
     let (earlier, newest) = (LeaseId::new(), LeaseId::new());

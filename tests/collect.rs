@@ -6,7 +6,7 @@
 
 mod support;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -108,20 +108,6 @@ fn start_member(
     (rx, tokio::spawn(async move { set.run(token).await }))
 }
 
-/// A client of `container` on the shared Azurite that is the SDK's own.
-fn sdk_container(container: &str) -> azure_storage_blobs::prelude::ContainerClient {
-    let credentials = azure_storage::StorageCredentials::access_key(
-        blob_mutex::AZURITE_ACCOUNT,
-        azurite::DEV_KEY.to_owned(),
-    );
-    let location = azure_storage::CloudLocation::Custom {
-        account: blob_mutex::AZURITE_ACCOUNT.to_owned(),
-        uri: azurite::shared().endpoint.clone(),
-    };
-    azure_storage_blobs::prelude::ClientBuilder::with_location(location, credentials)
-        .container_client(container)
-}
-
 async fn members(store: &BlobLeaseSetStore) -> blob_mutex::Result<Vec<(String, LeaseState)>> {
     Ok(store
         .list("members/")
@@ -202,13 +188,13 @@ async fn stale_candidates_are_collected_by_the_leader_and_a_withdraw_deletes_its
     let settings = azurite::shared().settings(&container, "lock");
     // `lock.candidates/<holder>`: names the crate refuses for a lease, so
     // made with the SDK itself.
-    let client = sdk_container(&container);
-    client.create().await.unwrap();
+    let client = support::raw::container(&container);
+    support::raw::create(&client).await;
     let started = Instant::now();
     futures_util::stream::iter(0..STALE_CANDIDATES)
         .map(|i| {
-            let blob = client.blob_client(format!("lock.candidates/gone-{i}"));
-            async move { blob.put_block_blob(Vec::<u8>::new()).await.unwrap() }
+            let (client, name) = (&client, format!("lock.candidates/gone-{i}"));
+            async move { support::raw::put(client, &name, Vec::new(), HashMap::new()).await }
         })
         .buffer_unordered(CREATES_IN_FLIGHT)
         .count()
@@ -217,17 +203,7 @@ async fn stale_candidates_are_collected_by_the_leader_and_a_withdraw_deletes_its
         "created {STALE_CANDIDATES} stale records in {:?}",
         started.elapsed()
     );
-    let count = || {
-        let client = client.clone();
-        async move {
-            let mut pages = client.list_blobs().prefix("lock.candidates/").into_stream();
-            let mut n = 0;
-            while let Some(page) = pages.next().await {
-                n += page.unwrap().blobs.blobs().count();
-            }
-            n
-        }
-    };
+    let count = || support::raw::count(&client, "lock.candidates/");
     assert_eq!(count().await, STALE_CANDIDATES);
 
     let manager = |holder: &str, priority: i64| {

@@ -9,7 +9,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use support::azurite;
-use support::backend::Backend;
+use support::backend::{Backend, BackendExt};
 use support::workers::{example_bin, Spec, What};
 
 fn spec(backend: Backend, name: &str, container: &str) -> Spec {
@@ -26,13 +26,7 @@ fn spec(backend: Backend, name: &str, container: &str) -> Spec {
 
 #[tokio::test]
 async fn the_example_worker_hands_over_and_prints_its_contract() {
-    hands_over(Backend::Legacy).await;
-}
-
-#[cfg(feature = "official-sdk")]
-#[tokio::test]
-async fn the_example_worker_hands_over_on_the_official_sdk() {
-    hands_over(Backend::Official).await;
+    hands_over(support::backend::current()).await;
 }
 
 async fn hands_over(backend: Backend) {
@@ -78,15 +72,14 @@ async fn hands_over(backend: Backend) {
     cluster.kill_all();
 }
 
-/// The lease-set example (`examples/partitions.rs`) on the official SDK's
-/// backend: two instances share four partitions, two each, never one
-/// partition at two instances; both leave gracefully.
-#[cfg(feature = "official-sdk")]
+/// The lease-set example (`examples/partitions.rs`): two instances share
+/// four partitions, two each, never one partition at two instances; both
+/// leave gracefully.
 #[tokio::test]
-async fn the_partitions_example_shares_its_partitions_on_the_official_sdk() {
+async fn the_partitions_example_shares_its_partitions() {
     use support::partitions::{assert_safe, owned_now, terms};
 
-    let backend = Backend::Official;
+    let backend = support::backend::current();
     let container = azurite::unique_container("example-partitions");
     let mut cluster = backend.cluster();
     for name in ["p0", "p1"] {

@@ -12,7 +12,7 @@ mod support;
 use std::time::Duration;
 
 use support::azurite::{unique_container, Azurite};
-use support::backend::Backend;
+use support::backend::{Backend, BackendExt};
 use support::foreign::{Foreign, CALL};
 use support::workers::Cluster;
 
@@ -25,7 +25,7 @@ fn azurite() -> Azurite {
 
 /// Two workers on `container`/`blob`, straight to `azurite`.
 fn workers(azurite: &Azurite, container: &str, blob: &str) -> Cluster {
-    workers_on(Backend::Legacy, azurite, container, blob)
+    workers_on(support::backend::current(), azurite, container, blob)
 }
 
 /// Two workers on `container`/`blob` through `backend`, straight to `azurite`.
@@ -85,13 +85,7 @@ async fn foreign_content_and_metadata_are_never_overwritten() {
 
 #[tokio::test]
 async fn a_broken_lease_stops_the_leader() {
-    broken_lease(Backend::Legacy).await;
-}
-
-#[cfg(feature = "official-sdk")]
-#[tokio::test]
-async fn a_broken_lease_stops_the_leader_on_the_official_sdk() {
-    broken_lease(Backend::Official).await;
+    broken_lease(support::backend::current()).await;
 }
 
 async fn broken_lease(backend: Backend) {

@@ -14,7 +14,7 @@ mod support;
 use std::time::Duration;
 
 use support::azurite;
-use support::backend::Backend;
+use support::backend::{Backend, BackendExt};
 use support::proxy::{Proxy, Request};
 use support::workers::{Cluster, Spec, What};
 
@@ -37,7 +37,7 @@ struct Setup {
 
 impl Setup {
     fn new(blob: &'static str) -> Setup {
-        Self::on(Backend::Legacy, blob)
+        Self::on(support::backend::current(), blob)
     }
 
     fn on(backend: Backend, blob: &'static str) -> Setup {
@@ -101,15 +101,7 @@ impl Setup {
 
 #[tokio::test]
 async fn a_higher_priority_worker_leads_after_exactly_one_handover() {
-    one_handover(Backend::Legacy).await;
-}
-
-/// The same handover (candidate records, Change Lease) through the official
-/// SDK's backend.
-#[cfg(feature = "official-sdk")]
-#[tokio::test]
-async fn a_higher_priority_worker_leads_after_exactly_one_handover_on_the_official_sdk() {
-    one_handover(Backend::Official).await;
+    one_handover(support::backend::current()).await;
 }
 
 async fn one_handover(backend: Backend) {

@@ -11,7 +11,7 @@ mod support;
 use std::time::Duration;
 
 use support::azurite;
-use support::backend::Backend;
+use support::backend::{Backend, BackendExt};
 use support::partitions::{assert_safe, owned_now, terms};
 use support::proxy::Proxy;
 use support::workers::{Cluster, Spec, What};
@@ -57,15 +57,7 @@ async fn settle(cluster: &Cluster, want: &[usize], limit: Duration) -> Duration 
 
 #[tokio::test]
 async fn partitions_spread_rebalance_on_join_and_leave_and_never_overlap() {
-    spread_and_rebalance(Backend::Legacy).await;
-}
-
-/// The same lease set through the official SDK's backend
-/// (`OfficialLeaseSetStore`).
-#[cfg(feature = "official-sdk")]
-#[tokio::test]
-async fn partitions_spread_rebalance_and_never_overlap_on_the_official_sdk() {
-    spread_and_rebalance(Backend::Official).await;
+    spread_and_rebalance(support::backend::current()).await;
 }
 
 async fn spread_and_rebalance(backend: Backend) {

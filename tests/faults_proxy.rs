@@ -10,7 +10,6 @@ use std::time::{Duration, Instant};
 
 use blob_mutex::{Acquire, BlobLeaseManager, Error, LeaseId};
 use support::azurite;
-use support::backend::Capped;
 use support::proxy::{Direction, Fate, Injected, Mode, Proxy};
 
 const D: Duration = Duration::from_secs(15);
@@ -29,23 +28,7 @@ async fn every_mode_and_fault_reaches_the_client_as_expected() {
     every_mode(&proxy, &manager(&proxy, "proxy-modes")).await;
 }
 
-/// The same faults through the official SDK's backend: the same kinds of
-/// error, and its calls bounded by its request timeout.
-#[cfg(feature = "official-sdk")]
-#[tokio::test]
-async fn every_mode_and_fault_reaches_the_official_sdk_client_as_expected() {
-    support::init_tracing();
-    let proxy = Proxy::start(azurite::shared().port);
-    let container = azurite::unique_container("proxy-official");
-    let settings =
-        support::backend::official_settings(&proxy.endpoint(), &container, "proxy-modes");
-    let m = blob_mutex::OfficialLeaseManager::new(&settings)
-        .unwrap()
-        .with_request_timeout(Duration::from_millis(1500));
-    every_mode(&proxy, &m).await;
-}
-
-async fn every_mode(proxy: &Proxy, m: &impl Capped) {
+async fn every_mode(proxy: &Proxy, m: &BlobLeaseManager) {
     let lease = LeaseId::new();
 
     // Pass: works, and every request is logged with its lease headers.

@@ -11,7 +11,7 @@ mod support;
 use std::time::Duration;
 
 use support::azurite;
-use support::backend::Backend;
+use support::backend::{Backend, BackendExt};
 use support::proxy::{Direction, Mode, Proxy};
 
 const LEASE: Duration = Duration::from_secs(15);
@@ -22,13 +22,7 @@ const MARGIN: Duration = Duration::from_millis(1150);
 
 #[tokio::test]
 async fn a_leader_on_slow_storage_steps_down_at_its_deadline() {
-    slow_storage(Backend::Legacy).await;
-}
-
-#[cfg(feature = "official-sdk")]
-#[tokio::test]
-async fn a_leader_on_slow_storage_steps_down_at_its_deadline_on_the_official_sdk() {
-    slow_storage(Backend::Official).await;
+    slow_storage(support::backend::current()).await;
 }
 
 async fn slow_storage(backend: Backend) {

@@ -12,7 +12,7 @@ mod support;
 use std::time::{Duration, Instant};
 
 use support::azurite::Azurite;
-use support::backend::Backend;
+use support::backend::{Backend, BackendExt};
 use support::proxy::{Fate, Proxy};
 
 const LEASE: Duration = Duration::from_secs(15);
@@ -23,13 +23,7 @@ const WORKERS: usize = 3;
 
 #[tokio::test]
 async fn nobody_new_leads_while_storage_is_down_and_someone_leads_soon_after() {
-    storage_down(Backend::Legacy).await;
-}
-
-#[cfg(feature = "official-sdk")]
-#[tokio::test]
-async fn nobody_new_leads_while_storage_is_down_and_someone_leads_soon_after_on_the_official_sdk() {
-    storage_down(Backend::Official).await;
+    storage_down(support::backend::current()).await;
 }
 
 async fn storage_down(backend: Backend) {

@@ -26,7 +26,9 @@ const LEASE: Duration = Duration::from_secs(15);
 /// Settings for `container`/`blob` on the shared Azurite, with `sas` and no key.
 fn with_sas(container: &str, blob: &str, sas: &str) -> BlobSettings {
     let connection = sas_connection_string(&azurite::shared().endpoint, sas);
-    BlobSettings::from_connection_string(&connection, container, blob).expect("valid settings")
+    BlobSettings::from_connection_string(&connection, container, blob)
+        .expect("valid settings")
+        .with_backend(support::backend::current())
 }
 
 /// Creates `container` with the account key, as an operator would before

@@ -43,10 +43,6 @@ macro_rules! every_mode {
             quorum_mutex => QuorumMutex,
             quorum_lease_set => QuorumSet,
             handover => Handover,
-            #[cfg(feature = "official-sdk")]
-            official_mutex => OfficialMutex,
-            #[cfg(feature = "official-sdk")]
-            official_lease_set => OfficialSet,
         );
     };
 }
@@ -61,8 +57,6 @@ every_mode!(stuck_task_fail_stop);
 cells!(stuck_task_without_fail_stop:
     lease_set => Set,
     quorum_lease_set => QuorumSet,
-    #[cfg(feature = "official-sdk")]
-    official_lease_set => OfficialSet,
 );
 
 /// SIGKILL the leader, or an owner of half the partitions: the others own

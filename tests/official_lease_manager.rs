@@ -1,7 +1,7 @@
 //! `OfficialLeaseManager` against a real Azurite, for what the shared
 //! conformance and fault tests do not see: kept-alive connections, a blob
 //! never overwritten, break, and a SAS that may not create the container.
-#![cfg(feature = "official-sdk")]
+#![cfg(feature = "official")]
 
 mod support;
 

@@ -3,7 +3,7 @@
 //! API: `scripts/public-api --test tests/fixtures/public-api.txt`.
 // The list is made with every feature; `testing` gates the memory stores and
 // the conformance suite, `official-sdk` the official SDK's backend.
-#![cfg(all(feature = "testing", feature = "official-sdk"))]
+#![cfg(all(feature = "testing", feature = "official"))]
 
 #[allow(unused_imports)]
 use blob_mutex::conformance::{

@@ -45,6 +45,7 @@ fn settings_on(endpoints: &[String], container: &str, blob: &str) -> Vec<BlobSet
         .iter()
         .map(|e| {
             BlobSettings::from_connection_string(&azurite::connection_string(e), container, blob)
+                .map(|s| s.with_backend(support::backend::current()))
                 .unwrap()
         })
         .collect()

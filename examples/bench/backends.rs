@@ -1,6 +1,7 @@
-//! Section `backends`: the 0.21 SDK's backend (`BlobLeaseManager`, account
-//! key) beside the official SDK's (`OfficialLeaseManager`, feature
-//! `official-sdk`, account SAS) in one run: acquire and renew latency,
+//! Section `backends`: the official SDK's backend (the default) beside the
+//! 0.21 SDK's (feature `sdk-v021`), both from the same settings with the
+//! account key (the official one signs SAS tokens from it), in one run:
+//! acquire and renew latency,
 //! interleaved on the same Azurite; the CPU per renewal of one process that
 //! owns `--set-size` partitions with a 15 s lease (1 000 partitions renew
 //! 200 times a second), each backend in turn; and the crates each feature
@@ -12,11 +13,11 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context, Result};
-use blob_mutex::{Acquire, BlobLeaseManager, LeaseId};
+use blob_mutex::{Acquire, Backend, BlobLeaseManager, LeaseId};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
-use crate::azurite::{connection_string, settings, unique_container, Azurite, ACCOUNT, DEV_KEY};
+use crate::azurite::{connection_string, settings, unique_container, Azurite};
 use crate::footprint::{clock_ticks, cpu_ns, cpu_ticks};
 use crate::json::Json;
 use crate::proxy::{Kind, Proxy};
@@ -30,18 +31,19 @@ const WARMUP: usize = 50;
 /// every 5 s, so that 1 000 partitions make 200 renewals a second.
 const LEASE: Duration = Duration::from_secs(15);
 
-/// The two backends, as the worker's `BLOB_MUTEX_BACKEND` names them.
-const BACKENDS: [&str; 2] = ["legacy", "official"];
-
 /// The feature sets whose crates are counted, with their cargo flags.
-const FEATURE_SETS: [(&str, &str); 5] = [
+const FEATURE_SETS: [(&str, &str); 6] = [
     ("none", "--no-default-features"),
     (
-        "`official-sdk` only",
-        "--no-default-features --features official-sdk",
+        "`official` only",
+        "--no-default-features --features official",
     ),
-    ("default (`azure_identity`)", ""),
-    ("default + `official-sdk`", "--features official-sdk"),
+    ("default (`official`, `azure_identity`)", ""),
+    (
+        "`sdk-v021` only",
+        "--no-default-features --features sdk-v021",
+    ),
+    ("default + `sdk-v021`", "--features sdk-v021"),
     ("all", "--all-features"),
 ];
 
@@ -54,7 +56,7 @@ pub(crate) async fn backends(
     let latency = latency(config, azurite).await?;
     let mut cpu = Vec::new();
     if config.set_size > 0 {
-        for backend in BACKENDS {
+        for backend in Backend::ALL {
             eprintln!(
                 "  {backend}: one process owning {} partitions ...",
                 config.set_size
@@ -73,70 +75,24 @@ struct Latency {
     samples: Vec<(&'static str, &'static str, Vec<f64>)>,
 }
 
-/// A lease manager of either backend, timed through the same calls.
-enum Manager {
-    Legacy(BlobLeaseManager),
-    #[cfg(feature = "official-sdk")]
-    Official(blob_mutex::OfficialLeaseManager),
-}
-
-impl Manager {
-    async fn acquire(&self, id: LeaseId) -> Result<Acquire> {
-        Ok(match self {
-            Manager::Legacy(m) => m.acquire(id, LEASE).await?,
-            #[cfg(feature = "official-sdk")]
-            Manager::Official(m) => m.acquire(id, LEASE).await?,
-        })
-    }
-
-    async fn renew(&self, id: LeaseId) -> Result<()> {
-        match self {
-            Manager::Legacy(m) => m.renew(id).await?,
-            #[cfg(feature = "official-sdk")]
-            Manager::Official(m) => m.renew(id).await?,
-        }
-        Ok(())
-    }
-
-    async fn release(&self, id: LeaseId) {
-        let _ = match self {
-            Manager::Legacy(m) => m.release(id).await,
-            #[cfg(feature = "official-sdk")]
-            Manager::Official(m) => m.release(id).await,
-        };
-    }
-}
-
-#[cfg(feature = "official-sdk")]
-fn official(azurite: &Azurite, container: &str) -> Result<Manager> {
-    let url = format!("{}/{container}?{}", azurite.endpoint, account_sas());
-    let settings = blob_mutex::OfficialSettings::from_container_url(&url, "official")?;
-    Ok(Manager::Official(blob_mutex::OfficialLeaseManager::new(
-        &settings,
-    )?))
-}
-
-#[cfg(not(feature = "official-sdk"))]
-fn official(_: &Azurite, _: &str) -> Result<Manager> {
-    bail!("the section backends needs the feature official-sdk (cargo build --release --examples --features official-sdk)")
-}
-
 /// Acquire (201, the lease ours) and renew (200) with each backend on a
 /// blob of its own, interleaved call by call, alternating which backend
 /// goes first.
 async fn latency(config: &Config, azurite: &Azurite) -> Result<Latency> {
     let container = unique_container("backends");
-    let managers = [
-        Manager::Legacy(BlobLeaseManager::new(&settings(
-            &azurite.endpoint,
-            &container,
-            "legacy",
-        )?)?),
-        official(azurite, &container)?,
-    ];
+    let managers = Backend::ALL
+        .into_iter()
+        .map(|backend| {
+            let settings = settings(&azurite.endpoint, &container, backend.as_str())?;
+            Ok(BlobLeaseManager::new(&settings.with_backend(backend))?)
+        })
+        .collect::<Result<Vec<_>>>()?;
     let id = LeaseId::new();
     for m in &managers {
-        ensure!(m.acquire(id).await? == Acquire::Acquired, "set-up acquire");
+        ensure!(
+            m.acquire(id, LEASE).await? == Acquire::Acquired,
+            "set-up acquire"
+        );
     }
     let mut samples = Vec::new();
     for operation in ["acquire (201, lease ours)", "renew (200)"] {
@@ -147,7 +103,7 @@ async fn latency(config: &Config, azurite: &Azurite) -> Result<Latency> {
                 let started = Instant::now();
                 if operation.starts_with("acquire") {
                     ensure!(
-                        managers[b].acquire(id).await? == Acquire::Acquired,
+                        managers[b].acquire(id, LEASE).await? == Acquire::Acquired,
                         "acquire"
                     );
                 } else {
@@ -158,12 +114,12 @@ async fn latency(config: &Config, azurite: &Azurite) -> Result<Latency> {
                 }
             }
         }
-        let [legacy, official] = times;
-        samples.push((operation, BACKENDS[0], legacy));
-        samples.push((operation, BACKENDS[1], official));
+        let [official, v021] = times;
+        samples.push((operation, Backend::ALL[0].as_str(), official));
+        samples.push((operation, Backend::ALL[1].as_str(), v021));
     }
     for m in &managers {
-        m.release(id).await;
+        let _ = m.release(id).await;
     }
     Ok(Latency { samples })
 }
@@ -181,20 +137,9 @@ struct RenewalCpu {
 /// One fault worker owning `--set-size` partitions through a counting
 /// proxy, with `backend`: its CPU over `--set-secs`, and the renewals the
 /// proxy saw in the same window.
-async fn renewal_cpu(
-    config: &Config,
-    azurite: &Azurite,
-    backend: &'static str,
-) -> Result<RenewalCpu> {
+async fn renewal_cpu(config: &Config, azurite: &Azurite, backend: Backend) -> Result<RenewalCpu> {
     let proxy = Proxy::start(azurite.upstream).await?;
-    let connection = match backend {
-        "official" => format!(
-            "BlobEndpoint={};SharedAccessSignature={}",
-            proxy.endpoint,
-            account_sas()
-        ),
-        _ => connection_string(&proxy.endpoint),
-    };
+    let connection = connection_string(&proxy.endpoint);
     let size = config.set_size.to_string();
     let lease = LEASE.as_secs().to_string();
     let id = format!("backends-{backend}");
@@ -205,7 +150,7 @@ async fn renewal_cpu(
         .args(["--partitions", &size, "--lease-secs", &lease])
         .args(["--work-ms", IDLE_WORK_MS])
         .env("AZURE_STORAGE_CONNECTION_STRING", connection)
-        .env("BLOB_MUTEX_BACKEND", backend)
+        .env(Backend::ENV, backend.as_str())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::from(log))
@@ -233,7 +178,7 @@ async fn renewal_cpu(
     let _ = child.wait().await;
     #[allow(clippy::cast_precision_loss)] // tick and nanosecond counts are small
     Ok(RenewalCpu {
-        backend,
+        backend: backend.as_str(),
         to_own_all,
         window: (to - from).as_secs_f64(),
         renewals,
@@ -308,32 +253,6 @@ fn crate_counts() -> Vec<(&'static str, &'static str, usize)> {
     counts
 }
 
-/// An account SAS for the blob service on the development account,
-/// containers and objects, `rwdlac`, signed with its well-known key (the
-/// string to sign of service version 2020-12-06 and later).
-fn account_sas() -> String {
-    const VERSION: &str = "2022-11-02";
-    const EXPIRY: &str = "2099-01-01T00:00:00Z";
-    let to_sign = [
-        ACCOUNT, "rwdlac", "b", "co", "", EXPIRY, "", "", VERSION, "", "",
-    ]
-    .join("\n");
-    let signature =
-        azure_core::hmac::hmac_sha256(&to_sign, &azure_core::auth::Secret::new(DEV_KEY))
-            .expect("the development key is base64");
-    let encode = |v: &str| {
-        v.replace('+', "%2B")
-            .replace('/', "%2F")
-            .replace('=', "%3D")
-            .replace(':', "%3A")
-    };
-    format!(
-        "sv={VERSION}&ss=b&srt=co&sp=rwdlac&se={}&sig={}",
-        encode(EXPIRY),
-        encode(&signature)
-    )
-}
-
 fn write(
     config: &Config,
     report: &mut Report,
@@ -362,8 +281,8 @@ fn write_latency(config: &Config, report: &mut Report, latency: &Latency) -> Jso
     let d = &mut report.details;
     let _ = writeln!(
         d,
-        "`BlobLeaseManager` (azure_storage_blobs 0.21, account key) and `OfficialLeaseManager` \
-         (azure_storage_blob 1.x, account SAS) on the same Azurite without a proxy, a blob each, \
+        "`BlobLeaseManager` on the backend `official` (azure_storage_blob 1.x, SAS tokens signed \
+         from the account key) and on `sdk-v021` (azure_storage_blobs 0.21, the key) on the same Azurite without a proxy, a blob each, \
          {} calls per operation and backend after {WARMUP} warm-up calls, interleaved call by \
          call, alternating which backend goes first.\n",
         config.overhead_samples
@@ -388,8 +307,8 @@ fn write_latency(config: &Config, report: &mut Report, latency: &Latency) -> Jso
     }
     d.push('\n');
     for pair in latency.samples.chunks(2) {
-        if let [(operation, _, legacy), (_, _, official)] = pair {
-            let ratio = stats(official).median / stats(legacy).median;
+        if let [(operation, _, official), (_, _, v021)] = pair {
+            let ratio = stats(official).median / stats(v021).median;
             report.target(
                 &format!("official SDK backend, {operation}, median over the 0.21 backend's"),
                 format!("{ratio:.3}"),

@@ -38,7 +38,7 @@
 //! `--soak-warmup-secs N` (left out of the soak's fit) [a sixth of the run],
 //! `--sections overhead,contention,cost,handover,crash,successor,partitions,quorum,soak,backends`
 //! [all but `soak` and `backends`, in that order; `soak` runs only when named,
-//! and so does `backends`, in a build with `--features official-sdk`; `--quick`
+//! and so does `backends`; `--quick`
 //! leaves `partitions` out unless it is named],
 //! `--out DIR` [`bench-results`], `--endpoint URL` (use a running Azurite's
 //! blob endpoint, `http://<ip>:<port>/devstoreaccount1`, instead of starting

@@ -6,11 +6,11 @@ use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Result};
-use azure_core::prelude::{LeaseDuration, ProposedLeaseId};
-use azure_core::RetryOptions;
+use azure_core_v021::prelude::{LeaseDuration, ProposedLeaseId};
+use azure_core_v021::RetryOptions;
 use azure_storage::{CloudLocation, StorageCredentials};
 use azure_storage_blobs::prelude::{BlobClient, ClientBuilder};
-use blob_mutex::{Acquire, BlobLeaseManager, LeaseId};
+use blob_mutex::{Acquire, Backend, BlobLeaseManager, LeaseId};
 
 use crate::azurite::{settings, unique_container, Azurite, ACCOUNT, DEV_KEY};
 use crate::json::Json;
@@ -54,7 +54,7 @@ struct Clients {
     ours: LeaseId,
     theirs: LeaseId,
     /// `ours` as the SDK's type.
-    ours_sdk: azure_core::request_options::LeaseId,
+    ours_sdk: azure_core_v021::request_options::LeaseId,
 }
 
 impl Clients {
@@ -63,11 +63,11 @@ impl Clients {
     async fn set_up(azurite: &Azurite) -> Result<Clients> {
         let container = unique_container("overhead");
         let manager = |blob: &str| -> Result<BlobLeaseManager> {
-            Ok(BlobLeaseManager::new(&settings(
-                &azurite.endpoint,
-                &container,
-                blob,
-            )?)?)
+            // The 0.21 backend, to compare like with like.
+            let settings = settings(&azurite.endpoint, &container, blob)?;
+            Ok(BlobLeaseManager::new(
+                &settings.with_backend(Backend::SdkV021),
+            )?)
         };
         let bare = |blob: &str| -> BlobClient {
             let location = CloudLocation::Custom {
@@ -89,7 +89,7 @@ impl Clients {
             held_bare: bare("held"),
             ours,
             theirs: LeaseId::new(),
-            ours_sdk: azure_core::request_options::LeaseId::from(uuid::Uuid::parse_str(
+            ours_sdk: azure_core_v021::request_options::LeaseId::from(uuid::Uuid::parse_str(
                 &ours.to_string(),
             )?),
         };

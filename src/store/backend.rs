@@ -23,11 +23,10 @@
 // match on one is unreachable: expected there, and only there.
 #![cfg_attr(
     not(any(feature = "official", feature = "sdk-v021")),
-    allow(unreachable_code, unused_variables, unused_mut)
+    allow(unreachable_code, unused_variables, unused_mut, clippy::unused_async)
 )]
 
 use std::fmt;
-use std::future::Future;
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -164,7 +163,11 @@ impl FromStr for Backend {
 }
 
 /// Calls `$body` with `$store` bound to the backend's store in `$inner`, a
-/// place of the enum `$enum`.
+/// place of the enum `$enum`. The calls below box the backend's future:
+/// the official SDK's futures are large (kilobytes), and unboxed they would
+/// make every future that awaits a store call as large (the mutex's
+/// campaign among them); one allocation per storage request is nothing
+/// beside the request.
 macro_rules! each {
     ($enum:ident, $inner:expr, $store:ident => $body:expr) => {
         match $inner {
@@ -256,22 +259,24 @@ impl BlobLeaseManager {
     /// [`Error::InvalidConnectionString`] when the SAS token cannot be
     /// parsed.
     pub fn new(settings: &BlobSettings) -> Result<Self> {
+        Self::from_settings(settings.clone())
+    }
+
+    /// As [`BlobLeaseManager::new`], keeping the settings given.
+    pub(crate) fn from_settings(settings: BlobSettings) -> Result<Self> {
         let backend = settings.backend();
         backend.check_built_in()?;
         let inner = match backend {
             #[cfg(feature = "official")]
             Backend::Official => LeaseInner::Official(OfficialLeaseManager::new(
-                &OfficialSettings::from_blob_settings(settings)?,
+                &OfficialSettings::from_blob_settings(&settings)?,
             )?),
             #[cfg(feature = "sdk-v021")]
-            Backend::SdkV021 => LeaseInner::SdkV021(SdkV021LeaseManager::new(settings)?),
+            Backend::SdkV021 => LeaseInner::SdkV021(SdkV021LeaseManager::new(&settings)?),
             #[allow(unreachable_patterns)] // every backend when all are built in
             _ => unreachable!("check_built_in refused {backend}"),
         };
-        Ok(BlobLeaseManager {
-            settings: settings.clone(),
-            inner,
-        })
+        Ok(BlobLeaseManager { settings, inner })
     }
 
     /// The same manager with another collection of the stale candidate
@@ -318,7 +323,7 @@ impl BlobLeaseManager {
     /// Dropping the future may or may not leave the lease acquired; acquire
     /// again with the same id to learn which.
     pub async fn acquire(&self, proposed: LeaseId, duration: Duration) -> Result<Acquire> {
-        each!(LeaseInner, self.inner, m => m.acquire(proposed, duration).await)
+        each!(LeaseInner, self.inner, m => Box::pin(m.acquire(proposed, duration)).await)
     }
 
     /// Renews the lease held under `lease`.
@@ -332,7 +337,7 @@ impl BlobLeaseManager {
     ///
     /// Safe to drop: the renewal may or may not have happened.
     pub async fn renew(&self, lease: LeaseId) -> Result<()> {
-        each!(LeaseInner, self.inner, m => m.renew(lease).await)
+        each!(LeaseInner, self.inner, m => Box::pin(m.renew(lease)).await)
     }
 
     /// Releases the lease held under `lease`, so that another instance may
@@ -348,7 +353,7 @@ impl BlobLeaseManager {
     /// Safe to drop: the release may or may not have happened; the lease
     /// then expires by itself.
     pub async fn release(&self, lease: LeaseId) -> Result<()> {
-        each!(LeaseInner, self.inner, m => m.release(lease).await)
+        each!(LeaseInner, self.inner, m => Box::pin(m.release(lease)).await)
     }
 
     /// Breaks whatever lease the blob has: at once with `None` or a zero
@@ -365,7 +370,7 @@ impl BlobLeaseManager {
     ///
     /// Safe to drop: the break may or may not have happened.
     pub async fn break_lease(&self, period: Option<Duration>) -> Result<Duration> {
-        each!(LeaseInner, self.inner, m => m.break_lease(period).await)
+        each!(LeaseInner, self.inner, m => Box::pin(m.break_lease(period)).await)
     }
 
     /// Passes the lease held under `from` to the id `to` (Change Lease).
@@ -379,7 +384,7 @@ impl BlobLeaseManager {
     ///
     /// Safe to drop: change again with the same ids to learn the outcome.
     pub async fn change(&self, from: LeaseId, to: LeaseId) -> Result<()> {
-        each!(LeaseInner, self.inner, m => LeaseStore::change(m, from, to).await)
+        each!(LeaseInner, self.inner, m => Box::pin(LeaseStore::change(m, from, to)).await)
     }
 
     /// Creates the container and the empty lease blob when missing, never
@@ -393,7 +398,7 @@ impl BlobLeaseManager {
     ///
     /// Safe to drop: call again.
     pub async fn create_if_missing(&self) -> Result<()> {
-        each!(LeaseInner, self.inner, m => m.create_if_missing().await)
+        each!(LeaseInner, self.inner, m => Box::pin(m.create_if_missing()).await)
     }
 
     /// The lease's state and the last term's holder and epoch; `None` when
@@ -407,7 +412,7 @@ impl BlobLeaseManager {
     ///
     /// Safe to drop: it only reads.
     pub async fn inspect(&self) -> Result<Option<LeaseInfo>> {
-        each!(LeaseInner, self.inner, m => m.inspect().await)
+        each!(LeaseInner, self.inner, m => Box::pin(m.inspect()).await)
     }
 
     /// Records `holder` as the holder of a new term under the lease `lease`
@@ -424,7 +429,7 @@ impl BlobLeaseManager {
     /// Safe to drop: the epoch may or may not have been written; a new
     /// stamp writes a larger one.
     pub async fn stamp(&self, lease: LeaseId, holder: &str) -> Result<u64> {
-        each!(LeaseInner, self.inner, m => LeaseStore::stamp(m, lease, holder).await)
+        each!(LeaseInner, self.inner, m => Box::pin(LeaseStore::stamp(m, lease, holder)).await)
     }
 
     /// The leader state in the lease blob's content (see
@@ -438,7 +443,7 @@ impl BlobLeaseManager {
     ///
     /// Safe to drop: it only reads.
     pub async fn read_state(&self) -> Result<Vec<u8>> {
-        each!(LeaseInner, self.inner, m => LeaseStore::read_state(m).await)
+        each!(LeaseInner, self.inner, m => Box::pin(LeaseStore::read_state(m)).await)
     }
 
     /// Replaces the leader state under the lease `lease` (see
@@ -455,48 +460,37 @@ impl BlobLeaseManager {
     /// Safe to drop: the write may or may not have landed, and only under
     /// the lease.
     pub async fn write_state(&self, lease: LeaseId, state: &[u8]) -> Result<()> {
-        each!(LeaseInner, self.inner, m => LeaseStore::write_state(m, lease, state).await)
+        each!(LeaseInner, self.inner, m => Box::pin(LeaseStore::write_state(m, lease, state)).await)
     }
 }
 
 impl LeaseStore for BlobLeaseManager {
-    fn acquire(
-        &self,
-        proposed: LeaseId,
-        duration: Duration,
-    ) -> impl Future<Output = Result<Acquire>> + Send {
-        async move { each!(LeaseInner, self.inner, m => LeaseStore::acquire(m, proposed, duration).await) }
+    async fn acquire(&self, proposed: LeaseId, duration: Duration) -> Result<Acquire> {
+        each!(LeaseInner, self.inner, m => Box::pin(LeaseStore::acquire(m, proposed, duration)).await)
     }
 
-    fn renew(&self, lease: LeaseId) -> impl Future<Output = Result<()>> + Send {
-        async move { each!(LeaseInner, self.inner, m => LeaseStore::renew(m, lease).await) }
+    async fn renew(&self, lease: LeaseId) -> Result<()> {
+        each!(LeaseInner, self.inner, m => Box::pin(LeaseStore::renew(m, lease)).await)
     }
 
-    fn release(&self, lease: LeaseId) -> impl Future<Output = Result<()>> + Send {
-        async move { each!(LeaseInner, self.inner, m => LeaseStore::release(m, lease).await) }
+    async fn release(&self, lease: LeaseId) -> Result<()> {
+        each!(LeaseInner, self.inner, m => Box::pin(LeaseStore::release(m, lease)).await)
     }
 
-    fn stamp(&self, lease: LeaseId, holder: &str) -> impl Future<Output = Result<u64>> + Send {
-        async move { each!(LeaseInner, self.inner, m => LeaseStore::stamp(m, lease, holder).await) }
+    async fn stamp(&self, lease: LeaseId, holder: &str) -> Result<u64> {
+        each!(LeaseInner, self.inner, m => Box::pin(LeaseStore::stamp(m, lease, holder)).await)
     }
 
-    fn stamp_at_least(
-        &self,
-        lease: LeaseId,
-        holder: &str,
-        floor: u64,
-    ) -> impl Future<Output = Result<u64>> + Send {
-        async move {
-            each!(LeaseInner, self.inner, m => m.stamp_at_least(lease, holder, floor).await)
-        }
+    async fn stamp_at_least(&self, lease: LeaseId, holder: &str, floor: u64) -> Result<u64> {
+        each!(LeaseInner, self.inner, m => Box::pin(m.stamp_at_least(lease, holder, floor)).await)
     }
 
-    fn change(&self, from: LeaseId, to: LeaseId) -> impl Future<Output = Result<()>> + Send {
-        async move { each!(LeaseInner, self.inner, m => LeaseStore::change(m, from, to).await) }
+    async fn change(&self, from: LeaseId, to: LeaseId) -> Result<()> {
+        each!(LeaseInner, self.inner, m => Box::pin(LeaseStore::change(m, from, to)).await)
     }
 
-    fn inspect(&self) -> impl Future<Output = Result<Option<LeaseInfo>>> + Send {
-        async move { each!(LeaseInner, self.inner, m => LeaseStore::inspect(m).await) }
+    async fn inspect(&self) -> Result<Option<LeaseInfo>> {
+        each!(LeaseInner, self.inner, m => Box::pin(LeaseStore::inspect(m)).await)
     }
 
     fn name(&self) -> String {
@@ -507,45 +501,37 @@ impl LeaseStore for BlobLeaseManager {
         each!(LeaseInner, self.inner, m => LeaseStore::min_request_timeout(m))
     }
 
-    fn read_state(&self) -> impl Future<Output = Result<Vec<u8>>> + Send {
-        async move { each!(LeaseInner, self.inner, m => LeaseStore::read_state(m).await) }
+    async fn read_state(&self) -> Result<Vec<u8>> {
+        each!(LeaseInner, self.inner, m => Box::pin(LeaseStore::read_state(m)).await)
     }
 
-    fn write_state(&self, lease: LeaseId, state: &[u8]) -> impl Future<Output = Result<()>> + Send {
-        async move {
-            each!(LeaseInner, self.inner, m => LeaseStore::write_state(m, lease, state).await)
-        }
+    async fn write_state(&self, lease: LeaseId, state: &[u8]) -> Result<()> {
+        each!(LeaseInner, self.inner, m => Box::pin(LeaseStore::write_state(m, lease, state)).await)
     }
 
     fn supports_candidates(&self) -> bool {
         each!(LeaseInner, self.inner, m => m.supports_candidates())
     }
 
-    fn advertise(
+    async fn advertise(
         &self,
         record: LeaseId,
         candidate: &Candidate,
         duration: Duration,
-    ) -> impl Future<Output = Result<Acquire>> + Send {
-        async move {
-            each!(LeaseInner, self.inner, m => m.advertise(record, candidate, duration).await)
-        }
+    ) -> Result<Acquire> {
+        each!(LeaseInner, self.inner, m => Box::pin(m.advertise(record, candidate, duration)).await)
     }
 
-    fn keep_advertising(
-        &self,
-        record: LeaseId,
-        holder: &str,
-    ) -> impl Future<Output = Result<()>> + Send {
-        async move { each!(LeaseInner, self.inner, m => m.keep_advertising(record, holder).await) }
+    async fn keep_advertising(&self, record: LeaseId, holder: &str) -> Result<()> {
+        each!(LeaseInner, self.inner, m => Box::pin(m.keep_advertising(record, holder)).await)
     }
 
-    fn withdraw(&self, record: LeaseId, holder: &str) -> impl Future<Output = Result<()>> + Send {
-        async move { each!(LeaseInner, self.inner, m => m.withdraw(record, holder).await) }
+    async fn withdraw(&self, record: LeaseId, holder: &str) -> Result<()> {
+        each!(LeaseInner, self.inner, m => Box::pin(m.withdraw(record, holder)).await)
     }
 
-    fn candidates(&self) -> impl Future<Output = Result<Vec<Candidate>>> + Send {
-        async move { each!(LeaseInner, self.inner, m => m.candidates().await) }
+    async fn candidates(&self) -> Result<Vec<Candidate>> {
+        each!(LeaseInner, self.inner, m => Box::pin(m.candidates()).await)
     }
 }
 
@@ -643,15 +629,15 @@ impl LeaseSetStore for BlobLeaseSetStore {
         each!(SetInner, self.inner, s => LeaseSetStore::min_request_timeout(s))
     }
 
-    fn list(&self, prefix: &str) -> impl Future<Output = Result<Vec<(String, LeaseInfo)>>> + Send {
-        async move { each!(SetInner, self.inner, s => s.list(prefix).await) }
+    async fn list(&self, prefix: &str) -> Result<Vec<(String, LeaseInfo)>> {
+        each!(SetInner, self.inner, s => Box::pin(s.list(prefix)).await)
     }
 
-    fn collect(&self, listing: &[(String, LeaseInfo)]) -> impl Future<Output = usize> + Send {
-        async move { each!(SetInner, self.inner, s => s.collect(listing).await) }
+    async fn collect(&self, listing: &[(String, LeaseInfo)]) -> usize {
+        each!(SetInner, self.inner, s => Box::pin(s.collect(listing)).await)
     }
 
-    fn remove(&self, name: &str) -> impl Future<Output = bool> + Send {
-        async move { each!(SetInner, self.inner, s => s.remove(name).await) }
+    async fn remove(&self, name: &str) -> bool {
+        each!(SetInner, self.inner, s => Box::pin(s.remove(name)).await)
     }
 }

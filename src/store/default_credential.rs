@@ -53,7 +53,6 @@ pub fn default_credential() -> Result<Arc<dyn TokenCredential>> {
         let options = WorkloadIdentityCredentialOptions {
             credential_options: ClientAssertionCredentialOptions {
                 client_options: client_options()?,
-                ..ClientAssertionCredentialOptions::default()
             },
             ..WorkloadIdentityCredentialOptions::default()
         };
@@ -68,10 +67,13 @@ pub fn default_credential() -> Result<Arc<dyn TokenCredential>> {
         let options = ClientSecretCredentialOptions {
             client_options: client_options()?,
         };
-        return Ok(
-            ClientSecretCredential::new(&tenant, client, Secret::new(secret), Some(options))
-                .map_err(unavailable)?,
-        );
+        return Ok(ClientSecretCredential::new(
+            &tenant,
+            client,
+            Secret::new(secret),
+            Some(options),
+        )
+        .map_err(unavailable)?);
     }
     let managed = ManagedIdentityCredential::new(Some(ManagedIdentityCredentialOptions {
         user_assigned_id: var("AZURE_CLIENT_ID").map(UserAssignedId::ClientId),
@@ -85,6 +87,7 @@ pub fn default_credential() -> Result<Arc<dyn TokenCredential>> {
     }))
 }
 
+#[allow(clippy::needless_pass_by_value)] // the shape `map_err` takes
 fn unavailable(error: azure_core::Error) -> Error {
     unavailable_because(&redact(&error.to_string()))
 }

@@ -17,8 +17,8 @@ use std::time::Duration;
 use crate::bounded::bounded;
 use crate::error::{Error, Result};
 use crate::options::DEFAULT_REQUEST_TIMEOUT;
-use crate::store::settings::BlobSettings;
 use crate::store::backend::BlobLeaseManager;
+use crate::store::settings::BlobSettings;
 use crate::store::{Acquire, LeaseId, LeaseInfo, LeaseState, LeaseStore};
 
 use self::calls::vote_ok;

@@ -542,7 +542,7 @@ pub(crate) fn validate_blob(name: &str) -> Result<()> {
 
 fn is_base64(text: &str) -> bool {
     !text.is_empty()
-        && text.len() % 4 == 0
+        && text.len().is_multiple_of(4)
         && text.trim_end_matches('=').len() + 2 >= text.len()
         && text
             .trim_end_matches('=')

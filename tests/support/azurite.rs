@@ -91,6 +91,7 @@ impl Azurite {
     pub fn settings(&self, container: &str, blob: &str) -> BlobSettings {
         BlobSettings::from_connection_string(&self.connection_string(), container, blob)
             .expect("valid test settings")
+            .with_backend(super::backend::current())
     }
 
     /// The connection string of this Azurite's development account.

@@ -24,7 +24,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use super::azurite::{self, Azurite};
-use super::backend::Backend;
+use super::backend::BackendExt;
 use super::proxy::Proxy;
 use super::workers::{Cluster, Event, Spec, What, FIRST_LEADER};
 
@@ -68,25 +68,12 @@ pub enum Mode {
     /// The mutex with priorities: each worker started later has a higher
     /// one, so that it takes over by a planned handover.
     Handover,
-    /// [`Mode::Mutex`] on the official SDK's backend (with a SAS).
-    OfficialMutex,
-    /// [`Mode::Set`] on the official SDK's backend (with a SAS).
-    OfficialSet,
 }
 
 impl Mode {
     /// Whether the workers run a lease set.
     pub fn is_set(self) -> bool {
-        matches!(self, Mode::Set | Mode::QuorumSet | Mode::OfficialSet)
-    }
-
-    /// The storage backend the workers use.
-    pub fn backend(self) -> Backend {
-        if matches!(self, Mode::OfficialMutex | Mode::OfficialSet) {
-            Backend::Official
-        } else {
-            Backend::Legacy
-        }
+        matches!(self, Mode::Set | Mode::QuorumSet)
     }
 
     /// Whether the workers lead on a quorum of three accounts.
@@ -160,7 +147,7 @@ impl Rig {
         };
         Rig {
             mode,
-            cluster: mode.backend().cluster(),
+            cluster: super::backend::cluster(),
             container: azurite::unique_container(&format!("{scenario}-{mode:?}")),
             blob: if mode.is_set() { "set" } else { "lease" },
             lease: LEASE,
@@ -215,7 +202,7 @@ impl Rig {
     /// Starts the next worker's proxies; returns their connection strings.
     fn proxies_for_next(&mut self) -> Vec<String> {
         let proxies: Vec<Proxy> = self.ports.iter().map(|&p| Proxy::start(p)).collect();
-        let backend = self.mode.backend();
+        let backend = super::backend::current();
         let strings = proxies
             .iter()
             .map(|p| backend.connection_string(&p.endpoint()))
@@ -231,7 +218,7 @@ impl Rig {
     /// first waits with a lower priority.
     pub async fn start(&mut self, victim: &[&str]) -> usize {
         match self.mode {
-            Mode::Mutex | Mode::QuorumMutex | Mode::OfficialMutex => {
+            Mode::Mutex | Mode::QuorumMutex => {
                 let leader = self.spawn(victim);
                 self.wait_leading(leader).await;
                 self.spawn(&[]);
@@ -246,7 +233,7 @@ impl Rig {
                 self.wait_renewed(leader).await;
                 leader
             }
-            Mode::Set | Mode::QuorumSet | Mode::OfficialSet => {
+            Mode::Set | Mode::QuorumSet => {
                 let owner = self.spawn(victim);
                 self.spawn(&[]);
                 self.wait_owned(&[2, 2]).await;

@@ -14,6 +14,8 @@ pub mod foreign;
 pub mod matrix_process;
 pub mod partitions;
 pub mod proxy;
+#[cfg(feature = "official")]
+pub mod raw;
 pub mod sas;
 pub mod workers;
 

@@ -270,6 +270,7 @@ impl Proxy {
     pub fn settings(&self, container: &str, blob: &str) -> blob_mutex::BlobSettings {
         blob_mutex::BlobSettings::from_connection_string(&self.connection_string(), container, blob)
             .expect("valid proxy settings")
+            .with_backend(super::backend::current())
     }
 
     /// Sets the mode of one direction, for data arriving from now on.

@@ -8,7 +8,7 @@
 //! (the version written into the token, `sv`), as in "Create a service SAS"
 //! and "Create an account SAS" of the Azure Storage REST reference.
 
-use azure_core::auth::Secret;
+use azure_core::credentials::Secret;
 
 use super::azurite::DEV_KEY;
 

@@ -190,8 +190,9 @@ pub struct Cluster {
     start: Instant,
     procs: Vec<Proc>,
     events: Arc<Mutex<Vec<Event>>>,
-    /// `BLOB_MUTEX_BACKEND` for every worker, when not the default backend.
-    backend: Option<&'static str>,
+    /// `BLOB_MUTEX_BACKEND` for every worker, when set (else the workers
+    /// inherit the test's environment).
+    backend: Option<blob_mutex::Backend>,
 }
 
 impl Default for Cluster {
@@ -211,9 +212,8 @@ impl Cluster {
         }
     }
 
-    /// An empty cluster whose workers reach storage through `backend` (the
-    /// value of `BLOB_MUTEX_BACKEND`, such as `official`).
-    pub fn on_backend(backend: &'static str) -> Cluster {
+    /// An empty cluster whose workers reach storage through `backend`.
+    pub fn on_backend(backend: blob_mutex::Backend) -> Cluster {
         let mut cluster = Cluster::new();
         cluster.backend = Some(backend);
         cluster
@@ -238,7 +238,7 @@ impl Cluster {
     pub fn spawn(&mut self, mut spec: Spec) -> usize {
         let index = self.procs.len();
         if let Some(backend) = self.backend {
-            spec.command.env("BLOB_MUTEX_BACKEND", backend);
+            spec.command.env(blob_mutex::Backend::ENV, backend.as_str());
         }
         let mut child = spec
             .command

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use anyhow::Result;
 use blob_mutex::{
-    BlobLeaseManager, BlobLeaseSetStore, BlobSettings, MutexOptions, QuorumLeaseSetStore,
+    Backend, BlobLeaseManager, BlobLeaseSetStore, BlobSettings, MutexOptions, QuorumLeaseSetStore,
     QuorumLeaseStore,
 };
 use clap::{ArgAction, Args, Parser, Subcommand};
@@ -159,13 +159,25 @@ pub(crate) struct Account {
     /// The longest any single storage request may take [default: 3s].
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     request_timeout: Option<Duration>,
+    /// The storage backend: official (Microsoft's official Azure SDK,
+    /// azure_storage_blob 1.x) or sdk-v021 (the azure_storage_blobs 0.21
+    /// SDK, when built with the feature sdk-v021). Both take the same
+    /// connection strings and keep the same lease blob the same way, so
+    /// hosts on either share one lease. [default: official]
+    #[arg(long, env = Backend::ENV, value_name = "BACKEND", value_parser = parse_backend)]
+    backend: Option<Backend>,
+}
+
+/// A backend's name, as `Backend` reads it.
+fn parse_backend(text: &str) -> Result<Backend, String> {
+    text.parse().map_err(|e: blob_mutex::Error| e.to_string())
 }
 
 impl Account {
     /// The library's settings for `blob` in `container`.
     pub(crate) fn settings(&self, container: &str, blob: &str) -> Result<BlobSettings> {
         if self.dev {
-            return Ok(BlobSettings::azurite(container, blob)?);
+            return Ok(BlobSettings::azurite(container, blob)?.with_backend(self.backend()));
         }
         let strings = self.connection_strings()?;
         match strings.as_slice() {
@@ -177,7 +189,8 @@ impl Account {
             .into()),
             [connection] => Ok(BlobSettings::from_connection_string(
                 connection, container, blob,
-            )?),
+            )?
+            .with_backend(self.backend())),
             several => Err(UsageError(format!(
                 "this command works on one storage account, not a quorum of {}; \
                  run, status and partitions work on a quorum",
@@ -208,7 +221,10 @@ impl Account {
         }
         let settings = strings
             .iter()
-            .map(|s| BlobSettings::from_connection_string(s, container, blob))
+            .map(|s| {
+                BlobSettings::from_connection_string(s, container, blob)
+                    .map(|settings| settings.with_backend(self.backend()))
+            })
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Some(settings))
     }
@@ -238,6 +254,11 @@ impl Account {
     pub(crate) fn request_timeout(&self) -> Duration {
         self.request_timeout
             .unwrap_or(MutexOptions::default().request_timeout)
+    }
+
+    /// The backend to use: the flag's (or the environment's) or the library's default.
+    pub(crate) fn backend(&self) -> Backend {
+        self.backend.unwrap_or_default()
     }
 }
 
@@ -283,6 +304,7 @@ impl Target {
         let mut env = vec![
             (CONTAINER_ENV, self.container.clone()),
             (BLOB_ENV, self.blob.clone()),
+            (Backend::ENV, self.account.backend().to_string()),
         ];
         // A quorum's accounts are not passed on: the leader state lives in
         // one account, and `state` refuses a quorum.
@@ -416,27 +438,9 @@ pub(crate) struct RunArgs {
     /// address only, for example 127.0.0.1:9898. [default: off]
     #[arg(long, value_name = "ADDR")]
     pub(crate) metrics_addr: Option<std::net::SocketAddr>,
-    /// The storage backend: legacy (the azure_storage_blobs 0.21 SDK) or
-    /// official (the official Azure SDK, azure_storage_blob 1.x), which
-    /// takes a SAS: a connection string with SharedAccessSignature, no
-    /// account key. Both keep the same lease blob the same way; one account
-    /// only. [default: legacy]
-    #[cfg(feature = "official-sdk")]
-    #[arg(long, value_enum, env = "BLOB_MUTEX_BACKEND", default_value = "legacy")]
-    pub(crate) backend: Backend,
     /// The command to run, and its arguments, after `--`.
     #[arg(last = true, required = true, value_name = "CMD")]
     pub(crate) command: Vec<OsString>,
-}
-
-/// The storage backend of `run --backend`.
-#[cfg(feature = "official-sdk")]
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub(crate) enum Backend {
-    /// `azure_storage_blobs` 0.21.
-    Legacy,
-    /// The official Azure SDK, `azure_storage_blob` 1.x.
-    Official,
 }
 
 /// `blob-mutex status`.
@@ -499,6 +503,10 @@ pub(crate) struct StateTarget {
     /// The longest the storage requests may take [default: 3s].
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     request_timeout: Option<Duration>,
+    /// The storage backend, official or sdk-v021 (inside run's command, the
+    /// one run was given) [default: official].
+    #[arg(long, env = Backend::ENV, value_name = "BACKEND", value_parser = parse_backend)]
+    backend: Option<Backend>,
 }
 
 impl StateTarget {
@@ -510,6 +518,7 @@ impl StateTarget {
                 accounts_file: None,
                 dev: self.dev,
                 request_timeout: self.request_timeout,
+                backend: self.backend,
             },
             container: self.container.clone(),
             blob: self.blob.clone(),

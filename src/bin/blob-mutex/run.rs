@@ -103,30 +103,12 @@ pub(crate) async fn run(args: RunArgs) -> Result<u8> {
     let limit = options.request_timeout;
     match store {
         Ok(quorum) => {
-            #[cfg(feature = "official-sdk")]
-            if args.backend == crate::cli::Backend::Official {
-                return Err(crate::exit::UsageError(
-                    "--backend official works on one storage account; a quorum runs on the \
-                     legacy backend"
-                        .to_owned(),
-                )
-                .into());
-            }
             info!(blob = %shared.name, accounts = quorum.len(), "on a quorum of storage accounts");
             let mutex = BlobDistributedMutex::with_store(quorum, options, task)?;
             campaign(&mutex, &shared, args.wait, limit, endpoint).await
         }
         Err(settings) => {
-            #[cfg(feature = "official-sdk")]
-            if args.backend == crate::cli::Backend::Official {
-                let settings = blob_mutex::OfficialSettings::from_blob_settings(&settings)?;
-                let store = blob_mutex::OfficialLeaseManager::new(&settings)?;
-                info!(blob = %shared.name, "through the official Azure SDK");
-                let mutex = BlobDistributedMutex::with_store(store, options, task)?;
-                // Boxed: a third campaign future beside the two below would
-                // make `run`'s own future large.
-                return Box::pin(campaign(&mutex, &shared, args.wait, limit, endpoint)).await;
-            }
+            info!(blob = %shared.name, backend = %settings.backend(), "on one storage account");
             let mutex = BlobDistributedMutex::with_options(settings, options, task)?;
             campaign(&mutex, &shared, args.wait, limit, endpoint).await
         }

@@ -18,7 +18,7 @@
 //! - **Secrecy:** the key, the signature and the token appear in no
 //!   `Debug`, log line or error.
 
-use std::fmt;
+use std::fmt::{self, Write as _};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -106,7 +106,11 @@ impl Signer {
 
     /// An account SAS that may only create containers, valid from `start`
     /// to `expiry`.
-    fn create_container_sas(&self, start: OffsetDateTime, expiry: OffsetDateTime) -> Result<String> {
+    fn create_container_sas(
+        &self,
+        start: OffsetDateTime,
+        expiry: OffsetDateTime,
+    ) -> Result<String> {
         let (start, expiry) = (timestamp(start), timestamp(expiry));
         let to_sign = account_string_to_sign(&self.account, "c", "c", &start, &expiry);
         Ok(format!(
@@ -127,7 +131,9 @@ impl Signer {
     /// Create Container call the account token that may only do that.
     fn token_for(&self, request: &Request, now: OffsetDateTime) -> Result<Arc<str>> {
         if is_create_container(request) {
-            return Ok(self.create_container_sas(now - SKEW, now + VALID_FOR)?.into());
+            return Ok(self
+                .create_container_sas(now - SKEW, now + VALID_FOR)?
+                .into());
         }
         self.container_token(now)
     }
@@ -138,7 +144,9 @@ impl Signer {
 fn is_create_container(request: &Request) -> bool {
     let url = request.url();
     request.method() == Method::Put
-        && url.query_pairs().any(|(k, v)| k == "restype" && v == "container")
+        && url
+            .query_pairs()
+            .any(|(k, v)| k == "restype" && v == "container")
         && !url.query_pairs().any(|(k, _)| k == "comp")
 }
 
@@ -146,10 +154,29 @@ fn is_create_container(request: &Request) -> bool {
 /// and later): permissions, start, expiry, canonicalized resource,
 /// identifier, IP, protocol, version, resource (`c`), snapshot time,
 /// encryption scope, then the five response-header overrides.
-fn container_string_to_sign(permissions: &str, start: &str, expiry: &str, resource: &str) -> String {
+fn container_string_to_sign(
+    permissions: &str,
+    start: &str,
+    expiry: &str,
+    resource: &str,
+) -> String {
     [
-        permissions, start, expiry, resource, "", "", "", SAS_VERSION, "c", "", "", "", "", "",
-        "", "",
+        permissions,
+        start,
+        expiry,
+        resource,
+        "",
+        "",
+        "",
+        SAS_VERSION,
+        "c",
+        "",
+        "",
+        "",
+        "",
+        "",
+        "",
+        "",
     ]
     .join("\n")
 }
@@ -166,7 +193,17 @@ fn account_string_to_sign(
     expiry: &str,
 ) -> String {
     [
-        account, permissions, "b", resource_types, start, expiry, "", "", SAS_VERSION, "", "",
+        account,
+        permissions,
+        "b",
+        resource_types,
+        start,
+        expiry,
+        "",
+        "",
+        SAS_VERSION,
+        "",
+        "",
     ]
     .join("\n")
 }
@@ -192,7 +229,7 @@ fn encode(value: &str) -> String {
         if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'_' | b'.' | b'~') {
             out.push(char::from(byte));
         } else {
-            out.push_str(&format!("%{byte:02X}"));
+            let _ = write!(out, "%{byte:02X}");
         }
     }
     out
@@ -213,7 +250,12 @@ impl Policy for SignWithKey {
         let token = self
             .0
             .token_for(request, OffsetDateTime::now_utc())
-            .map_err(|e| azure_core::Error::with_message(azure_core::error::ErrorKind::Credential, e.to_string()))?;
+            .map_err(|e| {
+                azure_core::Error::with_message(
+                    azure_core::error::ErrorKind::Credential,
+                    e.to_string(),
+                )
+            })?;
         let url = request.url_mut();
         let query = match url.query() {
             Some(query) if !query.is_empty() => format!("{query}&{token}"),
@@ -286,11 +328,13 @@ mod tests {
         let signer = Signer::new("devstoreaccount1", "leases", KEY).unwrap();
         let start = at("2026-01-01T00:00:00Z");
         let first = signer.container_token(start).unwrap();
-        let later = start + (VALID_FOR - RENEW_WHEN) - Duration::from_secs(1);
+        let later = start + VALID_FOR.saturating_sub(RENEW_WHEN) - Duration::from_secs(1);
         assert!(Arc::ptr_eq(&first, &signer.container_token(later).unwrap()));
-        let renewed = signer.container_token(later + Duration::from_secs(2)).unwrap();
+        let renewed = signer
+            .container_token(later + Duration::from_secs(2))
+            .unwrap();
         assert_ne!(first, renewed);
-        assert!(renewed.contains("se=2026-01-01T01%3A15%3A00Z"), "{renewed}");
+        assert!(renewed.contains("se=2026-01-01T01%3A15%3A01Z"), "{renewed}");
     }
 
     #[test]

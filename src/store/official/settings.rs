@@ -8,9 +8,11 @@ use std::sync::Arc;
 use azure_core::credentials::TokenCredential;
 use azure_core::http::Url;
 
-use crate::error::{Error, Result};
 use super::sas::Signer;
-use crate::store::settings::{validate_account, validate_blob, validate_container, BlobSettings, Credential};
+use crate::error::{Error, Result};
+use crate::store::settings::{
+    validate_account, validate_blob, validate_container, BlobSettings, Credential,
+};
 
 /// Where the lease blob lives, as the backend on the official Azure SDK
 /// ([`OfficialLeaseManager`](crate::OfficialLeaseManager),

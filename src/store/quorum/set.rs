@@ -14,8 +14,8 @@ use super::{merge, vote_ok, QuorumLeaseStore, MAX_QUORUM_ACCOUNTS};
 use crate::bounded::bounded;
 use crate::error::{Error, Result};
 use crate::options::DEFAULT_REQUEST_TIMEOUT;
-use crate::store::settings::BlobSettings;
 use crate::store::backend::BlobLeaseSetStore;
+use crate::store::settings::BlobSettings;
 use crate::store::{LeaseInfo, LeaseSetStore};
 
 /// A lease set over N independent lease-set stores (storage accounts): each

@@ -16,9 +16,9 @@ use azure_core_v021::request_options::Metadata;
 use futures_util::StreamExt;
 use tracing::debug;
 
-use super::delete::{delete_stale, delete_unleased};
-use super::client::{is_not_found, map_error};
 use super::client::lease_info;
+use super::client::{is_not_found, map_error};
+use super::delete::{delete_stale, delete_unleased};
 use super::SdkV021LeaseManager;
 use crate::error::Result;
 use crate::store::blob_protocol::{

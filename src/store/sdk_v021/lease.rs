@@ -16,11 +16,11 @@ use tracing::{debug, trace};
 use crate::bounded::bounded;
 use crate::error::{Error, Result};
 use crate::options::{lease_seconds, DEFAULT_REQUEST_TIMEOUT};
-use crate::store::settings::BlobSettings;
 use crate::store::blob_protocol::{
     next_epoch, ACQUIRED_AT_KEY, CONTAINER_NOT_FOUND, EPOCH_KEY, HOLDER_KEY,
 };
 use crate::store::collect::{Collection, Collector};
+use crate::store::settings::BlobSettings;
 
 use super::client::{
     container_client, http_status, is_not_found, lease_call_error, lease_info, map_error,
@@ -307,7 +307,11 @@ impl SdkV021LeaseManager {
         bounded(operation, self.request_timeout, call).await
     }
 
-    pub(super) async fn acquire_uncapped(&self, proposed: LeaseId, duration: Duration) -> Result<Acquire> {
+    pub(super) async fn acquire_uncapped(
+        &self,
+        proposed: LeaseId,
+        duration: Duration,
+    ) -> Result<Acquire> {
         let seconds = lease_seconds(duration)?;
         let mut created = false;
         loop {
@@ -447,7 +451,12 @@ impl SdkV021LeaseManager {
             .map_err(|e| lease_call_error("release", &e))
     }
 
-    pub(super) async fn stamp_uncapped(&self, lease: LeaseId, holder: &str, floor: u64) -> Result<u64> {
+    pub(super) async fn stamp_uncapped(
+        &self,
+        lease: LeaseId,
+        holder: &str,
+        floor: u64,
+    ) -> Result<u64> {
         let current = self
             .blob
             .get_properties()

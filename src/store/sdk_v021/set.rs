@@ -10,16 +10,16 @@ use azure_storage_blobs::prelude::ContainerClient;
 use futures_util::StreamExt;
 
 use super::client::container_client;
-use super::delete::{delete_stale, delete_unleased};
-use super::client::{is_not_found, map_error};
 use super::client::lease_info;
+use super::client::{is_not_found, map_error};
+use super::delete::{delete_stale, delete_unleased};
 use super::SdkV021LeaseManager;
 use crate::bounded::bounded;
 use crate::error::Result;
 use crate::options::DEFAULT_REQUEST_TIMEOUT;
-use crate::store::settings::BlobSettings;
 use crate::store::blob_protocol::{CANDIDATES, MEMBERS};
 use crate::store::collect::{Collection, Collector};
+use crate::store::settings::BlobSettings;
 use crate::store::{LeaseInfo, LeaseSetStore};
 
 /// A set of leases in one container: each lease is the blob `<set>/<name>`,
