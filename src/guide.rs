@@ -27,7 +27,7 @@ macro_rules! links {
     () => {
         concat!(
             "[readme-quick-start]: crate#quick-start\n",
-            "[readme-features]: crate#features\n",
+            "[readme-features]: crate#storage-backends-and-features\n",
             "[guide-argument]: crate::guide::election#the-argument\n",
             "[guide-guarantees]: crate::guide::guarantees\n",
             "[guide-partitions]: crate::guide::partitions\n",
