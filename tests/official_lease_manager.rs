@@ -82,6 +82,44 @@ async fn a_sas_that_cannot_create_the_missing_container_names_what_to_grant() {
     );
 }
 
+/// An account key on the official backend: every request carries a SAS
+/// signed here (a container SAS, or for Create Container an account SAS
+/// that may only create containers), and Azurite accepts them all: the missing container is created, the lease
+/// taken, renewed and released.
+#[tokio::test]
+async fn an_account_key_signs_container_tokens_that_storage_accepts() {
+    let proxy = Proxy::start(azurite::shared().port);
+    let container = azurite::unique_container("key-signed");
+    let settings = blob_mutex::BlobSettings::from_connection_string(
+        &proxy.connection_string(),
+        &container,
+        "lease",
+    )
+    .unwrap()
+    .with_backend(blob_mutex::Backend::Official);
+    let m = blob_mutex::BlobLeaseManager::new(&settings).unwrap();
+    let a = LeaseId::new();
+    assert_eq!(m.acquire(a, D).await.unwrap(), Acquire::Acquired);
+    m.renew(a).await.unwrap();
+    m.release(a).await.unwrap();
+
+    let log = proxy.log();
+    let create = log
+        .iter()
+        .find(|r| {
+            r.method == "PUT"
+                && r.target.contains("restype=container")
+                && !r.target.contains("comp=")
+        })
+        .expect("the container was created");
+    assert!(create.target.contains("srt=c&sp=c&"), "{}", create.target);
+    for r in log.iter().filter(|r| r.lease_action.is_some()) {
+        assert!(r.target.contains("sr=c&sp=racwdl&"), "{}", r.target);
+        assert!(r.target.contains("&sig="), "{}", r.target);
+    }
+    assert!(log.iter().filter(|r| r.is("renew")).count() == 1);
+}
+
 /// `OfficialLeaseSetStore`: one listing reads every lease of the set, stale
 /// member blobs are collected (conditionally, never a leased one), and a
 /// leave deletes a member blob only once it is not leased.
