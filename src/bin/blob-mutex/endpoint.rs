@@ -554,6 +554,7 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
 
+    use tokio::task::JoinHandle;
     use tokio::time::advance;
 
     use super::*;
@@ -789,6 +790,54 @@ mod tests {
             status(&probes.answer("garbage")),
             "HTTP/1.1 400 Bad Request"
         );
+    }
+
+    /// A connection answered by [`respond`]: the client's end, the answer's
+    /// task and when it started.
+    async fn responding() -> (TcpStream, JoinHandle<()>, Instant) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let client = TcpStream::connect(listener.local_addr().unwrap());
+        let (client, accepted) = tokio::join!(client, listener.accept());
+        let (probes, _leadership, _) = probes();
+        let answer = tokio::spawn(respond(Arc::new(probes), accepted.unwrap().0));
+        (client.unwrap(), answer, Instant::now())
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_client_that_sends_nothing_is_cut_at_the_read_limit() {
+        let (mut client, answer, start) = responding().await;
+        tokio::time::timeout(MINUTE, answer)
+            .await
+            .expect("the connection was never closed")
+            .unwrap();
+        let took = start.elapsed();
+        assert!(took >= READ_LIMIT && took < READ_LIMIT + SECOND, "{took:?}");
+        let mut rest = Vec::new();
+        client.read_to_end(&mut rest).await.unwrap();
+        assert!(rest.is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_client_that_keeps_the_connection_open_is_cut_at_the_write_limit() {
+        let (mut client, answer, start) = responding().await;
+        client
+            .write_all(b"GET /livez HTTP/1.1\r\n\r\n")
+            .await
+            .unwrap();
+        // Reads the answer and never closes its end.
+        let mut answered = Vec::new();
+        client.read_to_end(&mut answered).await.unwrap();
+        assert!(answered.ends_with(b"\r\n\r\nok\n"), "{answered:?}");
+        tokio::time::timeout(MINUTE, answer)
+            .await
+            .expect("the connection was never closed")
+            .unwrap();
+        let took = start.elapsed();
+        assert!(
+            took >= WRITE_LIMIT && took < WRITE_LIMIT + SECOND,
+            "{took:?}"
+        );
+        drop(client);
     }
 
     #[tokio::test]
