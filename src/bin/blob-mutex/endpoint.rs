@@ -230,11 +230,28 @@ fn accept_backoff(failures: u32) -> Duration {
         .min(ACCEPT_BACKOFF_MAX)
 }
 
+/// Where connections come from: the listener, or a test's stand-in.
+trait Incoming {
+    type Stream;
+
+    /// The next connection.
+    fn next(&self) -> impl Future<Output = io::Result<Self::Stream>>;
+}
+
+impl Incoming for TcpListener {
+    type Stream = TcpStream;
+
+    async fn next(&self) -> io::Result<TcpStream> {
+        self.accept().await.map(|(stream, _)| stream)
+    }
+}
+
 /// Accepts connections, at most `cap` served at a time, and `answer`s each.
 /// Dropping it aborts the answers under way.
-async fn accept<F, Fut>(listener: &TcpListener, cap: usize, answer: F)
+async fn accept<I, F, Fut>(incoming: &I, cap: usize, answer: F)
 where
-    F: Fn(TcpStream) -> Fut,
+    I: Incoming,
+    F: Fn(I::Stream) -> Fut,
     Fut: Future<Output = ()> + Send + 'static,
 {
     let slots = Arc::new(Semaphore::new(cap));
@@ -246,8 +263,8 @@ where
         let Ok(slot) = slots.clone().acquire_owned().await else {
             return;
         };
-        match listener.accept().await {
-            Ok((stream, _)) => {
+        match incoming.next().await {
+            Ok(stream) => {
                 failures = 0;
                 let answered = answer(stream);
                 answering.spawn(async move {
@@ -838,6 +855,31 @@ mod tests {
             "{took:?}"
         );
         drop(client);
+    }
+
+    /// Connections that never come: every accept fails as when the process
+    /// is out of descriptors.
+    struct OutOfFiles(AtomicUsize);
+
+    impl Incoming for OutOfFiles {
+        type Stream = TcpStream;
+
+        async fn next(&self) -> io::Result<TcpStream> {
+            let calls = self.0.fetch_add(1, Ordering::SeqCst);
+            assert!(calls < 1000, "accept retried in a hot loop");
+            Err(io::Error::from_raw_os_error(nix::libc::EMFILE))
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn failed_accepts_are_retried_after_a_back_off_not_at_once() {
+        let incoming = OutOfFiles(AtomicUsize::new(0));
+        let answer = |_: TcpStream| async {};
+        let serving = tokio::time::timeout(Duration::from_secs(10), accept(&incoming, 4, answer));
+        assert!(serving.await.is_err());
+        // 10 ms doubling to 1 s: 8 attempts in the first 1.27 s, then one a second.
+        let calls = incoming.0.load(Ordering::SeqCst);
+        assert!((15..=18).contains(&calls), "{calls} attempts in 10 s");
     }
 
     #[tokio::test]
