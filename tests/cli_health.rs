@@ -82,7 +82,7 @@ async fn storage_frozen_for_twice_the_lease_leaves_leader_and_follower_live() {
     proxy.partition();
     let (mut follower_unready, mut leader_unready, mut stepped_down) = (None, None, None);
     while cut.elapsed() < FROZEN {
-        for (who, addr) in [("leader", leader_addr), ("follower", follower_addr)] {
+        for (who, addr) in [("follower", follower_addr), ("leader", leader_addr)] {
             let answer = get(addr, "/livez").await;
             assert_eq!(
                 answer,
