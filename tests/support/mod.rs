@@ -1,5 +1,6 @@
 //! Shared test support: Azurite (`azurite`), the fault proxy (`proxy`),
-//! worker processes and their history (`workers`), lease-set workers'
+//! worker processes and their history (`workers`), a client for `run
+//! --metrics-addr`'s endpoint (`http`), lease-set workers'
 //! history by partition (`partitions`), a client that is not this crate
 //! (`foreign`), the process half of the fault matrix (`matrix_process`),
 //! and polling helpers.
@@ -11,6 +12,7 @@ pub mod azurite;
 pub mod backend;
 pub mod chaos;
 pub mod foreign;
+pub mod http;
 pub mod matrix_process;
 pub mod partitions;
 pub mod proxy;

@@ -432,10 +432,16 @@ pub(crate) struct RunArgs {
     /// version 1). [default: none, takes no part]
     #[arg(long, value_name = "N", allow_negative_numbers = true)]
     pub(crate) priority: Option<i64>,
-    /// Serve the metrics in the Prometheus text format on /metrics, and
-    /// /healthz (200 while campaigning or leading normally, 503 when
-    /// storage has not answered for 10 s or a task is stuck), on this
-    /// address only, for example 127.0.0.1:9898. [default: off]
+    /// Serve, on this address only (for example 127.0.0.1:9898): the
+    /// metrics in the Prometheus text format on /metrics; /livez for a
+    /// liveness probe (503 only for a leader not stopped by its deadline or
+    /// an election making no progress; never on a follower, never because
+    /// storage is down; a command that survives SIGKILL ends the run with
+    /// exit code 5 instead) and /healthz, its alias; /readyz for a
+    /// readiness probe (503 when storage has not answered for 10 s; with
+    /// ?leader also on a follower). GET and HEAD only; at most 64
+    /// connections at a time (a quarter of the open-files limit when
+    /// lower). [default: off]
     #[arg(long, value_name = "ADDR")]
     pub(crate) metrics_addr: Option<std::net::SocketAddr>,
     /// The command to run, and its arguments, after `--`.

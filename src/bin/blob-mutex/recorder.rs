@@ -3,6 +3,11 @@
 //! gauges as they are, histograms as summaries (`_sum` and `_count`, no
 //! quantiles). The library records a handful of figures; no exporter crate
 //! is needed for them.
+//!
+//! It also notes when a counter last moved: every counter the library keeps
+//! counts a step of the election (an acquire attempt, a renewal that
+//! succeeded or failed, a term's start or end), so that instant is the
+//! campaign's progress signal, which `/livez` reads (see `endpoint`).
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -10,8 +15,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use metrics::{
-    Counter, Gauge, Histogram, HistogramFn, Key, KeyName, Metadata, Recorder, SharedString, Unit,
+    Counter, CounterFn, Gauge, Histogram, HistogramFn, Key, KeyName, Metadata, Recorder,
+    SharedString, Unit,
 };
+use tokio::time::Instant;
 
 /// One figure's series, by name and then by rendered labels.
 type Series<T> = Mutex<BTreeMap<String, BTreeMap<String, Arc<T>>>>;
@@ -26,6 +33,32 @@ struct Inner {
     /// `f64` bits.
     gauges: Series<AtomicU64>,
     histograms: Series<Summary>,
+    /// When a counter last moved, if one has.
+    moved: Mutex<Option<Instant>>,
+}
+
+impl Inner {
+    fn moved(&self) {
+        *lock(&self.moved) = Some(Instant::now());
+    }
+}
+
+/// A counter's handle: adds to its series and notes the move.
+struct Moving {
+    count: Arc<AtomicU64>,
+    figures: Arc<Inner>,
+}
+
+impl CounterFn for Moving {
+    fn increment(&self, value: u64) {
+        self.count.fetch_add(value, Ordering::Relaxed);
+        self.figures.moved();
+    }
+
+    fn absolute(&self, value: u64) {
+        self.count.fetch_max(value, Ordering::Relaxed);
+        self.figures.moved();
+    }
 }
 
 /// A histogram kept as its sum and count.
@@ -51,6 +84,12 @@ impl Figures {
         metrics::set_global_recorder(figures.clone())
             .map_err(|_| anyhow::anyhow!("a metrics recorder is already installed"))?;
         Ok(figures)
+    }
+
+    /// When a counter last moved: the last step of the election that the
+    /// library counted. `None` before the first.
+    pub(crate) fn last_moved(&self) -> Option<Instant> {
+        *lock(&self.0.moved)
     }
 
     /// Every figure in the Prometheus text format (version 0.0.4).
@@ -116,7 +155,10 @@ impl Recorder for Figures {
     fn describe_histogram(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
 
     fn register_counter(&self, key: &Key, _: &Metadata<'_>) -> Counter {
-        Counter::from_arc(series(&self.0.counters, key))
+        Counter::from_arc(Arc::new(Moving {
+            count: series(&self.0.counters, key),
+            figures: self.0.clone(),
+        }))
     }
 
     fn register_gauge(&self, key: &Key, _: &Metadata<'_>) -> Gauge {
@@ -153,5 +195,23 @@ mod tests {
         ] {
             assert!(text.lines().any(|l| l == line), "{line} not in\n{text}");
         }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_counter_that_moves_is_noted_and_a_gauge_is_not() {
+        let figures = Figures::default();
+        assert_eq!(figures.last_moved(), None);
+        metrics::with_local_recorder(&figures, || {
+            metrics::gauge!("t_is").set(1.0);
+            metrics::histogram!("t_seconds").record(0.5);
+        });
+        assert_eq!(figures.last_moved(), None);
+        tokio::time::advance(std::time::Duration::from_secs(7)).await;
+        metrics::with_local_recorder(&figures, || metrics::counter!("t_total").increment(1));
+        assert_eq!(figures.last_moved(), Some(Instant::now()));
+        tokio::time::advance(std::time::Duration::from_secs(3)).await;
+        metrics::with_local_recorder(&figures, || metrics::counter!("t_total").absolute(5));
+        assert_eq!(figures.last_moved(), Some(Instant::now()));
+        assert!(figures.render().lines().any(|l| l == "t_total 5"));
     }
 }

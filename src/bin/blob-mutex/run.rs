@@ -16,7 +16,7 @@ use tracing::{info, warn};
 
 use crate::child::{self, Child, SpawnError, StopTimes, Watched};
 use crate::cli::RunArgs;
-use crate::endpoint::Endpoint;
+use crate::endpoint::{self, Campaign, Endpoint, TermDeadline};
 use crate::{exit, guard};
 
 /// How the run ended; it chooses the exit code.
@@ -54,6 +54,8 @@ struct Shared {
     grace: Duration,
     token: CancellationToken,
     state: Mutex<State>,
+    /// The deadline of the term the command runs in, for `/livez`.
+    deadline: TermDeadline,
 }
 
 impl Shared {
@@ -92,6 +94,7 @@ pub(crate) async fn run(args: RunArgs) -> Result<u8> {
         grace: options.stop_grace,
         token: CancellationToken::new(),
         state: Mutex::new(State::default()),
+        deadline: TermDeadline::default(),
     });
     // Before the mutex is made, so that its figures are recorded from the start.
     let endpoint = match args.metrics_addr {
@@ -128,7 +131,12 @@ async fn campaign<S: LeaseStore>(
     info!(blob = %shared.name, holder = mutex.holder(), "campaigning for the lease");
     let serving = async {
         if let Some(endpoint) = endpoint {
-            endpoint.serve(mutex.store(), mutex.watch(), limit).await;
+            let watched = Campaign {
+                leadership: mutex.watch(),
+                deadline: shared.deadline.clone(),
+                quiet_limit: endpoint::quiet_limit(mutex.options()),
+            };
+            endpoint.serve(mutex.store(), watched, limit).await;
         }
         std::future::pending::<()>().await;
     };
@@ -223,6 +231,7 @@ fn exit_code(shared: &Shared) -> u8 {
 /// The leader task: run the command, with its guard, until it exits or
 /// leadership ends.
 async fn lead(ctx: LeaderContext, shared: Arc<Shared>) -> Result<()> {
+    shared.deadline.publish(ctx.epoch(), ctx.watch_deadline());
     // What `blob-mutex state get/put` needs inside the command. The lease id
     // is this holder's own: the command is its process, and it is never printed.
     let mut env = shared.env.clone();
