@@ -139,9 +139,13 @@ impl Collector {
     /// with what storage said of each), the ones to delete now, with the
     /// `ETag` the delete must match: at most `per_listing`. Forgets what is
     /// not in the listing or is leased.
-    pub(crate) fn due<'a>(
+    ///
+    /// The names are the ones [`delete_stale`] is then given (a blob's full
+    /// name in its container), so that what it learns of each delete is
+    /// kept under the same name.
+    pub(crate) fn due<'a, S: AsRef<str>>(
         &self,
-        listing: impl IntoIterator<Item = (&'a str, &'a LeaseInfo)>,
+        listing: impl IntoIterator<Item = (S, &'a LeaseInfo)>,
         now: Instant,
     ) -> Vec<(String, String)> {
         let mut seen = self
@@ -150,6 +154,7 @@ impl Collector {
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         let mut before = std::mem::take(&mut *seen);
         for (name, info) in listing {
+            let name = name.as_ref();
             // Leased, or being broken (still held until the break ends).
             if matches!(info.state, LeaseState::Leased | LeaseState::Breaking) {
                 continue;
