@@ -41,6 +41,13 @@ end
 exit "$code"
 "#;
 
+/// `--grace` for the tests that read what [`SCRIPT`]'s traps write: its
+/// TERM trap forks twice (`date`, `touch`) before it exits, and SIGKILL
+/// would cut it short a quarter of the grace (at most 1 s) before the grace
+/// ends; the default 3 s leaves 2.25 s, which a loaded machine may not give
+/// two forks. The trap takes milliseconds when the machine is not loaded.
+const TRAP_GRACE: &str = "6s";
+
 /// One test's container, blob and scratch directory.
 struct Case {
     container: String,
@@ -338,15 +345,30 @@ async fn take_turns(case: &Case, flags: &[&str]) {
     assert!(text(&status.stdout).contains(&format!("\"holder\":\"{first}\"")));
     assert!(!case.has_started(second), "both commands run at once");
 
-    let stopped = Instant::now();
     case.stop(first);
-    // Acquire retry (1 s, +20 % jitter) + 1 s, plus the script's 50 ms poll
-    // and some room for a loaded machine.
-    let second_epoch = case.started(second, Duration::from_millis(2_600)).await;
-    let took = stopped.elapsed();
+    let second_epoch = case.started(second, Duration::from_secs(10)).await;
     assert!(
         second_epoch > first_epoch,
         "epoch {second_epoch} after {first_epoch}"
+    );
+    // From the first command's end (its last line, by its own clock) to the
+    // second's start (its first line): the release, the follower's next try
+    // (acquire retry 1 s, +20 % jitter), acquire, stamp, and the start of
+    // the guard and the command within 1 s, plus some room for a loaded
+    // machine. How soon the first command noticed its stop file is its own
+    // affair.
+    let times = case.times();
+    let end_first = times
+        .iter()
+        .find(|(what, who, _)| what == "end" && who == first)
+        .unwrap_or_else(|| panic!("{first}'s end in {times:?}"))
+        .2;
+    let took = Duration::from_nanos(
+        u64::try_from(case.start_time(second).saturating_sub(end_first)).unwrap(),
+    );
+    assert!(
+        took <= Duration::from_millis(2_600),
+        "{second} started {took:?} after {first}'s command ended"
     );
 
     let code = if first == "a" { 7 } else { 0 };
@@ -367,7 +389,7 @@ async fn take_turns(case: &Case, flags: &[&str]) {
             format!("start {second}"),
             format!("end {second}")
         ],
-        "the commands never overlapped (second started after {took:?})"
+        "the commands never overlapped (second started {took:?} after the first ended)"
     );
 }
 
@@ -850,7 +872,7 @@ async fn signal_is_forwarded_and_the_lease_released(
     marker: &str,
 ) {
     let case = Case::new(name);
-    let mut a = case.run("a", 0, &[]);
+    let mut a = case.run("a", 0, &["--grace", TRAP_GRACE]);
     case.started("a", Duration::from_secs(30)).await;
     kill(a.id().expect("a runs"), signal);
     let status = exited(&mut a, Duration::from_secs(10)).await;
@@ -1220,6 +1242,8 @@ async fn a_run_with_a_higher_priority_takes_over_and_the_old_one_exits_lease_los
             "2s",
             "--acquire-retry",
             "500ms",
+            "--grace",
+            TRAP_GRACE,
         ]
     };
     let mut a = case.run("a", 0, &flags("-1"));
@@ -1233,7 +1257,8 @@ async fn a_run_with_a_higher_priority_takes_over_and_the_old_one_exits_lease_los
     assert_eq!(status.code(), Some(4), "stderr: {}", case.stderr("a"));
     let stderr = case.stderr("a");
     assert!(stderr.contains("handed over"), "{stderr}");
-    // The commands never overlapped: a's ended before b's started.
+    // The commands never overlapped: a's ended (its trap's last line)
+    // before b's started.
     let times = case.times();
     let end_a = times
         .iter()
