@@ -311,3 +311,96 @@ async fn a_leased_member_is_never_deleted_whatever_the_race_with_its_renewal() {
     eprintln!("deletion first in {deleted} rounds, acquire first in {kept}");
     assert!(kept > 0, "the race never had the lease first");
 }
+
+/// A stale member that has a snapshot: storage refuses to delete it (409
+/// `SnapshotsPresent`) for as long as the snapshot is there. It is not tried
+/// again at every listing, the stale member beside it is collected, and it
+/// goes once its snapshot does. On the official SDK's backend, whose delete
+/// leaves snapshots alone (the 0.21 SDK's deletes them with the blob).
+#[cfg(feature = "official-sdk")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_member_with_a_snapshot_is_not_retried_at_every_listing_and_goes_with_its_snapshot()
+{
+    use azure_storage_blobs::prelude::DeleteSnapshotsMethod;
+    use blob_mutex::OfficialLeaseSetStore;
+    use support::backend::official_settings;
+    use support::proxy::Proxy;
+
+    init_tracing();
+    let container = azurite::unique_container("collect-snapshot");
+    // Through a proxy, to count the deletes that reach storage.
+    let proxy = Proxy::start(azurite::shared().port);
+    let store =
+        OfficialLeaseSetStore::new(&official_settings(&proxy.endpoint(), &container, "set"))
+            .unwrap()
+            .with_collection(Collection::default().with_stale_after(Duration::ZERO));
+    for name in ["members/snapped", "members/plain"] {
+        store
+            .lease(name)
+            .unwrap()
+            .create_if_missing()
+            .await
+            .unwrap();
+    }
+    let snapped = sdk_container(&container).blob_client("set/members/snapped");
+    snapped.snapshot().await.unwrap();
+    let deletes = |blob: &str| {
+        proxy
+            .log()
+            .iter()
+            .filter(|r| r.method == "DELETE" && r.target.contains(blob))
+            .count()
+    };
+
+    // Listings one after the other, as fast as Azurite answers.
+    let listings = 20;
+    let started = Instant::now();
+    for _ in 0..listings {
+        let listing = store.list("").await.unwrap();
+        store.collect(&listing).await;
+    }
+    let took = started.elapsed();
+    let names: Vec<String> = store
+        .list("")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|(name, _)| name)
+        .collect();
+    assert_eq!(
+        names,
+        ["members/snapped"],
+        "the other stale member is collected"
+    );
+    assert_eq!(deletes("plain"), 1);
+    // The first retry comes one listing interval (at least 1 s) after the
+    // first refusal, each later one twice as long after the one before: n
+    // tries take at least 2^(n-1) - 1 seconds.
+    let tries = deletes("snapped");
+    let most = 1 + usize::try_from((took.as_secs() + 1).ilog2()).unwrap();
+    assert!(
+        (1..=most).contains(&tries),
+        "{tries} deletes of the member with a snapshot in {listings} listings over {took:?} (at most {most})"
+    );
+    eprintln!("{tries} deletes of the member with a snapshot in {listings} listings over {took:?}");
+
+    // Its snapshot deleted, the member goes at a later listing.
+    snapped
+        .delete()
+        .delete_snapshots_method(DeleteSnapshotsMethod::Only)
+        .await
+        .unwrap();
+    wait_for(
+        "the member to be collected once its snapshot is gone",
+        Duration::from_secs(30),
+        || {
+            let store = store.clone();
+            async move {
+                let listing = store.list("").await.unwrap();
+                store.collect(&listing).await;
+                store.list("").await.unwrap().is_empty().then_some(())
+            }
+        },
+    )
+    .await;
+}

@@ -14,6 +14,7 @@
 //! | `blob_mutex_task_failures_total` | counter | `container`, `blob` | terms whose leader task or a sub-task failed or panicked |
 //! | `blob_mutex_task_aborts_total` | counter | `container`, `blob` | terms whose tasks had to be aborted |
 //! | `blob_mutex_tasks_stuck_total` | counter | `container`, `blob` | terms with a task that could be neither stopped nor aborted |
+//! | `blob_mutex_collect_refused_total` | counter | `code` | deletions of stale member and candidate blobs that storage refused with a 409 that stays until someone acts, by code: `SnapshotsPresent`, `BlobImmutableDueToPolicy`, `BlobImmutableDueToLegalHold`, `other` (see [`Collection`](crate::Collection)) |
 //!
 //! `container` and `blob` come from [`LeaseStore::name`](crate::LeaseStore::name)
 //! (`container/blob`; a name without `/` is all `blob`). No label ever
@@ -101,6 +102,17 @@ impl Metrics {
         [container, blob, (key, value.to_owned())]
     }
 }
+
+/// A deletion of a stale blob refused with `code` (see
+/// `store::collect::delete_stale`); a collector belongs to no one lease, so
+/// the code is the only label.
+#[cfg(feature = "metrics")]
+pub(crate) fn collect_refused(code: &'static str) {
+    ::metrics::counter!("blob_mutex_collect_refused_total", "code" => code).increment(1);
+}
+
+#[cfg(not(feature = "metrics"))]
+pub(crate) fn collect_refused(_code: &'static str) {}
 
 // The same methods as with the feature, doing nothing, so that the engine
 // calls them unconditionally.

@@ -115,13 +115,9 @@ impl LeaseSetStore for OfficialLeaseSetStore {
             listing
                 .iter()
                 .filter(|(name, _)| name.starts_with(MEMBERS) || name.contains(CANDIDATES))
-                .map(|(name, info)| (name.as_str(), info)),
+                .map(|(name, info)| (format!("{set}/{name}"), info)),
             tokio::time::Instant::now(),
         );
-        let due = due
-            .into_iter()
-            .map(|(name, etag)| (format!("{set}/{name}"), etag))
-            .collect();
         let (container, collector, limit) = (
             self.container.clone(),
             self.collector.clone(),
