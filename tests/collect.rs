@@ -317,11 +317,10 @@ async fn a_leased_member_is_never_deleted_whatever_the_race_with_its_renewal() {
 /// again at every listing, the stale member beside it is collected, and it
 /// goes once its snapshot does. On the official SDK's backend, whose delete
 /// leaves snapshots alone (the 0.21 SDK's deletes them with the blob).
-#[cfg(feature = "official-sdk")]
+#[cfg(feature = "official")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stale_member_with_a_snapshot_is_not_retried_at_every_listing_and_goes_with_its_snapshot()
 {
-    use azure_storage_blobs::prelude::DeleteSnapshotsMethod;
     use blob_mutex::OfficialLeaseSetStore;
     use support::backend::official_settings;
     use support::proxy::Proxy;
@@ -342,8 +341,8 @@ async fn a_stale_member_with_a_snapshot_is_not_retried_at_every_listing_and_goes
             .await
             .unwrap();
     }
-    let snapped = sdk_container(&container).blob_client("set/members/snapped");
-    snapped.snapshot().await.unwrap();
+    let raw = support::raw::container(&container);
+    support::raw::snapshot(&raw, "set/members/snapped").await;
     let deletes = |blob: &str| {
         proxy
             .log()
@@ -385,11 +384,7 @@ async fn a_stale_member_with_a_snapshot_is_not_retried_at_every_listing_and_goes
     eprintln!("{tries} deletes of the member with a snapshot in {listings} listings over {took:?}");
 
     // Its snapshot deleted, the member goes at a later listing.
-    snapped
-        .delete()
-        .delete_snapshots_method(DeleteSnapshotsMethod::Only)
-        .await
-        .unwrap();
+    support::raw::delete_snapshots(&raw, "set/members/snapped").await;
     wait_for(
         "the member to be collected once its snapshot is gone",
         Duration::from_secs(30),

@@ -96,3 +96,25 @@ pub async fn count(client: &BlobContainerClient, prefix: &str) -> usize {
     }
     n
 }
+
+/// Takes a snapshot of `blob`.
+pub async fn snapshot(client: &BlobContainerClient, blob: &str) {
+    client
+        .blob_client(blob)
+        .create_snapshot(None)
+        .await
+        .expect("a snapshot");
+}
+
+/// Deletes the snapshots of `blob`, and only those.
+pub async fn delete_snapshots(client: &BlobContainerClient, blob: &str) {
+    let options = azure_storage_blob::models::BlobClientDeleteOptions {
+        delete_snapshots: Some(azure_storage_blob::models::DeleteSnapshotsOptionType::Only),
+        ..Default::default()
+    };
+    client
+        .blob_client(blob)
+        .delete(Some(options))
+        .await
+        .expect("delete the snapshots");
+}
