@@ -2,8 +2,14 @@
 //! drops a re-export fails to compile. Generated from the list of the public
 //! API: `scripts/public-api --test tests/fixtures/public-api.txt`.
 // The list is made with every feature; `testing` gates the memory stores and
-// the conformance suite, `official-sdk` the official SDK's backend.
-#![cfg(all(feature = "testing", feature = "official"))]
+// the conformance suite, `official` and `sdk-v021` the backends' own types,
+// `azure_identity` the credential chosen from the environment.
+#![cfg(all(
+    feature = "testing",
+    feature = "official",
+    feature = "sdk-v021",
+    feature = "azure_identity"
+))]
 
 #[allow(unused_imports)]
 use blob_mutex::conformance::{
@@ -21,14 +27,15 @@ use blob_mutex::guide::{
 };
 #[allow(unused_imports)]
 use blob_mutex::{
-    conformance, guide, AccountLease, Acquire, BlobDistributedMutex, BlobLeaseManager,
-    BlobLeaseSet, BlobLeaseSetStore, BlobSettings, BoxError, CancellationToken, Candidate, Cause,
-    Collection, Error, Heartbeat, Holding, LeaderContext, Leadership, LeaseId, LeaseInfo,
-    LeaseSetOptions, LeaseSetStore, LeaseState, LeaseStore, MemoryLeaseSetStore, MemoryLeaseStore,
-    MutexOptions, OfficialLeaseManager, OfficialLeaseSetStore, OfficialSettings, PartitionContext,
-    PartitionReport, QuorumLeaseSetStore, QuorumLeaseStore, Result, StopReason, Strategy, TaskStop,
-    TermReport, ACQUIRED_AT_KEY, AZURITE_ACCOUNT, AZURITE_ENDPOINT, EPOCH_KEY, FAIL_STOP_EXIT_CODE,
-    HOLDER_KEY, MAX_QUORUM_ACCOUNTS, MAX_STATE_LEN, PRIORITY_KEY, PROPOSED_KEY, STOP_SLACK,
+    conformance, default_credential, guide, AccountLease, Acquire, Backend, BlobDistributedMutex,
+    BlobLeaseManager, BlobLeaseSet, BlobLeaseSetStore, BlobSettings, BoxError, CancellationToken,
+    Candidate, Cause, Collection, Error, Heartbeat, Holding, LeaderContext, Leadership, LeaseId,
+    LeaseInfo, LeaseSetOptions, LeaseSetStore, LeaseState, LeaseStore, MemoryLeaseSetStore,
+    MemoryLeaseStore, MutexOptions, OfficialLeaseManager, OfficialLeaseSetStore, OfficialSettings,
+    PartitionContext, PartitionReport, QuorumLeaseSetStore, QuorumLeaseStore, Result,
+    SdkV021LeaseManager, SdkV021LeaseSetStore, StopReason, Strategy, TaskStop, TermReport,
+    ACQUIRED_AT_KEY, AZURITE_ACCOUNT, AZURITE_ENDPOINT, EPOCH_KEY, FAIL_STOP_EXIT_CODE, HOLDER_KEY,
+    MAX_QUORUM_ACCOUNTS, MAX_STATE_LEN, PRIORITY_KEY, PROPOSED_KEY, STOP_SLACK,
 };
 
 /// The items named above.
@@ -38,6 +45,7 @@ const NAMED: &[&str] = &[
     "blob_mutex::AZURITE_ENDPOINT",
     "blob_mutex::AccountLease",
     "blob_mutex::Acquire",
+    "blob_mutex::Backend",
     "blob_mutex::BlobDistributedMutex",
     "blob_mutex::BlobLeaseManager",
     "blob_mutex::BlobLeaseSet",
@@ -78,6 +86,8 @@ const NAMED: &[&str] = &[
     "blob_mutex::QuorumLeaseStore",
     "blob_mutex::Result",
     "blob_mutex::STOP_SLACK",
+    "blob_mutex::SdkV021LeaseManager",
+    "blob_mutex::SdkV021LeaseSetStore",
     "blob_mutex::StopReason",
     "blob_mutex::Strategy",
     "blob_mutex::TaskStop",
@@ -97,6 +107,7 @@ const NAMED: &[&str] = &[
     "blob_mutex::conformance::stamp_needs_the_lease_and_epochs_increase",
     "blob_mutex::conformance::state_is_kept_across_terms_with_the_metadata",
     "blob_mutex::conformance::state_writes_land_only_under_the_lease",
+    "blob_mutex::default_credential",
     "blob_mutex::guide",
     "blob_mutex::guide::backends",
     "blob_mutex::guide::cli",

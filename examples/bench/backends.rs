@@ -52,7 +52,7 @@ pub(crate) async fn backends(
     azurite: &Azurite,
     report: &mut Report,
 ) -> Result<()> {
-    eprintln!("backends: the 0.21 SDK's and the official SDK's ...");
+    eprintln!("backends: the official SDK's and the 0.21 SDK's ...");
     let latency = latency(config, azurite).await?;
     let mut cpu = Vec::new();
     if config.set_size > 0 {
