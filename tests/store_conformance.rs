@@ -123,3 +123,35 @@ async fn the_two_backends_share_one_lease_and_its_epochs() {
     assert_eq!(legacy.acquire(old, d).await.unwrap(), Acquire::Held);
     official.release(new).await.unwrap();
 }
+
+/// The settings' backend is the one that speaks: each SDK sends its own
+/// service version (`x-ms-version`), 2025-11-05 from the official SDK's
+/// backend (pinned), 2022-11-02 from the 0.21 SDK's.
+#[cfg(all(feature = "official", feature = "sdk-v021"))]
+#[tokio::test]
+async fn the_settings_backend_is_the_one_that_speaks() {
+    use blob_mutex::{Backend, LeaseStore};
+
+    let proxy = support::proxy::Proxy::start(azurite::shared().port);
+    let container = azurite::unique_container("which-backend");
+    for (backend, version) in [
+        (Backend::Official, "2025-11-05"),
+        (Backend::SdkV021, "2022-11-02"),
+    ] {
+        let settings = proxy
+            .settings(&container, backend.as_str())
+            .with_backend(backend);
+        let manager = BlobLeaseManager::new(&settings).unwrap();
+        let before = proxy.log().len();
+        LeaseStore::inspect(&manager).await.unwrap();
+        let sent: Vec<_> = proxy.log()[before..]
+            .iter()
+            .map(|r| r.version.clone())
+            .collect();
+        assert!(!sent.is_empty(), "{backend}: nothing sent");
+        assert!(
+            sent.iter().all(|v| v.as_deref() == Some(version)),
+            "{backend}: {sent:?}"
+        );
+    }
+}

@@ -100,6 +100,8 @@ pub struct Request {
     pub lease_id: Option<String>,
     /// `x-ms-proposed-lease-id`.
     pub proposed_lease_id: Option<String>,
+    /// `x-ms-version`: the service version, which tells the SDK that sent it.
+    pub version: Option<String>,
     /// What the proxy did with it.
     pub fate: Fate,
 }
@@ -652,6 +654,7 @@ struct Head {
     lease_action: Option<String>,
     lease_id: Option<String>,
     proposed_lease_id: Option<String>,
+    version: Option<String>,
 }
 
 impl Head {
@@ -665,6 +668,7 @@ impl Head {
             lease_action: self.lease_action,
             lease_id: self.lease_id,
             proposed_lease_id: self.proposed_lease_id,
+            version: self.version,
             fate,
         }
     }
@@ -686,6 +690,7 @@ fn parse_head(bytes: &[u8]) -> Head {
         lease_action: None,
         lease_id: None,
         proposed_lease_id: None,
+        version: None,
     };
     for line in lines {
         let Some((name, value)) = line.split_once(':') else {
@@ -698,6 +703,7 @@ fn parse_head(bytes: &[u8]) -> Head {
             "x-ms-lease-action" => head.lease_action = Some(value.to_ascii_lowercase()),
             "x-ms-lease-id" => head.lease_id = Some(value.to_ascii_lowercase()),
             "x-ms-proposed-lease-id" => head.proposed_lease_id = Some(value.to_ascii_lowercase()),
+            "x-ms-version" => head.version = Some(value.to_owned()),
             _ => {}
         }
     }
