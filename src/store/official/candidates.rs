@@ -14,8 +14,9 @@ use super::set::list;
 use super::OfficialLeaseManager;
 use crate::error::Result;
 use crate::store::blob_protocol::{
-    encode_holder, parse_candidate, CANDIDATES, HOLDER_KEY, PRIORITY_KEY, PROPOSED_KEY,
+    encode_holder, parse_candidate, HOLDER_KEY, PRIORITY_KEY, PROPOSED_KEY,
 };
+use crate::store::names::CANDIDATES;
 use crate::store::{Acquire, Candidate, LeaseId, LeaseState};
 
 impl OfficialLeaseManager {
@@ -29,6 +30,7 @@ impl OfficialLeaseManager {
             settings: self.settings.clone(),
             request_timeout: self.request_timeout,
             collector: self.collector.clone(),
+            member: false,
         }
     }
 
