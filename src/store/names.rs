@@ -37,7 +37,9 @@
 //!    it counts as a live member only while it is leased and its `holder`
 //!    metadata is its own segment, as every member of any version stamps
 //!    it, so that an instance that runs an earlier version stays counted
-//!    while a rolling upgrade goes on.
+//!    while a rolling upgrade goes on. A candidate record is
+//!    `<blob>.candidates/<one segment>` ([`is_record`]); nothing else there
+//!    is listed as a candidate or collected.
 
 use crate::error::{Error, Result};
 use crate::store::LeaseInfo;
@@ -167,6 +169,14 @@ pub(crate) fn collectable(name: &str, info: &LeaseInfo) -> bool {
     info.member && member_segment(name).is_some()
 }
 
+/// Whether `name` (a full blob name) is a candidate record of the lease
+/// whose records start with `prefix` (`<blob>.candidates/`): the prefix and
+/// one segment.
+pub(crate) fn is_record(prefix: &str, name: &str) -> bool {
+    name.strip_prefix(prefix)
+        .is_some_and(|holder| !holder.is_empty() && !holder.contains('/'))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -284,5 +294,14 @@ mod tests {
         assert!(!collectable("members/a/b", &info(free, true, None)));
         assert!(!collectable("partitions/a", &info(free, true, None)));
         assert!(!collectable("x.candidates/a", &info(free, true, None)));
+    }
+
+    #[test]
+    fn a_record_is_the_prefix_and_one_segment() {
+        let prefix = "lock.candidates/";
+        assert!(is_record(prefix, "lock.candidates/host-1"));
+        assert!(!is_record(prefix, "lock.candidates/"));
+        assert!(!is_record(prefix, "lock.candidates/a/b"));
+        assert!(!is_record(prefix, "other.candidates/a"));
     }
 }

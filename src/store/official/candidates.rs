@@ -16,7 +16,7 @@ use crate::error::Result;
 use crate::store::blob_protocol::{
     encode_holder, parse_candidate, HOLDER_KEY, PRIORITY_KEY, PROPOSED_KEY,
 };
-use crate::store::names::CANDIDATES;
+use crate::store::names::{is_record, CANDIDATES};
 use crate::store::{Acquire, Candidate, LeaseId, LeaseState};
 
 impl OfficialLeaseManager {
@@ -72,7 +72,9 @@ impl OfficialLeaseManager {
 
     pub(super) async fn candidates_uncapped(&self) -> Result<Vec<Candidate>> {
         let prefix = format!("{}{CANDIDATES}", self.blob_name);
-        let records = list(&self.container, &prefix, "list candidates").await?;
+        let mut records = list(&self.container, &prefix, "list candidates").await?;
+        // A blob of another shape under the prefix is no record of ours.
+        records.retain(|(name, _, _)| is_record(&prefix, name));
         let mut listed = Vec::new();
         for (name, info, metadata) in &records {
             if info.state != LeaseState::Leased {

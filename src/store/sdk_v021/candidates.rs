@@ -24,7 +24,7 @@ use crate::error::Result;
 use crate::store::blob_protocol::{
     encode_holder, parse_candidate, HOLDER_KEY, PRIORITY_KEY, PROPOSED_KEY,
 };
-use crate::store::names::CANDIDATES;
+use crate::store::names::{is_record, CANDIDATES};
 use crate::store::{Acquire, Candidate, LeaseId, LeaseState};
 
 impl SdkV021LeaseManager {
@@ -91,7 +91,7 @@ impl SdkV021LeaseManager {
             .blob
             .container_client()
             .list_blobs()
-            .prefix(prefix)
+            .prefix(prefix.clone())
             .include_metadata(true)
             .into_stream();
         let mut listed = Vec::new();
@@ -102,7 +102,8 @@ impl SdkV021LeaseManager {
                 Err(e) if is_not_found(&e) => break,
                 Err(e) => return Err(map_error("list candidates", &e)),
             };
-            for blob in page.blobs.blobs() {
+            // A blob of another shape under the prefix is no record of ours.
+            for blob in page.blobs.blobs().filter(|b| is_record(&prefix, &b.name)) {
                 let info = lease_info(&blob.properties, None);
                 let leased = info.state == LeaseState::Leased;
                 records.push((blob.name.clone(), info));
