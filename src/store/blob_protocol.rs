@@ -30,7 +30,7 @@ pub const PROPOSED_KEY: &str = "proposed_lease_id";
 /// and collects as its members only blobs of that exact shape with the
 /// marker (an unmarked one counts while leased by a holder of its own name,
 /// as members written before the marker are, and is never collected).
-/// Its value is [`MEMBER_VALUE`]; readers look only for the key.
+/// Its value is `true`; readers look only for the key.
 pub const MEMBER_KEY: &str = "member";
 /// The value written with [`MEMBER_KEY`].
 pub(crate) const MEMBER_VALUE: &str = "true";
