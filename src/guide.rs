@@ -31,6 +31,7 @@ macro_rules! links {
             "[guide-argument]: crate::guide::election#the-argument\n",
             "[guide-guarantees]: crate::guide::guarantees\n",
             "[guide-partitions]: crate::guide::partitions\n",
+            "[guide-set-names]: crate::guide::partitions#names-a-set-owns\n",
             "[guide-handover]: crate::guide::handover\n",
             "[guide-quorum]: crate::guide::quorum\n",
             "[guide-state]: crate::guide::state\n",

@@ -3,8 +3,9 @@
 //!
 //! Long (about 730 lines) for these module docs, the lease set's design in
 //! one place; the code is under 500 lines.
-//! Beside it in this folder: the balancer's plan (`balance`) and what ends
-//! a run and which partitions are skipped (`fate`).
+//! Beside it in this folder: the balancer's plan (`balance`), what ends
+//! a run and which partitions are skipped (`fate`), and the tests of the
+//! names a set owns on the in-memory store (`names_tests`).
 //!
 //! # How it works
 //!
@@ -40,13 +41,14 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::ops::Deref;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use tokio::sync::{broadcast, watch, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, warn};
+use tracing::{debug, info, warn};
 
 use crate::backoff::Jitter;
 use crate::bounded::bounded;
@@ -59,11 +61,14 @@ use crate::lease_set::balance::{plan, Plan, Strategy, View};
 use crate::mutex::BlobDistributedMutex;
 use crate::options::{default_holder, MutexOptions, ABORT_WAIT, STOP_SLACK};
 use crate::store::backend::BlobLeaseSetStore;
+use crate::store::names::{self, member_segment, MEMBERS, PARTITIONS};
 use crate::store::settings::BlobSettings;
-use crate::store::{check_request_timeout, LeaseSetStore, LeaseState, LeaseStore, MEMBERS};
+use crate::store::{check_request_timeout, LeaseInfo, LeaseSetStore, LeaseState, LeaseStore};
 
 pub(crate) mod balance;
 mod fate;
+#[cfg(all(test, feature = "testing"))]
+mod names_tests;
 
 use fate::{is_partition_fault, Fate};
 
@@ -76,7 +81,6 @@ const CLAIM_PACE: Duration = Duration::from_millis(5);
 /// renewals of the member lease and of the partitions already owned. With
 /// storage answering in a few milliseconds it never binds: the pace does.
 const CLAIMS_IN_FLIGHT: usize = 16;
-const PARTITIONS: &str = "partitions/";
 
 /// What a partition's task is given: everything a [`LeaderContext`] gives
 /// (through `Deref`: epoch, cancellation, heartbeat, sub-tasks, deadline)
@@ -219,7 +223,31 @@ type PartitionFn = dyn Fn(PartitionContext) -> TaskFuture + Send + Sync;
 
 /// Partitions shared among the instances that run the same set: each
 /// partition's task runs on at most one instance at a time, and the
-/// partitions are spread over the live instances. See the module docs.
+/// partitions are spread over the live instances (see the guide's
+/// [partitions](crate::guide::partitions) chapter).
+///
+/// # Names a set owns
+///
+/// A set named `<set>` (the blob name of its settings) keeps its leases in
+/// its container as `<set>/members/<holder>`, one per live instance, and
+/// `<set>/partitions/<name>`. Those names are its own, by construction:
+///
+/// - No lease blob and no set may be named inside them: settings refuse a
+///   blob name with a path segment `members` or `partitions` after its
+///   first ([`Error::InvalidOption`], field `blob`), as they refuse one
+///   ending in `.candidates`; a set's holder may not contain `/`, so that
+///   its member blob is one segment under `members/`.
+/// - A set counts as a live member only a leased blob of the exact shape
+///   `<set>/members/<one segment>` that carries the metadata
+///   [`MEMBER_KEY`](crate::MEMBER_KEY), which only a set's member lease
+///   writes (when it creates its blob and at every stamp), or that carries
+///   none but whose `holder` is its own segment, as the members of versions
+///   before the marker do: while a rolling upgrade goes on, the instances
+///   that still run an earlier version are counted. It collects only the
+///   marked ones: a blob that someone else wrote there is never deleted,
+///   so that its epoch never starts over. Member blobs left unmarked by an
+///   earlier version are not collected either: told once at info, they can
+///   be deleted by hand once unleased.
 pub struct BlobLeaseSet<S: LeaseSetStore = BlobLeaseSetStore> {
     shared: Arc<Shared<S>>,
     options: LeaseSetOptions,
@@ -239,6 +267,8 @@ struct Shared<S: LeaseSetStore> {
     /// Tasks of partition terms that had not ended when their term was
     /// over: nothing is claimed while one may still run.
     lingering: Lingering,
+    /// Whether the unmarked member blobs that are never collected were told.
+    told_unmarked: AtomicBool,
     /// What the set decided while it runs: set-wide errors and partitions
     /// skipped for a while.
     fate: Mutex<Fate>,
@@ -278,6 +308,16 @@ impl BlobLeaseSet<BlobLeaseSetStore> {
             BlobLeaseSetStore::new(settings)?.with_request_timeout(options.mutex.request_timeout);
         Self::with_store(store, partitions, options, task)
     }
+
+    /// The live member that a lease of a set's listing is, as every instance
+    /// of the set counts its members (see [Names a set owns](#names-a-set-owns)):
+    /// `name` is within the set, as [`LeaseSetStore::list`] gives it. `None`
+    /// for a lease that is not leased, not of the shape `members/<holder>`,
+    /// or neither marked as a member nor held by a holder of its own name.
+    #[must_use]
+    pub fn live_member<'a>(name: &'a str, info: &LeaseInfo) -> Option<&'a str> {
+        names::live_member(name, info)
+    }
 }
 
 impl<S: LeaseSetStore> BlobLeaseSet<S> {
@@ -287,8 +327,9 @@ impl<S: LeaseSetStore> BlobLeaseSet<S> {
     ///
     /// [`Error::InvalidOption`] for invalid options (a `request_timeout`
     /// shorter than the store's [`min_request_timeout`](LeaseSetStore::min_request_timeout)
-    /// too), no partitions, a partition named twice, or a name that cannot
-    /// name a lease.
+    /// too), no partitions, a partition named twice, a name that cannot
+    /// name a lease, or a holder that cannot name a member's lease (one
+    /// path segment, `members/<holder>`: no `/`).
     pub fn with_store<F, Fut, E>(
         store: S,
         partitions: impl IntoIterator<Item = impl Into<String>>,
@@ -319,6 +360,16 @@ impl<S: LeaseSetStore> BlobLeaseSet<S> {
             .clone()
             .unwrap_or_else(default_holder)
             .into();
+        if member_segment(&format!("{MEMBERS}{holder}")).is_none() {
+            return Err(Error::invalid(
+                "holder",
+                format!(
+                    "{holder:?} contains '/': a lease set's member lease is \
+                     <set>/members/<holder>, and a set counts only one path segment there"
+                ),
+            ));
+        }
+        store.lease(&format!("{MEMBERS}{holder}"))?;
         let task: Arc<PartitionFn> = Arc::new(move |ctx| {
             let fut = task(ctx);
             Box::pin(async move { fut.await.map_err(Into::into) })
@@ -334,6 +385,7 @@ impl<S: LeaseSetStore> BlobLeaseSet<S> {
                 reports: broadcast::channel(64).0,
                 claiming: Arc::new(Semaphore::new(CLAIMS_IN_FLIGHT)),
                 lingering: Lingering::default(),
+                told_unmarked: AtomicBool::new(false),
                 fate: Mutex::default(),
             }),
             options,
@@ -512,15 +564,24 @@ async fn read_set<S: LeaseSetStore>(
         _ = shared.store.collect(&listing) => {}
     }
     let (mut members, mut partitions) = (BTreeSet::new(), BTreeMap::new());
+    let mut unmarked = 0;
     for (name, info) in listing {
-        if info.state != LeaseState::Leased {
-            continue;
-        }
-        if let Some(member) = name.strip_prefix(MEMBERS) {
+        if let Some(member) = names::live_member(&name, &info) {
             members.insert(member.to_owned());
+        } else if info.state != LeaseState::Leased {
+            unmarked += usize::from(member_segment(&name).is_some() && !info.member);
         } else if let Some(partition) = name.strip_prefix(PARTITIONS) {
             partitions.insert(partition.to_owned(), info.holder);
         }
+    }
+    if unmarked > 0 && !shared.told_unmarked.swap(true, Ordering::Relaxed) {
+        info!(
+            holder = %shared.holder,
+            unmarked,
+            "blobs of member shape without the member marker (left by an earlier version, or \
+             written by another client) are never collected; delete those under <set>/members/ \
+             by hand once they are not leased and are no other lease"
+        );
     }
     Ok((members, partitions))
 }

@@ -50,7 +50,7 @@ pub use mutex::BlobDistributedMutex;
 pub use options::{MutexOptions, STOP_SLACK};
 pub use store::backend::{Backend, BlobLeaseManager, BlobLeaseSetStore};
 pub use store::blob_protocol::{
-    ACQUIRED_AT_KEY, EPOCH_KEY, HOLDER_KEY, PRIORITY_KEY, PROPOSED_KEY,
+    ACQUIRED_AT_KEY, EPOCH_KEY, HOLDER_KEY, MEMBER_KEY, PRIORITY_KEY, PROPOSED_KEY,
 };
 pub use store::collect::Collection;
 #[cfg(feature = "testing")]

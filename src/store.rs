@@ -13,6 +13,8 @@
 //!   (`blob_protocol`), the collection of stale blobs (`collect`), the
 //!   HTTP client of the 1.x pipeline (`http`) and the credential chosen
 //!   from the environment (`default_credential`, feature `azure_identity`);
+//! - the names that a lease set and a lease own, and the rules that keep
+//!   every other lease out of them (`names`);
 //! - the quorum over several accounts (`quorum`), the in-memory store
 //!   (`memory`) and the contract's tests (`conformance`).
 //!
@@ -37,6 +39,7 @@ pub(crate) mod default_credential;
 pub(crate) mod http;
 #[cfg(feature = "testing")]
 pub(crate) mod memory;
+pub(crate) mod names;
 #[cfg(feature = "official")]
 pub(crate) mod official;
 pub(crate) mod quorum;
@@ -164,6 +167,13 @@ pub struct LeaseInfo {
     pub content_length: u64,
     /// The blob's `ETag` (empty for stores that have none).
     pub etag: String,
+    /// Whether the lease carries the marker of a lease set's member (on
+    /// Azure, the metadata [`MEMBER_KEY`](crate::MEMBER_KEY)), which only a
+    /// set's member lease writes: a set collects no other lease, and counts
+    /// no other lease as a member unless its `holder` is its name. A
+    /// [`LeaseSetStore`] reports it for the leases that its
+    /// [`lease`](LeaseSetStore::lease) made as `members/<holder>`.
+    pub member: bool,
 }
 
 impl LeaseInfo {
@@ -180,6 +190,7 @@ impl LeaseInfo {
             acquired_at: None,
             content_length: 0,
             etag: String::new(),
+            member: false,
         }
     }
 }
@@ -493,11 +504,6 @@ pub(crate) fn check_request_timeout(
     }
 }
 
-/// The prefix of a lease set's member leases (`members/<holder>`): the
-/// only leases of a set, with candidate records, that are ever collected;
-/// partitions never are.
-pub(crate) const MEMBERS: &str = "members/";
-
 /// The largest leader state, in bytes (4 MiB), that
 /// [`LeaseStore::write_state`] accepts. A single Put Blob takes far more;
 /// the limit keeps every write one request that fits in a renew interval.
@@ -531,15 +537,26 @@ pub(crate) fn check_state_len(state: &[u8]) -> Result<()> {
 /// on Azure), as storage sees it at that moment, with the holder and epoch
 /// of each lease's last term; a lease that was never acquired may be
 /// missing from it.
+///
+/// A lease made as `members/<holder>` (one path segment) is a member's: it
+/// marks itself when it creates what it lives in and at every stamp, and
+/// `list` reports the mark ([`LeaseInfo::member`]) for it and for no lease
+/// that another client made. A set counts a leased member that is not
+/// marked only when its `holder` is its own name, and collects only marked
+/// ones (see [`BlobLeaseSet`](crate::BlobLeaseSet#names-a-set-owns)).
 pub trait LeaseSetStore: Send + Sync + 'static {
     /// The store of one lease.
     type Lease: LeaseStore;
 
-    /// The lease named `name` within the set.
+    /// The lease named `name` within the set: `members/<holder>` (a
+    /// member's, marked), `partitions/<name>`, or another name that a lease
+    /// blob could have.
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidOption`] when the name cannot name a lease.
+    /// [`Error::InvalidOption`] when the name cannot name a lease: under
+    /// `members/` but not one segment, or with a path segment `members` or
+    /// `partitions` elsewhere (see [`BlobSettings`](crate::BlobSettings)).
     fn lease(&self, name: &str) -> Result<Self::Lease>;
 
     /// As [`LeaseStore::min_request_timeout`], for the set's leases and

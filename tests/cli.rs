@@ -1054,6 +1054,65 @@ async fn bad_flags_and_connection_strings_are_one_line_errors_with_documented_co
     assert_one_line_error(&out, 127, "cannot run /nonexistent/blob-mutex-test-command");
 }
 
+/// Runs `blob-mutex args` as [`blob_mutex`] does, for a command that must
+/// be refused before any request: one that got as far as storage would
+/// wait for an Azurite that is not there, so it has 30 s.
+async fn refused(args: &[&str]) -> Output {
+    let output = Command::new(BIN)
+        .args(args)
+        .env_remove("AZURE_STORAGE_CONNECTION_STRING")
+        .stdin(Stdio::null())
+        .kill_on_drop(true)
+        .output();
+    tokio::time::timeout(Duration::from_secs(30), output)
+        .await
+        .unwrap_or_else(|_| panic!("{args:?} was not refused: it ran on"))
+        .expect("run blob-mutex")
+}
+
+/// A blob or a set named inside a set's own names (`<set>/members/…`,
+/// `<set>/partitions/…`) or a lease's candidates is refused before any
+/// request, by every command: exit 2, one line naming the flag's field, the
+/// reserved segment and why.
+#[tokio::test]
+async fn names_a_set_owns_are_usage_errors_that_say_which_segment_is_reserved() {
+    let target = ["--dev", "-c", "leases"];
+    for (command, rest) in [
+        ("run", &["--", "true"][..]),
+        ("status", &[]),
+        ("break", &[]),
+    ] {
+        for (blob, needle) in [
+            ("jobs/members/x", "'members'"),
+            ("a/b/partitions/p0", "'partitions'"),
+            ("lock.candidates/x", "'.candidates'"),
+        ] {
+            let out = refused(&[&[command][..], &target, &["--blob", blob], rest].concat()).await;
+            assert_one_line_error(&out, 2, "invalid blob: ");
+            let stderr = text(&out.stderr);
+            assert!(
+                stderr.contains(needle) && stderr.contains("reserved"),
+                "{command} {blob}: {stderr}"
+            );
+        }
+    }
+    let out = refused(&[
+        "partitions",
+        "--dev",
+        "-c",
+        "leases",
+        "--set",
+        "jobs/members",
+    ])
+    .await;
+    assert_one_line_error(&out, 2, "invalid set: ");
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("'members'") && stderr.contains("jobs/members/"),
+        "{stderr}"
+    );
+}
+
 #[tokio::test]
 async fn help_has_an_example_and_the_exit_codes_for_every_command() {
     for args in [

@@ -2,7 +2,9 @@
 //! lease set and stale candidate records beside a lease blob are collected
 //! by the live instances, a bounded number per listing, while the set keeps
 //! balancing; a graceful leave deletes its own blob; a blob that is leased
-//! is never deleted, whatever the race between a deletion and a renewal.
+//! is never deleted, whatever the race between a deletion and a renewal;
+//! a blob of member shape that the set did not write is neither counted
+//! nor collected.
 
 mod support;
 
@@ -11,8 +13,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use blob_mutex::{
-    BlobDistributedMutex, BlobLeaseManager, BlobLeaseSet, BlobLeaseSetStore, CancellationToken,
-    Collection, Error, LeaseId, LeaseSetOptions, LeaseSetStore, LeaseState, MutexOptions,
+    BlobDistributedMutex, BlobLeaseManager, BlobLeaseSet, BlobLeaseSetStore, BlobSettings,
+    CancellationToken, Collection, Error, LeaseId, LeaseSetOptions, LeaseSetStore, LeaseState,
+    MutexOptions, MEMBER_KEY,
 };
 use futures_util::StreamExt;
 use support::{azurite, init_tracing, wait_for};
@@ -179,6 +182,99 @@ async fn stale_members_are_collected_while_the_set_balances_and_a_leave_deletes_
     a.await.unwrap().unwrap();
     b.await.unwrap().unwrap();
     assert_eq!(members(&looking).await.unwrap(), []);
+}
+
+/// Beside the set `jobs`, another client keeps a blob of member shape,
+/// `jobs/members/nightly` (a name the crate refuses for a lease or a set),
+/// with its own holder and epoch: while it is leased the set does not count
+/// it (two instances share four partitions two and two, none left
+/// unclaimed), and once it has been unleased for long past `stale_after`
+/// it is still there with its epoch, its content and no marker, while the
+/// set's own stale member beside it is collected.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_foreign_blob_of_member_shape_is_neither_counted_nor_collected() {
+    init_tracing();
+    let container = azurite::unique_container("collect-foreign");
+    let settings = azurite::shared().settings(&container, "jobs");
+    let refused = BlobSettings::from_connection_string(
+        &azurite::shared().connection_string(),
+        &container,
+        "jobs/members/nightly",
+    );
+    assert!(
+        matches!(refused, Err(Error::InvalidOption { field: "blob", .. })),
+        "{refused:?}"
+    );
+    let raw = support::raw::container(&container);
+    support::raw::create(&raw).await;
+    let foreign = "jobs/members/nightly";
+    let metadata = HashMap::from([
+        ("holder".to_owned(), "cron".to_owned()),
+        ("epoch".to_owned(), "41".to_owned()),
+    ]);
+    support::raw::put(&raw, foreign, b"nightly state".to_vec(), metadata).await;
+    // An infinite lease: it is held for as long as the test needs.
+    let lease = LeaseId::new().to_string();
+    support::raw::acquire_lease(&raw, foreign, -1, &lease).await;
+    // The set's own member, left by an instance that died.
+    let store = BlobLeaseSetStore::new(&settings)
+        .unwrap()
+        .with_request_timeout(REQUEST_TIMEOUT)
+        .with_collection(collection());
+    store
+        .lease("members/gone")
+        .unwrap()
+        .create_if_missing()
+        .await
+        .unwrap();
+
+    let token = CancellationToken::new();
+    let (mut a_owns, a) = start_member(store.clone(), "a", &token);
+    let (mut b_owns, b) = start_member(store.clone(), "b", &token);
+    for owns in [&mut a_owns, &mut b_owns] {
+        tokio::time::timeout(REQUEST_TIMEOUT * 4, owns.wait_for(|p| p.len() == 2))
+            .await
+            .expect("the shares are over the set's own two members")
+            .unwrap();
+    }
+    let listing = store.list("members/").await.unwrap();
+    let live: Vec<&str> = listing
+        .iter()
+        .filter_map(|(name, info)| BlobLeaseSet::live_member(name, info))
+        .collect();
+    assert_eq!(live, ["a", "b"], "{listing:?}");
+
+    // Unleased, the foreign blob is as stale as the set's own dead member,
+    // for many listings (one every 200 ms) past `stale_after` (2 s).
+    support::raw::release_lease(&raw, foreign, &lease).await;
+    wait_for(
+        "the set's own stale member to be collected",
+        Duration::from_secs(60),
+        || async { (support::raw::count(&raw, "jobs/members/gone").await == 0).then_some(()) },
+    )
+    .await;
+    tokio::time::sleep(collection().stale_after * 3).await;
+    assert_eq!(
+        support::raw::count(&raw, foreign).await,
+        1,
+        "the foreign blob was collected"
+    );
+    let kept = support::raw::metadata(&raw, foreign).await;
+    assert_eq!(
+        (
+            kept.get("holder").map(String::as_str),
+            kept.get("epoch").map(String::as_str),
+            kept.contains_key(MEMBER_KEY)
+        ),
+        (Some("cron"), Some("41"), false),
+        "the foreign blob was collected or changed: {kept:?}"
+    );
+    assert_eq!(support::raw::content(&raw, foreign).await, b"nightly state");
+    assert_eq!((a_owns.borrow().len(), b_owns.borrow().len()), (2, 2));
+    token.cancel();
+    a.await.unwrap().unwrap();
+    b.await.unwrap().unwrap();
+    assert_eq!(support::raw::count(&raw, "jobs/members/").await, 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

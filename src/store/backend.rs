@@ -610,10 +610,7 @@ impl LeaseSetStore for BlobLeaseSetStore {
     type Lease = BlobLeaseManager;
 
     fn lease(&self, name: &str) -> Result<BlobLeaseManager> {
-        let settings = self.settings.for_blob(
-            self.settings.container(),
-            format!("{}/{name}", self.settings.blob()),
-        )?;
+        let (settings, _) = self.settings.in_set(name)?;
         let inner = match self.inner {
             #[cfg(feature = "official")]
             SetInner::Official(ref s) => LeaseInner::Official(s.lease(name)?),

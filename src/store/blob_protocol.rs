@@ -1,8 +1,9 @@
 //! What a lease record on the Blob service holds and what the service's
 //! answers mean, whatever SDK sends the requests: the metadata keys, the
-//! epoch rule, the names of member and candidate blobs, the error codes and
-//! the wording of a refusal. Every blob backend uses these, so that the
-//! records one writes are the records another reads.
+//! epoch rule, the member's marker, the error codes and the wording of a
+//! refusal (the names of member and candidate blobs are in `names`). Every
+//! blob backend uses these, so that the records one writes are the records
+//! another reads.
 
 // Built with no backend, only the metadata keys are used (they are public).
 #![cfg_attr(not(any(feature = "official", feature = "sdk-v021")), allow(dead_code))]
@@ -19,12 +20,20 @@ pub const HOLDER_KEY: &str = "holder";
 pub const EPOCH_KEY: &str = "epoch";
 /// Metadata key of the instant the current term began (RFC 3339, UTC).
 pub const ACQUIRED_AT_KEY: &str = "acquired_at";
-/// What follows the lease blob's name in the name of every candidate record.
-pub(crate) const CANDIDATES: &str = ".candidates/";
 /// Metadata key of a candidate's priority.
 pub const PRIORITY_KEY: &str = "priority";
 /// Metadata key of a candidate's proposed lease id.
 pub const PROPOSED_KEY: &str = "proposed_lease_id";
+/// Metadata key of the marker of a lease set's member blob
+/// (`<set>/members/<holder>`), written by the set's member lease when it
+/// creates the blob and at every stamp, and by nothing else: a set counts
+/// and collects as its members only blobs of that exact shape with the
+/// marker (an unmarked one counts while leased by a holder of its own name,
+/// as members written before the marker are, and is never collected).
+/// Its value is `true`; readers look only for the key.
+pub const MEMBER_KEY: &str = "member";
+/// The value written with [`MEMBER_KEY`].
+pub(crate) const MEMBER_VALUE: &str = "true";
 
 /// The holder as one blob-name segment: `[A-Za-z0-9_-]` as is, every other
 /// byte as `.XX` (upper-case hex). Never empty, never `.` or `..`, never
@@ -40,9 +49,6 @@ pub(crate) fn encode_holder(holder: &str) -> String {
     }
     out
 }
-
-#[cfg(any(feature = "official", feature = "sdk-v021"))]
-pub(crate) use crate::store::MEMBERS;
 
 /// The error code of a request to a container that does not exist (told
 /// apart from `BlobNotFound`, a missing blob in a container that does).

@@ -10,7 +10,7 @@ use tokio::time::Instant;
 use crate::error::{Error, Result};
 use crate::options::lease_seconds;
 use crate::store::collect::{Collection, Collector};
-use crate::store::MEMBERS;
+use crate::store::names::{self, collectable, SetLease};
 use crate::store::{
     check_state_len, Acquire, Candidate, LeaseId, LeaseInfo, LeaseSetStore, LeaseState, LeaseStore,
 };
@@ -53,6 +53,10 @@ use crate::store::{
 pub struct MemoryLeaseStore {
     name: Arc<str>,
     state: Arc<Mutex<State>>,
+    /// Whether this handle is a lease set's member lease, which marks the
+    /// lease when it creates it and at every stamp (as the blob stores
+    /// write the metadata `member`). Clones share the lease, not this.
+    member: bool,
 }
 
 #[derive(Debug, Default)]
@@ -69,6 +73,8 @@ struct State {
     unavailable: bool,
     /// The candidates' records, by holder name.
     candidates: BTreeMap<String, Record>,
+    /// Marked as a lease set's member (see [`LeaseInfo::member`]).
+    member: bool,
 }
 
 /// One candidate's record: held like a lease, and listed while held.
@@ -96,6 +102,7 @@ impl State {
         info.holder.clone_from(&self.holder);
         info.epoch = self.epoch;
         info.content_length = u64::try_from(self.content.len()).unwrap_or(u64::MAX);
+        info.member = self.member;
         Some(info)
     }
 }
@@ -114,6 +121,7 @@ impl MemoryLeaseStore {
         MemoryLeaseStore {
             name: name.into().into(),
             state: Arc::default(),
+            member: false,
         }
     }
 
@@ -193,8 +201,13 @@ impl LeaseStore for MemoryLeaseStore {
         duration: Duration,
     ) -> impl Future<Output = Result<Acquire>> + Send {
         let seconds = lease_seconds(duration);
+        let member = self.member;
         self.call("acquire", move |state, now| {
             seconds?;
+            if !state.created {
+                // Like Azure: the member lease creates its blob marked.
+                state.member = member;
+            }
             state.created = true;
             match state.lease {
                 Some(held) if held.id != proposed && held.until > now => Ok(Acquire::Held),
@@ -243,6 +256,7 @@ impl LeaseStore for MemoryLeaseStore {
         floor: u64,
     ) -> impl Future<Output = Result<u64>> + Send {
         let holder = holder.to_owned();
+        let member = self.member;
         self.call("stamp", move |state, now| match state.lease {
             Some(held) if held.id == lease && held.until > now => {
                 let epoch = state
@@ -254,6 +268,7 @@ impl LeaseStore for MemoryLeaseStore {
                     .max(floor);
                 state.epoch = epoch;
                 state.holder = Some(holder);
+                state.member |= member;
                 Ok(epoch)
             }
             _ => Err(lost("stamp")),
@@ -384,7 +399,10 @@ impl LeaseStore for MemoryLeaseStore {
 /// lease seen unleased for longer than the bound on the collector's clock
 /// is deleted, unless it is leased when the delete comes (memory leases
 /// have no `ETag`, so a member that was written but not leased in between
-/// may go; members are never written unleased).
+/// may go; members are never written unleased). As on Azure, only a lease
+/// of member shape (`members/<holder>`) that its set's member lease marked
+/// is collected: one used through [`get`](Self::get), as another client's
+/// lease of the same name, is not marked.
 #[derive(Clone, Debug)]
 pub struct MemoryLeaseSetStore {
     leases: Arc<Mutex<BTreeMap<String, MemoryLeaseStore>>>,
@@ -440,7 +458,9 @@ impl MemoryLeaseSetStore {
         true
     }
 
-    /// The lease named `name`, to break it or make it unavailable in a test.
+    /// The lease named `name`, to break it or make it unavailable in a test,
+    /// or to use it as another client would (any name, and never marked as
+    /// a member, unlike [`lease`](LeaseSetStore::lease)).
     #[must_use]
     pub fn get(&self, name: &str) -> MemoryLeaseStore {
         self.leases
@@ -456,7 +476,10 @@ impl LeaseSetStore for MemoryLeaseSetStore {
     type Lease = MemoryLeaseStore;
 
     fn lease(&self, name: &str) -> Result<MemoryLeaseStore> {
-        Ok(self.get(name))
+        let kind = names::set_lease(name)?;
+        let mut lease = self.get(name);
+        lease.member = kind == SetLease::Member;
+        Ok(lease)
     }
 
     fn list(&self, prefix: &str) -> impl Future<Output = Result<Vec<(String, LeaseInfo)>>> + Send {
@@ -478,7 +501,7 @@ impl LeaseSetStore for MemoryLeaseSetStore {
         let due = self.collector.due(
             listing
                 .iter()
-                .filter(|(name, _)| name.starts_with(MEMBERS))
+                .filter(|(name, info)| collectable(name, info))
                 .map(|(name, info)| (name.as_str(), info)),
             Instant::now(),
         );

@@ -14,6 +14,7 @@ use azure_core::credentials::TokenCredential;
 
 use crate::error::{Error, Result};
 use crate::store::backend::Backend;
+use crate::store::names::{self, SetLease};
 
 /// The account name Azurite and the old storage emulator use.
 pub const AZURITE_ACCOUNT: &str = "devstoreaccount1";
@@ -53,7 +54,13 @@ pub(crate) enum Credential {
 /// Build it from a connection string ([`BlobSettings::from_connection_string`]),
 /// for Azurite ([`BlobSettings::azurite`]) or with a Microsoft Entra ID token
 /// credential ([`BlobSettings::with_token_credential`]). Container and blob
-/// names are checked against Azure's naming rules when the settings are made.
+/// names are checked against Azure's naming rules when the settings are made,
+/// and so is what the blob name may not be, since a lease set or a lease
+/// owns it: a path segment `members` or `partitions` after the first (a set
+/// named `jobs` keeps its leases under `jobs/members/` and
+/// `jobs/partitions/`), or one ending in `.candidates` (a lease's
+/// candidates); see [`BlobLeaseSet`](crate::BlobLeaseSet#names-a-set-owns).
+/// The same rules hold whether the blob name is a lease's or a set's.
 ///
 /// `Debug` shows the endpoint, container and blob, and never the key or SAS.
 #[derive(Clone)]
@@ -209,6 +216,20 @@ impl BlobSettings {
             blob.into(),
         )
         .map(|settings| settings.with_backend(self.backend))
+    }
+
+    /// The settings of the lease `name` within the set that these settings
+    /// name (`<set>/<name>`), and what it is within the set (see
+    /// `names::set_lease`): a set's own names pass Azure's rules only.
+    pub(crate) fn in_set(&self, name: &str) -> Result<(Self, SetLease)> {
+        let kind = names::set_lease(name)?;
+        let blob = format!("{}/{name}", self.blob);
+        validate_blob_name(&blob)?;
+        let settings = BlobSettings {
+            blob,
+            ..self.clone()
+        };
+        Ok((settings, kind))
     }
 
     fn build(
@@ -506,10 +527,25 @@ pub(crate) fn validate_container(name: &str) -> Result<()> {
     Ok(())
 }
 
+/// The name of a lease blob or of a lease set, as a user gives it: Azure's
+/// rules ([`validate_blob_name`]), and no name that a set or a lease owns
+/// (a path segment `members` or `partitions` after the first, or one ending
+/// in `.candidates`; see `store::names`).
+pub(crate) fn validate_blob(name: &str) -> Result<()> {
+    validate_blob_name(name)?;
+    match names::reserved(name) {
+        Some(reason) => Err(Error::invalid("blob", reason)),
+        None => Ok(()),
+    }
+}
+
 /// Azure's blob naming rules, plus what a URL path cannot carry unchanged:
 /// 1 to 1024 characters, no control characters or backslashes, at most 254
-/// path segments, no empty, `.` or `..` segment, and no trailing dot.
-pub(crate) fn validate_blob(name: &str) -> Result<()> {
+/// path segments, no empty, `.` or `..` segment, and no trailing dot; and
+/// no segment ending in `.candidates`. Every name the crate makes passes it;
+/// a set's own leases (`<set>/members/<holder>`, `<set>/partitions/<name>`)
+/// pass only this one.
+pub(crate) fn validate_blob_name(name: &str) -> Result<()> {
     let fail = |reason: &str| Err(Error::invalid("blob", format!("{name:?} {reason}")));
     if name.is_empty() || name.len() > 1024 {
         return fail("must be 1 to 1024 characters long");
@@ -534,8 +570,8 @@ pub(crate) fn validate_blob(name: &str) -> Result<()> {
     }
     // `<lease blob>.candidates/…` holds the candidates of a lease (see
     // `MutexOptions::priority`): no lease may live there.
-    if segments.iter().any(|s| s.ends_with(".candidates")) {
-        return fail("must not have a path segment ending in '.candidates' (reserved for the candidates beside a lease)");
+    if let Some(reason) = names::candidates_segment(name) {
+        return Err(Error::invalid("blob", reason));
     }
     Ok(())
 }
@@ -685,6 +721,10 @@ mod tests {
             "a.b",
             "with space",
             "x.candidatesy/z",
+            "members/leader",
+            "partitions",
+            "jobs/team-members/x",
+            "jobs/Members/x",
             &"b".repeat(1024),
         ] {
             validate_blob(ok).unwrap();
@@ -701,6 +741,10 @@ mod tests {
             "tab\t",
             "jobs.candidates/h",
             "x/.candidates",
+            "jobs/members/nightly",
+            "jobs/partitions/p0",
+            "a/b/members/c",
+            "jobs/members",
             &"b".repeat(1025),
             "a/".repeat(255).trim_end_matches('/'),
         ] {
@@ -713,11 +757,63 @@ mod tests {
     }
 
     #[test]
+    fn names_a_set_owns_are_refused_for_a_lease_or_a_set_with_the_reason() {
+        let err = BlobSettings::azurite("leases", "jobs/members/nightly").unwrap_err();
+        let Error::InvalidOption {
+            field: "blob",
+            reason,
+        } = &err
+        else {
+            panic!("{err:?}")
+        };
+        assert!(
+            reason.contains("'members'")
+                && reason.contains("reserved")
+                && reason.contains("jobs/members/"),
+            "{reason}"
+        );
+        let text = err.to_string();
+        assert!(text.starts_with("invalid blob: "), "{text}");
+        let s = BlobSettings::azurite("leases", "jobs").unwrap();
+        assert!(matches!(
+            s.for_blob("leases", "jobs/partitions/p0"),
+            Err(Error::InvalidOption { field: "blob", .. })
+        ));
+        // The set's own leases, made by its store, pass.
+        let (member, kind) = s.in_set("members/host-1").unwrap();
+        assert_eq!(
+            (member.blob(), kind),
+            ("jobs/members/host-1", SetLease::Member)
+        );
+        let (partition, kind) = s.in_set("partitions/p0").unwrap();
+        assert_eq!(
+            (partition.blob(), kind),
+            ("jobs/partitions/p0", SetLease::Partition)
+        );
+        for bad in ["members/a/b", "x/members/y", "members/a."] {
+            assert!(
+                matches!(
+                    s.in_set(bad),
+                    Err(Error::InvalidOption { field: "blob", .. })
+                ),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
     fn names_checked_by_every_constructor() {
         assert!(BlobSettings::azurite("Bad", "x").is_err());
         assert!(BlobSettings::azurite("good", "").is_err());
         let s = BlobSettings::azurite("good", "x").unwrap();
         assert!(s.for_blob("good", "x/").is_err());
+        assert!(BlobSettings::azurite("good", "a/members/b").is_err());
+        assert!(BlobSettings::from_connection_string(
+            "UseDevelopmentStorage=true",
+            "good",
+            "a/partitions/b"
+        )
+        .is_err());
         assert!(s.clone().with_endpoint("127.0.0.1:10000").is_err());
     }
 }

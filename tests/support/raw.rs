@@ -1,14 +1,15 @@
 //! A client of the official Azure SDK's own, for what a test must do to
 //! storage that the crate never does (write foreign content and metadata,
-//! blobs of names the crate refuses) and to read back what it wrote.
+//! blobs of names the crate refuses, and lease them) and to read back what
+//! it wrote.
 //! Authenticated with an account SAS on the shared Azurite.
 
 use std::collections::HashMap;
 
 use azure_core::http::RequestContent;
 use azure_storage_blob::models::{
-    BlobClientGetPropertiesResultHeaders, BlobContainerClientListBlobsOptions,
-    BlockBlobClientUploadOptions,
+    BlobClientAcquireLeaseOptions, BlobClientGetPropertiesResultHeaders,
+    BlobContainerClientListBlobsOptions, BlockBlobClientUploadOptions,
 };
 use azure_storage_blob::{BlobContainerClient, BlobContainerClientOptions};
 use futures_util::StreamExt;
@@ -55,6 +56,28 @@ pub async fn put(
         .upload(RequestContent::from(content), Some(options))
         .await
         .expect("write the blob");
+}
+
+/// Acquires a lease of `seconds` (-1: infinite) on `blob` under `lease_id`.
+pub async fn acquire_lease(client: &BlobContainerClient, blob: &str, seconds: i32, lease_id: &str) {
+    let options = BlobClientAcquireLeaseOptions {
+        proposed_lease_id: Some(lease_id.to_owned()),
+        ..Default::default()
+    };
+    client
+        .blob_client(blob)
+        .acquire_lease(seconds, Some(options))
+        .await
+        .expect("acquire the lease");
+}
+
+/// Releases the lease `lease_id` on `blob`.
+pub async fn release_lease(client: &BlobContainerClient, blob: &str, lease_id: &str) {
+    client
+        .blob_client(blob)
+        .release_lease(lease_id.to_owned(), None)
+        .await
+        .expect("release the lease");
 }
 
 /// The content of `blob`.

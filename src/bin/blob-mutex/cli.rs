@@ -343,7 +343,11 @@ impl SetTarget {
     /// The store of this set's leases on a quorum, when several accounts
     /// were given.
     pub(crate) fn quorum_store(&self) -> Result<Option<QuorumLeaseSetStore>> {
-        let Some(settings) = self.account.quorum_settings(&self.container, &self.set)? else {
+        let settings = self
+            .account
+            .quorum_settings(&self.container, &self.set)
+            .map_err(as_set)?;
+        let Some(settings) = settings else {
             return Ok(None);
         };
         Ok(Some(
@@ -354,8 +358,28 @@ impl SetTarget {
 
     /// The store of this set's leases.
     pub(crate) fn store(&self) -> Result<BlobLeaseSetStore> {
-        let settings = self.account.settings(&self.container, &self.set)?;
+        let settings = self
+            .account
+            .settings(&self.container, &self.set)
+            .map_err(as_set)?;
         Ok(BlobLeaseSetStore::new(&settings)?.with_request_timeout(self.account.request_timeout()))
+    }
+}
+
+/// An error about the settings' blob name, as one about `--set`: the
+/// set's name is the blob name of its settings.
+fn as_set(error: anyhow::Error) -> anyhow::Error {
+    match error.downcast::<blob_mutex::Error>() {
+        Ok(blob_mutex::Error::InvalidOption {
+            field: "blob",
+            reason,
+        }) => blob_mutex::Error::InvalidOption {
+            field: "set",
+            reason,
+        }
+        .into(),
+        Ok(other) => other.into(),
+        Err(error) => error,
     }
 }
 

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use anyhow::Result;
-use blob_mutex::{LeaseInfo, LeaseSetStore, LeaseState};
+use blob_mutex::{BlobLeaseSet, LeaseInfo, LeaseSetStore, LeaseState};
 
 use crate::cli::PartitionsArgs;
 use crate::exit;
@@ -93,10 +93,11 @@ impl<'a> View<'a> {
             })
             .collect();
         partitions.sort_by(|a, b| a.name.cmp(&b.name));
+        // The members the set itself counts: a foreign blob under members/
+        // is none.
         let mut members: BTreeMap<String, usize> = members
             .iter()
-            .filter(|(_, info)| info.state == LeaseState::Leased)
-            .filter_map(|(name, _)| Some((name.strip_prefix(MEMBERS)?.to_owned(), 0)))
+            .filter_map(|(name, info)| Some((BlobLeaseSet::live_member(name, info)?.to_owned(), 0)))
             .collect();
         for owner in partitions.iter().filter_map(|p| p.owner.as_deref()) {
             if let Some(owns) = members.get_mut(owner) {
@@ -240,6 +241,13 @@ mod tests {
                     "members/gone".to_owned(),
                     info(LeaseState::Expired, "gone", 1),
                 ),
+                // Leased, but no member: a foreign blob of member shape, and
+                // one of another shape.
+                (
+                    "members/nightly".to_owned(),
+                    info(LeaseState::Leased, "cron", 9),
+                ),
+                ("members/x/y".to_owned(), info(LeaseState::Leased, "y", 1)),
             ],
         )
     }

@@ -14,8 +14,9 @@ use super::set::list;
 use super::OfficialLeaseManager;
 use crate::error::Result;
 use crate::store::blob_protocol::{
-    encode_holder, parse_candidate, CANDIDATES, HOLDER_KEY, PRIORITY_KEY, PROPOSED_KEY,
+    encode_holder, parse_candidate, HOLDER_KEY, PRIORITY_KEY, PROPOSED_KEY,
 };
+use crate::store::names::{is_record, CANDIDATES};
 use crate::store::{Acquire, Candidate, LeaseId, LeaseState};
 
 impl OfficialLeaseManager {
@@ -29,6 +30,7 @@ impl OfficialLeaseManager {
             settings: self.settings.clone(),
             request_timeout: self.request_timeout,
             collector: self.collector.clone(),
+            member: false,
         }
     }
 
@@ -70,7 +72,9 @@ impl OfficialLeaseManager {
 
     pub(super) async fn candidates_uncapped(&self) -> Result<Vec<Candidate>> {
         let prefix = format!("{}{CANDIDATES}", self.blob_name);
-        let records = list(&self.container, &prefix, "list candidates").await?;
+        let mut records = list(&self.container, &prefix, "list candidates").await?;
+        // A blob of another shape under the prefix is no record of ours.
+        records.retain(|(name, _, _)| is_record(&prefix, name));
         let mut listed = Vec::new();
         for (name, info, metadata) in &records {
             if info.state != LeaseState::Leased {

@@ -12,7 +12,9 @@ use azure_storage_blob::models::{LeaseDuration, LeaseState as SdkLeaseState};
 use azure_storage_blob::{BlobContainerClient, BlobContainerClientOptions};
 
 use crate::error::{redact, Cause, Error};
-use crate::store::blob_protocol::{parse_epoch, said, status_error, ACQUIRED_AT_KEY, HOLDER_KEY};
+use crate::store::blob_protocol::{
+    parse_epoch, said, status_error, ACQUIRED_AT_KEY, HOLDER_KEY, MEMBER_KEY,
+};
 use crate::store::{LeaseInfo, LeaseState};
 
 use super::sas::SignWithKey;
@@ -151,6 +153,7 @@ pub(super) fn lease_info(
     info.holder = metadata.get(HOLDER_KEY).cloned();
     info.epoch = parse_epoch(metadata);
     info.acquired_at = metadata.get(ACQUIRED_AT_KEY).cloned();
+    info.member = metadata.contains_key(MEMBER_KEY);
     info.content_length = content_length.unwrap_or(0);
     info.etag = etag.unwrap_or_default();
     info

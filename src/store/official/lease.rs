@@ -29,7 +29,8 @@ use crate::bounded::bounded;
 use crate::error::{Error, Result};
 use crate::options::{lease_seconds, DEFAULT_REQUEST_TIMEOUT};
 use crate::store::blob_protocol::{
-    next_epoch, ACQUIRED_AT_KEY, CONTAINER_NOT_FOUND, EPOCH_KEY, HOLDER_KEY,
+    next_epoch, ACQUIRED_AT_KEY, CONTAINER_NOT_FOUND, EPOCH_KEY, HOLDER_KEY, MEMBER_KEY,
+    MEMBER_VALUE,
 };
 use crate::store::collect::{Collection, Collector};
 use crate::store::{Acquire, Candidate, LeaseId, LeaseInfo, LeaseStore};
@@ -47,6 +48,9 @@ pub struct OfficialLeaseManager {
     pub(super) request_timeout: Duration,
     /// The stale candidate records this manager's listings collect.
     pub(super) collector: Arc<Collector>,
+    /// Whether this is a lease set's member lease, which marks its blob
+    /// ([`MEMBER_KEY`]) when it creates it and at every stamp.
+    pub(super) member: bool,
 }
 
 impl fmt::Debug for OfficialLeaseManager {
@@ -83,7 +87,15 @@ impl OfficialLeaseManager {
             settings,
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
             collector: Arc::new(Collector::new(Collection::default())),
+            member: false,
         }
+    }
+
+    /// The same manager as a lease set's member lease: it marks its blob
+    /// ([`MEMBER_KEY`]) when it creates it and at every stamp.
+    pub(super) fn marking_member(mut self) -> Self {
+        self.member = true;
+        self
     }
 
     /// The same manager with another cap on the calls it bounds itself
@@ -295,6 +307,7 @@ impl OfficialLeaseManager {
         loop {
             let options = BlockBlobClientUploadOptions {
                 if_none_match: Some(Etag::from("*")),
+                metadata: self.member.then(member_marker),
                 ..Default::default()
             };
             let put = self
@@ -407,6 +420,9 @@ impl OfficialLeaseManager {
         metadata.insert(HOLDER_KEY.to_owned(), holder.to_owned());
         metadata.insert(EPOCH_KEY.to_owned(), epoch.to_string());
         metadata.insert(ACQUIRED_AT_KEY.to_owned(), now);
+        if self.member {
+            metadata.extend(member_marker());
+        }
         let options = BlobClientSetMetadataOptions {
             lease_id: Some(lease.to_string()),
             if_match: Some(etag),
@@ -434,6 +450,11 @@ impl OfficialLeaseManager {
             response.etag().map_err(bad)?.map(|e| e.to_string()),
         )))
     }
+}
+
+/// The metadata that marks a lease set's member blob.
+fn member_marker() -> HashMap<String, String> {
+    HashMap::from([(MEMBER_KEY.to_owned(), MEMBER_VALUE.to_owned())])
 }
 
 /// Whether the lease id in an answer is `ours`.

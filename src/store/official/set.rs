@@ -19,8 +19,8 @@ use super::{OfficialLeaseManager, OfficialSettings};
 use crate::bounded::bounded;
 use crate::error::Result;
 use crate::options::DEFAULT_REQUEST_TIMEOUT;
-use crate::store::blob_protocol::{CANDIDATES, MEMBERS};
 use crate::store::collect::{Collection, Collector};
+use crate::store::names::{collectable, SetLease};
 use crate::store::{LeaseInfo, LeaseSetStore};
 
 /// A set of leases in one container through the official SDK, as
@@ -95,10 +95,14 @@ impl LeaseSetStore for OfficialLeaseSetStore {
     type Lease = OfficialLeaseManager;
 
     fn lease(&self, name: &str) -> Result<OfficialLeaseManager> {
-        let settings = self.settings.for_blob(self.blob_name(name))?;
-        Ok(OfficialLeaseManager::on(&self.container, settings)
+        let (settings, kind) = self.settings.in_set(name)?;
+        let lease = OfficialLeaseManager::on(&self.container, settings)
             .with_request_timeout(self.request_timeout)
-            .with_collection(self.collector.collection()))
+            .with_collection(self.collector.collection());
+        Ok(match kind {
+            SetLease::Member => lease.marking_member(),
+            SetLease::Partition | SetLease::Other => lease,
+        })
     }
 
     fn list(&self, prefix: &str) -> impl Future<Output = Result<Vec<(String, LeaseInfo)>>> + Send {
@@ -114,7 +118,7 @@ impl LeaseSetStore for OfficialLeaseSetStore {
         let due = self.collector.due(
             listing
                 .iter()
-                .filter(|(name, _)| name.starts_with(MEMBERS) || name.contains(CANDIDATES))
+                .filter(|(name, info)| collectable(name, info))
                 .map(|(name, info)| (format!("{set}/{name}"), info)),
             tokio::time::Instant::now(),
         );

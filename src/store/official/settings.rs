@@ -10,8 +10,10 @@ use azure_core::http::Url;
 
 use super::sas::Signer;
 use crate::error::{Error, Result};
+use crate::store::names::{self, SetLease};
 use crate::store::settings::{
-    validate_account, validate_blob, validate_container, BlobSettings, Credential,
+    validate_account, validate_blob, validate_blob_name, validate_container, BlobSettings,
+    Credential,
 };
 
 /// Where the lease blob lives, as the backend on the official Azure SDK
@@ -131,6 +133,20 @@ impl OfficialSettings {
         )
     }
 
+    /// The settings of the lease `name` within the set that these settings
+    /// name (`<set>/<name>`), and what it is within the set (see
+    /// `names::set_lease`): a set's own names pass Azure's rules only.
+    pub(super) fn in_set(&self, name: &str) -> Result<(Self, SetLease)> {
+        let kind = names::set_lease(name)?;
+        let blob = format!("{}/{name}", self.blob);
+        validate_blob_name(&blob)?;
+        let settings = OfficialSettings {
+            blob,
+            ..self.clone()
+        };
+        Ok((settings, kind))
+    }
+
     fn build(
         container_url: Url,
         credential: Option<Arc<dyn TokenCredential>>,
@@ -240,6 +256,10 @@ mod tests {
             assert!(!err.to_string().contains("topsecret"), "{err}");
         }
         assert!(OfficialSettings::from_container_url("https://h/leases", "b/").is_err());
+        assert!(matches!(
+            OfficialSettings::from_container_url("https://h/leases", "jobs/members/x"),
+            Err(Error::InvalidOption { field: "blob", .. })
+        ));
     }
 
     #[test]

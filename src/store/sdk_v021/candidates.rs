@@ -6,7 +6,7 @@
 //!
 //! The namespace cannot collide with another lease: blob names with a path
 //! segment ending in `.candidates` are refused for leases (see
-//! `settings::validate_blob`), and the holder is encoded into one segment
+//! `store::names`), and the holder is encoded into one segment
 //! (letters, digits, `-` and `_` as they are, every other byte as `.XX`),
 //! so two holders never share a record and a record is never nested.
 
@@ -22,8 +22,9 @@ use super::delete::{delete_stale, delete_unleased};
 use super::SdkV021LeaseManager;
 use crate::error::Result;
 use crate::store::blob_protocol::{
-    encode_holder, parse_candidate, CANDIDATES, HOLDER_KEY, PRIORITY_KEY, PROPOSED_KEY,
+    encode_holder, parse_candidate, HOLDER_KEY, PRIORITY_KEY, PROPOSED_KEY,
 };
+use crate::store::names::{is_record, CANDIDATES};
 use crate::store::{Acquire, Candidate, LeaseId, LeaseState};
 
 impl SdkV021LeaseManager {
@@ -37,6 +38,7 @@ impl SdkV021LeaseManager {
             settings: self.settings.clone(),
             request_timeout: self.request_timeout,
             collector: self.collector.clone(),
+            member: false,
         }
     }
 
@@ -89,7 +91,7 @@ impl SdkV021LeaseManager {
             .blob
             .container_client()
             .list_blobs()
-            .prefix(prefix)
+            .prefix(prefix.clone())
             .include_metadata(true)
             .into_stream();
         let mut listed = Vec::new();
@@ -100,7 +102,8 @@ impl SdkV021LeaseManager {
                 Err(e) if is_not_found(&e) => break,
                 Err(e) => return Err(map_error("list candidates", &e)),
             };
-            for blob in page.blobs.blobs() {
+            // A blob of another shape under the prefix is no record of ours.
+            for blob in page.blobs.blobs().filter(|b| is_record(&prefix, &b.name)) {
                 let info = lease_info(&blob.properties, None);
                 let leased = info.state == LeaseState::Leased;
                 records.push((blob.name.clone(), info));

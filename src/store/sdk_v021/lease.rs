@@ -17,7 +17,8 @@ use crate::bounded::bounded;
 use crate::error::{Error, Result};
 use crate::options::{lease_seconds, DEFAULT_REQUEST_TIMEOUT};
 use crate::store::blob_protocol::{
-    next_epoch, ACQUIRED_AT_KEY, CONTAINER_NOT_FOUND, EPOCH_KEY, HOLDER_KEY,
+    next_epoch, ACQUIRED_AT_KEY, CONTAINER_NOT_FOUND, EPOCH_KEY, HOLDER_KEY, MEMBER_KEY,
+    MEMBER_VALUE,
 };
 use crate::store::collect::{Collection, Collector};
 use crate::store::settings::BlobSettings;
@@ -46,6 +47,9 @@ pub struct SdkV021LeaseManager {
     pub(super) request_timeout: Duration,
     /// The stale candidate records this manager's listings collect.
     pub(super) collector: Arc<Collector>,
+    /// Whether this is a lease set's member lease, which marks its blob
+    /// ([`MEMBER_KEY`]) when it creates it and at every stamp.
+    pub(super) member: bool,
 }
 
 impl fmt::Debug for SdkV021LeaseManager {
@@ -84,7 +88,15 @@ impl SdkV021LeaseManager {
             settings,
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
             collector: Arc::new(Collector::new(Collection::default())),
+            member: false,
         }
+    }
+
+    /// The same manager as a lease set's member lease: it marks its blob
+    /// ([`MEMBER_KEY`]) when it creates it and at every stamp.
+    pub(super) fn marking_member(mut self) -> Self {
+        self.member = true;
+        self
     }
 
     /// The same manager with another collection of the stale candidate
@@ -370,9 +382,17 @@ impl SdkV021LeaseManager {
     /// written with `If-None-Match: *`.
     async fn create_blob(&self) -> Result<()> {
         let put = || {
-            self.blob
+            let put = self
+                .blob
                 .put_block_blob(Vec::<u8>::new())
-                .if_match(IfMatchCondition::NotMatch("*".to_owned()))
+                .if_match(IfMatchCondition::NotMatch("*".to_owned()));
+            if self.member {
+                let mut metadata = Metadata::new();
+                metadata.insert(MEMBER_KEY, MEMBER_VALUE);
+                put.metadata(metadata)
+            } else {
+                put
+            }
         };
         let mut created_container = false;
         loop {
@@ -471,6 +491,9 @@ impl SdkV021LeaseManager {
         existing.insert(HOLDER_KEY.to_owned(), holder.to_owned());
         existing.insert(EPOCH_KEY.to_owned(), epoch.to_string());
         existing.insert(ACQUIRED_AT_KEY.to_owned(), now);
+        if self.member {
+            existing.insert(MEMBER_KEY.to_owned(), MEMBER_VALUE.to_owned());
+        }
         let mut metadata = Metadata::new();
         for (key, value) in existing {
             metadata.insert(key, value);

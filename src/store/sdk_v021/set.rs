@@ -17,8 +17,8 @@ use super::SdkV021LeaseManager;
 use crate::bounded::bounded;
 use crate::error::Result;
 use crate::options::DEFAULT_REQUEST_TIMEOUT;
-use crate::store::blob_protocol::{CANDIDATES, MEMBERS};
 use crate::store::collect::{Collection, Collector};
+use crate::store::names::{collectable, SetLease};
 use crate::store::settings::BlobSettings;
 use crate::store::{LeaseInfo, LeaseSetStore};
 
@@ -112,15 +112,14 @@ impl LeaseSetStore for SdkV021LeaseSetStore {
     type Lease = SdkV021LeaseManager;
 
     fn lease(&self, name: &str) -> Result<SdkV021LeaseManager> {
-        let blob = self.blob_name(name);
-        let settings = self
-            .settings
-            .for_blob(self.settings.container(), blob.clone())?;
-        Ok(
-            SdkV021LeaseManager::on(self.container.blob_client(blob), settings)
-                .with_request_timeout(self.request_timeout)
-                .with_collection(self.collector.collection()),
-        )
+        let (settings, kind) = self.settings.in_set(name)?;
+        let lease = SdkV021LeaseManager::on(self.container.blob_client(settings.blob()), settings)
+            .with_request_timeout(self.request_timeout)
+            .with_collection(self.collector.collection());
+        Ok(match kind {
+            SetLease::Member => lease.marking_member(),
+            SetLease::Partition | SetLease::Other => lease,
+        })
     }
 
     fn collect(&self, listing: &[(String, LeaseInfo)]) -> impl Future<Output = usize> + Send {
@@ -128,7 +127,7 @@ impl LeaseSetStore for SdkV021LeaseSetStore {
         let due = self.collector.due(
             listing
                 .iter()
-                .filter(|(name, _)| name.starts_with(MEMBERS) || name.contains(CANDIDATES))
+                .filter(|(name, info)| collectable(name, info))
                 .map(|(name, info)| (format!("{set}/{name}"), info)),
             tokio::time::Instant::now(),
         );
