@@ -41,6 +41,10 @@
 //!    `<blob>.candidates/<one segment>` ([`is_record`]); nothing else there
 //!    is listed as a candidate or collected.
 
+// Built with no backend, what only the blob stores read (candidate records,
+// collection) is unused.
+#![cfg_attr(not(any(feature = "official", feature = "sdk-v021")), allow(dead_code))]
+
 use crate::error::{Error, Result};
 use crate::store::LeaseInfo;
 
