@@ -35,7 +35,7 @@ use blob_mutex::{
     PartitionContext, PartitionReport, QuorumLeaseSetStore, QuorumLeaseStore, Result,
     SdkV021LeaseManager, SdkV021LeaseSetStore, StopReason, Strategy, TaskStop, TermReport,
     ACQUIRED_AT_KEY, AZURITE_ACCOUNT, AZURITE_ENDPOINT, EPOCH_KEY, FAIL_STOP_EXIT_CODE, HOLDER_KEY,
-    MAX_QUORUM_ACCOUNTS, MAX_STATE_LEN, PRIORITY_KEY, PROPOSED_KEY, STOP_SLACK,
+    MAX_QUORUM_ACCOUNTS, MAX_STATE_LEN, MEMBER_KEY, PRIORITY_KEY, PROPOSED_KEY, STOP_SLACK,
 };
 
 /// The items named above.
@@ -72,6 +72,7 @@ const NAMED: &[&str] = &[
     "blob_mutex::LeaseStore",
     "blob_mutex::MAX_QUORUM_ACCOUNTS",
     "blob_mutex::MAX_STATE_LEN",
+    "blob_mutex::MEMBER_KEY",
     "blob_mutex::MemoryLeaseSetStore",
     "blob_mutex::MemoryLeaseStore",
     "blob_mutex::MutexOptions",
