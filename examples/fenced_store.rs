@@ -13,9 +13,8 @@
 //! of its term. `a` stops and releases the lease, `b` leads with a higher
 //! epoch and writes, then `a`'s late write arrives and the store refuses it.
 //! The connection string comes from `AZURE_STORAGE_CONNECTION_STRING`
-//! (Azurite's defaults when unset), the
-//! storage backend from `BLOB_MUTEX_BACKEND` (`official`, the default, or
-//! `sdk-v021`).
+//! (Azurite's defaults when unset), the storage backend from
+//! `BLOB_MUTEX_BACKEND` (`official`, the default, or `sdk-v021`).
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

@@ -106,21 +106,21 @@ async fn the_two_backends_share_one_lease_and_its_epochs() {
         let settings = azurite::shared().settings(&container, "mixed");
         BlobLeaseManager::new(&settings.with_backend(backend)).unwrap()
     };
-    let (legacy, official) = (on(Backend::SdkV021), on(Backend::Official));
+    let (v021, official) = (on(Backend::SdkV021), on(Backend::Official));
     let d = Duration::from_secs(15);
     let (old, new) = (LeaseId::new(), LeaseId::new());
 
-    assert_eq!(legacy.acquire(old, d).await.unwrap(), Acquire::Acquired);
-    let first = LeaseStore::stamp(&legacy, old, "old").await.unwrap();
+    assert_eq!(v021.acquire(old, d).await.unwrap(), Acquire::Acquired);
+    let first = LeaseStore::stamp(&v021, old, "old").await.unwrap();
     assert_eq!(official.acquire(new, d).await.unwrap(), Acquire::Held);
     let seen = official.inspect().await.unwrap().unwrap();
     assert_eq!((seen.holder.as_deref(), seen.epoch), (Some("old"), first));
 
-    legacy.release(old).await.unwrap();
+    v021.release(old).await.unwrap();
     assert_eq!(official.acquire(new, d).await.unwrap(), Acquire::Acquired);
     let second = LeaseStore::stamp(&official, new, "new").await.unwrap();
     assert!(second > first, "{second} after {first}");
-    assert_eq!(legacy.acquire(old, d).await.unwrap(), Acquire::Held);
+    assert_eq!(v021.acquire(old, d).await.unwrap(), Acquire::Held);
     official.release(new).await.unwrap();
 }
 

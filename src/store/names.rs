@@ -62,6 +62,12 @@ const SET_SEGMENTS: [(&str, &str); 2] = [
     ("partitions", "partition blobs"),
 ];
 
+/// The blob of the lease `name` of the set `set`: `<set>/<name>`, on every
+/// backend.
+pub(crate) fn set_blob(set: &str, name: &str) -> String {
+    format!("{set}/{name}")
+}
+
 /// Why `name` cannot be a lease blob's name or a set's name, when it
 /// cannot: a path segment after the first that a set owns, or a segment
 /// that ends in `.candidates`. Checks nothing else (see

@@ -3,8 +3,6 @@
 //! every worker process it starts. `scripts/test` runs the storage tests
 //! once per backend: one row more, the same tests.
 
-use std::time::Duration;
-
 pub use blob_mutex::Backend;
 
 use super::sas;
@@ -44,10 +42,6 @@ pub fn official_settings(
     )
     .expect("valid official settings")
 }
-
-/// A request timeout long enough for a loaded machine, for managers made
-/// by tests.
-pub const REQUEST_TIMEOUT: Duration = Duration::from_millis(1500);
 
 /// What a test asks of a backend.
 pub trait BackendExt {

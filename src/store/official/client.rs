@@ -173,7 +173,7 @@ mod tests {
     }
 
     #[test]
-    fn errors_map_as_the_legacy_backend_maps_them() {
+    fn errors_map_as_the_sdk_v021_backend_maps_them() {
         assert!(matches!(
             map_error("renew", &http(409, "LeaseIdMismatchWithLeaseOperation")),
             Error::LeaseLost(_)

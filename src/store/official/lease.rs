@@ -36,7 +36,9 @@ use crate::store::collect::{Collection, Collector};
 use crate::store::{Acquire, Candidate, LeaseId, LeaseInfo, LeaseStore};
 
 /// The lease on one blob through the official Azure SDK: the same calls and
-/// the same answers as [`BlobLeaseManager`](crate::BlobLeaseManager).
+/// the same answers as `SdkV021LeaseManager`
+/// on the 0.21 SDK. [`BlobLeaseManager`](crate::BlobLeaseManager) is this
+/// manager when the settings name [`Backend::Official`](crate::Backend::Official).
 /// Through [`LeaseStore`], each call is bounded by the caller (the mutex
 /// bounds it by its request timeout); the SDK's own retries are off.
 #[derive(Clone)]

@@ -78,7 +78,7 @@ impl OfficialLeaseSetStore {
     }
 
     fn blob_name(&self, name: &str) -> String {
-        format!("{}/{name}", self.settings.blob())
+        crate::store::names::set_blob(self.settings.blob(), name)
     }
 
     async fn list_uncapped(&self, prefix: String) -> Result<Vec<(String, LeaseInfo)>> {

@@ -138,7 +138,7 @@ impl OfficialSettings {
     /// `names::set_lease`): a set's own names pass Azure's rules only.
     pub(super) fn in_set(&self, name: &str) -> Result<(Self, SetLease)> {
         let kind = names::set_lease(name)?;
-        let blob = format!("{}/{name}", self.blob);
+        let blob = names::set_blob(&self.blob, name);
         validate_blob_name(&blob)?;
         let settings = OfficialSettings {
             blob,

@@ -77,7 +77,7 @@ impl SdkV021LeaseSetStore {
     }
 
     fn blob_name(&self, name: &str) -> String {
-        format!("{}/{name}", self.settings.blob())
+        crate::store::names::set_blob(self.settings.blob(), name)
     }
 
     async fn list_uncapped(&self, prefix: String) -> Result<Vec<(String, LeaseInfo)>> {
