@@ -47,6 +47,7 @@ use std::time::Duration;
 
 use tokio::sync::{broadcast, watch, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinHandle;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
@@ -57,7 +58,7 @@ use crate::engine::lingering::Lingering;
 use crate::engine::metrics::Metrics;
 use crate::engine::{box_task, Engine, Observer};
 use crate::error::{BoxError, Chain, Error, Result};
-use crate::lease_set::balance::{plan, Plan, Strategy, View};
+use crate::lease_set::balance::{free, plan, FreeSince, Plan, Strategy, View, ORPHAN_CYCLES};
 use crate::mutex::BlobDistributedMutex;
 use crate::options::{default_holder, MutexOptions, ABORT_WAIT, STOP_SLACK};
 use crate::store::backend::BlobLeaseSetStore;
@@ -504,17 +505,22 @@ async fn balance<S: LeaseSetStore>(ctx: LeaderContext, shared: Arc<Shared<S>>) -
     let options = &shared.options;
     let mut random = Jitter::new(options.mutex.jitter_seed, options.mutex.acquire_jitter);
     let mut claims: BTreeMap<String, Claim> = BTreeMap::new();
+    let mut free_since = FreeSince::default();
+    let grace = options.balance_interval * ORPHAN_CYCLES;
     loop {
         claims.retain(|_, claim| !claim.handle.is_finished());
         match read_set(&shared, &ctx).await {
             Ok((members, leased)) => {
                 let mine: BTreeSet<String> = claims.keys().cloned().collect();
+                let free = free(&shared.partitions, &mine, &leased);
+                let orphaned = free_since.observe(&free, Instant::now(), grace);
                 let view = View {
                     me: &shared.holder,
                     members: &members,
                     partitions: &shared.partitions,
                     mine: &mine,
                     leased: &leased,
+                    orphaned: &orphaned,
                 };
                 let Plan { claim, release } = plan(&view, options.strategy, &mut random);
                 let most = options.max_releases_per_cycle.unwrap_or(usize::MAX);

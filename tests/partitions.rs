@@ -725,3 +725,62 @@ async fn a_request_timeout_as_long_as_the_lease_keeps_membership_on_slow_storage
     a.token.cancel();
     a.handle.await.unwrap().unwrap();
 }
+
+/// Two instances crash one after the other, the second before the first
+/// one's leases expire. The first one's partitions are free while the
+/// second still counts as a member (its member blob is leased), so the
+/// shares over three members leave one partition to nobody: it is owned
+/// again within the lease and a few cycles of its crash all the same, by
+/// an instance already at its share.
+#[tokio::test(start_paused = true)]
+async fn partitions_of_instances_crashed_one_after_another_are_owned_again_within_the_bound() {
+    let store = MemoryLeaseSetStore::new();
+    let record: Record = Arc::default();
+    let all = partitions(12);
+    let cycle = Duration::from_secs(1);
+    let options = LeaseSetOptions::default().with_balance_interval(cycle);
+    let lease = options.mutex.lease_duration;
+    let names = ["a", "b", "c", "d"];
+    let instances: Vec<Instance> = names
+        .iter()
+        .map(|n| start_with(&store, n, &all, &record, options.clone()))
+        .collect();
+    let refs: Vec<&Instance> = instances.iter().collect();
+    settle(&refs, &[3, 3, 3, 3], Duration::from_secs(60)).await;
+    let mut crashes = Vec::new();
+    for victim in [2, 3] {
+        let owned: Vec<String> = instances[victim].owned.borrow().keys().cloned().collect();
+        instances[victim].handle.abort();
+        crashes.push((Instant::now(), owned));
+        tokio::time::sleep(lease / 3).await;
+    }
+    settle(&refs[..2], &[6, 6], lease * 3).await;
+    // The lease, the grace of two cycles after which a free partition is
+    // anyone's, and the cycle that claims it, each jittered by up to 20 %.
+    let bound = lease + cycle * 4;
+    for (crashed, owned) in &crashes {
+        for partition in owned {
+            let again = record
+                .lock()
+                .unwrap()
+                .iter()
+                .filter(|(p, holder, start, _)| {
+                    p == partition && (holder == "a" || holder == "b") && start > crashed
+                })
+                .map(|r| r.2 - *crashed)
+                .min()
+                .unwrap();
+            assert!(
+                again <= bound,
+                "partition {partition} owned again {again:?} after its owner crashed (bound {bound:?})"
+            );
+        }
+    }
+    assert_no_overlap(&record);
+    for i in &instances[..2] {
+        i.token.cancel();
+    }
+    for i in instances {
+        let _ = i.handle.await;
+    }
+}

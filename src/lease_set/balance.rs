@@ -18,11 +18,34 @@
 //! the new shares need, not bounded by a rate. A holder recorded before the
 //! newest term was stamped can make the count one off for a cycle; the
 //! instance that ends up under its share claims it back in the next.
+//!
+//! # Partitions nobody's share would take
+//!
+//! Shares are counted over the members the listing shows, and a crashed
+//! instance stays a member until its member blob's lease expires. When two
+//! instances crash within one lease, the first one's partitions come free
+//! while the second still counts: the live members' shares then add up to
+//! fewer than the partitions, and one or more free partitions are nobody's
+//! to claim until the second member expires, a whole lease later. So a
+//! partition that every listing has shown free for [`ORPHAN_CYCLES`]
+//! balance intervals is claimed by any instance, at its share or over it; a
+//! live member under its share claims within one cycle, so the grace only
+//! ever runs out on partitions nobody is claiming. Once the shares grow
+//! again the balance gives the extra partitions up as usual.
 
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use crate::backoff::Jitter;
+
+/// How many balance intervals a partition stays free, by every listing,
+/// before any instance claims it whatever its share: two, so that a live
+/// member under its share (which claims within one cycle, jittered by up to
+/// 20 %) always has the first go.
+pub(crate) const ORPHAN_CYCLES: u32 = 2;
 
 /// How an instance decides how many partitions to own.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -62,6 +85,48 @@ pub(crate) struct View<'a> {
     /// The partitions whose lease is held by anyone (the listing's view),
     /// with the holder their metadata names, if any.
     pub(crate) leased: &'a BTreeMap<String, Option<String>>,
+    /// Free partitions that every listing has shown free for the grace of
+    /// [`ORPHAN_CYCLES`] intervals: anyone's to claim.
+    pub(crate) orphaned: &'a BTreeSet<String>,
+}
+
+/// The partitions that are neither leased by the listing nor this
+/// instance's own (claimed or owned).
+pub(crate) fn free<'a>(
+    partitions: &'a [String],
+    mine: &BTreeSet<String>,
+    leased: &BTreeMap<String, Option<String>>,
+) -> Vec<&'a String> {
+    partitions
+        .iter()
+        .filter(|p| !mine.contains(*p) && !leased.contains_key(*p))
+        .collect()
+}
+
+/// Since when each listing in a row has shown a partition free.
+#[derive(Debug, Default)]
+pub(crate) struct FreeSince(BTreeMap<String, Instant>);
+
+impl FreeSince {
+    /// Records one listing's free partitions at `now`, and returns those free
+    /// in every listing since at least `grace` ago.
+    pub(crate) fn observe(
+        &mut self,
+        free: &[&String],
+        now: Instant,
+        grace: Duration,
+    ) -> BTreeSet<String> {
+        let seen: BTreeSet<&String> = free.iter().copied().collect();
+        self.0.retain(|p, _| seen.contains(p));
+        for p in seen {
+            self.0.entry(p.clone()).or_insert(now);
+        }
+        self.0
+            .iter()
+            .filter(|(_, since)| now.duration_since(**since) >= grace)
+            .map(|(p, _)| p.clone())
+            .collect()
+    }
 }
 
 /// This instance's share of the partitions under the balanced strategy.
@@ -79,11 +144,7 @@ pub(crate) fn share(me: &str, members: &BTreeSet<String>, partitions: usize) -> 
 /// Decides one cycle. Free partitions are claimed in random order, so that
 /// instances that see the same free partitions tend not to collide.
 pub(crate) fn plan(view: &View<'_>, strategy: Strategy, random: &mut Jitter) -> Plan {
-    let mut free: Vec<&String> = view
-        .partitions
-        .iter()
-        .filter(|p| !view.mine.contains(*p) && !view.leased.contains_key(*p))
-        .collect();
+    let mut free = free(view.partitions, view.mine, view.leased);
     shuffle(&mut free, random);
     let owned = view.mine.len();
     match strategy {
@@ -95,7 +156,17 @@ pub(crate) fn plan(view: &View<'_>, strategy: Strategy, random: &mut Jitter) -> 
             let target = share(view.me, view.members, view.partitions.len());
             match owned.cmp(&target) {
                 Ordering::Less => Plan {
-                    claim: free.into_iter().take(target - owned).cloned().collect(),
+                    claim: with_orphans(
+                        free.into_iter().take(target - owned).cloned().collect(),
+                        view,
+                    ),
+                    release: Vec::new(),
+                },
+                // At or over its share, with orphans in view: claim them and
+                // give nothing up this cycle. A partition free for two
+                // cycles means no live member lacks one.
+                _ if !view.orphaned.is_empty() => Plan {
+                    claim: with_orphans(Vec::new(), view),
                     release: Vec::new(),
                 },
                 // The same choice every cycle: the last by name.
@@ -113,6 +184,18 @@ pub(crate) fn plan(view: &View<'_>, strategy: Strategy, random: &mut Jitter) -> 
             }
         }
     }
+}
+
+/// `claim`, then the orphaned partitions it does not hold yet.
+fn with_orphans(mut claim: Vec<String>, view: &View<'_>) -> Vec<String> {
+    let extra: Vec<String> = view
+        .orphaned
+        .iter()
+        .filter(|p| !claim.contains(p) && !view.mine.contains(*p))
+        .cloned()
+        .collect();
+    claim.extend(extra);
+    claim
 }
 
 /// How many partitions the other live members lack, by the listing, beyond
@@ -207,6 +290,7 @@ mod tests {
             partitions: &all,
             mine: &mine,
             leased: &leased,
+            orphaned: &BTreeSet::new(),
         };
         let plan = plan(&view, Strategy::Balanced, &mut Jitter::new(Some(1), 0.2));
         assert_eq!(plan.claim.len(), 3);
@@ -230,6 +314,7 @@ mod tests {
             partitions: &all,
             mine: &mine,
             leased: &leased,
+            orphaned: &BTreeSet::new(),
         };
         let plan = plan(&view, Strategy::Balanced, &mut Jitter::new(Some(1), 0.2));
         assert_eq!(
@@ -261,6 +346,7 @@ mod tests {
                 partitions: &all,
                 mine: &mine,
                 leased: &leased,
+                orphaned: &BTreeSet::new(),
             };
             let plan = plan(&view, Strategy::Balanced, &mut Jitter::new(Some(1), 0.2));
             assert!(plan.claim.is_empty());
@@ -286,6 +372,7 @@ mod tests {
             partitions: &all,
             mine: &mine,
             leased: &leased,
+            orphaned: &BTreeSet::new(),
         };
         let plan = plan(&view, Strategy::Balanced, &mut Jitter::new(Some(1), 0.2));
         assert_eq!(plan, Plan::default());
@@ -306,6 +393,7 @@ mod tests {
             partitions: &all,
             mine: &mine,
             leased: &leased,
+            orphaned: &BTreeSet::new(),
         };
         let plan = plan(&view, Strategy::Balanced, &mut Jitter::new(Some(1), 0.2));
         // b lacks 6; 4 will be free: a gives up 2 (its excess).
@@ -324,6 +412,7 @@ mod tests {
             partitions: &all,
             mine: &mine,
             leased: &leased,
+            orphaned: &BTreeSet::new(),
         };
         let plan = plan(&view, Strategy::Greedy, &mut Jitter::new(Some(1), 0.2));
         assert_eq!(
@@ -347,11 +436,60 @@ mod tests {
             partitions: &all,
             mine: &empty,
             leased: &none,
+            orphaned: &BTreeSet::new(),
         };
         let first = plan(&view, Strategy::Balanced, &mut Jitter::new(Some(1), 0.2)).claim;
         let second = plan(&view, Strategy::Balanced, &mut Jitter::new(Some(2), 0.2)).claim;
         assert_eq!(first.len(), 16);
         assert_ne!(first, second);
         assert_ne!(first, all);
+    }
+
+    /// a and b live at their shares; d crashed, still a member, holding 2 of
+    /// its 3. Nobody claims the free p08 (d "lacks" it) until it is orphaned.
+    #[test]
+    fn at_its_share_an_instance_claims_orphaned_partitions_only() {
+        let all = partitions(9);
+        let members = set(&["a", "b", "d"]);
+        let mine = set(&["p00", "p01", "p02"]);
+        let leased = held_by(&all, &[("a", 3), ("b", 3), ("d", 2)]);
+        let none = BTreeSet::new();
+        let orphaned = set(&["p08"]);
+        let mut view = View {
+            me: "a",
+            members: &members,
+            partitions: &all,
+            mine: &mine,
+            leased: &leased,
+            orphaned: &none,
+        };
+        let random = &mut Jitter::new(Some(1), 0.2);
+        assert_eq!(plan(&view, Strategy::Balanced, random), Plan::default());
+        view.orphaned = &orphaned;
+        assert_eq!(
+            plan(&view, Strategy::Balanced, random),
+            Plan {
+                claim: vec!["p08".to_owned()],
+                release: Vec::new(),
+            }
+        );
+    }
+
+    #[test]
+    fn a_partition_is_orphaned_once_every_listing_of_the_grace_showed_it_free() {
+        let (p, q) = ("p".to_owned(), "q".to_owned());
+        let grace = Duration::from_secs(2);
+        let t0 = Instant::now();
+        let mut since = FreeSince::default();
+        assert!(since.observe(&[&p, &q], t0, grace).is_empty());
+        let later = t0 + Duration::from_secs(1);
+        assert!(since.observe(&[&p], later, grace).is_empty());
+        // q was leased in between: its wait starts again.
+        let at = t0 + grace;
+        assert_eq!(since.observe(&[&p, &q], at, grace), BTreeSet::from([p.clone()]));
+        assert_eq!(
+            since.observe(&[&p, &q], at + grace, grace),
+            BTreeSet::from([p, q])
+        );
     }
 }
