@@ -5,7 +5,8 @@
 mod support;
 
 use blob_mutex::{
-    conformance, Acquire, BlobSettings, Error, LeaseId, LeaseState, LeaseStore, QuorumLeaseStore,
+    conformance, Acquire, BlobLeaseManager, BlobSettings, Error, LeaseId, LeaseState, LeaseStore,
+    QuorumLeaseStore,
 };
 use support::azurite::{self, Azurite};
 
@@ -120,6 +121,79 @@ async fn each_account_shows_its_own_lease() {
         "no key in the output"
     );
     store.release(id).await.unwrap();
+}
+
+/// Who holds the lease on each account, by its own answer.
+async fn leased(store: &QuorumLeaseStore) -> Vec<bool> {
+    store
+        .inspect_each()
+        .await
+        .iter()
+        .map(|a| {
+            a.lease
+                .as_ref()
+                .is_ok_and(|l| l.as_ref().is_some_and(|l| l.state == LeaseState::Leased))
+        })
+        .collect()
+}
+
+/// What `docs/guide/quorum.md` promises of a lease gone from some accounts:
+/// an operator's break on one account, or one account restarted empty, is
+/// repaired at the next renewal while the term goes on; two accounts
+/// restarted empty at once end the term, as a break of a majority does.
+#[tokio::test]
+async fn a_lease_gone_from_a_minority_is_repaired_at_the_next_renewal_and_from_a_majority_ends_the_term(
+) {
+    let mut accounts = three();
+    let endpoints: Vec<String> = accounts.iter().map(|a| a.endpoint.clone()).collect();
+    let container = azurite::unique_container("quorum-gone");
+    let settings = settings_on(&endpoints, &container, "gone");
+    let store = quorum(&settings);
+    let id = LeaseId::new();
+    assert_eq!(
+        store.acquire(id, conformance::DURATION).await.unwrap(),
+        Acquire::Acquired
+    );
+    let epoch = store.stamp(id, "holder-a").await.unwrap();
+    BlobLeaseManager::new(&settings[0])
+        .unwrap()
+        .break_lease(Some(std::time::Duration::ZERO))
+        .await
+        .unwrap();
+    store.renew(id).await.unwrap();
+    assert_eq!(
+        leased(&store).await,
+        [false, true, true],
+        "the break counted"
+    );
+    store.renew(id).await.unwrap();
+    assert_eq!(leased(&store).await, [true, true, true], "repaired");
+
+    // A restarted account's first answer may be a dropped pooled connection
+    // (a failed renewal there, not a lost lease): the renewal after the one
+    // that finds the lease gone leases it again.
+    accounts[2].restart();
+    let mut renewals = 0;
+    while leased(&store).await != [true, true, true] {
+        renewals += 1;
+        assert!(renewals <= 3, "not leased again after {renewals} renewals");
+        store.renew(id).await.unwrap();
+    }
+    let info = store.inspect().await.unwrap().unwrap();
+    assert_eq!(
+        (info.epoch, info.holder.as_deref()),
+        (epoch, Some("holder-a"))
+    );
+
+    accounts[0].restart();
+    accounts[1].restart();
+    for attempt in 1.. {
+        match store.renew(id).await {
+            Err(Error::LeaseLost(_)) => break,
+            Err(e) if e.is_transient() && attempt < 3 => {}
+            other => panic!("renewal {attempt} on a majority restarted empty: {other:?}"),
+        }
+    }
 }
 
 #[test]

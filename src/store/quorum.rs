@@ -61,10 +61,11 @@ const TERMS_KEPT: usize = 16;
 ///   held by others made a majority impossible, else the accounts' error.
 ///   (A candidate that kept an account while it waited for a silent one
 ///   would keep the leader from renewing there.)
-/// - **renew**: renews every account; an account that has lost the lease
-///   (or never granted it: it was down at the acquire, or was restarted) is
-///   acquired again under the same id, so an account that comes back joins
-///   the term at the next renewal. An account held that is not known to
+/// - **renew**: renews every account; an account where the lease is found
+///   gone (broken, or its blob missing after a restart) counts as lost for
+///   this renewal, and one that has lost it (or never granted it: it was
+///   down at the acquire) is acquired again under the same id at the next,
+///   so an account that comes back joins the term a renewal later. An account held that is not known to
 ///   carry the term's stamp (it missed the stamp, or was acquired again)
 ///   is brought up to it in the same call: its epoch is read, and stamped
 ///   with the term's holder and epoch when it is lower (under the lease

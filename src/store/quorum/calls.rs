@@ -296,36 +296,34 @@ impl<S: LeaseStore> QuorumLeaseStore<S> {
     }
 }
 
-/// Renews on one account; when the lease is not held there under `lease`
-/// (lost, never granted, or the blob is missing), acquires it again under
-/// the same id when the store knows the duration. `again` is the duration
-/// and whether the account was last known held. Answers whether it
-/// acquired the lease again (the blob may be new, with another stamp).
+/// Renews on one account; when the lease was not granted there (never, or
+/// lost at an earlier renewal), acquires it again under the same id when the
+/// store knows the duration. `again` is the duration and whether the account
+/// was last known held. Answers whether it acquired the lease again (the
+/// blob may be new, with another stamp).
+///
+/// A renewal that finds the lease gone (broken, released, taken, or the blob
+/// itself missing: both backends and the memory store answer a renewal's
+/// 404 as `LeaseLost`) counts as lost for this renewal, and the account is
+/// leased again at the next one, as one not held. It is not leased again at
+/// once, in the same renewal: storage that forgot the lease on a majority
+/// (a break, accounts restarted empty) is what one account's lost lease is,
+/// and may already be another candidate's majority; the term ends, as it
+/// ends on one account. On a minority the term goes on, and the account
+/// rejoins one renew interval later.
 async fn renew_or_acquire<S: LeaseStore>(
     store: &S,
     lease: LeaseId,
     again: Option<(Duration, bool)>,
 ) -> Result<bool> {
-    let renewed = match again {
-        Some((_, false)) => Err(Error::LeaseLost("not granted on this account".to_owned())),
-        _ => store.renew(lease).await,
-    };
-    match (renewed, again) {
-        // Never granted there, or the account came back without the blob (a
-        // restarted emulator, a recreated account): lease it again. A lease
-        // lost there (broken, released, taken) counts as lost for this
-        // renewal, so that a break of a majority ends the term; the account
-        // is leased again at the next renewal, as one not held.
-        (Err(Error::LeaseLost(_)), Some((duration, false)))
-        | (Err(Error::Storage { status: 404, .. }), Some((duration, _))) => {
-            match store.acquire(lease, duration).await? {
-                Acquire::Acquired => Ok(true),
-                Acquire::Held => Err(Error::LeaseLost(
-                    "held by another id on this account".to_owned(),
-                )),
-            }
-        }
-        (renewed, _) => renewed.map(|()| false),
+    match again {
+        Some((duration, false)) => match store.acquire(lease, duration).await? {
+            Acquire::Acquired => Ok(true),
+            Acquire::Held => Err(Error::LeaseLost(
+                "held by another id on this account".to_owned(),
+            )),
+        },
+        _ => store.renew(lease).await.map(|()| false),
     }
 }
 
