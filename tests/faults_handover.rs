@@ -101,16 +101,29 @@ impl Setup {
 
 #[tokio::test]
 async fn a_higher_priority_worker_leads_after_exactly_one_handover() {
-    one_handover(support::backend::current()).await;
+    one_handover(support::backend::current(), "handover", &[]).await;
 }
 
-async fn one_handover(backend: Backend) {
-    let mut s = Setup::on(backend, "handover");
-    let old = s.start("v1", 1, &[]);
+/// A request timeout well under the 1.5 s a listing of the candidates
+/// could once take on the official backend: every call of every backend
+/// is bounded by it, and a handover still takes one leader cycle.
+#[tokio::test]
+async fn a_handover_with_a_short_request_timeout_takes_one_leader_cycle() {
+    one_handover(
+        support::backend::current(),
+        "handover-short",
+        &["--request-timeout-ms", "700"],
+    )
+    .await;
+}
+
+async fn one_handover(backend: Backend, blob: &'static str, extra: &[&str]) {
+    let mut s = Setup::on(backend, blob);
+    let old = s.start("v1", 1, extra);
     let (first, epoch, _) = s.cluster.wait_first_leader().await;
     assert_eq!(first, old);
     let started = std::time::Instant::now();
-    let new = s.start("v2", 2, &[]);
+    let new = s.start("v2", 2, extra);
     let (next, next_epoch, led_at) = s
         .cluster
         .wait_leading_after(s.cluster.now(), Duration::from_secs(30))
