@@ -11,10 +11,14 @@ mod support;
 
 use std::time::Duration;
 
+use std::time::Instant;
+
+use blob_mutex::{BlobLeaseManager, BlobSettings};
 use support::azurite::{unique_container, Azurite};
 use support::backend::{Backend, BackendExt};
 use support::foreign::{Foreign, CALL};
-use support::workers::Cluster;
+use support::proxy::{Direction, Mode, Proxy};
+use support::workers::{Cluster, Spec};
 
 const RETRY: Duration = Duration::from_millis(500);
 const RENEW: Duration = Duration::from_secs(2);
@@ -135,6 +139,111 @@ async fn broken_lease(backend: Backend) {
         history.overlap.as_secs_f64(),
         history.summary()
     );
+}
+
+/// The overlap a break allows, as `docs/guide/guarantees.md` states it: the
+/// leader learns of the break from its next renewal's answer, so the terms
+/// may overlap by the rest of the renew interval, plus that renewal's
+/// latency, plus the 100 ms grace before the abort. Here every answer to
+/// the leader takes 1.5 s (the proxy delays them) and the break comes just
+/// after a renewal reached storage.
+#[tokio::test]
+async fn a_break_overlaps_by_at_most_the_renew_interval_the_detecting_renewal_and_the_abort() {
+    const DELAY: Duration = Duration::from_millis(1_500);
+    const LOST_GRACE: Duration = Duration::from_millis(100);
+    // Process scheduling on a loaded two-core machine.
+    const SLACK: Duration = Duration::from_secs(1);
+    let backend = support::backend::current();
+    let azurite = azurite();
+    let proxy = Proxy::start(azurite.port);
+    let container = unique_container("break-overlap");
+    let options = ["--acquire-retry-ms", "500", "--renew-ms", "2000"];
+    let mut cluster = backend.cluster();
+    let old = cluster.spawn(Spec::worker(
+        "behind-the-proxy",
+        &backend.connection_string(&proxy.endpoint()),
+        &container,
+        "overlap",
+        &options,
+    ));
+    let (leader, epoch, _) = cluster.wait_first_leader().await;
+    assert_eq!(leader, old);
+    cluster.spawn(Spec::worker(
+        "direct",
+        &backend.connection_string(&azurite.endpoint),
+        &container,
+        "overlap",
+        &options,
+    ));
+    proxy.set(Direction::ToClient, Mode::Delay(DELAY));
+    let delayed = Instant::now();
+    let renewals = |after: Instant| -> Vec<Instant> {
+        proxy
+            .log()
+            .into_iter()
+            .filter(|r| r.is("renew") && r.at >= after)
+            .map(|r| r.at)
+            .collect()
+    };
+    cluster
+        .poll("a renewal through the delay", RENEW * 3, || {
+            renewals(delayed).first().copied()
+        })
+        .await;
+    let before = cluster.now();
+    let settings = BlobSettings::from_connection_string(
+        &support::azurite::connection_string(&azurite.endpoint),
+        container.clone(),
+        "overlap",
+    )
+    .unwrap()
+    .with_backend(backend);
+    BlobLeaseManager::new(&settings)
+        .unwrap()
+        .break_lease(Some(Duration::ZERO))
+        .await
+        .unwrap();
+    let broken = cluster.now();
+    let limit = RENEW + DELAY + LOST_GRACE + SLACK;
+    let (reason, stopped) = cluster.wait_stopped(old, before, limit * 2).await;
+    assert_eq!(reason, "lost");
+    let (_, next_epoch, _) = cluster.wait_leading_after(before, RENEW * 5).await;
+    assert!(next_epoch > epoch);
+    // The renewal that learnt of the break: the last one sent before the stop.
+    let detecting = renewals(delayed)
+        .into_iter()
+        .map(|at| cluster.at(at))
+        .filter(|at| *at < stopped)
+        .max()
+        .unwrap();
+    assert!(
+        detecting <= broken + RENEW + SLACK,
+        "the detecting renewal went {:?} after the break",
+        detecting.saturating_sub(broken)
+    );
+    let answered = stopped - detecting;
+    assert!(
+        answered >= DELAY && answered <= DELAY + LOST_GRACE + SLACK,
+        "the leader stopped {answered:?} after the renewal that learnt of the break"
+    );
+    let history = cluster.history();
+    assert!(history.epochs_increase(), "{}", cluster.dump());
+    assert!(
+        history.overlap <= limit,
+        "overlap {:?} over the bound {limit:?}\n{}",
+        history.overlap,
+        cluster.dump()
+    );
+    println!(
+        "break with {:.1}s answers ({backend:?}): leader stopped {:.3}s after the break, \
+         {:.3}s after the renewal that learnt of it; overlap {:.3}s (bound {:.1}s)",
+        DELAY.as_secs_f64(),
+        stopped.saturating_sub(broken).as_secs_f64(),
+        answered.as_secs_f64(),
+        history.overlap.as_secs_f64(),
+        limit.as_secs_f64()
+    );
+    cluster.kill_all();
 }
 
 #[tokio::test]

@@ -421,7 +421,7 @@ impl Cluster {
 
     /// Polls `condition` every 20 ms until it returns `Some`; panics after
     /// `limit` with `what` and the record.
-    async fn poll<T>(
+    pub async fn poll<T>(
         &self,
         what: &str,
         limit: Duration,
