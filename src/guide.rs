@@ -37,6 +37,7 @@ macro_rules! links {
             "[guide-state]: crate::guide::state\n",
             "[guide-cli]: crate::guide::cli\n",
             "[guide-operations]: crate::guide::operations\n",
+            "[guide-metrics]: crate::guide::operations#metrics\n",
             "[guide-backends]: crate::guide::backends\n",
             "[guide-least-privilege]: crate::guide::operations#least-privilege-the-permissions-each-mode-needs\n",
             "[benchmarks]: https://docs.rs/crate/blob-mutex/",
