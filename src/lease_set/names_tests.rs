@@ -198,16 +198,27 @@ async fn a_stale_member_of_the_set_is_still_collected() {
 async fn a_member_of_an_earlier_version_is_counted_while_it_lives_and_never_collected() {
     let store = store();
     let old = store.get("members/old");
+    // The earlier version's instance: its member blob and its share of the
+    // partitions, all renewed (a share left free would be claimed by the
+    // others once no member took it for two cycles).
+    let leases: Vec<MemoryLeaseStore> = ["members/old", "partitions/p0", "partitions/p1"]
+        .iter()
+        .map(|name| store.get(name))
+        .collect();
     let id = LeaseId::new();
-    old.acquire(id, Duration::from_secs(30)).await.unwrap();
-    LeaseStore::stamp(&old, id, "old").await.unwrap();
+    for lease in &leases {
+        lease.acquire(id, Duration::from_secs(30)).await.unwrap();
+        LeaseStore::stamp(lease, id, "old").await.unwrap();
+    }
     let keep = tokio::spawn({
-        let old = old.clone();
+        let leases = leases.clone();
         async move {
             loop {
                 tokio::time::sleep(Duration::from_secs(10)).await;
-                if old.renew(id).await.is_err() {
-                    return;
+                for lease in &leases {
+                    if lease.renew(id).await.is_err() {
+                        return;
+                    }
                 }
             }
         }
@@ -218,7 +229,9 @@ async fn a_member_of_an_earlier_version_is_counted_while_it_lives_and_never_coll
     assert_eq!(counts(&[&a]), [2], "the earlier version's member counts");
 
     keep.abort();
-    old.release(id).await.unwrap();
+    for lease in &leases {
+        lease.release(id).await.unwrap();
+    }
     pass(STALE_AFTER * 5).await;
     assert_eq!(counts(&[&a]), [4]);
     let info = old.inspect().await.unwrap().expect("the unmarked member");
