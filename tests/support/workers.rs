@@ -9,6 +9,7 @@
 //! LEADING epoch=<n> id=<id>
 //! WORK epoch=<n> id=<id> sub=<k>
 //! STOPPED epoch=<n> id=<id> reason=<word> tasks=<returned|aborted|stuck>
+//! FENCED lease=<key> epoch=<n> accepted=<yes|no>
 //! EXITED id=<id>
 //! ```
 //!
@@ -64,6 +65,13 @@ pub enum What {
     /// `STATE-REFUSED epoch=<n> tick=<k>`: a state write of the term was
     /// refused (`Error::StateWriteRefused`).
     StateRefused { epoch: u64, tick: u64 },
+    /// `FENCED lease=<key> epoch=<n> accepted=<yes|no>`: a unit of work
+    /// written to the fenced register, and whether it was accepted.
+    Fenced {
+        lease: String,
+        epoch: u64,
+        accepted: bool,
+    },
     /// The cluster sent SIGKILL (the process can run no more code).
     Killed,
     /// The cluster sent SIGTERM.
@@ -625,6 +633,11 @@ pub fn parse_line(line: &str) -> Option<What> {
             epoch: epoch()?,
             last: field("last")?,
         }),
+        "FENCED" => Some(What::Fenced {
+            lease: field("lease")?,
+            epoch: epoch()?,
+            accepted: field("accepted")? == "yes",
+        }),
         "STATE-REFUSED" => Some(What::StateRefused {
             epoch: epoch()?,
             tick: field("tick")?.parse().ok()?,
@@ -709,7 +722,8 @@ impl History {
                 | What::ReleasedStuck { .. }
                 | What::StateWritten { .. }
                 | What::StateRead { .. }
-                | What::StateRefused { .. } => continue,
+                | What::StateRefused { .. }
+                | What::Fenced { .. } => continue,
             };
             if let Some(i) = open.remove(&e.worker) {
                 intervals[i].end = Some(e.at);
