@@ -222,9 +222,31 @@ fn the_record_becomes_terms_units_and_writes() {
     };
     let p = || "p01".to_owned();
     let events = vec![
-        at(1, 0, What::Owning { partition: p(), epoch: 4 }),
-        at(2, 0, What::Work { epoch: 4, partition: Some(p()) }),
-        at(3, 0, What::Fenced { lease: "set/p01".to_owned(), epoch: 4, accepted: true }),
+        at(
+            1,
+            0,
+            What::Owning {
+                partition: p(),
+                epoch: 4,
+            },
+        ),
+        at(
+            2,
+            0,
+            What::Work {
+                epoch: 4,
+                partition: Some(p()),
+            },
+        ),
+        at(
+            3,
+            0,
+            What::Fenced {
+                lease: "set/p01".to_owned(),
+                epoch: 4,
+                accepted: true,
+            },
+        ),
         at(4, 1, What::Leading { epoch: 2 }),
         at(5, 1, What::StateRefused { epoch: 2, tick: 1 }),
         at(6, 0, What::Killed),
@@ -259,7 +281,10 @@ fn the_record_becomes_terms_units_and_writes() {
     assert_eq!(h.units.len(), 1);
     assert_eq!(h.units[0].resource, "set/p01");
     assert_eq!(
-        h.writes.iter().map(|w| (w.resource.as_str(), w.accepted)).collect::<Vec<_>>(),
+        h.writes
+            .iter()
+            .map(|w| (w.resource.as_str(), w.accepted))
+            .collect::<Vec<_>>(),
         vec![("set/p01", true), ("run", false)]
     );
 }
@@ -274,18 +299,28 @@ fn figures_count_faults_ownership_and_the_longest_gap() {
     });
     let f = figures(&h, 0);
     assert_eq!(f.faults.get("kill"), Some(&1));
-    assert_eq!((f.terms, f.units, f.writes_accepted, f.writes_refused), (2, 2, 2, 0));
+    assert_eq!(
+        (f.terms, f.units, f.writes_accepted, f.writes_refused),
+        (2, 2, 2, 0)
+    );
     let (share, longest) = f.owned["mutex"];
     // Owned in [1, 10) and [12, 40) of [1, 40): 37 of 39 s; 2 s without.
     assert!((share - 37.0 / 39.0).abs() < 1e-9, "{share}");
     assert_eq!(longest, s(2));
+    // Counted up to the final stop, when there was one.
+    h.stopped = s(20);
+    let (share, _) = figures(&h, 0).owned["mutex"];
+    assert!((share - 17.0 / 19.0).abs() < 1e-9, "{share}");
 }
 
 #[test]
 fn the_register_refuses_a_lower_epoch_only() {
     let mut highest = std::collections::HashMap::new();
     assert!(accept(&mut highest, "set/p01", 3));
-    assert!(accept(&mut highest, "set/p01", 3), "the same term writes again");
+    assert!(
+        accept(&mut highest, "set/p01", 3),
+        "the same term writes again"
+    );
     assert!(accept(&mut highest, "set/p02", 1), "keys are apart");
     assert!(!accept(&mut highest, "set/p01", 2));
     assert!(accept(&mut highest, "set/p01", 4));

@@ -486,7 +486,10 @@ mod tests {
         assert!(since.observe(&[&p], later, grace).is_empty());
         // q was leased in between: its wait starts again.
         let at = t0 + grace;
-        assert_eq!(since.observe(&[&p, &q], at, grace), BTreeSet::from([p.clone()]));
+        assert_eq!(
+            since.observe(&[&p, &q], at, grace),
+            BTreeSet::from([p.clone()])
+        );
         assert_eq!(
             since.observe(&[&p, &q], at + grace, grace),
             BTreeSet::from([p, q])

@@ -9,12 +9,13 @@
 //!    outside every term of its worker;
 //! 3. epochs strictly increase from term to term;
 //! 4. every term's end reported exactly once (at most once when its process
-//!    was SIGKILLed or fail-stopped), and no report of a term that never
+//!    was killed by SIGKILL or fail-stopped), and no report of a term that never
 //!    began;
 //! 5. every write of a term that was no longer current (a term with a
 //!    higher epoch had begun) refused;
-//! 6. after the nemesis stopped, owned again within its bound;
-//! and every process exits after the final SIGTERM.
+//! 6. after the nemesis stopped, owned again within its bound.
+//!
+//! And every process exits after the final SIGTERM.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -102,7 +103,10 @@ fn epochs(terms: &[&Term], found: &mut Vec<Violation>) {
                 b.start,
                 &b.resource,
                 "epoch",
-                format!("epoch {} began after epoch {}: {b:?} after {a:?}", b.epoch, a.epoch),
+                format!(
+                    "epoch {} began after epoch {}: {b:?} after {a:?}",
+                    b.epoch, a.epoch
+                ),
             ));
         }
     }
@@ -243,36 +247,40 @@ pub fn figures(history: &History, violations: usize) -> Figures {
         writes_refused: history.writes.iter().filter(|w| !w.accepted).count(),
         violations,
         owned,
-        length: history.until,
+        length: history.stopped.max(history.until),
     }
 }
 
-/// The share of time from the resource's first term to the end of the
-/// record during which a term acted as its owner, and the longest time
-/// without one.
+/// The share of time from the resource's first term to the final stop
+/// during which a term acted as its owner, and the longest time without one.
 fn ownership(history: &History, resource: &str) -> (f64, Duration) {
+    let until = if history.stopped.is_zero() {
+        history.until
+    } else {
+        history.stopped
+    };
     let mut spans: Vec<(Duration, Duration)> = history
         .terms_of(resource)
-        .map(|t| (t.start, history.acted_until(t)))
+        .map(|t| (t.start, history.acted_until(t).min(until)))
         .collect();
     spans.sort();
     let Some(first) = spans.first().map(|s| s.0) else {
-        return (0.0, history.until);
+        return (0.0, until);
     };
     let (mut covered, mut longest) = (Duration::ZERO, Duration::ZERO);
     let mut reach = first;
     for (start, end) in spans {
         if start > reach {
-            longest = longest.max(start - reach);
+            longest = longest.max(start.saturating_sub(reach));
         }
         let start = start.max(reach);
         if end > start {
-            covered += end - start;
+            covered += end.saturating_sub(start);
             reach = end;
         }
     }
-    longest = longest.max(history.until.saturating_sub(reach));
-    let total = history.until.saturating_sub(first);
+    longest = longest.max(until.saturating_sub(reach));
+    let total = until.saturating_sub(first);
     let share = if total.is_zero() {
         1.0
     } else {
@@ -289,7 +297,11 @@ impl fmt::Display for Figures {
             self.seed,
             self.length.as_secs_f64()
         )?;
-        let faults: Vec<String> = self.faults.iter().map(|(k, n)| format!("{k} {n}")).collect();
+        let faults: Vec<String> = self
+            .faults
+            .iter()
+            .map(|(k, n)| format!("{k} {n}"))
+            .collect();
         writeln!(f, "  faults: {}", faults.join(", "))?;
         writeln!(
             f,

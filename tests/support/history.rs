@@ -34,7 +34,7 @@ pub struct Term {
     pub end: Option<Duration>,
     /// How many times its end was reported.
     pub reports: usize,
-    /// Its process was SIGKILLed (or fail-stopped) while the term was open:
+    /// Its process was killed (SIGKILL) or fail-stopped while the term was open:
     /// it could not report the end.
     pub silenced: bool,
 }
@@ -107,6 +107,9 @@ pub struct History {
     pub break_grace: Duration,
     /// When the nemesis stopped (and every fault was healed).
     pub calm: Duration,
+    /// When the final SIGTERM was sent to every worker (ownership is
+    /// counted up to here; zero: the end of the record).
+    pub stopped: Duration,
     /// The end of the record.
     pub until: Duration,
     /// Processes that had not exited long after the final SIGTERM.

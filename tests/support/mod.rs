@@ -12,16 +12,18 @@
 pub mod azurite;
 pub mod backend;
 pub mod chaos;
+pub mod chaos_rig;
 pub mod checker;
 pub mod foreign;
 pub mod history;
 pub mod http;
 pub mod matrix_process;
+pub mod nemesis;
 pub mod partitions;
 pub mod proxy;
-pub mod register;
 #[cfg(feature = "official")]
 pub mod raw;
+pub mod register;
 pub mod sas;
 pub mod workers;
 

@@ -56,8 +56,7 @@ fn serve(stream: TcpStream, highest: &Mutex<HashMap<String, u64>>) {
         return;
     }
     let mut words = line.split_whitespace();
-    let (Some(key), Some(epoch)) = (words.next(), words.next().and_then(|e| e.parse().ok()))
-    else {
+    let (Some(key), Some(epoch)) = (words.next(), words.next().and_then(|e| e.parse().ok())) else {
         let _ = writer.write_all(b"BAD\n");
         return;
     };
