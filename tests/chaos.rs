@@ -80,7 +80,12 @@ async fn run(config: Config) {
         .unwrap_or_default();
     settle(&mut rig, longest + Duration::from_secs(5), "").await;
     let (history, cluster) = rig.finish(Duration::from_secs(30)).await;
-    judge(&history, &cluster, &command);
+    let failure = judge(&history, &cluster, &command);
+    // Dropped first: a cluster dropped while panicking prints its whole record.
+    drop(cluster);
+    if let Some(message) = failure {
+        panic!("{message}");
+    }
 }
 
 /// Ticks until every resource is owned, for up to `limit`; panics with
@@ -102,16 +107,22 @@ async fn settle(rig: &mut ChaosRig, limit: Duration, what: &str) {
     }
 }
 
-/// Prints the figures; fails with the first violations, the seed, the
-/// command and the record around the first one.
-fn judge(history: &History, cluster: &Cluster, command: &str) {
+/// Prints the figures; on violations, returns the failure: the first
+/// violations, the seed, the command and the record around the first one
+/// (the whole record, without log lines, goes to a file it names).
+fn judge(history: &History, cluster: &Cluster, command: &str) -> Option<String> {
     let violations = check(history);
     println!("{}", figures(history, violations.len()));
     if violations.is_empty() {
-        return;
+        return None;
     }
+    let path = std::env::temp_dir().join(format!("blob-mutex-chaos-{}.txt", history.seed));
+    let saved = std::fs::write(&path, cluster.dump()).map_or_else(
+        |e| format!("(the record could not be saved: {e})"),
+        |()| format!("the whole record: {}", path.display()),
+    );
     let mut message = format!(
-        "{} violation(s), seed {}; repeat with: {command}\n",
+        "{} violation(s), seed {}; repeat with: {command}\n{saved}\n",
         violations.len(),
         history.seed
     );
@@ -119,7 +130,7 @@ fn judge(history: &History, cluster: &Cluster, command: &str) {
         let _ = writeln!(message, "  {v}");
     }
     message.push_str(&excerpt(cluster, violations[0].at, &violations[0].resource));
-    panic!("{message}");
+    Some(message)
 }
 
 /// The record of the group of `resource` from 15 s before `at` to 3 s after.

@@ -120,6 +120,30 @@ fn a_paused_owner_may_be_followed_but_not_act_after_its_wake() {
 }
 
 #[test]
+fn an_owner_paused_briefly_goes_on_owning() {
+    let mut h = clean();
+    // Worker 1 paused at 31 (after the nemesis stopped at 30) for 1 s, and
+    // nobody took over: it still owns the lease, and works on.
+    h.pauses.push(Pause {
+        worker: 1,
+        from: s(31),
+        to: Some(s(32)),
+    });
+    h.units.push(unit("mutex", 1, 2, 33));
+    assert_eq!(check(&h), vec![]);
+    // Another term began after its wake, while it went on: two owners.
+    h.terms.push(term("mutex", 0, 3, 38, None));
+    h.terms[1].end = Some(s(39));
+    h.until = s(45);
+    assert_eq!(rules(&h), vec!["two-owners"]);
+    // But woken past its deadline, it only reports the end (within the
+    // grace of the wake), and the next term may have begun meanwhile.
+    h.terms[2].start = s(34);
+    h.terms[1].end = Some(s(35));
+    assert_eq!(check(&h), vec![]);
+}
+
+#[test]
 fn a_broken_owner_may_run_on_for_the_grace_only() {
     let mut h = clean();
     h.terms[0].end = Some(s(14));

@@ -201,7 +201,7 @@ fn liveness(history: &History, resource: &str, terms: &[&Term], found: &mut Vec<
     match owned_from {
         Some(at) if at <= calm + bound => {}
         other => found.push(violation(
-            calm + bound,
+            calm,
             resource,
             "liveness",
             format!(

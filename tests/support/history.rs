@@ -236,15 +236,32 @@ impl History {
     }
 
     /// When `term` stopped acting as the owner, as far as others may
-    /// assume: its end, the pause of its process, or a break of its lease,
-    /// whichever came first (a paused process runs no code; a broken owner
-    /// may run on for [`History::break_grace`], which units are allowed).
+    /// assume: its end; or the start of a pause of its process in which
+    /// another term of the resource began, or after which one began and this
+    /// one ended within the break grace of the wake (a paused process runs
+    /// no code, and once woken past its deadline it only reports the end;
+    /// the checker's units rule watches that it does no work); or a break
+    /// of its lease (a broken owner may run on for
+    /// [`History::break_grace`], which the units rule allows). A pause that
+    /// nobody took over in is no end: the owner goes on after it.
     pub fn acted_until(&self, term: &Term) -> Duration {
         let end = term.end.unwrap_or(self.until);
+        // Taken over while paused, or after a wake past the deadline: then
+        // the term ends soon after the wake.
+        let taken_over = |p: &Pause| {
+            let woken = p.to.unwrap_or(end);
+            self.terms_of(&term.resource).any(|t| {
+                t != term
+                    && t.start >= p.from
+                    && t.start < end
+                    && (t.start < woken || end <= woken + self.break_grace)
+            })
+        };
         let paused = self
             .pauses
             .iter()
             .filter(|p| p.worker == term.worker && p.from >= term.start && p.from < end)
+            .filter(|p| taken_over(p))
             .map(|p| p.from);
         let broken = self
             .breaks
