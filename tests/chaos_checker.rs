@@ -349,3 +349,19 @@ fn the_register_refuses_a_lower_epoch_only() {
     assert!(!accept(&mut highest, "set/p01", 2));
     assert!(accept(&mut highest, "set/p01", 4));
 }
+
+#[test]
+fn the_register_serves_its_rule_over_tcp() {
+    use std::io::{BufRead, BufReader, Write};
+    let register = support::register::Register::start();
+    let send = |line: &str| {
+        let mut stream = std::net::TcpStream::connect(register.addr()).expect("connect");
+        stream.write_all(line.as_bytes()).expect("write");
+        let mut answer = String::new();
+        BufReader::new(stream).read_line(&mut answer).expect("read");
+        answer.trim().to_owned()
+    };
+    assert_eq!(send("set/p07 37\n"), "OK");
+    assert_eq!(send("set/p07 36\n"), "REFUSED");
+    assert_eq!(send("set/p07 37\n"), "OK");
+}

@@ -425,9 +425,14 @@ impl ChaosRig {
             Draw::Break => self.operator_break()?,
             Draw::Join | Draw::Leave => self.membership(draw)?,
         };
+        // A worker joining the handover group has the highest priority yet.
+        let kind = match draw {
+            Draw::Join if detail.starts_with(Kind::Handover.name()) => "priority",
+            _ => draw.kind(),
+        };
         let fault = Fault {
             at: self.cluster.now(),
-            kind: draw.kind(),
+            kind,
             detail,
         };
         self.history.faults.push(fault.clone());
@@ -457,16 +462,17 @@ impl ChaosRig {
 
     /// The worker among `live` whose last `LEADING` has not ended.
     fn owner(&self, live: &[usize]) -> Option<usize> {
-        let events = self.cluster.events();
-        live.iter().copied().find(|&w| {
-            let last = events.iter().rev().find(|e| {
-                e.worker == w
-                    && matches!(
-                        e.what,
-                        What::Leading { .. } | What::Stopped { .. } | What::Stuck { .. }
-                    )
-            });
-            last.is_some_and(|e| matches!(e.what, What::Leading { .. }))
+        self.cluster.scan(|events| {
+            live.iter().copied().find(|&w| {
+                let last = events.iter().rev().find(|e| {
+                    e.worker == w
+                        && matches!(
+                            e.what,
+                            What::Leading { .. } | What::Stopped { .. } | What::Stuck { .. }
+                        )
+                });
+                last.is_some_and(|e| matches!(e.what, What::Leading { .. }))
+            })
         })
     }
 

@@ -391,14 +391,18 @@ impl Cluster {
     }
 
     fn push(&self, worker: usize, what: What, at: Duration) {
-        let mut events = lock(&self.events);
-        events.push(Event { at, worker, what });
-        events.sort_by_key(|e| e.at);
+        insert(&mut lock(&self.events), Event { at, worker, what });
     }
 
     /// Every event so far, in time order.
     pub fn events(&self) -> Vec<Event> {
         lock(&self.events).clone()
+    }
+
+    /// `look` at every event so far, in time order, without copying them
+    /// (the readers wait meanwhile: keep it short).
+    pub fn scan<T>(&self, look: impl FnOnce(&[Event]) -> T) -> T {
+        look(&lock(&self.events))
     }
 
     /// The record so far, analysed up to now.
@@ -581,11 +585,17 @@ impl Drop for Cluster {
 
 fn record(events: &Mutex<Vec<Event>>, start: Instant, worker: usize, what: What) {
     let at = start.elapsed();
-    let mut events = lock(events);
-    events.push(Event { at, worker, what });
-    // Stamps are taken under the lock, except for signals, which are
-    // stamped before it: keep the record in time order.
-    events.sort_by_key(|e| e.at);
+    insert(&mut lock(events), Event { at, worker, what });
+}
+
+/// Adds `event` in time order. Stamps are taken just before the lock, so an
+/// event belongs at or near the end: finding its place costs a binary
+/// search, not a sort of the whole record (which, once the record of a long
+/// run holds hundreds of thousands of lines, made the readers fall seconds
+/// behind their pipes, and stamp lines that late).
+fn insert(events: &mut Vec<Event>, event: Event) {
+    let at = events.partition_point(|e| e.at <= event.at);
+    events.insert(at, event);
 }
 
 /// Parses one line of a worker's standard output.
