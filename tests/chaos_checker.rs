@@ -43,6 +43,7 @@ fn write(resource: &str, worker: usize, epoch: u64, at: u64, accepted: bool) -> 
         epoch,
         at: s(at),
         accepted,
+        register: false,
     }
 }
 
@@ -195,6 +196,22 @@ fn a_stale_write_accepted_is_caught_and_refused_is_not() {
     assert_eq!(check(&h), vec![]);
     h.writes.push(write("mutex", 0, 1, 14, true));
     assert_eq!(rules(&h), vec!["write"]);
+}
+
+#[test]
+fn register_writes_stamped_out_of_order_show_a_late_record() {
+    let mut h = clean();
+    for w in &mut h.writes {
+        w.register = true;
+    }
+    assert_eq!(check(&h), vec![]);
+    // The register accepted epoch 1 before epoch 2, yet it is stamped
+    // after: the stale write rule fires, and the record is out of order.
+    h.writes.push(Write {
+        register: true,
+        ..write("mutex", 0, 1, 14, true)
+    });
+    assert_eq!(rules(&h), vec!["write", "stamps"]);
 }
 
 #[test]

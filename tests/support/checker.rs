@@ -15,7 +15,10 @@
 //!    higher epoch had begun) refused;
 //! 6. after the nemesis stopped, owned again within its bound.
 //!
-//! And every process exits after the final SIGTERM.
+//! And every process exits after the final SIGTERM. The record is checked
+//! too: the runner's register accepts epochs in order, so writes it
+//! accepted must be stamped in epoch order (else a reader fell behind and
+//! stamped lines late, and the violations around it are the record's).
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -29,7 +32,7 @@ pub struct Violation {
     pub at: Duration,
     pub resource: String,
     /// Which promise: `two-owners`, `unit`, `epoch`, `report`, `write`,
-    /// `liveness`, `hung`.
+    /// `liveness`, `hung`; or `stamps`: the record is out of order.
     pub rule: &'static str,
     pub detail: String,
 }
@@ -59,6 +62,7 @@ pub fn check(history: &History) -> Vec<Violation> {
     units(history, &mut found);
     reports(history, &mut found);
     writes(history, &mut found);
+    stamps(history, &mut found);
     for &worker in &history.hung {
         found.push(violation(
             history.until,
@@ -168,6 +172,36 @@ fn reports(history: &History, found: &mut Vec<Violation>) {
             "report",
             format!("a report of a term that never began: {o:?}"),
         ));
+    }
+}
+
+/// The record itself: the runner's register accepts epochs in order, so an
+/// accepted write stamped after an accepted write of a higher epoch was
+/// stamped late (a reader fell behind its pipe), and every judgement of
+/// that stretch of the record is in doubt.
+fn stamps(history: &History, found: &mut Vec<Violation>) {
+    let mut highest: BTreeMap<&str, (u64, usize)> = BTreeMap::new();
+    let mut writes: Vec<_> = history
+        .writes
+        .iter()
+        .filter(|w| w.register && w.accepted)
+        .collect();
+    writes.sort_by_key(|w| w.at);
+    for w in writes {
+        let top = highest.entry(&w.resource).or_insert((0, w.worker));
+        if w.epoch < top.0 {
+            found.push(violation(
+                w.at,
+                &w.resource,
+                "stamps",
+                format!(
+                    "{w:?} was accepted by the register before epoch {} of worker {}, yet stamped after it: the record is out of order",
+                    top.0, top.1
+                ),
+            ));
+        } else {
+            *top = (w.epoch, w.worker);
+        }
     }
 }
 

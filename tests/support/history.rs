@@ -57,6 +57,9 @@ pub struct Write {
     pub epoch: u64,
     pub at: Duration,
     pub accepted: bool,
+    /// Written to the runner's register (else to the lease blob's state),
+    /// which accepts epochs in order by construction.
+    pub register: bool,
 }
 
 /// A process paused (SIGSTOP) and resumed (SIGCONT).
@@ -152,15 +155,19 @@ impl History {
                 epoch: *epoch,
                 at,
             }),
-            What::StateWritten { epoch, .. } => self.write(group, worker, *epoch, at, true),
-            What::StateRefused { epoch, .. } => self.write(group, worker, *epoch, at, false),
+            What::StateWritten { epoch, .. } => {
+                self.write(group, worker, (*epoch, at), true, false);
+            }
+            What::StateRefused { epoch, .. } => {
+                self.write(group, worker, (*epoch, at), false, false);
+            }
             What::Fenced {
                 lease,
                 epoch,
                 accepted,
             } => {
                 let resource = lease.strip_suffix("/mutex").unwrap_or(lease);
-                self.write(resource, worker, *epoch, at, *accepted);
+                self.write(resource, worker, (*epoch, at), *accepted, true);
             }
             What::Killed => self.end_process(worker, at, true, false),
             What::Exited { code } => {
@@ -206,13 +213,21 @@ impl History {
         }
     }
 
-    fn write(&mut self, resource: &str, worker: usize, epoch: u64, at: Duration, accepted: bool) {
+    fn write(
+        &mut self,
+        resource: &str,
+        worker: usize,
+        (epoch, at): (u64, Duration),
+        accepted: bool,
+        register: bool,
+    ) {
         self.writes.push(Write {
             resource: resource.to_owned(),
             worker,
             epoch,
             at,
             accepted,
+            register,
         });
     }
 
