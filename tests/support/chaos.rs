@@ -1,5 +1,6 @@
-//! What the chaos soaks share: a small seedable random source, and their
-//! settings from the environment.
+//! What the chaos runner (`tests/chaos.rs`, `chaos_rig.rs`, `nemesis.rs`)
+//! builds on: a small seedable random source, and settings from the
+//! environment.
 
 use std::time::Duration;
 

@@ -3,7 +3,8 @@
 //! --metrics-addr`'s endpoint (`http`), lease-set workers'
 //! history by partition (`partitions`), a client that is not this crate
 //! (`foreign`), the process half of the fault matrix (`matrix_process`),
-//! and polling helpers.
+//! the chaos runner's history (`history`), its checker (`checker`), its
+//! nemesis (`nemesis`) and fenced register (`register`), and polling helpers.
 // Each integration test file is its own crate and uses a different part of
 // this module, so items unused by one file are expected.
 #![allow(dead_code, unreachable_pub)]
@@ -11,13 +12,18 @@
 pub mod azurite;
 pub mod backend;
 pub mod chaos;
+pub mod chaos_rig;
+pub mod checker;
 pub mod foreign;
+pub mod history;
 pub mod http;
 pub mod matrix_process;
+pub mod nemesis;
 pub mod partitions;
 pub mod proxy;
 #[cfg(feature = "official")]
 pub mod raw;
+pub mod register;
 pub mod sas;
 pub mod workers;
 

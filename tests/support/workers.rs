@@ -9,6 +9,7 @@
 //! LEADING epoch=<n> id=<id>
 //! WORK epoch=<n> id=<id> sub=<k>
 //! STOPPED epoch=<n> id=<id> reason=<word> tasks=<returned|aborted|stuck>
+//! FENCED lease=<key> epoch=<n> accepted=<yes|no>
 //! EXITED id=<id>
 //! ```
 //!
@@ -64,6 +65,13 @@ pub enum What {
     /// `STATE-REFUSED epoch=<n> tick=<k>`: a state write of the term was
     /// refused (`Error::StateWriteRefused`).
     StateRefused { epoch: u64, tick: u64 },
+    /// `FENCED lease=<key> epoch=<n> accepted=<yes|no>`: a unit of work
+    /// written to the fenced register, and whether it was accepted.
+    Fenced {
+        lease: String,
+        epoch: u64,
+        accepted: bool,
+    },
     /// The cluster sent SIGKILL (the process can run no more code).
     Killed,
     /// The cluster sent SIGTERM.
@@ -383,14 +391,18 @@ impl Cluster {
     }
 
     fn push(&self, worker: usize, what: What, at: Duration) {
-        let mut events = lock(&self.events);
-        events.push(Event { at, worker, what });
-        events.sort_by_key(|e| e.at);
+        insert(&mut lock(&self.events), Event { at, worker, what });
     }
 
     /// Every event so far, in time order.
     pub fn events(&self) -> Vec<Event> {
         lock(&self.events).clone()
+    }
+
+    /// `look` at every event so far, in time order, without copying them
+    /// (the readers wait meanwhile: keep it short).
+    pub fn scan<T>(&self, look: impl FnOnce(&[Event]) -> T) -> T {
+        look(&lock(&self.events))
     }
 
     /// The record so far, analysed up to now.
@@ -573,11 +585,17 @@ impl Drop for Cluster {
 
 fn record(events: &Mutex<Vec<Event>>, start: Instant, worker: usize, what: What) {
     let at = start.elapsed();
-    let mut events = lock(events);
-    events.push(Event { at, worker, what });
-    // Stamps are taken under the lock, except for signals, which are
-    // stamped before it: keep the record in time order.
-    events.sort_by_key(|e| e.at);
+    insert(&mut lock(events), Event { at, worker, what });
+}
+
+/// Adds `event` in time order. Stamps are taken just before the lock, so an
+/// event belongs at or near the end: finding its place costs a binary
+/// search, not a sort of the whole record (which, once the record of a long
+/// run holds hundreds of thousands of lines, made the readers fall seconds
+/// behind their pipes, and stamp lines that late).
+fn insert(events: &mut Vec<Event>, event: Event) {
+    let at = events.partition_point(|e| e.at <= event.at);
+    events.insert(at, event);
 }
 
 /// Parses one line of a worker's standard output.
@@ -624,6 +642,11 @@ pub fn parse_line(line: &str) -> Option<What> {
         "STATE-READ" => Some(What::StateRead {
             epoch: epoch()?,
             last: field("last")?,
+        }),
+        "FENCED" => Some(What::Fenced {
+            lease: field("lease")?,
+            epoch: epoch()?,
+            accepted: field("accepted")? == "yes",
         }),
         "STATE-REFUSED" => Some(What::StateRefused {
             epoch: epoch()?,
@@ -709,7 +732,8 @@ impl History {
                 | What::ReleasedStuck { .. }
                 | What::StateWritten { .. }
                 | What::StateRead { .. }
-                | What::StateRefused { .. } => continue,
+                | What::StateRefused { .. }
+                | What::Fenced { .. } => continue,
             };
             if let Some(i) = open.remove(&e.worker) {
                 intervals[i].end = Some(e.at);

@@ -1,0 +1,384 @@
+//! The chaos checker on histories written by hand: a clean one passes, and
+//! each one that holds a violation is caught, by the rule that names it.
+//! (No storage: these judge records, not processes.)
+
+mod support;
+
+use std::time::Duration;
+
+use support::checker::{check, figures, Violation};
+use support::history::{Fault, History, Pause, Role, Term, Unit, Write};
+use support::register::accept;
+use support::workers::{Event, What};
+
+fn s(secs: u64) -> Duration {
+    Duration::from_secs(secs)
+}
+
+fn term(resource: &str, worker: usize, epoch: u64, start: u64, end: Option<u64>) -> Term {
+    Term {
+        resource: resource.to_owned(),
+        worker,
+        epoch,
+        start: s(start),
+        end: end.map(s),
+        reports: 1,
+        silenced: false,
+    }
+}
+
+fn unit(resource: &str, worker: usize, epoch: u64, at: u64) -> Unit {
+    Unit {
+        resource: resource.to_owned(),
+        worker,
+        epoch,
+        at: s(at),
+    }
+}
+
+fn write(resource: &str, worker: usize, epoch: u64, at: u64, accepted: bool) -> Write {
+    Write {
+        resource: resource.to_owned(),
+        worker,
+        epoch,
+        at: s(at),
+        accepted,
+        register: false,
+    }
+}
+
+/// Two clean terms of `mutex`: worker 0 epoch 1 in [1, 10), worker 1
+/// epoch 2 from 12 to the end (40), with units and accepted writes; the
+/// nemesis stopped at 30, the bound is 20 s.
+fn clean() -> History {
+    let mut h = History {
+        seed: 28,
+        terms: vec![
+            term("mutex", 0, 1, 1, Some(10)),
+            term("mutex", 1, 2, 12, Some(40)),
+        ],
+        units: vec![unit("mutex", 0, 1, 5), unit("mutex", 1, 2, 13)],
+        writes: vec![
+            write("mutex", 0, 1, 5, true),
+            write("mutex", 1, 2, 13, true),
+        ],
+        break_grace: s(6),
+        calm: s(30),
+        until: s(40),
+        ..History::default()
+    };
+    h.bounds.insert("mutex".to_owned(), s(20));
+    h
+}
+
+fn rules(h: &History) -> Vec<&'static str> {
+    check(h).iter().map(|v: &Violation| v.rule).collect()
+}
+
+#[test]
+fn a_clean_history_passes() {
+    assert_eq!(check(&clean()), vec![]);
+}
+
+#[test]
+fn two_owners_at_once_are_caught() {
+    let mut h = clean();
+    h.terms[1].start = s(9);
+    h.units[1].at = s(11);
+    assert_eq!(rules(&h), vec!["two-owners"]);
+}
+
+#[test]
+fn a_unit_inside_another_term_is_caught() {
+    let mut h = clean();
+    h.units.push(unit("mutex", 0, 1, 20));
+    // Its own term ended at 10; the unit at 20 is inside epoch 2's term.
+    assert_eq!(rules(&h), vec!["unit"]);
+}
+
+#[test]
+fn a_unit_of_no_term_is_caught() {
+    let mut h = clean();
+    h.units.push(unit("mutex", 2, 7, 11));
+    assert_eq!(rules(&h), vec!["unit"]);
+}
+
+#[test]
+fn a_paused_owner_may_be_followed_but_not_act_after_its_wake() {
+    let mut h = clean();
+    // Worker 0 paused at 8 until 25, its term reported at 26: the next
+    // term began at 12 while it was paused, which is no second owner.
+    h.terms[0].end = Some(s(26));
+    h.pauses.push(Pause {
+        worker: 0,
+        from: s(8),
+        to: Some(s(25)),
+    });
+    assert_eq!(check(&h), vec![]);
+    // A unit after its wake, inside the next term, is.
+    h.units.push(unit("mutex", 0, 1, 25));
+    assert_eq!(rules(&h), vec!["unit"]);
+}
+
+#[test]
+fn an_owner_paused_briefly_goes_on_owning() {
+    let mut h = clean();
+    // Worker 1 paused at 31 (after the nemesis stopped at 30) for 1 s, and
+    // nobody took over: it still owns the lease, and works on.
+    h.pauses.push(Pause {
+        worker: 1,
+        from: s(31),
+        to: Some(s(32)),
+    });
+    h.units.push(unit("mutex", 1, 2, 33));
+    assert_eq!(check(&h), vec![]);
+    // Another term began after its wake, while it went on: two owners.
+    h.terms.push(term("mutex", 0, 3, 38, None));
+    h.terms[1].end = Some(s(39));
+    h.until = s(45);
+    assert_eq!(rules(&h), vec!["two-owners"]);
+    // But woken past its deadline, it only reports the end (within the
+    // grace of the wake), and the next term may have begun meanwhile.
+    h.terms[2].start = s(34);
+    h.terms[1].end = Some(s(35));
+    assert_eq!(check(&h), vec![]);
+}
+
+#[test]
+fn a_broken_owner_may_run_on_for_the_grace_only() {
+    let mut h = clean();
+    h.terms[0].end = Some(s(14));
+    h.breaks.push(("mutex".to_owned(), s(9)));
+    h.units.push(unit("mutex", 0, 1, 13));
+    assert_eq!(check(&h), vec![], "within the grace (9 s + 6 s)");
+    h.units.push(unit("mutex", 0, 1, 16));
+    h.terms[0].end = Some(s(17));
+    assert_eq!(rules(&h), vec!["unit"]);
+}
+
+#[test]
+fn epochs_that_do_not_increase_are_caught() {
+    let mut h = clean();
+    h.terms[1].epoch = 1;
+    h.units[1].epoch = 1;
+    h.writes[1].epoch = 1;
+    assert_eq!(rules(&h), vec!["epoch"]);
+}
+
+#[test]
+fn an_end_reported_twice_or_never_is_caught() {
+    let mut h = clean();
+    h.terms[0].reports = 2;
+    assert_eq!(rules(&h), vec!["report"]);
+    h.terms[0].reports = 0;
+    assert_eq!(rules(&h), vec!["report"]);
+    // A SIGKILLed process cannot report.
+    h.terms[0].silenced = true;
+    assert_eq!(check(&h), vec![]);
+}
+
+#[test]
+fn a_report_of_no_term_is_caught() {
+    let mut h = clean();
+    h.orphans.push(support::history::Orphan {
+        resource: "mutex".to_owned(),
+        worker: 3,
+        epoch: 9,
+        at: s(20),
+    });
+    assert_eq!(rules(&h), vec!["report"]);
+}
+
+#[test]
+fn a_stale_write_accepted_is_caught_and_refused_is_not() {
+    let mut h = clean();
+    h.writes.push(write("mutex", 0, 1, 13, false));
+    assert_eq!(check(&h), vec![]);
+    h.writes.push(write("mutex", 0, 1, 14, true));
+    assert_eq!(rules(&h), vec!["write"]);
+}
+
+#[test]
+fn register_writes_stamped_out_of_order_show_a_late_record() {
+    let mut h = clean();
+    for w in &mut h.writes {
+        w.register = true;
+    }
+    assert_eq!(check(&h), vec![]);
+    // The register accepted epoch 1 before epoch 2, yet it is stamped
+    // after: the stale write rule fires, and the record is out of order.
+    h.writes.push(Write {
+        register: true,
+        ..write("mutex", 0, 1, 14, true)
+    });
+    assert_eq!(rules(&h), vec!["write", "stamps"]);
+}
+
+#[test]
+fn a_resource_left_without_an_owner_after_the_nemesis_is_caught() {
+    let mut h = clean();
+    h.terms[1].end = Some(s(29));
+    assert_eq!(rules(&h), vec!["liveness"]);
+    // Owned again within the bound: fine.
+    h.terms.push(term("mutex", 0, 3, 55, None));
+    h.until = s(60);
+    assert_eq!(rules(&h), vec!["liveness"], "55 s is past 30 s + 20 s");
+    h.terms[2].start = s(49);
+    assert_eq!(check(&h), vec![]);
+}
+
+#[test]
+fn a_process_that_never_exits_is_caught() {
+    let mut h = clean();
+    h.hung.push(1);
+    assert_eq!(rules(&h), vec!["hung"]);
+}
+
+#[test]
+fn violations_come_in_time_order() {
+    let mut h = clean();
+    h.writes.push(write("mutex", 0, 1, 30, true));
+    h.units.push(unit("mutex", 0, 1, 20));
+    let found = check(&h);
+    assert_eq!(found.len(), 2);
+    assert!(found[0].at < found[1].at, "{found:?}");
+}
+
+#[test]
+fn the_record_becomes_terms_units_and_writes() {
+    let roles = vec![
+        Role {
+            group: "set".to_owned(),
+            exit_reports: false,
+        },
+        Role {
+            group: "run".to_owned(),
+            exit_reports: true,
+        },
+    ];
+    let at = |ms: u64, worker: usize, what: What| Event {
+        at: Duration::from_millis(ms),
+        worker,
+        what,
+    };
+    let p = || "p01".to_owned();
+    let events = vec![
+        at(
+            1,
+            0,
+            What::Owning {
+                partition: p(),
+                epoch: 4,
+            },
+        ),
+        at(
+            2,
+            0,
+            What::Work {
+                epoch: 4,
+                partition: Some(p()),
+            },
+        ),
+        at(
+            3,
+            0,
+            What::Fenced {
+                lease: "set/p01".to_owned(),
+                epoch: 4,
+                accepted: true,
+            },
+        ),
+        at(4, 1, What::Leading { epoch: 2 }),
+        at(5, 1, What::StateRefused { epoch: 2, tick: 1 }),
+        at(6, 0, What::Killed),
+        at(7, 1, What::Exited { code: Some(4) }),
+        at(8, 0, What::Exited { code: None }),
+    ];
+    let mut h = History::default();
+    h.read(&events, &roles);
+    assert_eq!(
+        h.terms,
+        vec![
+            Term {
+                resource: "set/p01".to_owned(),
+                worker: 0,
+                epoch: 4,
+                start: Duration::from_millis(1),
+                end: Some(Duration::from_millis(6)),
+                reports: 0,
+                silenced: true,
+            },
+            Term {
+                resource: "run".to_owned(),
+                worker: 1,
+                epoch: 2,
+                start: Duration::from_millis(4),
+                end: Some(Duration::from_millis(7)),
+                reports: 1,
+                silenced: false,
+            },
+        ]
+    );
+    assert_eq!(h.units.len(), 1);
+    assert_eq!(h.units[0].resource, "set/p01");
+    assert_eq!(
+        h.writes
+            .iter()
+            .map(|w| (w.resource.as_str(), w.accepted))
+            .collect::<Vec<_>>(),
+        vec![("set/p01", true), ("run", false)]
+    );
+}
+
+#[test]
+fn figures_count_faults_ownership_and_the_longest_gap() {
+    let mut h = clean();
+    h.faults.push(Fault {
+        at: s(3),
+        kind: "kill",
+        detail: "w0".to_owned(),
+    });
+    let f = figures(&h, 0);
+    assert_eq!(f.faults.get("kill"), Some(&1));
+    assert_eq!(
+        (f.terms, f.units, f.writes_accepted, f.writes_refused),
+        (2, 2, 2, 0)
+    );
+    let (share, longest) = f.owned["mutex"];
+    // Owned in [1, 10) and [12, 40) of [1, 40): 37 of 39 s; 2 s without.
+    assert!((share - 37.0 / 39.0).abs() < 1e-9, "{share}");
+    assert_eq!(longest, s(2));
+    // Counted up to the final stop, when there was one.
+    h.stopped = s(20);
+    let (share, _) = figures(&h, 0).owned["mutex"];
+    assert!((share - 17.0 / 19.0).abs() < 1e-9, "{share}");
+}
+
+#[test]
+fn the_register_refuses_a_lower_epoch_only() {
+    let mut highest = std::collections::HashMap::new();
+    assert!(accept(&mut highest, "set/p01", 3));
+    assert!(
+        accept(&mut highest, "set/p01", 3),
+        "the same term writes again"
+    );
+    assert!(accept(&mut highest, "set/p02", 1), "keys are apart");
+    assert!(!accept(&mut highest, "set/p01", 2));
+    assert!(accept(&mut highest, "set/p01", 4));
+}
+
+#[test]
+fn the_register_serves_its_rule_over_tcp() {
+    use std::io::{BufRead, BufReader, Write};
+    let register = support::register::Register::start();
+    let send = |line: &str| {
+        let mut stream = std::net::TcpStream::connect(register.addr()).expect("connect");
+        stream.write_all(line.as_bytes()).expect("write");
+        let mut answer = String::new();
+        BufReader::new(stream).read_line(&mut answer).expect("read");
+        answer.trim().to_owned()
+    };
+    assert_eq!(send("set/p07 37\n"), "OK");
+    assert_eq!(send("set/p07 36\n"), "REFUSED");
+    assert_eq!(send("set/p07 37\n"), "OK");
+}

@@ -1,0 +1,288 @@
+//! The history of a chaos run, on the cluster's one monotonic clock: every
+//! term of every resource (start, reported end), every unit of work, every
+//! fenced write, and what the nemesis did (pauses, breaks, every fault).
+//! [`super::checker`] judges it.
+//!
+//! A resource is a lease: a mutex-like group's one lease is named after the
+//! group (`mutex`, `qmutex`, `handover`, `run`), a set's partitions
+//! `<group>/<partition>` (`set/p03`). Each group's blob is named after the
+//! group, so the fenced register's keys (`<blob>/<lease>`) name resources too.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use super::workers::{Event, What};
+
+/// What a worker process is to the history.
+#[derive(Clone, Debug)]
+pub struct Role {
+    /// Its group (and blob): `mutex`, `set`, `qmutex`, `qset`, `handover`, `run`.
+    pub group: String,
+    /// A `blob-mutex run`: its exit (with a code) reports the end of its
+    /// one term, as its exit code is the command's report to its caller.
+    pub exit_reports: bool,
+}
+
+/// One term of one resource on one worker.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Term {
+    pub resource: String,
+    pub worker: usize,
+    pub epoch: u64,
+    pub start: Duration,
+    /// Its first report (unless stuck), or the kill or exit of its process.
+    pub end: Option<Duration>,
+    /// How many times its end was reported.
+    pub reports: usize,
+    /// Its process was killed (SIGKILL) or fail-stopped while the term was open:
+    /// it could not report the end.
+    pub silenced: bool,
+}
+
+/// One unit of work (`WORK`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Unit {
+    pub resource: String,
+    pub worker: usize,
+    pub epoch: u64,
+    pub at: Duration,
+}
+
+/// One write to a fenced register (the lease blob's state, or the runner's
+/// register), as the worker learned its fate.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Write {
+    pub resource: String,
+    pub worker: usize,
+    pub epoch: u64,
+    pub at: Duration,
+    pub accepted: bool,
+    /// Written to the runner's register (else to the lease blob's state),
+    /// which accepts epochs in order by construction.
+    pub register: bool,
+}
+
+/// A process paused (SIGSTOP) and resumed (SIGCONT).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Pause {
+    pub worker: usize,
+    pub from: Duration,
+    pub to: Option<Duration>,
+}
+
+/// One fault the nemesis drew and applied.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Fault {
+    pub at: Duration,
+    /// `kill`, `term`, `pause`, `latency`, `blackhole`, `503`, `reset`,
+    /// `fail-kind`, `wipe`, `break`, `join`, `leave`, `priority`.
+    pub kind: &'static str,
+    pub detail: String,
+}
+
+/// A report that matches no term.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Orphan {
+    pub resource: String,
+    pub worker: usize,
+    pub epoch: u64,
+    pub at: Duration,
+}
+
+/// Everything the checker judges.
+#[derive(Clone, Debug, Default)]
+pub struct History {
+    pub seed: u64,
+    pub terms: Vec<Term>,
+    pub units: Vec<Unit>,
+    pub writes: Vec<Write>,
+    pub orphans: Vec<Orphan>,
+    pub pauses: Vec<Pause>,
+    /// Operator breaks of a resource's lease (`blob-mutex break`), by when
+    /// the command was started.
+    pub breaks: Vec<(String, Duration)>,
+    pub faults: Vec<Fault>,
+    /// Every resource of the run, and how soon after the nemesis stopped
+    /// each must be owned again.
+    pub bounds: BTreeMap<String, Duration>,
+    /// How long a broken term may run on: until its owner learned of the
+    /// loss at its next renewal, and its task stopped.
+    pub break_grace: Duration,
+    /// When the nemesis stopped (and every fault was healed).
+    pub calm: Duration,
+    /// When the final SIGTERM was sent to every worker (ownership is
+    /// counted up to here; zero: the end of the record).
+    pub stopped: Duration,
+    /// The end of the record.
+    pub until: Duration,
+    /// Processes that had not exited long after the final SIGTERM.
+    pub hung: Vec<usize>,
+}
+
+impl History {
+    /// Reads the terms, units and writes out of the cluster's `events`;
+    /// `roles[w]` says what worker `w` is.
+    pub fn read(&mut self, events: &[Event], roles: &[Role]) {
+        let mut events = events.to_vec();
+        events.sort_by_key(|e| e.at);
+        for e in &events {
+            self.read_one(e, &roles[e.worker]);
+        }
+        self.terms.sort_by_key(|t| t.start);
+    }
+
+    fn read_one(&mut self, e: &Event, role: &Role) {
+        let (worker, at) = (e.worker, e.at);
+        let group = role.group.as_str();
+        match &e.what {
+            What::Leading { epoch } => self.begin(group.to_owned(), worker, *epoch, at),
+            What::Owning { partition, epoch } => {
+                self.begin(format!("{group}/{partition}"), worker, *epoch, at);
+            }
+            What::Stopped { epoch, .. } => self.report(group, worker, *epoch, at, true),
+            What::Stuck { epoch } => self.report(group, worker, *epoch, at, false),
+            What::Released {
+                partition, epoch, ..
+            } => self.report(&format!("{group}/{partition}"), worker, *epoch, at, true),
+            What::ReleasedStuck { partition, epoch } => {
+                self.report(&format!("{group}/{partition}"), worker, *epoch, at, false);
+            }
+            What::Work { epoch, partition } => self.units.push(Unit {
+                resource: partition
+                    .as_ref()
+                    .map_or_else(|| group.to_owned(), |p| format!("{group}/{p}")),
+                worker,
+                epoch: *epoch,
+                at,
+            }),
+            What::StateWritten { epoch, .. } => {
+                self.write(group, worker, (*epoch, at), true, false);
+            }
+            What::StateRefused { epoch, .. } => {
+                self.write(group, worker, (*epoch, at), false, false);
+            }
+            What::Fenced {
+                lease,
+                epoch,
+                accepted,
+            } => {
+                let resource = lease.strip_suffix("/mutex").unwrap_or(lease);
+                self.write(resource, worker, (*epoch, at), *accepted, true);
+            }
+            What::Killed => self.end_process(worker, at, true, false),
+            What::Exited { code } => {
+                let silenced = *code == Some(blob_mutex::FAIL_STOP_EXIT_CODE);
+                self.end_process(worker, at, silenced, role.exit_reports && code.is_some());
+            }
+            _ => {}
+        }
+    }
+
+    fn begin(&mut self, resource: String, worker: usize, epoch: u64, at: Duration) {
+        self.terms.push(Term {
+            resource,
+            worker,
+            epoch,
+            start: at,
+            end: None,
+            reports: 0,
+            silenced: false,
+        });
+    }
+
+    /// A report of the end of a term; `ended`: its tasks stopped (not stuck).
+    fn report(&mut self, resource: &str, worker: usize, epoch: u64, at: Duration, ended: bool) {
+        let term = self
+            .terms
+            .iter_mut()
+            .rev()
+            .find(|t| t.worker == worker && t.resource == resource && t.epoch == epoch);
+        match term {
+            Some(term) => {
+                term.reports += 1;
+                if ended && term.end.is_none() {
+                    term.end = Some(at);
+                }
+            }
+            None => self.orphans.push(Orphan {
+                resource: resource.to_owned(),
+                worker,
+                epoch,
+                at,
+            }),
+        }
+    }
+
+    fn write(
+        &mut self,
+        resource: &str,
+        worker: usize,
+        (epoch, at): (u64, Duration),
+        accepted: bool,
+        register: bool,
+    ) {
+        self.writes.push(Write {
+            resource: resource.to_owned(),
+            worker,
+            epoch,
+            at,
+            accepted,
+            register,
+        });
+    }
+
+    /// The process ended (`silenced`: it could not report), or exited with
+    /// a code that reports its term (`reports`).
+    fn end_process(&mut self, worker: usize, at: Duration, silenced: bool, reports: bool) {
+        for term in self.terms.iter_mut().filter(|t| t.worker == worker) {
+            if term.end.is_none() {
+                term.silenced |= silenced;
+                if reports && term.reports == 0 {
+                    term.reports = 1;
+                }
+            }
+            term.end.get_or_insert(at);
+        }
+    }
+
+    /// The terms of one resource, in order of their start.
+    pub fn terms_of<'a>(&'a self, resource: &'a str) -> impl Iterator<Item = &'a Term> + 'a {
+        self.terms.iter().filter(move |t| t.resource == resource)
+    }
+
+    /// When `term` stopped acting as the owner, as far as others may
+    /// assume: its end; or the start of a pause of its process in which
+    /// another term of the resource began, or after which one began and this
+    /// one ended within the break grace of the wake (a paused process runs
+    /// no code, and once woken past its deadline it only reports the end;
+    /// the checker's units rule watches that it does no work); or a break
+    /// of its lease (a broken owner may run on for
+    /// [`History::break_grace`], which the units rule allows). A pause that
+    /// nobody took over in is no end: the owner goes on after it.
+    pub fn acted_until(&self, term: &Term) -> Duration {
+        let end = term.end.unwrap_or(self.until);
+        // Taken over while paused, or after a wake past the deadline: then
+        // the term ends soon after the wake.
+        let taken_over = |p: &Pause| {
+            let woken = p.to.unwrap_or(end);
+            self.terms_of(&term.resource).any(|t| {
+                t != term
+                    && t.start >= p.from
+                    && t.start < end
+                    && (t.start < woken || end <= woken + self.break_grace)
+            })
+        };
+        let paused = self
+            .pauses
+            .iter()
+            .filter(|p| p.worker == term.worker && p.from >= term.start && p.from < end)
+            .filter(|p| taken_over(p))
+            .map(|p| p.from);
+        let broken = self
+            .breaks
+            .iter()
+            .filter(|(r, at)| *r == term.resource && *at >= term.start && *at < end)
+            .map(|(_, at)| *at);
+        paused.chain(broken).fold(end, Duration::min)
+    }
+}
