@@ -30,6 +30,7 @@ macro_rules! links {
             "[readme-features]: crate#storage-backends-and-features\n",
             "[guide-argument]: crate::guide::election#the-argument\n",
             "[guide-guarantees]: crate::guide::guarantees\n",
+            "[guide-chaos]: crate::guide::guarantees#chaos-every-mode-at-once-judged-from-a-history\n",
             "[guide-partitions]: crate::guide::partitions\n",
             "[guide-set-names]: crate::guide::partitions#names-a-set-owns\n",
             "[guide-handover]: crate::guide::handover\n",
