@@ -567,7 +567,10 @@ impl ChaosRig {
             .env(Backend::ENV, "official")
             .output()
             .expect("run blob-mutex break");
-        self.history.breaks.push((kind.name().to_owned(), at));
+        let returned = self.cluster.now();
+        self.history
+            .breaks
+            .push((kind.name().to_owned(), at, returned));
         Some(format!("{} (exit {:?})", kind.name(), out.status.code()))
     }
 

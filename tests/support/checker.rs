@@ -132,8 +132,8 @@ fn units(history: &History, found: &mut Vec<Violation>) {
             ));
             continue;
         };
-        let broken = history.breaks.iter().any(|(r, at)| {
-            *r == u.resource && *at >= own.start && u.at <= *at + history.break_grace
+        let broken = history.breaks.iter().any(|(r, _, returned)| {
+            *r == u.resource && *returned >= own.start && u.at <= *returned + history.break_grace
         });
         if broken {
             continue;

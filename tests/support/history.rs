@@ -98,9 +98,11 @@ pub struct History {
     pub writes: Vec<Write>,
     pub orphans: Vec<Orphan>,
     pub pauses: Vec<Pause>,
-    /// Operator breaks of a resource's lease (`blob-mutex break`), by when
-    /// the command was started.
-    pub breaks: Vec<(String, Duration)>,
+    /// Operator breaks of a resource's lease (`blob-mutex break`): the
+    /// resource, when the command was started and when it returned. The
+    /// break took effect somewhere in between, so it may have broken a term
+    /// that began while the command ran.
+    pub breaks: Vec<(String, Duration, Duration)>,
     pub faults: Vec<Fault>,
     /// Every resource of the run, and how soon after the nemesis stopped
     /// each must be owned again.
@@ -281,8 +283,8 @@ impl History {
         let broken = self
             .breaks
             .iter()
-            .filter(|(r, at)| *r == term.resource && *at >= term.start && *at < end)
-            .map(|(_, at)| *at);
+            .filter(|(r, from, to)| *r == term.resource && *to >= term.start && *from < end)
+            .map(|(_, from, _)| (*from).max(term.start));
         paused.chain(broken).fold(end, Duration::min)
     }
 }
