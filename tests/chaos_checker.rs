@@ -174,6 +174,26 @@ fn a_break_in_flight_when_a_term_began_may_have_broken_that_term() {
     assert!(rules(&h).contains(&"two-owners"), "{:?}", check(&h));
 }
 
+/// Seed 1973173869 once: an owner paused after its last write landed and
+/// printed it on waking past its deadline, after the next term began.
+/// Printed that soon after a wake, the write may predate the pause; printed
+/// later, it is a write of a term no longer current.
+#[test]
+fn a_write_printed_on_waking_may_have_landed_before_the_pause() {
+    let mut h = clean();
+    h.pauses.push(Pause {
+        worker: 0,
+        from: s(8),
+        to: Some(s(14)),
+    });
+    h.terms[0].end = Some(s(14));
+    h.writes.push(write("mutex", 0, 1, 14, true));
+    assert_eq!(check(&h), vec![], "printed at the wake");
+    h.writes[2].at = s(21);
+    h.terms[0].end = Some(s(21));
+    assert!(rules(&h).contains(&"write"), "{:?}", check(&h));
+}
+
 #[test]
 fn epochs_that_do_not_increase_are_caught() {
     let mut h = clean();
