@@ -29,6 +29,7 @@ use tracing::{debug, error, trace, warn};
 use crate::backoff::{backoff, Jitter};
 use crate::bounded::bounded;
 use crate::engine::fail_stop::FailStop;
+use crate::engine::leader::LeaderWatch;
 use crate::engine::leadership::{Heartbeat, LeaderContext, Leadership, StopReason};
 use crate::engine::lingering::Lingering;
 use crate::engine::metrics::{Attempt, Metrics};
@@ -139,6 +140,9 @@ pub(crate) struct Engine<'a, S> {
     /// Tasks of earlier terms that may still run: no campaign starts while
     /// one does.
     pub(crate) lingering: &'a Lingering,
+    /// Who leads, kept up to date by the campaign's polls while somebody
+    /// watches; `None` for a lease set's partitions, whose set lists them.
+    pub(crate) leader: Option<&'a LeaderWatch>,
 }
 
 impl<S: LeaseStore> Engine<'_, S> {
@@ -221,6 +225,27 @@ impl<S: LeaseStore> Engine<'_, S> {
         }
     }
 
+    /// Inspects the lease for the leader watch when somebody watches and no
+    /// poll was sent within a renew interval; `false` when cancelled first.
+    async fn poll_leader(&self, token: &CancellationToken) -> bool {
+        let Some(leader) = self.leader else {
+            return true;
+        };
+        let sent = Instant::now();
+        if !leader.due(sent, self.options.effective_renew_interval()) {
+            return true;
+        }
+        let answer = tokio::select! {
+            () = token.cancelled() => return false,
+            r = bounded("inspect", self.options.request_timeout, self.store.inspect()) => r,
+        };
+        leader.polled(sent, &answer);
+        if answer.is_err() {
+            leader.unanswered(Instant::now(), self.options.lease_duration);
+        }
+        true
+    }
+
     /// Waits; `false` when cancelled first.
     async fn pause(&self, token: &CancellationToken, wait: Duration) -> bool {
         tokio::select! {
@@ -276,10 +301,16 @@ impl<S: LeaseStore> Engine<'_, S> {
                     if let Some(held) = held {
                         held.notify_one();
                     }
+                    if !self.poll_leader(token).await {
+                        return Ok(None);
+                    }
                     (self.options.acquire_retry, None)
                 }
                 Err(e) if e.is_fatal() => return Err(e),
                 Err(e) => {
+                    if let Some(leader) = self.leader {
+                        leader.unanswered(Instant::now(), self.options.lease_duration);
+                    }
                     self.metrics.attempt(Attempt::Error);
                     failures = failures.saturating_add(1);
                     let wait = backoff(
@@ -397,7 +428,7 @@ impl<S: LeaseStore> Engine<'_, S> {
         let limit = self.options.request_timeout.min(left);
         let stamped = tokio::select! {
             () = token.cancelled() => Err(Error::Cancelled),
-            r = bounded("stamp", limit, self.store.stamp(lease, &self.holder)) => r,
+            r = bounded("stamp", limit, self.stamp_term(lease)) => r,
         };
         let e = match stamped {
             Ok(epoch) => return Ok(epoch),
@@ -412,6 +443,19 @@ impl<S: LeaseStore> Engine<'_, S> {
             e if e.is_fatal() => Err(e),
             _ => Ok(Term::Ended(StopReason::LeaseLost)),
         })
+    }
+
+    /// The stamp of a new term: with what this instance advertises, if
+    /// anything.
+    async fn stamp_term(&self, lease: LeaseId) -> Result<u64> {
+        match &self.options.advertised {
+            Some(value) => {
+                self.store
+                    .stamp_advertised(lease, &self.holder, value, 0)
+                    .await
+            }
+            None => self.store.stamp(lease, &self.holder).await,
+        }
     }
 
     /// Leads until something ends the term; returns why, with the leader
@@ -575,6 +619,7 @@ fn joined_task(joined: std::result::Result<Ended, JoinError>) -> Ended {
 }
 
 pub(crate) mod fail_stop;
+pub(crate) mod leader;
 pub(crate) mod leadership;
 pub(crate) mod lingering;
 pub(crate) mod metrics;

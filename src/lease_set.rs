@@ -53,6 +53,7 @@ use tracing::{debug, info, warn};
 
 use crate::backoff::Jitter;
 use crate::bounded::bounded;
+use crate::engine::leader::Leader;
 use crate::engine::leadership::{LeaderContext, Leadership, TermReport};
 use crate::engine::lingering::Lingering;
 use crate::engine::metrics::Metrics;
@@ -262,6 +263,8 @@ struct Shared<S: LeaseSetStore> {
     holder: Arc<str>,
     task: Arc<PartitionFn>,
     owned: watch::Sender<BTreeMap<String, u64>>,
+    /// The owner of each leased partition, from the last listing.
+    owners: watch::Sender<BTreeMap<String, Leader>>,
     reports: broadcast::Sender<PartitionReport>,
     /// Permits for claims in flight ([`CLAIMS_IN_FLIGHT`]).
     claiming: Arc<Semaphore>,
@@ -370,7 +373,12 @@ impl<S: LeaseSetStore> BlobLeaseSet<S> {
                 ),
             ));
         }
-        store.lease(&format!("{MEMBERS}{holder}"))?;
+        let member = store.lease(&format!("{MEMBERS}{holder}"))?;
+        if options.mutex.advertised.is_some() && !member.supports_advertised() {
+            return Err(Error::Unsupported {
+                operation: "a value advertised with the stamp (the advertised option)",
+            });
+        }
         let task: Arc<PartitionFn> = Arc::new(move |ctx| {
             let fut = task(ctx);
             Box::pin(async move { fut.await.map_err(Into::into) })
@@ -383,6 +391,7 @@ impl<S: LeaseSetStore> BlobLeaseSet<S> {
                 holder,
                 task,
                 owned: watch::channel(BTreeMap::new()).0,
+                owners: watch::channel(BTreeMap::new()).0,
                 reports: broadcast::channel(64).0,
                 claiming: Arc::new(Semaphore::new(CLAIMS_IN_FLIGHT)),
                 lingering: Lingering::default(),
@@ -403,6 +412,24 @@ impl<S: LeaseSetStore> BlobLeaseSet<S> {
     #[must_use]
     pub fn watch(&self) -> watch::Receiver<BTreeMap<String, u64>> {
         self.shared.owned.subscribe()
+    }
+
+    /// The owner of every partition that is owned, as the set's last
+    /// listing showed it: its [`Leader`] (holder, epoch, start and
+    /// [`advertised`](MutexOptions::advertised) value), by partition name;
+    /// a partition nobody owns is missing. Every instance of the set has it,
+    /// for routing a partition's work to its owner.
+    ///
+    /// It costs nothing more: the listing that balances the set carries it,
+    /// so it is as fresh as the last balance cycle
+    /// ([`balance_interval`](LeaseSetOptions::balance_interval), plus the
+    /// listing's request), and is updated while this instance is a member
+    /// of the set. A partition whose lease was seen free is dropped at that
+    /// listing; this instance's own partitions are shown from its listings
+    /// too (see [`watch`](Self::watch) for those at once).
+    #[must_use]
+    pub fn owners(&self) -> watch::Receiver<BTreeMap<String, Leader>> {
+        self.shared.owners.subscribe()
     }
 
     /// A report for every partition term of this instance that ends from now
@@ -570,6 +597,7 @@ async fn read_set<S: LeaseSetStore>(
         _ = shared.store.collect(&listing) => {}
     }
     let (mut members, mut partitions) = (BTreeSet::new(), BTreeMap::new());
+    let mut owners = BTreeMap::new();
     let mut unmarked = 0;
     for (name, info) in listing {
         if let Some(member) = names::live_member(&name, &info) {
@@ -577,9 +605,17 @@ async fn read_set<S: LeaseSetStore>(
         } else if info.state != LeaseState::Leased {
             unmarked += usize::from(member_segment(&name).is_some() && !info.member);
         } else if let Some(partition) = name.strip_prefix(PARTITIONS) {
+            if let Some(owner) = Leader::from_info(&info) {
+                owners.insert(partition.to_owned(), owner);
+            }
             partitions.insert(partition.to_owned(), info.holder);
         }
     }
+    shared.owners.send_if_modified(|shown| {
+        let changed = *shown != owners;
+        *shown = owners;
+        changed
+    });
     if unmarked > 0 && !shared.told_unmarked.swap(true, Ordering::Relaxed) {
         info!(
             holder = %shared.holder,
@@ -693,6 +729,7 @@ async fn run_partition<S: LeaseSetStore>(
         observer: &observer,
         metrics: &metrics,
         lingering: &shared.lingering,
+        leader: None,
     };
     engine.lead_once(token).await.map(drop)
 }

@@ -42,6 +42,7 @@ mod options;
 mod store;
 
 pub use engine::fail_stop::FAIL_STOP_EXIT_CODE;
+pub use engine::leader::Leader;
 pub use engine::leadership::{
     Heartbeat, LeaderContext, Leadership, StopReason, TaskStop, TermReport,
 };
@@ -52,7 +53,7 @@ pub use mutex::BlobDistributedMutex;
 pub use options::{MutexOptions, STOP_SLACK};
 pub use store::backend::{Backend, BlobLeaseManager, BlobLeaseSetStore};
 pub use store::blob_protocol::{
-    ACQUIRED_AT_KEY, EPOCH_KEY, HOLDER_KEY, MEMBER_KEY, PRIORITY_KEY, PROPOSED_KEY,
+    ACQUIRED_AT_KEY, ADVERTISED_KEY, EPOCH_KEY, HOLDER_KEY, MEMBER_KEY, PRIORITY_KEY, PROPOSED_KEY,
 };
 pub use store::collect::Collection;
 #[cfg(feature = "testing")]
@@ -73,7 +74,8 @@ pub use store::quorum::{
 pub use store::sdk_v021::{SdkV021LeaseManager, SdkV021LeaseSetStore};
 pub use store::settings::{BlobSettings, AZURITE_ACCOUNT, AZURITE_ENDPOINT};
 pub use store::{
-    Acquire, Candidate, LeaseId, LeaseInfo, LeaseSetStore, LeaseState, LeaseStore, MAX_STATE_LEN,
+    Acquire, Candidate, LeaseId, LeaseInfo, LeaseSetStore, LeaseState, LeaseStore,
+    MAX_ADVERTISED_LEN, MAX_STATE_LEN,
 };
 
 /// Re-exported so that callers can name the token type without adding the crate.

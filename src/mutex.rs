@@ -7,10 +7,11 @@ use std::sync::Arc;
 use tokio::sync::{broadcast, watch};
 use tokio_util::sync::CancellationToken;
 
+use crate::engine::leader::{Leader, LeaderWatch};
 use crate::engine::leadership::{LeaderContext, Leadership, TermReport};
 use crate::engine::lingering::Lingering;
 use crate::engine::metrics::Metrics;
-use crate::engine::{box_task, Engine, TaskFn};
+use crate::engine::{box_task, Engine, Observer, TaskFn};
 use crate::error::{BoxError, Error, Result};
 use crate::options::{default_holder, MutexOptions};
 use crate::store::backend::BlobLeaseManager;
@@ -39,6 +40,8 @@ pub struct BlobDistributedMutex<S: LeaseStore = BlobLeaseManager> {
     campaigning: AtomicBool,
     /// Tasks of earlier terms that may still run.
     lingering: Lingering,
+    /// Who leads, for [`leader`](Self::leader).
+    leader: LeaderWatch,
 }
 
 impl<S: LeaseStore> std::fmt::Debug for BlobDistributedMutex<S> {
@@ -131,7 +134,13 @@ impl<S: LeaseStore> BlobDistributedMutex<S> {
                 operation: "candidates beside the lease (the priority option)",
             });
         }
+        if options.advertised.is_some() && !store.supports_advertised() {
+            return Err(Error::Unsupported {
+                operation: "a value advertised with the stamp (the advertised option)",
+            });
+        }
         let holder: Arc<str> = options.holder.clone().unwrap_or_else(default_holder).into();
+        let leader = LeaderWatch::new(&holder, options.advertised.as_deref());
         Ok(BlobDistributedMutex {
             metrics: Metrics::new(&store.name()),
             store: Arc::new(store),
@@ -142,6 +151,7 @@ impl<S: LeaseStore> BlobDistributedMutex<S> {
             reports: broadcast::channel(REPORTS_KEPT).0,
             campaigning: AtomicBool::new(false),
             lingering: Lingering::default(),
+            leader,
         })
     }
 
@@ -169,6 +179,29 @@ impl<S: LeaseStore> BlobDistributedMutex<S> {
     #[must_use]
     pub fn watch(&self) -> watch::Receiver<Leadership> {
         self.state.subscribe()
+    }
+
+    /// A receiver of who leads this lease, as this instance last saw it:
+    /// `None` while it does not know of a leader (the lease is free, or
+    /// taken and not yet stamped, or storage did not answer for a lease
+    /// duration), otherwise the [`Leader`] with its holder, epoch, start
+    /// and [`advertised`](MutexOptions::advertised) value. Followers and
+    /// the leader alike.
+    ///
+    /// The leader fills it when its term starts and empties it when the
+    /// term ends. A follower fills it while
+    /// [`run_task_when_mutex_acquired`](Self::run_task_when_mutex_acquired)
+    /// runs, from an inspection of the lease each time an acquire attempt
+    /// finds the lease held, at most once per renew interval: one request
+    /// per renew interval more, and none while no receiver is alive. A new
+    /// leader is therefore seen within a renew interval plus an acquire
+    /// retry (6.2 s with the defaults, plus the request), and a leader
+    /// whose lease is gone is no longer shown within the same time once
+    /// storage shows the lease free (see the guide's section
+    /// [Who leads, and where](crate::guide::election#who-leads-and-where)).
+    #[must_use]
+    pub fn leader(&self) -> watch::Receiver<Option<Leader>> {
+        self.leader.subscribe()
     }
 
     /// A receiver of a [`TermReport`] for every term this mutex leads from
@@ -227,17 +260,39 @@ impl<S: LeaseStore> BlobDistributedMutex<S> {
     /// could expire.
     pub async fn run_task_when_mutex_acquired(&self, token: CancellationToken) -> Result<()> {
         let _one = OneCampaign::enter(&self.campaigning, &self.state)?;
+        let observer = MutexObserver {
+            reports: &self.reports,
+            leader: &self.leader,
+        };
         let engine = Engine {
             store: self.store.clone(),
             options: &self.options,
             holder: self.holder.clone(),
             task: self.task.clone(),
             state: &self.state,
-            observer: &self.reports,
+            observer: &observer,
             metrics: &self.metrics,
             lingering: &self.lingering,
+            leader: Some(&self.leader),
         };
         engine.run(token).await
+    }
+}
+
+/// What hears of the mutex's terms: its term reports, and its leader watch.
+struct MutexObserver<'a> {
+    reports: &'a broadcast::Sender<TermReport>,
+    leader: &'a LeaderWatch,
+}
+
+impl Observer for MutexObserver<'_> {
+    fn started(&self, epoch: u64) {
+        self.leader.leading(epoch);
+    }
+
+    fn ended(&self, report: &TermReport) {
+        self.leader.stepped_down(report.epoch);
+        self.reports.ended(report);
     }
 }
 

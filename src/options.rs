@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use crate::error::{Error, Result};
+use crate::store::check_advertised;
 
 /// Timing and behaviour of a [`BlobDistributedMutex`](crate::BlobDistributedMutex).
 ///
@@ -102,6 +103,20 @@ pub struct MutexOptions {
     /// otherwise making the mutex fails with [`Error::Unsupported`].
     /// A [`BlobLeaseSet`](crate::BlobLeaseSet)'s partitions ignore it.
     pub priority: Option<i64>,
+    /// What this instance tells the others of itself while it leads: an
+    /// address at which it takes requests, say (`10.0.0.7:8080`,
+    /// `https://worker-3.internal`), or any short string. Written with the
+    /// holder and epoch at each term's stamp, in the same request, and read
+    /// back by every follower's [`leader`](crate::BlobDistributedMutex::leader)
+    /// watch, by a lease set's [`owners`](crate::BlobLeaseSet::owners) and
+    /// by `blob-mutex status`. Printable ASCII, 1 to
+    /// [`MAX_ADVERTISED_LEN`](crate::MAX_ADVERTISED_LEN) (256) bytes, no
+    /// space at either end. The store must support it
+    /// ([`LeaseStore::supports_advertised`](crate::LeaseStore::supports_advertised));
+    /// otherwise making the mutex fails with [`Error::Unsupported`].
+    /// Default: `None`: the stamp carries nothing more, and removes what an
+    /// earlier term advertised.
+    pub advertised: Option<String>,
 }
 
 impl Default for MutexOptions {
@@ -122,6 +137,7 @@ impl Default for MutexOptions {
             jitter_seed: None,
             acquire_timeout: None,
             priority: None,
+            advertised: None,
         }
     }
 }
@@ -171,6 +187,8 @@ impl MutexOptions {
         with_acquire_timeout: acquire_timeout: Duration = Some;
         /// Sets [`priority`](Self::priority).
         with_priority: priority: i64 = Some;
+        /// Sets [`advertised`](Self::advertised).
+        with_advertised: advertised: String = Some;
     }
 
     /// The renew interval in force: [`renew_interval`](Self::renew_interval),
@@ -270,6 +288,9 @@ impl MutexOptions {
         }
         if let Some(holder) = &self.holder {
             validate_holder(holder)?;
+        }
+        if let Some(advertised) = &self.advertised {
+            check_advertised(advertised)?;
         }
         Ok(())
     }
@@ -394,6 +415,9 @@ mod tests {
             (d().with_holder("naïve".into()), "holder"),
             (d().with_holder("a\nb".into()), "holder"),
             (d().with_holder("x".repeat(257)), "holder"),
+            (d().with_advertised(String::new()), "advertised"),
+            (d().with_advertised("x".repeat(257)), "advertised"),
+            (d().with_advertised("a\tb".into()), "advertised"),
         ];
         for (options, field) in cases {
             assert_eq!(field_of(&options), field, "{options:?}");

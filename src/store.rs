@@ -174,6 +174,12 @@ pub struct LeaseInfo {
     /// [`LeaseSetStore`] reports it for the leases that its
     /// [`lease`](LeaseSetStore::lease) made as `members/<holder>`.
     pub member: bool,
+    /// The `advertised` metadata: what the last term's holder advertised
+    /// with its stamp (an address, say; see
+    /// [`MutexOptions::advertised`](crate::MutexOptions::advertised)).
+    /// `None` when that term advertised nothing: an address never outlives
+    /// the term that wrote it.
+    pub advertised: Option<String>,
 }
 
 impl LeaseInfo {
@@ -191,6 +197,7 @@ impl LeaseInfo {
             content_length: 0,
             etag: String::new(),
             member: false,
+            advertised: None,
         }
     }
 }
@@ -369,6 +376,49 @@ pub trait LeaseStore: Send + Sync + 'static {
         }
     }
 
+    /// Like [`stamp_at_least`](Self::stamp_at_least), and records
+    /// `advertised` beside the holder and epoch: what this term's holder
+    /// tells the others of itself, such as the address at which it takes
+    /// requests. Called instead of `stamp` by a mutex or lease set whose
+    /// options set [`advertised`](crate::MutexOptions::advertised);
+    /// followers read it back with [`inspect`](Self::inspect) (and a lease
+    /// set with [`LeaseSetStore::list`]).
+    ///
+    /// # Contract
+    ///
+    /// 10. **An advertised value belongs to its term.** After this call
+    ///     succeeds, `inspect` reports `advertised` for the term
+    ///     ([`LeaseInfo::advertised`]) until the next stamp; after a
+    ///     `stamp` or `stamp_at_least` it reports `None`, so that a value
+    ///     never outlives the term that wrote it. The value is at most
+    ///     [`MAX_ADVERTISED_LEN`] bytes of printable ASCII; a longer or
+    ///     other one is refused with [`Error::InvalidOption`] before
+    ///     anything is sent.
+    ///
+    /// The default implementation returns [`Error::Unsupported`]; a mutex
+    /// with the option refuses a store whose
+    /// [`supports_advertised`](Self::supports_advertised) is `false`.
+    fn stamp_advertised(
+        &self,
+        lease: LeaseId,
+        holder: &str,
+        advertised: &str,
+        floor: u64,
+    ) -> impl Future<Output = Result<u64>> + Send {
+        let _ = (lease, holder, advertised, floor);
+        std::future::ready(Err(Error::Unsupported {
+            operation: "advertise a value with the stamp",
+        }))
+    }
+
+    /// Whether this store keeps what [`stamp_advertised`](Self::stamp_advertised)
+    /// records (rule 10).
+    ///
+    /// The default implementation returns `false`.
+    fn supports_advertised(&self) -> bool {
+        false
+    }
+
     /// The shortest time limit a caller may put on one call: a store that
     /// gives back partial work before it answers (a quorum releases the
     /// leases an acquire was granted when no majority granted) must not be
@@ -523,6 +573,41 @@ pub(crate) fn check_state_len(state: &[u8]) -> Result<()> {
     Ok(())
 }
 
+/// The longest value, in bytes, that an instance may advertise with its
+/// stamp ([`MutexOptions::advertised`](crate::MutexOptions::advertised)):
+/// it travels as blob metadata, in a request header, on every stamp and
+/// every listing of a set.
+pub const MAX_ADVERTISED_LEN: usize = 256;
+
+/// Refuses an advertised value that is empty, longer than
+/// [`MAX_ADVERTISED_LEN`], not printable ASCII (it is an HTTP header value
+/// on Azure), or with spaces at either end (which storage would trim, so
+/// that followers would read another value than the one written).
+pub(crate) fn check_advertised(value: &str) -> Result<()> {
+    if value.is_empty() || value.len() > MAX_ADVERTISED_LEN {
+        return Err(Error::invalid(
+            "advertised",
+            format!(
+                "must be 1 to {MAX_ADVERTISED_LEN} bytes long, got {}",
+                value.len()
+            ),
+        ));
+    }
+    if !value.bytes().all(|b| (0x20..0x7f).contains(&b)) {
+        return Err(Error::invalid(
+            "advertised",
+            "must be printable ASCII (it is stored as blob metadata, an HTTP header value)",
+        ));
+    }
+    if value.starts_with(' ') || value.ends_with(' ') {
+        return Err(Error::invalid(
+            "advertised",
+            "must not start or end with a space (storage would trim it)",
+        ));
+    }
+    Ok(())
+}
+
 /// Many named leases in one namespace, listed together: what a
 /// [`BlobLeaseSet`](crate::BlobLeaseSet) needs for its partitions and its
 /// members. On Azure, a container and a blob-name prefix
@@ -597,6 +682,32 @@ pub trait LeaseSetStore: Send + Sync + 'static {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn advertised_values_are_short_printable_and_untrimmed() {
+        for good in [
+            "10.0.0.7:8080",
+            "https://a.example/x?y=1",
+            "a",
+            &"x".repeat(256),
+        ] {
+            check_advertised(good).unwrap();
+        }
+        for bad in [
+            String::new(),
+            "x".repeat(257),
+            "naïve".to_owned(),
+            "a\nb".to_owned(),
+            "tab\there".to_owned(),
+            " lead".to_owned(),
+            "trail ".to_owned(),
+        ] {
+            match check_advertised(&bad) {
+                Err(Error::InvalidOption { field, .. }) => assert_eq!(field, "advertised"),
+                other => panic!("{bad:?}: {other:?}"),
+            }
+        }
+    }
 
     #[test]
     fn lease_id_round_trips() {

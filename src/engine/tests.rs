@@ -286,6 +286,7 @@ impl Harness {
             observer: &self.reports,
             metrics: &self.metrics,
             lingering: &self.lingering,
+            leader: None,
         }
     }
 

@@ -485,6 +485,20 @@ impl LeaseStore for BlobLeaseManager {
         each!(LeaseInner, self.inner, m => Box::pin(m.stamp_at_least(lease, holder, floor)).await)
     }
 
+    async fn stamp_advertised(
+        &self,
+        lease: LeaseId,
+        holder: &str,
+        advertised: &str,
+        floor: u64,
+    ) -> Result<u64> {
+        each!(LeaseInner, self.inner, m => Box::pin(m.stamp_advertised(lease, holder, advertised, floor)).await)
+    }
+
+    fn supports_advertised(&self) -> bool {
+        each!(LeaseInner, self.inner, m => m.supports_advertised())
+    }
+
     async fn change(&self, from: LeaseId, to: LeaseId) -> Result<()> {
         each!(LeaseInner, self.inner, m => Box::pin(LeaseStore::change(m, from, to)).await)
     }

@@ -20,6 +20,9 @@ pub const HOLDER_KEY: &str = "holder";
 pub const EPOCH_KEY: &str = "epoch";
 /// Metadata key of the instant the current term began (RFC 3339, UTC).
 pub const ACQUIRED_AT_KEY: &str = "acquired_at";
+/// Metadata key of what the term's holder advertised with its stamp (an
+/// address, say); absent when it advertised nothing.
+pub const ADVERTISED_KEY: &str = "advertised";
 /// Metadata key of a candidate's priority.
 pub const PRIORITY_KEY: &str = "priority";
 /// Metadata key of a candidate's proposed lease id.
@@ -88,6 +91,32 @@ pub(crate) fn next_epoch(metadata: &HashMap<String, String>) -> Result<u64> {
         .ok_or_else(|| Error::InvalidEpoch {
             found: found.chars().take(64).collect(),
         })
+}
+
+/// Writes a new term into a blob's `metadata`, keeping every other key:
+/// `holder`, `epoch`, `acquired_at` (now), `advertised` (removed when the
+/// term advertises nothing, so that no value outlives its term) and, for a
+/// set's member blob, the member marker.
+pub(crate) fn write_term(
+    metadata: &mut HashMap<String, String>,
+    holder: &str,
+    epoch: u64,
+    advertised: Option<&str>,
+    member: bool,
+) {
+    let now = time::OffsetDateTime::now_utc()
+        .format(&time::format_description::well_known::Rfc3339)
+        .unwrap_or_default();
+    metadata.insert(HOLDER_KEY.to_owned(), holder.to_owned());
+    metadata.insert(EPOCH_KEY.to_owned(), epoch.to_string());
+    metadata.insert(ACQUIRED_AT_KEY.to_owned(), now);
+    match advertised {
+        Some(value) => metadata.insert(ADVERTISED_KEY.to_owned(), value.to_owned()),
+        None => metadata.remove(ADVERTISED_KEY),
+    };
+    if member {
+        metadata.insert(MEMBER_KEY.to_owned(), MEMBER_VALUE.to_owned());
+    }
 }
 
 /// The candidate in a record's metadata; `None` when a field is missing or
@@ -237,6 +266,26 @@ mod tests {
             Err(Error::InvalidEpoch { found }) => assert_eq!(found.len(), 64),
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn a_new_term_replaces_the_advertised_value_and_keeps_other_keys() {
+        let mut metadata = HashMap::from([
+            (ADVERTISED_KEY.to_owned(), "old:1".to_owned()),
+            ("mine".to_owned(), "kept".to_owned()),
+        ]);
+        write_term(&mut metadata, "b", 8, None, false);
+        assert_eq!(metadata.get(ADVERTISED_KEY), None, "{metadata:?}");
+        assert_eq!(metadata.get("mine").map(String::as_str), Some("kept"));
+        assert_eq!(parse_epoch(&metadata), 8);
+        write_term(&mut metadata, "c", 9, Some("new:2"), true);
+        assert_eq!(
+            metadata.get(ADVERTISED_KEY).map(String::as_str),
+            Some("new:2")
+        );
+        assert_eq!(metadata.get(HOLDER_KEY).map(String::as_str), Some("c"));
+        assert!(metadata.contains_key(MEMBER_KEY));
+        assert!(metadata.contains_key(ACQUIRED_AT_KEY));
     }
 
     #[test]

@@ -33,7 +33,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use crate::error::Error;
-use crate::store::{Acquire, Candidate, LeaseId, LeaseState, LeaseStore, MAX_STATE_LEN};
+use crate::store::{Acquire, Candidate, LeaseId, LeaseInfo, LeaseState, LeaseStore, MAX_STATE_LEN};
 
 /// The lease duration the checks use: the shortest Azure allows.
 pub const DURATION: Duration = Duration::from_secs(15);
@@ -66,6 +66,8 @@ where
     stamp_at_least_keeps_epochs_increasing(&a, &b).await;
     let (a, b) = fresh("candidates").await;
     candidates_are_listed_while_their_record_is_held(&a, &b).await;
+    let (a, b) = fresh("advertised").await;
+    advertised_values_belong_to_their_term(&a, &b).await;
 }
 
 /// Acquire grants the lease to one id; the same id acquires again
@@ -394,6 +396,64 @@ pub async fn stamp_at_least_keeps_epochs_increasing<S: LeaseStore>(a: &S, b: &S)
     );
     let e4 = ok(b.stamp(second, "b").await, "stamp by the next holder");
     assert!(e4 > e3, "epochs must strictly increase: {e3} then {e4}");
+    ok(b.release(second).await, "release");
+}
+
+/// Rule 10, for a store that [supports advertised values](LeaseStore::supports_advertised)
+/// (a store that does not is skipped): what a stamp advertises is read back
+/// by another handle with the term's holder and epoch, at a floor too; a
+/// bad value is refused before anything changes; a plain stamp of the next
+/// term removes it; only the holder may stamp.
+pub async fn advertised_values_belong_to_their_term<S: LeaseStore>(a: &S, b: &S) {
+    if !a.supports_advertised() {
+        return;
+    }
+    let (first, second) = (LeaseId::new(), LeaseId::new());
+    let shown = |info: Option<LeaseInfo>| {
+        let info = info.expect("the lease exists after a stamp");
+        (info.holder, info.epoch, info.advertised)
+    };
+    ok(a.acquire(first, DURATION).await, "acquire");
+    let e1 = ok(
+        a.stamp_advertised(first, "a", "10.0.0.7:8080", 0).await,
+        "stamp advertising",
+    );
+    let seen = shown(ok(b.inspect().await, "inspect by a non-holder"));
+    assert_eq!(
+        seen,
+        (Some("a".to_owned()), e1, Some("10.0.0.7:8080".to_owned())),
+        "the advertised value is read back with the term"
+    );
+    match a.stamp_advertised(first, "a", "two\nlines", 0).await {
+        Err(Error::InvalidOption { field, .. }) => assert_eq!(field, "advertised"),
+        other => panic!("a value that is no header value must be refused: {other:?}"),
+    }
+    let seen = shown(ok(b.inspect().await, "inspect after a refused stamp"));
+    assert_eq!(seen.1, e1, "a refused stamp changes nothing");
+    ok(a.release(first).await, "release");
+    ok(
+        b.acquire(second, DURATION).await,
+        "acquire by the next holder",
+    );
+    assert_lost(
+        &a.stamp_advertised(first, "a", "10.0.0.7:8080", 0).await,
+        "stamp advertising under an id that does not hold the lease",
+    );
+    let e2 = ok(b.stamp(second, "b").await, "plain stamp of the next term");
+    let seen = shown(ok(a.inspect().await, "inspect after a plain stamp"));
+    assert_eq!(
+        seen,
+        (Some("b".to_owned()), e2, None),
+        "a term that advertises nothing shows nothing, not the last term's value"
+    );
+    let e3 = ok(
+        b.stamp_advertised(second, "b", "b.internal:9", e2 + 5)
+            .await,
+        "stamp advertising at a floor",
+    );
+    assert_eq!(e3, e2 + 5, "the floor is the epoch when it is larger");
+    let seen = shown(ok(a.inspect().await, "inspect after a stamp at a floor"));
+    assert_eq!(seen.2.as_deref(), Some("b.internal:9"));
     ok(b.release(second).await, "release");
 }
 

@@ -12,7 +12,8 @@ use crate::options::lease_seconds;
 use crate::store::collect::{Collection, Collector};
 use crate::store::names::{self, collectable, SetLease};
 use crate::store::{
-    check_state_len, Acquire, Candidate, LeaseId, LeaseInfo, LeaseSetStore, LeaseState, LeaseStore,
+    check_advertised, check_state_len, Acquire, Candidate, LeaseId, LeaseInfo, LeaseSetStore,
+    LeaseState, LeaseStore,
 };
 
 /// One lease kept in memory, with the same rules as an Azure blob lease.
@@ -67,6 +68,9 @@ struct State {
     created: bool,
     epoch: u64,
     holder: Option<String>,
+    /// What the last term advertised, and when it was stamped (RFC 3339).
+    advertised: Option<String>,
+    acquired_at: Option<String>,
     /// The leader state (the blob's content).
     content: Vec<u8>,
     /// Every call fails with a transport error while set.
@@ -100,6 +104,8 @@ impl State {
         let mut info = LeaseInfo::new(lease_state);
         info.infinite = (lease_state == LeaseState::Leased).then_some(false);
         info.holder.clone_from(&self.holder);
+        info.advertised.clone_from(&self.advertised);
+        info.acquired_at.clone_from(&self.acquired_at);
         info.epoch = self.epoch;
         info.content_length = u64::try_from(self.content.len()).unwrap_or(u64::MAX);
         info.member = self.member;
@@ -123,6 +129,38 @@ impl MemoryLeaseStore {
             state: Arc::default(),
             member: false,
         }
+    }
+
+    /// Stamps a new term (rule 4), with what it advertises (rule 10).
+    fn stamp_term(
+        &self,
+        lease: LeaseId,
+        holder: &str,
+        advertised: Option<String>,
+        floor: u64,
+    ) -> impl Future<Output = Result<u64>> + Send {
+        let holder = holder.to_owned();
+        let member = self.member;
+        self.call("stamp", move |state, now| match state.lease {
+            Some(held) if held.id == lease && held.until > now => {
+                let epoch = state
+                    .epoch
+                    .checked_add(1)
+                    .ok_or_else(|| Error::InvalidEpoch {
+                        found: state.epoch.to_string(),
+                    })?
+                    .max(floor);
+                state.epoch = epoch;
+                state.holder = Some(holder);
+                state.advertised = advertised;
+                state.acquired_at = time::OffsetDateTime::now_utc()
+                    .format(&time::format_description::well_known::Rfc3339)
+                    .ok();
+                state.member |= member;
+                Ok(epoch)
+            }
+            _ => Err(lost("stamp")),
+        })
     }
 
     /// Breaks the lease, as an operator would: the holder's next renewal
@@ -255,24 +293,25 @@ impl LeaseStore for MemoryLeaseStore {
         holder: &str,
         floor: u64,
     ) -> impl Future<Output = Result<u64>> + Send {
-        let holder = holder.to_owned();
-        let member = self.member;
-        self.call("stamp", move |state, now| match state.lease {
-            Some(held) if held.id == lease && held.until > now => {
-                let epoch = state
-                    .epoch
-                    .checked_add(1)
-                    .ok_or_else(|| Error::InvalidEpoch {
-                        found: state.epoch.to_string(),
-                    })?
-                    .max(floor);
-                state.epoch = epoch;
-                state.holder = Some(holder);
-                state.member |= member;
-                Ok(epoch)
-            }
-            _ => Err(lost("stamp")),
-        })
+        self.stamp_term(lease, holder, None, floor)
+    }
+
+    fn stamp_advertised(
+        &self,
+        lease: LeaseId,
+        holder: &str,
+        advertised: &str,
+        floor: u64,
+    ) -> impl Future<Output = Result<u64>> + Send {
+        // Checked before the call: the memory store's calls take effect
+        // when made, not when awaited.
+        let stamp = check_advertised(advertised)
+            .map(|()| self.stamp_term(lease, holder, Some(advertised.to_owned()), floor));
+        async move { stamp?.await }
+    }
+
+    fn supports_advertised(&self) -> bool {
+        true
     }
 
     fn change(&self, from: LeaseId, to: LeaseId) -> impl Future<Output = Result<()>> + Send {

@@ -489,7 +489,7 @@ impl<S: LeaseStore> LeaseStore for QuorumLeaseStore<S> {
     }
 
     fn stamp(&self, lease: LeaseId, holder: &str) -> impl Future<Output = Result<u64>> + Send {
-        self.stamp_quorum(lease, holder, 0)
+        self.stamp_quorum(lease, holder, None, 0)
     }
 
     fn stamp_at_least(
@@ -498,7 +498,22 @@ impl<S: LeaseStore> LeaseStore for QuorumLeaseStore<S> {
         holder: &str,
         floor: u64,
     ) -> impl Future<Output = Result<u64>> + Send {
-        self.stamp_quorum(lease, holder, floor)
+        self.stamp_quorum(lease, holder, None, floor)
+    }
+
+    fn stamp_advertised(
+        &self,
+        lease: LeaseId,
+        holder: &str,
+        advertised: &str,
+        floor: u64,
+    ) -> impl Future<Output = Result<u64>> + Send {
+        self.stamp_quorum(lease, holder, Some(advertised), floor)
+    }
+
+    /// Whether every account keeps what a stamp advertises.
+    fn supports_advertised(&self) -> bool {
+        self.stores().all(LeaseStore::supports_advertised)
     }
 
     fn change(&self, from: LeaseId, to: LeaseId) -> impl Future<Output = Result<()>> + Send {

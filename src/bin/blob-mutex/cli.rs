@@ -403,6 +403,14 @@ pub(crate) struct LeaseArgs {
     /// This host's name in the blob's metadata [default: <hostname>-<pid>].
     #[arg(long, value_name = "NAME")]
     holder: Option<String>,
+    /// What this host tells the others while it leads, written beside its
+    /// name at each term's stamp: where to reach it, for example
+    /// 10.0.0.7:8080. Printable ASCII, at most 256 bytes. Shown by
+    /// `status` and `partitions` (text and JSON), so that a follower's
+    /// script can find the leader with `status --json | jq -r .advertised`.
+    /// [default: none]
+    #[arg(long, value_name = "VALUE", env = "BLOB_MUTEX_ADVERTISE")]
+    advertise: Option<String>,
 }
 
 impl LeaseArgs {
@@ -424,6 +432,9 @@ impl LeaseArgs {
         }
         if let Some(holder) = &self.holder {
             options = options.with_holder(holder.clone());
+        }
+        if let Some(value) = &self.advertise {
+            options = options.with_advertised(value.clone());
         }
         options
     }

@@ -55,6 +55,8 @@ struct Partition {
     epoch: u64,
     /// When the last term began.
     acquired_at: Option<String>,
+    /// What the owner advertised with its stamp, while leased.
+    advertised: Option<String>,
 }
 
 /// What `partitions` shows, for people and for scripts.
@@ -89,6 +91,7 @@ impl<'a> View<'a> {
                     owner: info.holder.filter(|_| leased),
                     epoch: info.epoch,
                     acquired_at: info.acquired_at,
+                    advertised: info.advertised.filter(|_| leased),
                 })
             })
             .collect();
@@ -131,8 +134,15 @@ impl<'a> View<'a> {
         let _ = writeln!(out, "{:<12} {} live", "members", self.members.len());
         if !self.partitions.is_empty() {
             out.push('\n');
-            let mut rows =
-                vec![["PARTITION", "STATE", "OWNER", "EPOCH", "ACQUIRED AT"].map(str::to_owned)];
+            let mut rows = vec![[
+                "PARTITION",
+                "STATE",
+                "OWNER",
+                "EPOCH",
+                "ACQUIRED AT",
+                "ADVERTISED",
+            ]
+            .map(str::to_owned)];
             rows.extend(self.partitions.iter().map(|p| {
                 [
                     p.name.clone(),
@@ -140,6 +150,7 @@ impl<'a> View<'a> {
                     p.owner.clone().unwrap_or_else(|| "-".to_owned()),
                     p.epoch.to_string(),
                     p.acquired_at.clone().unwrap_or_else(|| "-".to_owned()),
+                    p.advertised.clone().unwrap_or_else(|| "-".to_owned()),
                 ]
             }));
             out.push_str(&columns(&rows));
@@ -165,12 +176,14 @@ impl<'a> View<'a> {
             .iter()
             .map(|p| {
                 format!(
-                    "{{\"name\":{},\"state\":{},\"owner\":{},\"epoch\":{},\"acquired_at\":{}}}",
+                    "{{\"name\":{},\"state\":{},\"owner\":{},\"epoch\":{},\"acquired_at\":{},\
+                     \"advertised\":{}}}",
                     json_string(&p.name),
                     json_string(p.state.as_str()),
                     text(p.owner.as_deref()),
                     p.epoch,
                     text(p.acquired_at.as_deref()),
+                    text(p.advertised.as_deref()),
                 )
             })
             .collect();
@@ -217,6 +230,7 @@ mod tests {
     fn info(state: LeaseState, holder: &str, epoch: u64) -> LeaseInfo {
         let mut info = LeaseInfo::new(state);
         info.holder = Some(holder.to_owned());
+        info.advertised = (holder == "a").then(|| "10.0.0.1:80".to_owned());
         info.epoch = epoch;
         info.acquired_at = Some("2025-01-14T02:00:03.512Z".to_owned());
         info
@@ -276,10 +290,10 @@ set          leases/ingest
 partitions   3 (2 leased)
 members      2 live
 
-PARTITION  STATE      OWNER  EPOCH  ACQUIRED AT
-p1         leased     a      7      2025-01-14T02:00:03.512Z
-p2         leased     b      4      2025-01-14T02:00:03.512Z
-p3         available  -      2      2025-01-14T02:00:03.512Z
+PARTITION  STATE      OWNER  EPOCH  ACQUIRED AT               ADVERTISED
+p1         leased     a      7      2025-01-14T02:00:03.512Z  10.0.0.1:80
+p2         leased     b      4      2025-01-14T02:00:03.512Z  -
+p3         available  -      2      2025-01-14T02:00:03.512Z  -
 
 MEMBER  OWNS
 a       1
@@ -289,9 +303,9 @@ b       1
         assert_eq!(
             view.json(),
             "{\"container\":\"leases\",\"set\":\"ingest\",\"exists\":true,\"partitions\":[\
-             {\"name\":\"p1\",\"state\":\"leased\",\"owner\":\"a\",\"epoch\":7,\"acquired_at\":\"2025-01-14T02:00:03.512Z\"},\
-             {\"name\":\"p2\",\"state\":\"leased\",\"owner\":\"b\",\"epoch\":4,\"acquired_at\":\"2025-01-14T02:00:03.512Z\"},\
-             {\"name\":\"p3\",\"state\":\"available\",\"owner\":null,\"epoch\":2,\"acquired_at\":\"2025-01-14T02:00:03.512Z\"}],\
+             {\"name\":\"p1\",\"state\":\"leased\",\"owner\":\"a\",\"epoch\":7,\"acquired_at\":\"2025-01-14T02:00:03.512Z\",\"advertised\":\"10.0.0.1:80\"},\
+             {\"name\":\"p2\",\"state\":\"leased\",\"owner\":\"b\",\"epoch\":4,\"acquired_at\":\"2025-01-14T02:00:03.512Z\",\"advertised\":null},\
+             {\"name\":\"p3\",\"state\":\"available\",\"owner\":null,\"epoch\":2,\"acquired_at\":\"2025-01-14T02:00:03.512Z\",\"advertised\":null}],\
              \"members\":[{\"holder\":\"a\",\"owns\":1},{\"holder\":\"b\",\"owns\":1}]}"
         );
     }

@@ -147,6 +147,8 @@ struct View<'a> {
     /// `None` while leased with no holder a majority agrees on.
     epoch: Option<u64>,
     acquired_at: Option<&'a str>,
+    /// What the holder advertised with its stamp.
+    advertised: Option<&'a str>,
 }
 
 impl<'a> View<'a> {
@@ -167,11 +169,16 @@ impl<'a> View<'a> {
             holder: info.and_then(|i| i.holder.as_deref()),
             epoch: Some(info.map_or(0, |i| i.epoch)),
             acquired_at: info.and_then(|i| i.acquired_at.as_deref()),
+            advertised: info.and_then(|i| i.advertised.as_deref()),
         }
     }
 
     /// The holder and epoch a majority of a quorum's accounts agrees on.
+    /// What was advertised is shown when it came with that term's stamp.
     fn holder_known(&mut self, holder: &'a str, epoch: u64) {
+        if self.epoch != Some(epoch) {
+            self.advertised = None;
+        }
         self.holder = Some(holder);
         self.epoch = Some(epoch);
     }
@@ -181,6 +188,7 @@ impl<'a> View<'a> {
     fn holder_unknown(&mut self) {
         self.holder = None;
         self.epoch = None;
+        self.advertised = None;
     }
 
     /// A small table; when the lease is free, the holder is the last one.
@@ -203,6 +211,7 @@ impl<'a> View<'a> {
                     .map_or_else(|| "unknown".to_owned(), |e| e.to_string()),
             ),
             ("acquired at", self.acquired_at.unwrap_or("-").to_owned()),
+            ("advertised", self.advertised.unwrap_or("-").to_owned()),
         ];
         let mut out = String::new();
         for (label, value) in rows {
@@ -226,7 +235,7 @@ impl<'a> View<'a> {
         let text = |value: Option<&str>| value.map_or_else(|| "null".to_owned(), json_string);
         format!(
             "{{\"container\":{},\"blob\":{},\"exists\":{},\"state\":{},\"leased\":{},\
-             \"duration\":{},\"holder\":{},\"epoch\":{},\"acquired_at\":{}}}",
+             \"duration\":{},\"holder\":{},\"epoch\":{},\"acquired_at\":{},\"advertised\":{}}}",
             json_string(self.container),
             json_string(self.blob),
             self.exists,
@@ -237,6 +246,7 @@ impl<'a> View<'a> {
             self.epoch
                 .map_or_else(|| "null".to_owned(), |e| e.to_string()),
             text(self.acquired_at),
+            text(self.advertised),
         )
     }
 }

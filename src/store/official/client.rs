@@ -13,7 +13,7 @@ use azure_storage_blob::{BlobContainerClient, BlobContainerClientOptions};
 
 use crate::error::{redact, Cause, Error};
 use crate::store::blob_protocol::{
-    parse_epoch, said, status_error, ACQUIRED_AT_KEY, HOLDER_KEY, MEMBER_KEY,
+    parse_epoch, said, status_error, ACQUIRED_AT_KEY, ADVERTISED_KEY, HOLDER_KEY, MEMBER_KEY,
 };
 use crate::store::{LeaseInfo, LeaseState};
 
@@ -154,6 +154,7 @@ pub(super) fn lease_info(
     info.epoch = parse_epoch(metadata);
     info.acquired_at = metadata.get(ACQUIRED_AT_KEY).cloned();
     info.member = metadata.contains_key(MEMBER_KEY);
+    info.advertised = metadata.get(ADVERTISED_KEY).cloned();
     info.content_length = content_length.unwrap_or(0);
     info.etag = etag.unwrap_or_default();
     info

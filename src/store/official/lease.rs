@@ -16,8 +16,6 @@ use azure_storage_blob::models::{
     BlobClientSetMetadataOptions, BlockBlobClientUploadOptions,
 };
 use azure_storage_blob::{BlobClient, BlobContainerClient};
-use time::format_description::well_known::Rfc3339;
-use time::OffsetDateTime;
 use tracing::{debug, trace};
 
 use super::client::{
@@ -29,11 +27,10 @@ use crate::bounded::bounded;
 use crate::error::{Error, Result};
 use crate::options::{lease_seconds, DEFAULT_REQUEST_TIMEOUT};
 use crate::store::blob_protocol::{
-    next_epoch, ACQUIRED_AT_KEY, CONTAINER_NOT_FOUND, EPOCH_KEY, HOLDER_KEY, MEMBER_KEY,
-    MEMBER_VALUE,
+    next_epoch, write_term, CONTAINER_NOT_FOUND, MEMBER_KEY, MEMBER_VALUE,
 };
 use crate::store::collect::{Collection, Collector};
-use crate::store::{Acquire, Candidate, LeaseId, LeaseInfo, LeaseStore};
+use crate::store::{check_advertised, Acquire, Candidate, LeaseId, LeaseInfo, LeaseStore};
 
 /// The lease on one blob through the official Azure SDK: the same calls and
 /// the same answers as `SdkV021LeaseManager`
@@ -413,18 +410,19 @@ impl OfficialLeaseManager {
         Ok((metadata, etag))
     }
 
-    async fn stamp_uncapped(&self, lease: LeaseId, holder: &str, floor: u64) -> Result<u64> {
+    async fn stamp_uncapped(
+        &self,
+        lease: LeaseId,
+        holder: &str,
+        advertised: Option<&str>,
+        floor: u64,
+    ) -> Result<u64> {
+        if let Some(value) = advertised {
+            check_advertised(value)?;
+        }
         let (mut metadata, etag) = self.metadata_under(lease, "read metadata").await?;
         let epoch = next_epoch(&metadata)?.max(floor);
-        let now = OffsetDateTime::now_utc()
-            .format(&Rfc3339)
-            .unwrap_or_default();
-        metadata.insert(HOLDER_KEY.to_owned(), holder.to_owned());
-        metadata.insert(EPOCH_KEY.to_owned(), epoch.to_string());
-        metadata.insert(ACQUIRED_AT_KEY.to_owned(), now);
-        if self.member {
-            metadata.extend(member_marker());
-        }
+        write_term(&mut metadata, holder, epoch, advertised, self.member);
         let options = BlobClientSetMetadataOptions {
             lease_id: Some(lease.to_string()),
             if_match: Some(etag),
@@ -482,7 +480,7 @@ impl LeaseStore for OfficialLeaseManager {
     }
 
     fn stamp(&self, lease: LeaseId, holder: &str) -> impl Future<Output = Result<u64>> + Send {
-        self.stamp_uncapped(lease, holder, 0)
+        self.stamp_uncapped(lease, holder, None, 0)
     }
 
     fn stamp_at_least(
@@ -491,7 +489,21 @@ impl LeaseStore for OfficialLeaseManager {
         holder: &str,
         floor: u64,
     ) -> impl Future<Output = Result<u64>> + Send {
-        self.stamp_uncapped(lease, holder, floor)
+        self.stamp_uncapped(lease, holder, None, floor)
+    }
+
+    fn stamp_advertised(
+        &self,
+        lease: LeaseId,
+        holder: &str,
+        advertised: &str,
+        floor: u64,
+    ) -> impl Future<Output = Result<u64>> + Send {
+        self.stamp_uncapped(lease, holder, Some(advertised), floor)
+    }
+
+    fn supports_advertised(&self) -> bool {
+        true
     }
 
     fn change(&self, from: LeaseId, to: LeaseId) -> impl Future<Output = Result<()>> + Send {

@@ -10,7 +10,7 @@ use super::epoch::{catch_up, read_last, stamp_all, Stamp};
 use super::votes::{ask, no_majority, straggler_grace, Answers, Asking, Vote, Votes};
 use super::{merge, QuorumLeaseStore, Term, CLEANUP_LIMIT};
 use crate::error::{Error, Result};
-use crate::store::{Acquire, LeaseId, LeaseInfo, LeaseStore};
+use crate::store::{check_advertised, Acquire, LeaseId, LeaseInfo, LeaseStore};
 
 impl<S: LeaseStore> QuorumLeaseStore<S> {
     /// Releases `lease` on the accounts marked, concurrently; waits at
@@ -174,8 +174,12 @@ impl<S: LeaseStore> QuorumLeaseStore<S> {
         &self,
         lease: LeaseId,
         holder: &str,
+        advertised: Option<&str>,
         floor: u64,
     ) -> Result<u64> {
+        if let Some(value) = advertised {
+            check_advertised(value)?;
+        }
         let limit = self.request_timeout / 2;
         let read = match read_last(&self.accounts, limit).await {
             Ok(read) => read,
@@ -189,7 +193,12 @@ impl<S: LeaseStore> QuorumLeaseStore<S> {
             })?
             .max(floor);
         let wait = (read.from_every_account, limit);
-        let (answers, votes) = stamp_all(&self.accounts, lease, holder, epoch, wait).await;
+        let stamp = Stamp {
+            holder: holder.to_owned(),
+            epoch,
+            advertised: advertised.map(str::to_owned),
+        };
+        let (answers, votes) = stamp_all(&self.accounts, lease, &stamp, wait).await;
         if let Some(mut term) = self.recall(lease) {
             // An account that answered more than the epoch carried a larger
             // one already (left by an attempt that did not win): it carries
@@ -198,10 +207,7 @@ impl<S: LeaseStore> QuorumLeaseStore<S> {
                 .iter()
                 .map(|a| matches!(a, Some(Ok(e)) if *e >= epoch))
                 .collect();
-            term.stamp = votes.won().then(|| Stamp {
-                holder: holder.to_owned(),
-                epoch,
-            });
+            term.stamp = votes.won().then_some(stamp);
             self.remember(term);
         }
         if votes.won() {

@@ -23,11 +23,28 @@ pub(super) struct Read {
     pub(super) from_every_account: bool,
 }
 
-/// What a term wrote on the accounts: its holder and epoch.
+/// What a term writes on the accounts: its holder, epoch and what it
+/// advertises.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct Stamp {
     pub(super) holder: String,
     pub(super) epoch: u64,
+    pub(super) advertised: Option<String>,
+}
+
+impl Stamp {
+    /// Stamps one account, held under `lease`, with this term at its epoch
+    /// as the floor.
+    async fn write<S: LeaseStore>(&self, store: &S, lease: LeaseId) -> Result<u64> {
+        match &self.advertised {
+            Some(value) => {
+                store
+                    .stamp_advertised(lease, &self.holder, value, self.epoch)
+                    .await
+            }
+            None => store.stamp_at_least(lease, &self.holder, self.epoch).await,
+        }
+    }
 }
 
 /// How one account's lease blob counts for the read of a new term's
@@ -104,24 +121,23 @@ pub(super) async fn read_last<S: LeaseStore>(
     ))
 }
 
-/// Stamps `holder` with `epoch` as the floor on every account; the
-/// answers, and whether a majority now carries at least `epoch`. Once
+/// Stamps the term on every account, its epoch as the floor; the
+/// answers, and whether a majority now carries at least that epoch. Once
 /// decided, it waits for the others for a straggler's grace; or, when
 /// `every` account must carry an epoch for the next term to read one from
 /// a majority (they all answered the read), up to `limit`.
 pub(super) async fn stamp_all<S: LeaseStore>(
     accounts: &[(String, S)],
     lease: LeaseId,
-    holder: &str,
-    epoch: u64,
+    stamp: &Stamp,
     (every, limit): (bool, Duration),
 ) -> (Answers<u64>, Votes) {
-    let start = Instant::now();
+    let (start, epoch) = (Instant::now(), stamp.epoch);
     let mut asking = Asking::new(
         accounts,
         "stamp",
         Votes::new(accounts.len()),
-        |_, store| Some(store.stamp_at_least(lease, holder, epoch)),
+        |_, store| Some(stamp.write(store, lease)),
         |_, answer| match answer {
             Ok(e) if *e >= epoch => Vote::Yes,
             Err(Error::LeaseLost(_)) => Vote::No,
@@ -150,9 +166,7 @@ pub(super) async fn catch_up<S: LeaseStore>(
     if carried >= stamp.epoch {
         return Ok(());
     }
-    let epoch = store
-        .stamp_at_least(lease, &stamp.holder, stamp.epoch)
-        .await?;
+    let epoch = stamp.write(store, lease).await?;
     debug!(lease = %store.name(), carried, epoch, "account brought up to the term's epoch");
     Ok(())
 }

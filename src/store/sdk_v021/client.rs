@@ -16,7 +16,7 @@ use azure_storage_blobs::prelude::{ClientBuilder, ContainerClient};
 
 use crate::error::{redact, Cause, Error, Result};
 use crate::store::blob_protocol::{
-    parse_epoch, said, status_error, ACQUIRED_AT_KEY, HOLDER_KEY, MEMBER_KEY,
+    parse_epoch, said, status_error, ACQUIRED_AT_KEY, ADVERTISED_KEY, HOLDER_KEY, MEMBER_KEY,
 };
 use crate::store::settings::BlobSettings;
 use crate::store::{LeaseInfo, LeaseState};
@@ -143,6 +143,7 @@ pub(super) fn lease_info(
     info.epoch = parse_epoch(metadata);
     info.acquired_at = metadata.get(ACQUIRED_AT_KEY).cloned();
     info.member = metadata.contains_key(MEMBER_KEY);
+    info.advertised = metadata.get(ADVERTISED_KEY).cloned();
     info.content_length = properties.content_length;
     info.etag = properties.etag.to_string();
     info

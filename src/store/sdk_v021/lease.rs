@@ -9,16 +9,13 @@ use std::time::Duration;
 use azure_core_v021::prelude::{IfMatchCondition, LeaseBreakPeriod, ProposedLeaseId};
 use azure_core_v021::request_options::Metadata;
 use azure_storage_blobs::prelude::BlobClient;
-use time::format_description::well_known::Rfc3339;
-use time::OffsetDateTime;
 use tracing::{debug, trace};
 
 use crate::bounded::bounded;
 use crate::error::{Error, Result};
 use crate::options::{lease_seconds, DEFAULT_REQUEST_TIMEOUT};
 use crate::store::blob_protocol::{
-    next_epoch, ACQUIRED_AT_KEY, CONTAINER_NOT_FOUND, EPOCH_KEY, HOLDER_KEY, MEMBER_KEY,
-    MEMBER_VALUE,
+    next_epoch, write_term, CONTAINER_NOT_FOUND, MEMBER_KEY, MEMBER_VALUE,
 };
 use crate::store::collect::{Collection, Collector};
 use crate::store::settings::BlobSettings;
@@ -26,7 +23,7 @@ use crate::store::settings::BlobSettings;
 use super::client::{
     container_client, http_status, is_not_found, lease_call_error, lease_info, map_error,
 };
-use crate::store::{Acquire, Candidate, LeaseId, LeaseInfo, LeaseStore};
+use crate::store::{check_advertised, Acquire, Candidate, LeaseId, LeaseInfo, LeaseStore};
 
 impl LeaseId {
     pub(super) fn sdk_id(self) -> azure_core_v021::request_options::LeaseId {
@@ -271,7 +268,7 @@ impl SdkV021LeaseManager {
     ///
     /// Not cancellation safe: the epoch may or may not have been written.
     pub async fn stamp(&self, lease: LeaseId, holder: &str) -> Result<u64> {
-        self.capped("stamp", self.stamp_uncapped(lease, holder, 0))
+        self.capped("stamp", self.stamp_uncapped(lease, holder, None, 0))
             .await
     }
 
@@ -475,8 +472,12 @@ impl SdkV021LeaseManager {
         &self,
         lease: LeaseId,
         holder: &str,
+        advertised: Option<&str>,
         floor: u64,
     ) -> Result<u64> {
+        if let Some(value) = advertised {
+            check_advertised(value)?;
+        }
         let current = self
             .blob
             .get_properties()
@@ -485,15 +486,7 @@ impl SdkV021LeaseManager {
             .map_err(|e| map_error("read metadata", &e))?;
         let mut existing = current.blob.metadata.unwrap_or_default();
         let epoch = next_epoch(&existing)?.max(floor);
-        let now = OffsetDateTime::now_utc()
-            .format(&Rfc3339)
-            .unwrap_or_default();
-        existing.insert(HOLDER_KEY.to_owned(), holder.to_owned());
-        existing.insert(EPOCH_KEY.to_owned(), epoch.to_string());
-        existing.insert(ACQUIRED_AT_KEY.to_owned(), now);
-        if self.member {
-            existing.insert(MEMBER_KEY.to_owned(), MEMBER_VALUE.to_owned());
-        }
+        write_term(&mut existing, holder, epoch, advertised, self.member);
         let mut metadata = Metadata::new();
         for (key, value) in existing {
             metadata.insert(key, value);
@@ -529,7 +522,7 @@ impl LeaseStore for SdkV021LeaseManager {
     }
 
     fn stamp(&self, lease: LeaseId, holder: &str) -> impl Future<Output = Result<u64>> + Send {
-        self.stamp_uncapped(lease, holder, 0)
+        self.stamp_uncapped(lease, holder, None, 0)
     }
 
     fn stamp_at_least(
@@ -538,7 +531,21 @@ impl LeaseStore for SdkV021LeaseManager {
         holder: &str,
         floor: u64,
     ) -> impl Future<Output = Result<u64>> + Send {
-        self.stamp_uncapped(lease, holder, floor)
+        self.stamp_uncapped(lease, holder, None, floor)
+    }
+
+    fn stamp_advertised(
+        &self,
+        lease: LeaseId,
+        holder: &str,
+        advertised: &str,
+        floor: u64,
+    ) -> impl Future<Output = Result<u64>> + Send {
+        self.stamp_uncapped(lease, holder, Some(advertised), floor)
+    }
+
+    fn supports_advertised(&self) -> bool {
+        true
     }
 
     fn change(&self, from: LeaseId, to: LeaseId) -> impl Future<Output = Result<()>> + Send {
