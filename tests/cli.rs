@@ -337,6 +337,31 @@ fn an_unknown_backend_is_a_usage_error() {
     assert!(stderr.contains("official or sdk-v021"), "{stderr}");
 }
 
+/// An advertised value that storage could not keep as it is, or that is
+/// too long, is a usage error naming the flag's option, before any request.
+#[test]
+fn a_bad_advertised_value_is_a_usage_error() {
+    for bad in ["a\tb".to_owned(), "x".repeat(257), " padded".to_owned()] {
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_blob-mutex"))
+            .args([
+                "run",
+                "--dev",
+                "-c",
+                "leases",
+                "-b",
+                "lock",
+                "--advertise",
+                &bad,
+            ])
+            .args(["--", "true"])
+            .output()
+            .expect("run blob-mutex");
+        assert_eq!(output.status.code(), Some(2), "{bad:?}: {output:?}");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(stderr.contains("advertised"), "{stderr}");
+    }
+}
+
 async fn take_turns(case: &Case, flags: &[&str]) {
     let mut a = case.run("a", 7, flags);
     let mut b = case.run("b", 0, flags);
@@ -820,7 +845,7 @@ async fn status_and_json_agree_with_the_lease() {
     );
     assert!(json.contains("\"holder\":null"), "{json}");
 
-    let mut a = case.run("status-holder", 0, &[]);
+    let mut a = case.run("status-holder", 0, &["--advertise", "10.1.2.3:8080"]);
     let epoch = case.started("status-holder", Duration::from_secs(30)).await;
 
     let table = case.output("status", &[]).await;
@@ -832,6 +857,7 @@ async fn status_and_json_agree_with_the_lease() {
         table.contains(&format!("epoch        {epoch}\n")),
         "{table}"
     );
+    assert!(table.contains("advertised   10.1.2.3:8080\n"), "{table}");
 
     let json = case.output("status", &["--json"]).await;
     assert_eq!(json.status.code(), Some(0));
@@ -847,6 +873,7 @@ async fn status_and_json_agree_with_the_lease() {
         "\"holder\":\"status-holder\"".to_owned(),
         format!("\"epoch\":{epoch},"),
         "\"acquired_at\":\"20".to_owned(),
+        "\"advertised\":\"10.1.2.3:8080\"}".to_owned(),
     ] {
         assert!(json.contains(&part), "{part} in {json}");
     }
