@@ -40,6 +40,7 @@ macro_rules! links {
             "[guide-operations]: crate::guide::operations\n",
             "[guide-metrics]: crate::guide::operations#metrics\n",
             "[guide-backends]: crate::guide::backends\n",
+            "[guide-leader]: crate::guide::election#who-leads-and-where\n",
             "[guide-least-privilege]: crate::guide::operations#least-privilege-the-permissions-each-mode-needs\n",
             "[benchmarks]: https://docs.rs/crate/blob-mutex/",
             env!("CARGO_PKG_VERSION"),

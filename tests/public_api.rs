@@ -13,11 +13,12 @@
 
 #[allow(unused_imports)]
 use blob_mutex::conformance::{
-    acquire_is_exclusive_and_idempotent, candidates_are_listed_while_their_record_is_held,
-    change_passes_the_lease_to_the_proposed_id, inspect_needs_no_lease_and_shows_the_last_term,
-    lease_expires_after_its_duration, release_frees_the_lease_at_once,
-    renew_keeps_the_lease_and_only_for_its_id, renewing_an_expired_lease_under_another_id_is_lost,
-    run_all, stamp_at_least_keeps_epochs_increasing, stamp_needs_the_lease_and_epochs_increase,
+    acquire_is_exclusive_and_idempotent, advertised_values_belong_to_their_term,
+    candidates_are_listed_while_their_record_is_held, change_passes_the_lease_to_the_proposed_id,
+    inspect_needs_no_lease_and_shows_the_last_term, lease_expires_after_its_duration,
+    release_frees_the_lease_at_once, renew_keeps_the_lease_and_only_for_its_id,
+    renewing_an_expired_lease_under_another_id_is_lost, run_all,
+    stamp_at_least_keeps_epochs_increasing, stamp_needs_the_lease_and_epochs_increase,
     state_is_kept_across_terms_with_the_metadata, state_writes_land_only_under_the_lease, DURATION,
 };
 #[allow(unused_imports)]
@@ -29,18 +30,20 @@ use blob_mutex::guide::{
 use blob_mutex::{
     conformance, default_credential, guide, AccountLease, Acquire, Backend, BlobDistributedMutex,
     BlobLeaseManager, BlobLeaseSet, BlobLeaseSetStore, BlobSettings, BoxError, CancellationToken,
-    Candidate, Cause, Collection, Error, Heartbeat, Holding, LeaderContext, Leadership, LeaseId,
-    LeaseInfo, LeaseSetOptions, LeaseSetStore, LeaseState, LeaseStore, MemoryLeaseSetStore,
-    MemoryLeaseStore, MutexOptions, OfficialLeaseManager, OfficialLeaseSetStore, OfficialSettings,
-    PartitionContext, PartitionReport, QuorumLeaseSetStore, QuorumLeaseStore, Result,
-    SdkV021LeaseManager, SdkV021LeaseSetStore, StopReason, Strategy, TaskStop, TermReport,
-    ACQUIRED_AT_KEY, AZURITE_ACCOUNT, AZURITE_ENDPOINT, EPOCH_KEY, FAIL_STOP_EXIT_CODE, HOLDER_KEY,
+    Candidate, Cause, Collection, Error, Heartbeat, Holding, Leader, LeaderContext, Leadership,
+    LeaseId, LeaseInfo, LeaseSetOptions, LeaseSetStore, LeaseState, LeaseStore,
+    MemoryLeaseSetStore, MemoryLeaseStore, MutexOptions, OfficialLeaseManager,
+    OfficialLeaseSetStore, OfficialSettings, PartitionContext, PartitionReport,
+    QuorumLeaseSetStore, QuorumLeaseStore, Result, SdkV021LeaseManager, SdkV021LeaseSetStore,
+    StopReason, Strategy, TaskStop, TermReport, ACQUIRED_AT_KEY, ADVERTISED_KEY, AZURITE_ACCOUNT,
+    AZURITE_ENDPOINT, EPOCH_KEY, FAIL_STOP_EXIT_CODE, HOLDER_KEY, MAX_ADVERTISED_LEN,
     MAX_QUORUM_ACCOUNTS, MAX_STATE_LEN, MEMBER_KEY, PRIORITY_KEY, PROPOSED_KEY, STOP_SLACK,
 };
 
 /// The items named above.
 const NAMED: &[&str] = &[
     "blob_mutex::ACQUIRED_AT_KEY",
+    "blob_mutex::ADVERTISED_KEY",
     "blob_mutex::AZURITE_ACCOUNT",
     "blob_mutex::AZURITE_ENDPOINT",
     "blob_mutex::AccountLease",
@@ -62,6 +65,7 @@ const NAMED: &[&str] = &[
     "blob_mutex::HOLDER_KEY",
     "blob_mutex::Heartbeat",
     "blob_mutex::Holding",
+    "blob_mutex::Leader",
     "blob_mutex::LeaderContext",
     "blob_mutex::Leadership",
     "blob_mutex::LeaseId",
@@ -70,6 +74,7 @@ const NAMED: &[&str] = &[
     "blob_mutex::LeaseSetStore",
     "blob_mutex::LeaseState",
     "blob_mutex::LeaseStore",
+    "blob_mutex::MAX_ADVERTISED_LEN",
     "blob_mutex::MAX_QUORUM_ACCOUNTS",
     "blob_mutex::MAX_STATE_LEN",
     "blob_mutex::MEMBER_KEY",
@@ -96,6 +101,7 @@ const NAMED: &[&str] = &[
     "blob_mutex::conformance",
     "blob_mutex::conformance::DURATION",
     "blob_mutex::conformance::acquire_is_exclusive_and_idempotent",
+    "blob_mutex::conformance::advertised_values_belong_to_their_term",
     "blob_mutex::conformance::candidates_are_listed_while_their_record_is_held",
     "blob_mutex::conformance::change_passes_the_lease_to_the_proposed_id",
     "blob_mutex::conformance::inspect_needs_no_lease_and_shows_the_last_term",

@@ -24,6 +24,8 @@ struct Variant {
     lease: Duration,
     retry: Duration,
     followers: usize,
+    /// Every worker watches who leads (`leader()`), so that followers poll.
+    watch: bool,
 }
 
 const fn variant(name: &'static str, lease_secs: u64, retry_ms: u64, followers: usize) -> Variant {
@@ -32,17 +34,26 @@ const fn variant(name: &'static str, lease_secs: u64, retry_ms: u64, followers: 
         lease: Duration::from_secs(lease_secs),
         retry: Duration::from_millis(retry_ms),
         followers,
+        watch: false,
+    }
+}
+
+const fn watching(variant: Variant) -> Variant {
+    Variant {
+        watch: true,
+        ..variant
     }
 }
 
 /// The first is the defaults, whose workers are also the footprint's.
-const VARIANTS: [Variant; 6] = [
+const VARIANTS: [Variant; 7] = [
     variant("defaults", 15, 1000, 2),
     variant("acquire retry 250 ms", 15, 250, 1),
     variant("acquire retry 2 s", 15, 2000, 1),
     variant("acquire retry 5 s", 15, 5000, 1),
     variant("lease 30 s", 30, 1000, 1),
     variant("lease 60 s", 60, 1000, 1),
+    watching(variant("defaults, watching who leads", 15, 1000, 2)),
 ];
 
 /// One worker over the window.
@@ -55,6 +66,11 @@ pub(crate) struct Measured {
     per_hour_by_count: f64,
     per_hour_by_interval: f64,
     expected_per_hour: f64,
+    /// Inspections (Get Blob Properties) per hour, by count: a watching
+    /// follower's polls.
+    inspections_per_hour: f64,
+    /// Whether inspections belong to its schedule (a watching follower).
+    watching: bool,
     /// From the clock ticks of `/proc/<pid>/stat`.
     pub(crate) cpu_share: f64,
     /// The same from the live threads' run time (`NaN` when unavailable).
@@ -76,7 +92,7 @@ impl Measured {
     fn extra(&self) -> usize {
         self.counts
             .iter()
-            .filter(|(k, _)| **k != self.main)
+            .filter(|(k, _)| **k != self.main && !(self.watching && **k == Kind::GetProperties))
             .map(|(_, n)| n)
             .sum()
     }
@@ -99,6 +115,7 @@ impl Measured {
                 ("per_hour_by_count", Json::Num(self.per_hour_by_count)),
                 ("per_hour_by_interval", Json::Num(self.per_hour_by_interval)),
                 ("expected_per_hour", Json::Num(self.expected_per_hour)),
+                ("inspections_per_hour", Json::Num(self.inspections_per_hour)),
             ]);
         }
         fields.extend([
@@ -152,18 +169,18 @@ async fn start(config: &Config, azurite: &Azurite) -> Result<Vec<Run>> {
     for (index, variant) in VARIANTS.iter().enumerate() {
         let lease = variant.lease.as_secs().to_string();
         let retry = variant.retry.as_millis().to_string();
-        let mut group = Group::new(
-            config,
-            &format!("cost{index}"),
-            &[
-                "--lease-secs",
-                &lease,
-                "--acquire-retry-ms",
-                &retry,
-                "--work-ms",
-                IDLE_WORK_MS,
-            ],
-        );
+        let mut args = vec![
+            "--lease-secs",
+            &lease,
+            "--acquire-retry-ms",
+            &retry,
+            "--work-ms",
+            IDLE_WORK_MS,
+        ];
+        if variant.watch {
+            args.push("--watch-leader");
+        }
+        let mut group = Group::new(config, &format!("cost{index}"), &args);
         let mut proxies = BTreeMap::new();
         for _ in 0..=variant.followers {
             let proxy = Proxy::start(azurite.upstream).await?;
@@ -235,6 +252,10 @@ fn measure(run: &Run, worker: &Worker, window: &Window) -> Result<Measured> {
     } else {
         run.variant.retry
     };
+    let inspections = requests
+        .iter()
+        .filter(|(_, k)| *k == Kind::GetProperties)
+        .count();
     let (ticks_before, ns_before) = window.cpu_before[&worker.id];
     let cpu = cpu_ticks(worker.pid)?.saturating_sub(ticks_before);
     #[allow(clippy::cast_precision_loss)] // tick counts are small
@@ -252,6 +273,8 @@ fn measure(run: &Run, worker: &Worker, window: &Window) -> Result<Measured> {
         per_hour_by_count: 3600.0 * float(requests.len()) / window.seconds,
         per_hour_by_interval,
         expected_per_hour: 3600.0 / schedule.as_secs_f64(),
+        inspections_per_hour: 3600.0 * float(inspections) / window.seconds,
+        watching: run.variant.watch && !leader,
         cpu_share,
         cpu_share_ns,
         hwm_kib: vm_kib(worker.pid, "VmHWM")?,
@@ -274,12 +297,28 @@ fn summarize(variant: &Variant, measured: &[Measured], changed: bool) -> Result<
         .map(|m| m.per_hour_by_interval)
         .sum::<f64>()
         / float(followers.len());
+    let inspections = followers
+        .iter()
+        .map(|m| m.inspections_per_hour)
+        .sum::<f64>()
+        / float(followers.len());
+    let follower_cell = if variant.watch {
+        format!(
+            "{follower_rate:.0} ({}) + {inspections:.0} inspections",
+            percent(follower_rate / (3600.0 / retry_secs) - 1.0)
+        )
+    } else {
+        format!(
+            "{follower_rate:.0} ({})",
+            percent(follower_rate / (3600.0 / retry_secs) - 1.0)
+        )
+    };
     // The worst-case waits these options imply: one follower retry for
     // a graceful handover, the whole lease and a retry for a crash.
     let worst_graceful = retry_secs * (1.0 + JITTER);
     let worst_crash = variant.lease.as_secs_f64() + worst_graceful;
     let row = format!(
-        "| {} | {} s / {renew_secs:.0} s / {} | {:.0} ({}) | {:.0} ({}) | {:.0} | {} | {} |",
+        "| {} | {} s / {renew_secs:.0} s / {} | {:.0} ({}) | {follower_cell} | {:.0} | {} | {} |",
         variant.name,
         variant.lease.as_secs(),
         if variant.retry >= Duration::from_secs(1) {
@@ -289,9 +328,7 @@ fn summarize(variant: &Variant, measured: &[Measured], changed: bool) -> Result<
         },
         leader.per_hour_by_interval,
         percent(leader.deviation()),
-        follower_rate,
-        percent(follower_rate / (3600.0 / retry_secs) - 1.0),
-        leader.per_hour_by_interval + 2.0 * follower_rate,
+        leader.per_hour_by_interval + 2.0 * (follower_rate + inspections),
         secs(worst_graceful),
         secs(worst_crash),
     );
@@ -300,6 +337,7 @@ fn summarize(variant: &Variant, measured: &[Measured], changed: bool) -> Result<
         ("lease_seconds", Json::Int(variant.lease.as_secs())),
         ("renew_seconds", Json::Num(renew_secs)),
         ("acquire_retry_seconds", Json::Num(retry_secs)),
+        ("followers_watch_the_leader", Json::Bool(variant.watch)),
         ("leadership_changed_during_window", Json::Bool(changed)),
         ("worst_graceful_wait_seconds", Json::Num(worst_graceful)),
         ("worst_crash_wait_seconds", Json::Num(worst_crash)),
@@ -322,6 +360,7 @@ pub(crate) async fn cost(config: &Config, azurite: &Azurite, report: &mut Report
     let mut variants_json = Vec::new();
     let mut rows = String::new();
     let mut defaults: Vec<Measured> = Vec::new();
+    let mut watchers: Vec<Measured> = Vec::new();
     for run in &mut runs {
         let changed = run.group.drain().iter().any(|e| e.is("LEADING"));
         let measured = run
@@ -338,6 +377,8 @@ pub(crate) async fn cost(config: &Config, azurite: &Azurite, report: &mut Report
                 eprintln!("  warning: leadership changed during the default run's window");
             }
             defaults = measured;
+        } else if run.variant.watch {
+            watchers = measured.into_iter().filter(|m| !m.leader).collect();
         }
         run.group.stop_all().await;
     }
@@ -363,6 +404,27 @@ pub(crate) async fn cost(config: &Config, azurite: &Azurite, report: &mut Report
     for m in defaults.iter().filter(|m| !m.leader) {
         m.target(report, &format!("follower requests/h ({})", m.id));
     }
+    // A poll per renew interval at most (5 s: 720 an hour), on top of an
+    // unchanged acquire schedule.
+    for m in &watchers {
+        let most = 3600.0 / (VARIANTS[6].lease / 3).as_secs_f64();
+        report.target(
+            &format!("watching follower inspections/h ({})", m.id),
+            format!(
+                "{:.0}, acquire {:.0} ({}), outside the schedule: {}",
+                m.inspections_per_hour,
+                m.per_hour_by_interval,
+                percent(m.deviation()),
+                m.extra()
+            ),
+            format!("≤ {most:.0} + 5 %, acquire 3600 ± 5 %"),
+            Some(
+                m.inspections_per_hour <= most * 1.05
+                    && m.deviation().abs() <= 0.05
+                    && m.extra() == 0,
+            ),
+        );
+    }
 
     let d = &mut report.details;
     let _ = writeln!(d, "### Request cost and how it scales\n");
@@ -376,7 +438,9 @@ pub(crate) async fn cost(config: &Config, azurite: &Azurite, report: &mut Report
          Lease / renew / retry: lease duration, renew interval (a third of the lease), acquire \
          retry (±20 % jitter). The last two columns are the worst-case waits the options imply \
          for a graceful handover (one follower retry) and for a crash failover (the lease plus \
-         one retry).\n",
+         one retry). In the last variant every worker holds a receiver of `leader()`, so that \
+         each follower also inspects the lease (Get Blob Properties) at most once per renew \
+         interval.\n",
         window.seconds
     );
     let _ = writeln!(
