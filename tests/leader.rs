@@ -135,7 +135,7 @@ struct Instance {
 fn start(store: &Counting, name: &str, seed: u64) -> Instance {
     let mutex = BlobDistributedMutex::with_store(store.clone(), options(name, seed), lead).unwrap();
     let mutex = Arc::new(mutex);
-    let seen = record(mutex.leader());
+    let shown = record(mutex.leader());
     let token = CancellationToken::new();
     let (m, t) = (mutex.clone(), token.clone());
     let run = tokio::spawn(async move { m.run_task_when_mutex_acquired(t).await });
@@ -143,7 +143,7 @@ fn start(store: &Counting, name: &str, seed: u64) -> Instance {
         mutex,
         token,
         run,
-        seen,
+        seen: shown,
     }
 }
 
@@ -231,7 +231,7 @@ async fn every_follower_names_a_new_leader_within_one_poll_and_never_a_gone_one(
     );
     let (_, third) = all_show(
         &[&follower],
-        &follower.mutex.holder().to_owned(),
+        follower.mutex.holder(),
         Duration::from_secs(15),
     )
     .await;

@@ -19,6 +19,7 @@ use crate::{footprint, Config, IDLE_WORK_MS, JITTER};
 
 /// Options of one run of workers; the renew interval is the default, a
 /// third of the lease.
+#[derive(Clone, Copy)]
 struct Variant {
     name: &'static str,
     lease: Duration,

@@ -203,20 +203,20 @@ impl LeaderWatch {
 mod tests {
     use super::*;
 
-    fn leased(holder: &str, epoch: u64, advertised: Option<&str>) -> Option<LeaseInfo> {
+    fn leased(holder: &str, epoch: u64, advertised: Option<&str>) -> LeaseInfo {
         let mut info = LeaseInfo::new(LeaseState::Leased);
         info.holder = Some(holder.to_owned());
         info.epoch = epoch;
         info.acquired_at = Some("2026-11-24T10:00:00Z".to_owned());
         info.advertised = advertised.map(str::to_owned);
-        Some(info)
+        info
     }
 
-    fn free(epoch: u64) -> Option<LeaseInfo> {
+    fn free(epoch: u64) -> LeaseInfo {
         let mut info = LeaseInfo::new(LeaseState::Expired);
         info.holder = Some("gone".to_owned());
         info.epoch = epoch;
-        Some(info)
+        info
     }
 
     fn shown(watch: &LeaderWatch) -> Option<(String, u64, Option<String>)> {
@@ -229,7 +229,7 @@ mod tests {
 
     #[test]
     fn a_leased_stamped_lease_names_its_leader_and_when_it_began() {
-        let info = leased("a", 3, Some("10.0.0.1:80")).unwrap();
+        let info = leased("a", 3, Some("10.0.0.1:80"));
         let leader = Leader::from_info(&info).unwrap();
         assert_eq!(leader.holder, "a");
         assert_eq!(leader.epoch, 3);
@@ -237,8 +237,8 @@ mod tests {
         let since = leader.since.unwrap();
         let expected = SystemTime::UNIX_EPOCH + Duration::from_secs(1_795_514_400);
         assert_eq!(since, expected);
-        assert_eq!(Leader::from_info(&free(3).unwrap()), None);
-        let mut unstamped = leased("a", 0, None).unwrap();
+        assert_eq!(Leader::from_info(&free(3)), None);
+        let mut unstamped = leased("a", 0, None);
         assert_eq!(Leader::from_info(&unstamped), None);
         unstamped.epoch = 1;
         unstamped.acquired_at = Some("yesterday".to_owned());
@@ -252,7 +252,7 @@ mod tests {
         assert!(!watch.due(Instant::now(), interval), "nobody watches");
         let receiver = watch.subscribe();
         assert!(watch.due(Instant::now(), interval));
-        watch.polled(Instant::now(), &Ok(leased("a", 1, None)));
+        watch.polled(Instant::now(), &Ok(Some(leased("a", 1, None))));
         assert!(!watch.due(Instant::now(), interval));
         tokio::time::advance(interval).await;
         assert!(watch.due(Instant::now(), interval));
@@ -264,14 +264,14 @@ mod tests {
     async fn a_lease_seen_free_is_never_shown_again_under_its_old_term() {
         let watch = LeaderWatch::new("me", None);
         let now = Instant::now();
-        watch.polled(now, &Ok(leased("a", 4, Some("a:1"))));
+        watch.polled(now, &Ok(Some(leased("a", 4, Some("a:1")))));
         assert_eq!(shown(&watch), Some(("a".into(), 4, Some("a:1".into()))));
-        watch.polled(now, &Ok(free(4)));
+        watch.polled(now, &Ok(Some(free(4))));
         assert_eq!(shown(&watch), None);
         // Acquired by b, not stamped yet: the metadata still says a, 4.
-        watch.polled(now, &Ok(leased("a", 4, Some("a:1"))));
+        watch.polled(now, &Ok(Some(leased("a", 4, Some("a:1")))));
         assert_eq!(shown(&watch), None);
-        watch.polled(now, &Ok(leased("b", 5, None)));
+        watch.polled(now, &Ok(Some(leased("b", 5, None))));
         assert_eq!(shown(&watch), Some(("b".into(), 5, None)));
         watch.polled(now, &Ok(None));
         assert_eq!(shown(&watch), None, "the blob is gone");
@@ -281,7 +281,7 @@ mod tests {
     async fn a_value_storage_stopped_confirming_goes_after_a_lease_duration() {
         let watch = LeaderWatch::new("me", None);
         let lease = Duration::from_secs(15);
-        watch.polled(Instant::now(), &Ok(leased("a", 2, None)));
+        watch.polled(Instant::now(), &Ok(Some(leased("a", 2, None))));
         tokio::time::advance(Duration::from_secs(10)).await;
         watch.polled(
             Instant::now(),
@@ -306,7 +306,7 @@ mod tests {
         assert_eq!(shown(&watch).map(|s| s.1), Some(7), "its own term stays");
         watch.stepped_down(7);
         assert_eq!(shown(&watch), None);
-        watch.polled(Instant::now(), &Ok(leased("me", 7, Some("me:9"))));
+        watch.polled(Instant::now(), &Ok(Some(leased("me", 7, Some("me:9")))));
         assert_eq!(shown(&watch), None, "its own ended term, not yet restamped");
     }
 }
