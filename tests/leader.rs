@@ -2,9 +2,10 @@
 //! follower's `leader()` watch names a new leader within one poll, never a
 //! leader whose lease is gone past that bound, costs nothing while nobody
 //! watches and one inspection per renew interval otherwise; a lease set
-//! lists every partition's owner with what it advertised; a quorum names
-//! the leader its majority carries; bad values and stores that cannot keep
-//! them are refused.
+//! lists every partition's owner with what it advertised, on one store and
+//! on a quorum; a planned handover's successor is named within a poll; a
+//! quorum names the leader its majority carries; bad values and stores
+//! that cannot keep them are refused.
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -14,8 +15,8 @@ use std::time::Duration;
 
 use blob_mutex::{
     Acquire, BlobDistributedMutex, BlobLeaseSet, CancellationToken, Error, Leader, LeaderContext,
-    LeaseId, LeaseInfo, LeaseSetOptions, LeaseStore, MemoryLeaseSetStore, MemoryLeaseStore,
-    MutexOptions, QuorumLeaseStore,
+    LeaseId, LeaseInfo, LeaseSetOptions, LeaseSetStore, LeaseStore, MemoryLeaseSetStore,
+    MemoryLeaseStore, MutexOptions, QuorumLeaseSetStore, QuorumLeaseStore,
 };
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -305,6 +306,28 @@ async fn nobody_watching_costs_nothing_and_a_watcher_one_inspection_per_renew_in
 #[tokio::test(start_paused = true)]
 async fn a_lease_set_lists_each_partitions_owner_with_what_it_advertised() {
     let store = MemoryLeaseSetStore::new();
+    owners_are_listed(|| store.clone()).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_quorum_lease_set_lists_each_partitions_owner_with_what_it_advertised() {
+    let accounts: Vec<MemoryLeaseSetStore> = (0..3).map(|_| MemoryLeaseSetStore::new()).collect();
+    owners_are_listed(|| {
+        let labelled = accounts
+            .iter()
+            .enumerate()
+            .map(|(i, a)| (format!("account-{i}"), a.clone()))
+            .collect();
+        QuorumLeaseSetStore::with_labels(labelled).unwrap()
+    })
+    .await;
+}
+
+/// Two instances of a set of six partitions, each on a store from `store`:
+/// both instances' `owners()` come to list every partition with the owner
+/// and epoch that the owners' own `watch()` shows, and what each owner
+/// advertised.
+async fn owners_are_listed<S: LeaseSetStore>(store: impl Fn() -> S) {
     let partitions: Vec<String> = (0..6).map(|i| format!("p{i}")).collect();
     let mut sets = Vec::new();
     for (seed, name) in ["a", "b"].into_iter().enumerate() {
@@ -315,57 +338,46 @@ async fn a_lease_set_lists_each_partitions_owner_with_what_it_advertised() {
                 .with_advertised(format!("{name}:80"))
                 .with_jitter_seed(seed as u64),
         );
-        let set = BlobLeaseSet::with_store(
-            store.clone(),
-            partitions.clone(),
-            options,
-            |ctx| async move {
+        let set =
+            BlobLeaseSet::with_store(store(), partitions.clone(), options, |ctx| async move {
                 ctx.cancelled().await;
                 Ok::<(), Error>(())
-            },
-        )
-        .unwrap();
+            })
+            .unwrap();
         let set = Arc::new(set);
         let token = CancellationToken::new();
         let (s, t) = (set.clone(), token.clone());
         let run = tokio::spawn(async move { s.run(t).await });
         sets.push((set, token, run));
     }
-    // Until both instances list every partition, each owner's own map
-    // agreeing with what the listing shows.
     let until = Instant::now() + Duration::from_secs(90);
     loop {
         let owned: BTreeMap<String, (String, u64)> = sets
             .iter()
             .flat_map(|(set, _, _)| {
                 let holder = set.holder().to_owned();
-                set.watch()
-                    .borrow()
-                    .iter()
-                    .map(|(p, e)| (p.clone(), (holder.clone(), *e)))
-                    .collect::<Vec<_>>()
+                let owned = set.watch().borrow().clone();
+                owned
+                    .into_iter()
+                    .map(move |(p, e)| (p, (holder.clone(), e)))
             })
             .collect();
         let listed: Vec<BTreeMap<String, (String, u64)>> = sets
             .iter()
             .map(|(set, _, _)| {
-                set.owners()
-                    .borrow()
-                    .iter()
+                let owners = set.owners().borrow().clone();
+                owners
+                    .into_iter()
                     .map(|(p, l)| {
                         assert_eq!(l.advertised, Some(format!("{}:80", l.holder)), "{p}");
-                        (p.clone(), (l.holder.clone(), l.epoch))
+                        (p, (l.holder, l.epoch))
                     })
                     .collect()
             })
             .collect();
-        let shares: BTreeMap<&str, usize> =
-            owned.values().fold(BTreeMap::new(), |mut m, (h, _)| {
-                *m.entry(h.as_str()).or_default() += 1;
-                m
-            });
+        let holders: std::collections::BTreeSet<&String> = owned.values().map(|(h, _)| h).collect();
         if owned.len() == partitions.len()
-            && shares.len() == 2
+            && holders.len() == 2
             && listed.iter().all(|l| *l == owned)
         {
             break;
@@ -374,6 +386,72 @@ async fn a_lease_set_lists_each_partitions_owner_with_what_it_advertised() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     for (_, token, run) in sets {
+        token.cancel();
+        run.await.unwrap().unwrap();
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn after_a_planned_handover_followers_name_the_successor_within_a_poll() {
+    let store = MemoryLeaseStore::new("handover");
+    let mutex = |name: &str, priority: i64| {
+        let options = options(name, priority.unsigned_abs()).with_priority(priority);
+        Arc::new(BlobDistributedMutex::with_store(store.clone(), options, lead).unwrap())
+    };
+    let start = |mutex: &Arc<BlobDistributedMutex<MemoryLeaseStore>>| {
+        let (m, token) = (mutex.clone(), CancellationToken::new());
+        let t = token.clone();
+        (
+            token,
+            tokio::spawn(async move { m.run_task_when_mutex_acquired(t).await }),
+        )
+    };
+    let (a, c) = (mutex("a", 0), mutex("c", 0));
+    let (a_watch, c_watch) = (a.leader(), c.leader());
+    let runs = vec![start(&a)];
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let mut runs = runs;
+    runs.push(start(&c));
+    let mut c_sees = c_watch.clone();
+    let first = tokio::time::timeout(POLL_BOUND, c_sees.wait_for(Option::is_some))
+        .await
+        .expect("c names a")
+        .unwrap()
+        .clone()
+        .unwrap();
+    assert_eq!(first.holder, "a");
+    // b has a higher priority: a drains and hands the lease over to it.
+    let b = mutex("b", 1);
+    let mut b_watch = b.leader();
+    runs.push(start(&b));
+    let led = tokio::time::timeout(
+        Duration::from_secs(30),
+        b_watch.wait_for(|l| l.as_ref().is_some_and(|l| l.holder == "b")),
+    )
+    .await
+    .expect("b leads after the handover")
+    .unwrap()
+    .clone()
+    .unwrap();
+    let handed = Instant::now();
+    assert!(led.epoch > first.epoch);
+    for (name, mut watch) in [("a", a_watch), ("c", c_watch)] {
+        let seen = tokio::time::timeout(
+            POLL_BOUND,
+            watch.wait_for(|l| l.as_ref().is_some_and(|l| l.holder == "b")),
+        )
+        .await
+        .unwrap_or_else(|_| panic!("{name} names b within a poll of the handover"))
+        .unwrap()
+        .clone()
+        .unwrap();
+        assert_eq!(
+            (seen.epoch, seen.advertised.as_deref()),
+            (led.epoch, Some("b:80"))
+        );
+    }
+    assert!(handed.elapsed() <= POLL_BOUND);
+    for (token, run) in runs {
         token.cancel();
         run.await.unwrap().unwrap();
     }
