@@ -426,7 +426,9 @@ impl<S: LeaseSetStore> BlobLeaseSet<S> {
     /// listing's request), and is updated while this instance is a member
     /// of the set. A partition whose lease was seen free is dropped at that
     /// listing; this instance's own partitions are shown from its listings
-    /// too (see [`watch`](Self::watch) for those at once).
+    /// too (see [`watch`](Self::watch) for those at once). It is empty
+    /// while this instance is not a member (before the first listing, and
+    /// once [`run`](Self::run) has returned).
     #[must_use]
     pub fn owners(&self) -> watch::Receiver<BTreeMap<String, Leader>> {
         self.shared.owners.subscribe()
@@ -529,6 +531,8 @@ struct Claim {
 
 /// The membership term's task: balance every cycle until the term ends.
 async fn balance<S: LeaseSetStore>(ctx: LeaderContext, shared: Arc<Shared<S>>) -> Result<()> {
+    // No listing comes once the membership term is over.
+    let _forget = ForgetOwners(&shared.owners);
     let options = &shared.options;
     let mut random = Jitter::new(options.mutex.jitter_seed, options.mutex.acquire_jitter);
     let mut claims: BTreeMap<String, Claim> = BTreeMap::new();
@@ -577,6 +581,19 @@ async fn balance<S: LeaseSetStore>(ctx: LeaderContext, shared: Arc<Shared<S>>) -
             _ = ctx.cancelled() => return Ok(()),
             () = tokio::time::sleep(wait) => {}
         }
+    }
+}
+
+/// Empties the map of owners when it goes: nothing keeps it up to date.
+struct ForgetOwners<'a>(&'a watch::Sender<BTreeMap<String, Leader>>);
+
+impl Drop for ForgetOwners<'_> {
+    fn drop(&mut self) {
+        self.0.send_if_modified(|owners| {
+            let had = !owners.is_empty();
+            owners.clear();
+            had
+        });
     }
 }
 

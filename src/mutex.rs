@@ -189,7 +189,8 @@ impl<S: LeaseStore> BlobDistributedMutex<S> {
     /// the leader alike.
     ///
     /// The leader fills it when its term starts and empties it when the
-    /// term ends. A follower fills it while
+    /// term ends; it names nobody once the campaign has ended. A follower
+    /// fills it while
     /// [`run_task_when_mutex_acquired`](Self::run_task_when_mutex_acquired)
     /// runs, from an inspection of the lease each time an acquire attempt
     /// finds the lease held, at most once per renew interval: one request
@@ -259,7 +260,7 @@ impl<S: LeaseStore> BlobDistributedMutex<S> {
     /// [`MutexOptions::fail_stop`] the process still exits before the lease
     /// could expire.
     pub async fn run_task_when_mutex_acquired(&self, token: CancellationToken) -> Result<()> {
-        let _one = OneCampaign::enter(&self.campaigning, &self.state)?;
+        let _one = OneCampaign::enter(&self.campaigning, &self.state, &self.leader)?;
         let observer = MutexObserver {
             reports: &self.reports,
             leader: &self.leader,
@@ -298,20 +299,29 @@ impl Observer for MutexObserver<'_> {
 
 /// Marks a mutex as campaigning for as long as it lives; when it goes (the
 /// campaign returned or its future was dropped), the state says
-/// [`Leadership::Stopped`].
-struct OneCampaign<'a>(&'a AtomicBool, &'a watch::Sender<Leadership>);
+/// [`Leadership::Stopped`] and the leader watch names nobody.
+struct OneCampaign<'a>(
+    &'a AtomicBool,
+    &'a watch::Sender<Leadership>,
+    &'a LeaderWatch,
+);
 
 impl<'a> OneCampaign<'a> {
-    fn enter(flag: &'a AtomicBool, state: &'a watch::Sender<Leadership>) -> Result<Self> {
+    fn enter(
+        flag: &'a AtomicBool,
+        state: &'a watch::Sender<Leadership>,
+        leader: &'a LeaderWatch,
+    ) -> Result<Self> {
         flag.compare_exchange(false, true, Ordering::SeqCst, Ordering::SeqCst)
             .map_err(|_| Error::AlreadyCampaigning)?;
-        Ok(OneCampaign(flag, state))
+        Ok(OneCampaign(flag, state, leader))
     }
 }
 
 impl Drop for OneCampaign<'_> {
     fn drop(&mut self) {
         self.1.send_replace(Leadership::Stopped);
+        self.2.campaign_ended();
         self.0.store(false, Ordering::SeqCst);
     }
 }

@@ -385,9 +385,13 @@ async fn owners_are_listed<S: LeaseSetStore>(store: impl Fn() -> S) {
         assert!(Instant::now() < until, "owned {owned:?}, listed {listed:?}");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    for (_, token, run) in sets {
+    for (set, token, run) in sets {
         token.cancel();
         run.await.unwrap().unwrap();
+        assert!(
+            set.owners().borrow().is_empty(),
+            "nothing keeps it up to date"
+        );
     }
 }
 
@@ -492,6 +496,7 @@ async fn a_quorum_names_the_leader_its_majority_carries_with_an_account_down() {
         token.cancel();
         run.await.unwrap().unwrap();
     }
+    assert_eq!(*watch.borrow(), None, "the campaign has ended");
 }
 
 #[test]

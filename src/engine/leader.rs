@@ -137,6 +137,16 @@ impl LeaderWatch {
         self.sender.send_replace(None);
     }
 
+    /// The campaign has ended: nothing will keep the watch up to date, so
+    /// it names nobody.
+    pub(crate) fn campaign_ended(&self) {
+        let mut polls = self.polls();
+        polls.sent = None;
+        polls.confirmed = None;
+        drop(polls);
+        self.show(None);
+    }
+
     /// Whether a follower should inspect the lease now: somebody watches,
     /// and no poll was sent within `interval`.
     pub(crate) fn due(&self, now: Instant, interval: Duration) -> bool {
@@ -306,6 +316,10 @@ mod tests {
         assert_eq!(shown(&watch).map(|s| s.1), Some(7), "its own term stays");
         watch.stepped_down(7);
         assert_eq!(shown(&watch), None);
+        watch.polled(Instant::now(), &Ok(Some(leased("b", 8, None))));
+        assert_eq!(shown(&watch).map(|s| s.1), Some(8));
+        watch.campaign_ended();
+        assert_eq!(shown(&watch), None, "nobody keeps it up to date");
         watch.polled(Instant::now(), &Ok(Some(leased("me", 7, Some("me:9")))));
         assert_eq!(shown(&watch), None, "its own ended term, not yet restamped");
     }
