@@ -7,7 +7,6 @@
 //! quorum names the leader its majority carries; bad values and stores
 //! that cannot keep them are refused.
 
-use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -15,12 +14,23 @@ use std::time::Duration;
 
 use blob_mutex::{
     Acquire, BlobDistributedMutex, BlobLeaseSet, CancellationToken, Error, Leader, LeaderContext,
-    LeaseId, LeaseInfo, LeaseSetOptions, LeaseSetStore, LeaseStore, MemoryLeaseSetStore,
-    MemoryLeaseStore, MutexOptions, QuorumLeaseSetStore, QuorumLeaseStore,
+    LeaseId, LeaseInfo, LeaseSetOptions, LeaseStore, MemoryLeaseSetStore, MemoryLeaseStore,
+    MutexOptions, QuorumLeaseSetStore, QuorumLeaseStore,
 };
+use owners::owners_are_listed;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
+
+// Only this part of the support module: the rest needs Azurite.
+#[allow(unreachable_pub)]
+#[path = "support/owners.rs"]
+mod owners;
+
+/// The set's default balance interval, and how long its instances may take
+/// to list every owner (paused time).
+const SET_BALANCE: Duration = Duration::from_secs(5);
+const SET_LIMIT: Duration = Duration::from_secs(90);
 
 /// The in-memory lease, counting inspections; `advertises` says whether it
 /// keeps what a stamp advertises.
@@ -306,93 +316,21 @@ async fn nobody_watching_costs_nothing_and_a_watcher_one_inspection_per_renew_in
 #[tokio::test(start_paused = true)]
 async fn a_lease_set_lists_each_partitions_owner_with_what_it_advertised() {
     let store = MemoryLeaseSetStore::new();
-    owners_are_listed(|| store.clone()).await;
+    owners_are_listed(|| store.clone(), 6, SET_BALANCE, SET_LIMIT).await;
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_quorum_lease_set_lists_each_partitions_owner_with_what_it_advertised() {
     let accounts: Vec<MemoryLeaseSetStore> = (0..3).map(|_| MemoryLeaseSetStore::new()).collect();
-    owners_are_listed(|| {
+    let store = || {
         let labelled = accounts
             .iter()
             .enumerate()
             .map(|(i, a)| (format!("account-{i}"), a.clone()))
             .collect();
         QuorumLeaseSetStore::with_labels(labelled).unwrap()
-    })
-    .await;
-}
-
-/// Two instances of a set of six partitions, each on a store from `store`:
-/// both instances' `owners()` come to list every partition with the owner
-/// and epoch that the owners' own `watch()` shows, and what each owner
-/// advertised.
-async fn owners_are_listed<S: LeaseSetStore>(store: impl Fn() -> S) {
-    let partitions: Vec<String> = (0..6).map(|i| format!("p{i}")).collect();
-    let mut sets = Vec::new();
-    for (seed, name) in ["a", "b"].into_iter().enumerate() {
-        let options = LeaseSetOptions::default().with_mutex(
-            LeaseSetOptions::default()
-                .mutex
-                .with_holder(name.to_owned())
-                .with_advertised(format!("{name}:80"))
-                .with_jitter_seed(seed as u64),
-        );
-        let set =
-            BlobLeaseSet::with_store(store(), partitions.clone(), options, |ctx| async move {
-                ctx.cancelled().await;
-                Ok::<(), Error>(())
-            })
-            .unwrap();
-        let set = Arc::new(set);
-        let token = CancellationToken::new();
-        let (s, t) = (set.clone(), token.clone());
-        let run = tokio::spawn(async move { s.run(t).await });
-        sets.push((set, token, run));
-    }
-    let until = Instant::now() + Duration::from_secs(90);
-    loop {
-        let owned: BTreeMap<String, (String, u64)> = sets
-            .iter()
-            .flat_map(|(set, _, _)| {
-                let holder = set.holder().to_owned();
-                let owned = set.watch().borrow().clone();
-                owned
-                    .into_iter()
-                    .map(move |(p, e)| (p, (holder.clone(), e)))
-            })
-            .collect();
-        let listed: Vec<BTreeMap<String, (String, u64)>> = sets
-            .iter()
-            .map(|(set, _, _)| {
-                let owners = set.owners().borrow().clone();
-                owners
-                    .into_iter()
-                    .map(|(p, l)| {
-                        assert_eq!(l.advertised, Some(format!("{}:80", l.holder)), "{p}");
-                        (p, (l.holder, l.epoch))
-                    })
-                    .collect()
-            })
-            .collect();
-        let holders: std::collections::BTreeSet<&String> = owned.values().map(|(h, _)| h).collect();
-        if owned.len() == partitions.len()
-            && holders.len() == 2
-            && listed.iter().all(|l| *l == owned)
-        {
-            break;
-        }
-        assert!(Instant::now() < until, "owned {owned:?}, listed {listed:?}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    for (set, token, run) in sets {
-        token.cancel();
-        run.await.unwrap().unwrap();
-        assert!(
-            set.owners().borrow().is_empty(),
-            "nothing keeps it up to date"
-        );
-    }
+    };
+    owners_are_listed(store, 6, SET_BALANCE, SET_LIMIT).await;
 }
 
 #[tokio::test(start_paused = true)]

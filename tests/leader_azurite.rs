@@ -6,12 +6,11 @@
 
 mod support;
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use blob_mutex::{
-    BlobDistributedMutex, BlobLeaseSet, CancellationToken, Leader, LeaderContext, LeaseSetOptions,
+    BlobDistributedMutex, BlobLeaseSetStore, CancellationToken, Leader, LeaderContext,
     MutexOptions, QuorumLeaseStore,
 };
 use support::azurite;
@@ -123,67 +122,9 @@ async fn followers_name_the_leader_and_its_address_and_the_next_one_within_a_pol
 async fn a_lease_set_lists_each_partitions_owner_and_address() {
     let container = azurite::unique_container("owners");
     let settings = azurite::shared().settings(&container, "jobs");
-    let partitions: Vec<String> = (0..4).map(|i| format!("p{i}")).collect();
-    let mut sets = Vec::new();
-    for name in ["a", "b"] {
-        let mutex = LeaseSetOptions::default()
-            .mutex
-            .with_holder(name.to_owned())
-            .with_advertised(format!("http://{name}.internal:8080"));
-        let options = LeaseSetOptions::default()
-            .with_mutex(mutex)
-            .with_balance_interval(Duration::from_secs(1));
-        let set = BlobLeaseSet::new(&settings, partitions.clone(), options, |ctx| async move {
-            ctx.cancelled().await;
-            Ok::<(), anyhow::Error>(())
-        })
-        .unwrap();
-        let set = Arc::new(set);
-        let token = CancellationToken::new();
-        let (s, t) = (set.clone(), token.clone());
-        let run = tokio::spawn(async move { s.run(t).await });
-        sets.push((set, token, run));
-    }
-    let until = Instant::now() + Duration::from_secs(90);
-    loop {
-        let owned: BTreeMap<String, (String, u64)> = sets
-            .iter()
-            .flat_map(|(set, _, _)| {
-                let holder = set.holder().to_owned();
-                let owned = set.watch().borrow().clone();
-                owned
-                    .into_iter()
-                    .map(move |(p, e)| (p, (holder.clone(), e)))
-            })
-            .collect();
-        let listed: Vec<BTreeMap<String, (String, u64)>> = sets
-            .iter()
-            .map(|(set, _, _)| {
-                let owners = set.owners().borrow().clone();
-                owners
-                    .into_iter()
-                    .map(|(p, l)| {
-                        let address = format!("http://{}.internal:8080", l.holder);
-                        assert_eq!(l.advertised, Some(address), "{p}");
-                        (p, (l.holder, l.epoch))
-                    })
-                    .collect()
-            })
-            .collect();
-        let holders: std::collections::BTreeSet<&String> = owned.values().map(|(h, _)| h).collect();
-        if owned.len() == partitions.len()
-            && holders.len() == 2
-            && listed.iter().all(|l| *l == owned)
-        {
-            break;
-        }
-        assert!(Instant::now() < until, "owned {owned:?}, listed {listed:?}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    for (_, token, run) in sets {
-        token.cancel();
-        run.await.unwrap().unwrap();
-    }
+    let store = || BlobLeaseSetStore::new(&settings).unwrap();
+    let (balance, limit) = (Duration::from_secs(1), Duration::from_secs(90));
+    support::owners::owners_are_listed(store, 4, balance, limit).await;
 }
 
 #[tokio::test]

@@ -4,7 +4,8 @@
 //! history by partition (`partitions`), a client that is not this crate
 //! (`foreign`), the process half of the fault matrix (`matrix_process`),
 //! the chaos runner's history (`history`), its checker (`checker`), its
-//! nemesis (`nemesis`) and fenced register (`register`), and polling helpers.
+//! nemesis (`nemesis`) and fenced register (`register`), a lease set's owners
+//! listed by every instance (`owners`), and polling helpers.
 // Each integration test file is its own crate and uses a different part of
 // this module, so items unused by one file are expected.
 #![allow(dead_code, unreachable_pub)]
@@ -19,6 +20,7 @@ pub mod history;
 pub mod http;
 pub mod matrix_process;
 pub mod nemesis;
+pub mod owners;
 pub mod partitions;
 pub mod proxy;
 #[cfg(feature = "official")]
