@@ -63,7 +63,10 @@ const TERMS_KEPT: usize = 16;
 ///   would keep the leader from renewing there.)
 /// - **renew**: renews every account; an account where the lease is found
 ///   gone (broken, or its blob missing after a restart) counts as lost for
-///   this renewal, and one that has lost it (or never granted it: it was
+///   this renewal (and when the accounts that the last successful renewal
+///   held, less those found gone since, are no longer a majority, the
+///   renewal answers [`Error::LeaseLost`] even though no majority refused:
+///   the caller's deadline rested on those leases), and one that has lost it (or never granted it: it was
 ///   down at the acquire) is acquired again under the same id at the next,
 ///   so an account that comes back joins the term a renewal later. An account held that is not known to
 ///   carry the term's stamp (it missed the stamp, or was acquired again)
@@ -205,18 +208,41 @@ struct Term {
     /// Per account: whether it is known to carry the stamp, under a lease
     /// held without a break since it was stamped or brought up to date.
     current: Vec<bool>,
+    /// Per account: whether it granted or renewed the lease in the last
+    /// call that won a majority. The caller's deadline rests on these
+    /// leases: each lasts until that call was made plus the duration.
+    basis: Vec<bool>,
+    /// Per account: whether the lease was found gone there since that
+    /// call (broken, or the account lost it: restarted empty).
+    gone: Vec<bool>,
 }
 
 impl Term {
     fn new(id: LeaseId, duration: Duration, held: Vec<bool>) -> Self {
-        let current = vec![false; held.len()];
+        let n = held.len();
         Term {
             id,
             duration,
+            basis: held.clone(),
             held,
             stamp: None,
-            current,
+            current: vec![false; n],
+            gone: vec![false; n],
         }
+    }
+
+    /// Whether the leases the deadline rests on, less those found gone,
+    /// are still a majority. When they are not, the deadline no longer
+    /// holds: another candidate may already have won a majority with the
+    /// accounts that lost the lease.
+    fn basis_holds(&self) -> bool {
+        let left = self
+            .basis
+            .iter()
+            .zip(&self.gone)
+            .filter(|(basis, gone)| **basis && !**gone)
+            .count();
+        left >= majority(self.basis.len())
     }
 }
 

@@ -101,11 +101,15 @@ impl<S: LeaseStore> QuorumLeaseStore<S> {
             straggler_grace,
         )
         .await;
+        let mut basis_gone = false;
         if let Some(mut term) = term {
             for (i, answer) in answers.iter().enumerate() {
                 match answer {
                     Some(Ok(_)) => term.held[i] = true,
-                    Some(Err(Error::LeaseLost(_))) => term.held[i] = false,
+                    Some(Err(Error::LeaseLost(_))) => {
+                        term.held[i] = false;
+                        term.gone[i] = true;
+                    }
                     _ => {}
                 }
                 // Known to carry the stamp only under a lease held since:
@@ -114,7 +118,11 @@ impl<S: LeaseStore> QuorumLeaseStore<S> {
                 term.current[i] &= matches!(answer, Some(Ok(false)));
             }
             if votes.won() {
+                term.basis = answers.iter().map(|a| matches!(a, Some(Ok(_)))).collect();
+                term.gone.fill(false);
                 self.catch_up_all(lease, &mut term, &answers, start).await;
+            } else {
+                basis_gone = !term.basis_holds();
             }
             self.remember(term);
         }
@@ -122,6 +130,15 @@ impl<S: LeaseStore> QuorumLeaseStore<S> {
             Ok(())
         } else if votes.lost() {
             Err(lost("renew", votes))
+        } else if basis_gone {
+            // A lease the deadline rests on is gone (an account broken, or
+            // restarted empty), and no majority was renewed: another
+            // candidate may hold that account and a free one already.
+            Err(Error::LeaseLost(format!(
+                "renew: the lease is gone on an account that the last successful renewal held, \
+                 and no majority of the {} accounts renewed it",
+                votes.n
+            )))
         } else {
             Err(no_majority("renew", answers, votes))
         }
