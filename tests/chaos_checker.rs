@@ -194,6 +194,31 @@ fn a_write_printed_on_waking_may_have_landed_before_the_pause() {
     assert!(rules(&h).contains(&"write"), "{:?}", check(&h));
 }
 
+/// Seed 1731546683: a set member paused for 21 s right after its write
+/// reached the register printed it on waking, after the next owner's
+/// writes were printed; the register's order stands once the write counts
+/// from the pause's start.
+#[test]
+fn a_write_printed_on_waking_keeps_the_registers_order() {
+    let mut h = clean();
+    for w in &mut h.writes {
+        w.register = true;
+    }
+    h.pauses.push(Pause {
+        worker: 0,
+        from: s(8),
+        to: Some(s(15)),
+    });
+    h.terms[0].end = Some(s(15));
+    h.writes.push(Write {
+        register: true,
+        ..write("mutex", 0, 1, 15, true)
+    });
+    assert_eq!(check(&h), vec![], "landed before the pause");
+    h.pauses.clear();
+    assert!(rules(&h).contains(&"stamps"), "{:?}", check(&h));
+}
+
 #[test]
 fn epochs_that_do_not_increase_are_caught() {
     let mut h = clean();

@@ -186,7 +186,8 @@ fn stamps(history: &History, found: &mut Vec<Violation>) {
         .iter()
         .filter(|w| w.register && w.accepted)
         .collect();
-    writes.sort_by_key(|w| w.at);
+    // A write printed on waking may have landed before the pause.
+    writes.sort_by_key(|w| earliest_landing(history, w));
     for w in writes {
         let top = highest.entry(&w.resource).or_insert((0, w.worker));
         if w.epoch < top.0 {
