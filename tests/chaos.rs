@@ -23,7 +23,10 @@
 //!   account restarted empty while another was down
 //!   (`store::quorum::tests::a_lease_forgotten_by_an_account_of_a_bare_majority_ends_the_term`),
 //!   and the same wake in the register's order
-//!   (`chaos_checker::a_write_printed_on_waking_keeps_the_registers_order`).
+//!   (`chaos_checker::a_write_printed_on_waking_keeps_the_registers_order`);
+//! - 1638074026 (`sdk-v021`): a `blob-mutex run` whose exit came 3 s after
+//!   its logged end, behind a slow release
+//!   (`chaos_checker::a_run_terms_end_is_its_logged_end_not_its_exit`).
 
 mod support;
 

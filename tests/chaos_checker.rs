@@ -307,6 +307,41 @@ fn violations_come_in_time_order() {
     assert!(found[0].at < found[1].at, "{found:?}");
 }
 
+/// Seed 1638074026: a `blob-mutex run` stopped at its deadline, logged the
+/// end of its term, and exited 3 s later, after a release that timed out;
+/// the next owner had begun in between. Its term ends at the log line.
+#[test]
+fn a_run_terms_end_is_its_logged_end_not_its_exit() {
+    let roles = vec![
+        Role {
+            group: "run".to_owned(),
+            exit_reports: true,
+        };
+        2
+    ];
+    let at = |ms: u64, worker: usize, what: What| Event {
+        at: Duration::from_millis(ms),
+        worker,
+        what,
+    };
+    let log = |line: &str| What::Log(line.to_owned());
+    let events = vec![
+        at(1_000, 0, What::Leading { epoch: 41 }),
+        at(2_000, 0, log("2026-11-24T14:11:54Z  WARN renewals failed until the deadline; stopping the leader task holder=run.51 epoch=41")),
+        at(2_004, 0, log("2026-11-24T14:11:54Z  WARN term ended holder=run.51 epoch=41 reason=deadline tasks=returned failure=\"\"")),
+        at(2_500, 1, What::Leading { epoch: 42 }),
+        at(5_000, 0, What::Exited { code: Some(4) }),
+        at(9_000, 1, What::Exited { code: Some(0) }),
+    ];
+    let mut h = History::default();
+    h.read(&events, &roles);
+    assert_eq!(h.terms[0].end, Some(Duration::from_millis(2_004)));
+    assert_eq!(h.terms[0].reports, 1, "the exit still reports it");
+    h.until = Duration::from_secs(10);
+    h.break_grace = Duration::from_secs(6);
+    assert_eq!(check(&h), vec![]);
+}
+
 #[test]
 fn the_record_becomes_terms_units_and_writes() {
     let roles = vec![

@@ -172,6 +172,16 @@ impl History {
                 let resource = lease.strip_suffix("/mutex").unwrap_or(lease);
                 self.write(resource, worker, (*epoch, at), *accepted, true);
             }
+            // `blob-mutex run` tells an abnormal end of its term (deadline,
+            // lease lost) in its log, once the command has stopped; its exit
+            // may come seconds later, after a release that storage is slow
+            // to answer (seed 1638074026: 3 s under added latency, while the
+            // next owner had taken the expired lease).
+            What::Log(line) if role.exit_reports => {
+                if let Some(epoch) = ended_in_log(line) {
+                    self.end_term(group, worker, epoch, at);
+                }
+            }
             What::Killed => self.end_process(worker, at, true, false),
             What::Exited { code } => {
                 let silenced = *code == Some(blob_mutex::FAIL_STOP_EXIT_CODE);
@@ -191,6 +201,18 @@ impl History {
             reports: 0,
             silenced: false,
         });
+    }
+
+    /// The end of a term, as its worker's log tells it (not a report).
+    fn end_term(&mut self, resource: &str, worker: usize, epoch: u64, at: Duration) {
+        let term = self
+            .terms
+            .iter_mut()
+            .rev()
+            .find(|t| t.worker == worker && t.resource == resource && t.epoch == epoch);
+        if let Some(term) = term {
+            term.end.get_or_insert(at);
+        }
     }
 
     /// A report of the end of a term; `ended`: its tasks stopped (not stuck).
@@ -240,9 +262,11 @@ impl History {
         for term in self.terms.iter_mut().filter(|t| t.worker == worker) {
             if term.end.is_none() {
                 term.silenced |= silenced;
-                if reports && term.reports == 0 {
-                    term.reports = 1;
-                }
+            }
+            // A `run` leads one term per process: its exit reports it, even
+            // when its log told the end first.
+            if reports && term.reports == 0 {
+                term.reports = 1;
             }
             term.end.get_or_insert(at);
         }
@@ -288,4 +312,17 @@ impl History {
             .map(|(_, from, _)| (*from).max(term.start));
         paused.chain(broken).fold(end, Duration::min)
     }
+}
+
+/// The epoch of the library's `term ended` line (logged once a term's
+/// tasks have stopped), if `line` is one.
+fn ended_in_log(line: &str) -> Option<u64> {
+    if !line.contains(" term ended ") {
+        return None;
+    }
+    let (_, rest) = line.split_once(" epoch=")?;
+    rest.split(|c: char| !c.is_ascii_digit())
+        .next()?
+        .parse()
+        .ok()
 }
