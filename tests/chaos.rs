@@ -136,9 +136,19 @@ fn judge(history: &History, cluster: &Cluster, command: &str) -> Option<String> 
         |e| format!("(the record could not be saved: {e})"),
         |()| format!("the whole record: {}", path.display()),
     );
+    let mut by_rule: std::collections::BTreeMap<(&str, &str), usize> = Default::default();
+    for v in &violations {
+        let group = v.resource.split('/').next().unwrap_or(&v.resource);
+        *by_rule.entry((v.rule, group)).or_default() += 1;
+    }
+    let by_rule: Vec<String> = by_rule
+        .iter()
+        .map(|((rule, group), n)| format!("{rule} on {group}: {n}"))
+        .collect();
     let mut message = format!(
-        "{} violation(s), seed {}; repeat with: {command}\n{saved}\n",
+        "{} violation(s) ({}), seed {}; repeat with: {command}\n{saved}\n",
         violations.len(),
+        by_rule.join(", "),
         history.seed
     );
     for v in violations.iter().take(20) {

@@ -219,6 +219,30 @@ fn a_write_printed_on_waking_keeps_the_registers_order() {
     assert!(rules(&h).contains(&"stamps"), "{:?}", check(&h));
 }
 
+/// Seed 1731546683, again: a set member paused, woke, won a partition and
+/// wrote it within the break grace of its wake. Those writes are of a term
+/// that began after the pause: they count from when they were printed.
+#[test]
+fn a_term_begun_after_a_wake_wrote_nothing_before_the_pause() {
+    let mut h = clean();
+    h.writes = vec![
+        Write {
+            register: true,
+            ..write("mutex", 0, 1, 9, true)
+        },
+        Write {
+            register: true,
+            ..write("mutex", 1, 2, 13, true)
+        },
+    ];
+    h.pauses.push(Pause {
+        worker: 1,
+        from: s(8),
+        to: Some(s(11)),
+    });
+    assert_eq!(check(&h), vec![]);
+}
+
 #[test]
 fn epochs_that_do_not_increase_are_caught() {
     let mut h = clean();

@@ -230,10 +230,19 @@ fn writes(history: &History, found: &mut Vec<Violation>) {
 /// pause (seed 1973173869 once: a handover owner's last write landed, its
 /// successor read it back, and only then did the woken owner print it).
 fn earliest_landing(history: &History, w: &Write) -> Duration {
+    // Only a pause within the write's own term: a term that began after
+    // the wake wrote nothing before the pause (seed 1731546683 once: a set
+    // member paused, woke, won a partition and wrote it within the grace).
+    let began = history
+        .terms_of(&w.resource)
+        .filter(|t| t.worker == w.worker && t.epoch == w.epoch && t.start <= w.at)
+        .map(|t| t.start)
+        .last()
+        .unwrap_or(w.at);
     history
         .pauses
         .iter()
-        .filter(|p| p.worker == w.worker && p.from <= w.at)
+        .filter(|p| p.worker == w.worker && p.from <= w.at && p.from >= began)
         .filter(|p| {
             p.to.is_some_and(|to| to <= w.at && w.at <= to + history.break_grace)
         })

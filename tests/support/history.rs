@@ -98,11 +98,10 @@ pub struct History {
     pub writes: Vec<Write>,
     pub orphans: Vec<Orphan>,
     pub pauses: Vec<Pause>,
-    /// Operator breaks of a resource's lease (`blob-mutex break`), and a
-    /// quorum account restarted empty (a break of every quorum resource's
-    /// lease there): the resource, when the command or restart was started
-    /// and when it returned. The break took effect somewhere in between, so
-    /// it may have broken a term that began meanwhile.
+    /// Operator breaks of a resource's lease (`blob-mutex break`): the
+    /// resource, when the command was started and when it returned. The
+    /// break took effect somewhere in between, so it may have broken a term
+    /// that began while the command ran.
     pub breaks: Vec<(String, Duration, Duration)>,
     pub faults: Vec<Fault>,
     /// Every resource of the run, and how soon after the nemesis stopped
