@@ -24,6 +24,9 @@
 //!   (`store::quorum::tests::a_lease_forgotten_by_an_account_of_a_bare_majority_ends_the_term`),
 //!   and the same wake in the register's order
 //!   (`chaos_checker::a_write_printed_on_waking_keeps_the_registers_order`);
+//!   replayed after the fix, it showed that rule moving the writes of a
+//!   term begun after the wake
+//!   (`chaos_checker::a_term_begun_after_a_wake_wrote_nothing_before_the_pause`);
 //! - 1638074026 (`sdk-v021`): a `blob-mutex run` whose exit came 3 s after
 //!   its logged end, behind a slow release
 //!   (`chaos_checker::a_run_terms_end_is_its_logged_end_not_its_exit`).
