@@ -33,6 +33,7 @@
 
 mod support;
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::time::Duration;
 
@@ -139,7 +140,7 @@ fn judge(history: &History, cluster: &Cluster, command: &str) -> Option<String> 
         |e| format!("(the record could not be saved: {e})"),
         |()| format!("the whole record: {}", path.display()),
     );
-    let mut by_rule: std::collections::BTreeMap<(&str, &str), usize> = Default::default();
+    let mut by_rule: BTreeMap<(&str, &str), usize> = BTreeMap::new();
     for v in &violations {
         let group = v.resource.split('/').next().unwrap_or(&v.resource);
         *by_rule.entry((v.rule, group)).or_default() += 1;
