@@ -17,16 +17,17 @@
 //! (repeat one with `scripts/chaos --seconds 1800 --seed S --backend B`):
 //! - 28 (`all`, the fixed seed): an operator's break in flight when a
 //!   handover's term began (`chaos_checker::a_break_in_flight_when_a_term_began_may_have_broken_that_term`);
-//! - 1973173869 (`official`): a write printed on waking that had landed
-//!   before the pause (`chaos_checker::a_write_printed_on_waking_may_have_landed_before_the_pause`);
+//! - 1973173869 (`official`): a write printed on waking that had been sent
+//!   before the pause (`chaos_checker::a_write_answered_late_counts_from_when_it_was_sent`);
 //! - 1731546683 (`official`): two leaders on the quorum for 1.1 s, an
 //!   account restarted empty while another was down
-//!   (`store::quorum::tests::a_lease_forgotten_by_an_account_of_a_bare_majority_ends_the_term`),
-//!   and the same wake in the register's order
-//!   (`chaos_checker::a_write_printed_on_waking_keeps_the_registers_order`);
-//!   replayed after the fix, it showed that rule moving the writes of a
-//!   term begun after the wake
-//!   (`chaos_checker::a_term_begun_after_a_wake_wrote_nothing_before_the_pause`);
+//!   (`store::quorum::tests::a_lease_forgotten_by_an_account_of_a_bare_majority_ends_the_term`);
+//!   the same wake in the register's order
+//!   (`chaos_checker::a_register_write_answered_late_keeps_the_registers_order`);
+//!   replayed after the fix, a frozen `blob-mutex run` whose command worked
+//!   on after a break until its deadline (the break grace is now a lease)
+//!   and a handover write answered late that its successor had read back
+//!   (`chaos_checker::a_write_a_successor_did_not_read_landed_in_its_term`);
 //! - 1638074026 (`sdk-v021`): a `blob-mutex run` whose exit came 3 s after
 //!   its logged end, behind a slow release
 //!   (`chaos_checker::a_run_terms_end_is_its_logged_end_not_its_exit`).

@@ -47,7 +47,7 @@ fn written(cluster: &Cluster, epoch: u64) -> Vec<(Duration, u64)> {
         .events()
         .into_iter()
         .filter_map(|e| match e.what {
-            What::StateWritten { epoch: n, tick } if n == epoch => Some((e.at, tick)),
+            What::StateWritten { epoch: n, tick, .. } if n == epoch => Some((e.at, tick)),
             _ => None,
         })
         .collect()

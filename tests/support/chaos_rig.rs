@@ -223,7 +223,8 @@ impl ChaosRig {
         };
         let mut history = History {
             seed: config.seed,
-            break_grace: Duration::from_secs(8),
+            break_grace: LEASE,
+            wake_grace: Duration::from_secs(8),
             ..History::default()
         };
         let groups = config
@@ -700,9 +701,11 @@ echo "LEADING epoch=$BLOB_MUTEX_EPOCH id=$BLOB_MUTEX_HOLDER"
 while :; do
   sleep 0.5; k=$((k+1))
   echo "WORK epoch=$BLOB_MUTEX_EPOCH id=$BLOB_MUTEX_HOLDER sub=0"
+  sent=$(date +%s%3N)
   echo "epoch=$BLOB_MUTEX_EPOCH tick=$k" | "$bin" state put 2>/dev/null; rc=$?
-  if [ $rc -eq 0 ]; then echo "STATE-WRITTEN epoch=$BLOB_MUTEX_EPOCH tick=$k";
-  elif [ $rc -eq 4 ]; then echo "STATE-REFUSED epoch=$BLOB_MUTEX_EPOCH tick=$k"; fi
+  took=$(( $(date +%s%3N) - sent ))
+  if [ $rc -eq 0 ]; then echo "STATE-WRITTEN epoch=$BLOB_MUTEX_EPOCH tick=$k took_ms=$took";
+  elif [ $rc -eq 4 ]; then echo "STATE-REFUSED epoch=$BLOB_MUTEX_EPOCH tick=$k took_ms=$took"; fi
 done"#;
 
 /// `blob-mutex run` of [`SCRIPT`] as `name`, through `connection_string`.

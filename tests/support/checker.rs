@@ -12,13 +12,16 @@
 //!    was killed by SIGKILL or fail-stopped), and no report of a term that never
 //!    began;
 //! 5. every write of a term that was no longer current (a term with a
-//!    higher epoch had begun) refused;
+//!    higher epoch had begun) refused: none accepted that was sent after a
+//!    newer term began, and none accepted that a newer term's first read of
+//!    the state did not see;
 //! 6. after the nemesis stopped, owned again within its bound.
 //!
 //! And every process exits after the final SIGTERM. The record is checked
-//! too: the runner's register accepts epochs in order, so writes it
-//! accepted must be stamped in epoch order (else a reader fell behind and
-//! stamped lines late, and the violations around it are the record's).
+//! too: the runner's register accepts epochs in order, so no write it
+//! accepted can have been sent after it answered a higher epoch (else a
+//! reader fell behind and stamped lines late, and the violations around it
+//! are the record's).
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -132,6 +135,8 @@ fn units(history: &History, found: &mut Vec<Violation>) {
             ));
             continue;
         };
+        // A broken owner works on until it learns of the break, at most
+        // until its deadline (less than a lease after its last renewal).
         let broken = history.breaks.iter().any(|(r, _, returned)| {
             *r == u.resource && *returned >= own.start && u.at <= *returned + history.break_grace
         });
@@ -175,79 +180,98 @@ fn reports(history: &History, found: &mut Vec<Violation>) {
     }
 }
 
-/// The record itself: the runner's register accepts epochs in order, so an
-/// accepted write stamped after an accepted write of a higher epoch was
-/// stamped late (a reader fell behind its pipe), and every judgement of
-/// that stretch of the record is in doubt.
+/// The record itself: the runner's register accepts epochs in order, so a
+/// write it accepted cannot have been sent after it had answered a write of
+/// a higher epoch. If the record says so, a reader fell behind its pipe and
+/// stamped lines late, and every judgement of that stretch is in doubt.
 fn stamps(history: &History, found: &mut Vec<Violation>) {
-    let mut highest: BTreeMap<&str, (u64, usize)> = BTreeMap::new();
-    let mut writes: Vec<_> = history
-        .writes
-        .iter()
-        .filter(|w| w.register && w.accepted)
-        .collect();
-    // A write printed on waking may have landed before the pause.
-    writes.sort_by_key(|w| earliest_landing(history, w));
-    for w in writes {
-        let top = highest.entry(&w.resource).or_insert((0, w.worker));
-        if w.epoch < top.0 {
-            found.push(violation(
-                w.at,
-                &w.resource,
-                "stamps",
-                format!(
-                    "{w:?} was accepted by the register before epoch {} of worker {}, yet stamped after it: the record is out of order",
-                    top.0, top.1
-                ),
-            ));
-        } else {
-            *top = (w.epoch, w.worker);
+    let mut accepted: BTreeMap<&str, Vec<&Write>> = BTreeMap::new();
+    for w in history.writes.iter().filter(|w| w.register && w.accepted) {
+        accepted.entry(&w.resource).or_default().push(w);
+    }
+    for writes in accepted.values_mut() {
+        writes.sort_by_key(|w| w.at);
+        // highest[i]: the highest epoch (and its worker) answered by the
+        // i + 1 first answers.
+        let highest: Vec<(u64, usize)> = writes
+            .iter()
+            .scan((0, 0), |top, w| {
+                if w.epoch > top.0 {
+                    *top = (w.epoch, w.worker);
+                }
+                Some(*top)
+            })
+            .collect();
+        for w in writes.iter() {
+            let answered = writes.partition_point(|a| a.at < w.sent);
+            let Some(&(top, by)) = answered.checked_sub(1).map(|i| &highest[i]) else {
+                continue;
+            };
+            if w.epoch < top {
+                found.push(violation(
+                    w.at,
+                    &w.resource,
+                    "stamps",
+                    format!(
+                        "{w:?} was accepted by the register, yet stamped as sent after it had answered epoch {top} of worker {by}: the record is out of order"
+                    ),
+                ));
+            }
         }
     }
 }
 
-/// Promise 5.
+/// Promise 5, as far as the record can tell. A write lands somewhere
+/// between when it was sent and when its answer was printed, and a term
+/// begins (its lease acquired) before its `LEADING` line. So an accepted
+/// write sent after a term of a higher epoch began landed in that term: a
+/// violation. A write answered late, after the next term began, is judged
+/// by the next rule instead.
 fn writes(history: &History, found: &mut Vec<Violation>) {
     for w in history.writes.iter().filter(|w| w.accepted) {
-        let landed = earliest_landing(history, w);
         let newer = history
             .terms_of(&w.resource)
-            .find(|t| t.epoch > w.epoch && t.start < landed);
+            .find(|t| t.epoch > w.epoch && t.start < w.sent);
         if let Some(newer) = newer {
             found.push(violation(
                 w.at,
                 &w.resource,
                 "write",
-                format!("{w:?} accepted after {newer:?} began"),
+                format!("{w:?} accepted, sent after {newer:?} began"),
             ));
         }
     }
+    read_backs(history, found);
 }
 
-/// The earliest moment a write's line says it landed: when it was read,
-/// unless the worker was paused before and printed it within the break
-/// grace of its wake, in which case storage may have accepted it before the
-/// pause (seed 1973173869 once: a handover owner's last write landed, its
-/// successor read it back, and only then did the woken owner print it).
-fn earliest_landing(history: &History, w: &Write) -> Duration {
-    // Only a pause within the write's own term: a term that began after
-    // the wake wrote nothing before the pause (seed 1731546683 once: a set
-    // member paused, woke, won a partition and wrote it within the grace).
-    let began = history
-        .terms_of(&w.resource)
-        .filter(|t| t.worker == w.worker && t.epoch == w.epoch && t.start <= w.at)
-        .map(|t| t.start)
-        .last()
-        .unwrap_or(w.at);
-    history
-        .pauses
-        .iter()
-        .filter(|p| p.worker == w.worker && p.from <= w.at && p.from >= began)
-        .filter(|p| {
-            p.to.is_some_and(|to| to <= w.at && w.at <= to + history.break_grace)
-        })
-        .map(|p| p.from)
-        .fold(w.at, Duration::min)
+/// Promise 5, by what storage showed: a term reads the state when it
+/// begins, after its lease was acquired. An accepted state write of an
+/// older term that the read did not see (the read found the state of a
+/// term older still) landed after the read, in the reader's term (or an
+/// even older write landed after it, which is as bad). Within one term a
+/// late retry may overwrite a later tick, so ticks are not compared.
+fn read_backs(history: &History, found: &mut Vec<Violation>) {
+    for r in &history.reads {
+        let seen = r.last.map_or(0, |(epoch, _)| epoch);
+        let unseen = history.writes.iter().find(|w| {
+            w.accepted
+                && !w.register
+                && w.resource == r.resource
+                && seen < w.epoch
+                && w.epoch < r.epoch
+        });
+        if let Some(w) = unseen {
+            found.push(violation(
+                r.at,
+                &r.resource,
+                "write",
+                format!(
+                    "the term of epoch {} read the state of epoch {seen}, so {w:?} landed after that term began",
+                    r.epoch
+                ),
+            ));
+        }
+    }
 }
 
 /// Promise 6: the first instant after the nemesis stopped at which a term

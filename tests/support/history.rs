@@ -55,11 +55,28 @@ pub struct Write {
     pub resource: String,
     pub worker: usize,
     pub epoch: u64,
+    /// A state write's tick (`None` for the register's).
+    pub tick: Option<u64>,
+    /// When its request was sent: the earliest it can have landed.
+    pub sent: Duration,
+    /// When its answer was printed: the latest it can have landed.
     pub at: Duration,
     pub accepted: bool,
     /// Written to the runner's register (else to the lease blob's state),
     /// which accepts epochs in order by construction.
     pub register: bool,
+}
+
+/// What a term found in the lease blob's state when it began
+/// (`STATE-READ`): the epoch and tick of the last write that had landed,
+/// `None` when the state was empty.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Read {
+    pub resource: String,
+    pub worker: usize,
+    pub epoch: u64,
+    pub at: Duration,
+    pub last: Option<(u64, u64)>,
 }
 
 /// A process paused (SIGSTOP) and resumed (SIGCONT).
@@ -96,6 +113,7 @@ pub struct History {
     pub terms: Vec<Term>,
     pub units: Vec<Unit>,
     pub writes: Vec<Write>,
+    pub reads: Vec<Read>,
     pub orphans: Vec<Orphan>,
     pub pauses: Vec<Pause>,
     /// Operator breaks of a resource's lease (`blob-mutex break`): the
@@ -107,9 +125,14 @@ pub struct History {
     /// Every resource of the run, and how soon after the nemesis stopped
     /// each must be owned again.
     pub bounds: BTreeMap<String, Duration>,
-    /// How long a broken term may run on: until its owner learned of the
-    /// loss at its next renewal, and its task stopped.
+    /// How long a broken term may run on after the break returned: until
+    /// its owner learns of the loss at its next renewal, or, when it cannot
+    /// renew (paused, cut off), until its deadline, which is less than a
+    /// lease after its last renewal. So: a lease.
     pub break_grace: Duration,
+    /// How soon after a wake a paused owner, past its deadline or taken
+    /// over, reports the end of its term.
+    pub wake_grace: Duration,
     /// When the nemesis stopped (and every fault was healed).
     pub calm: Duration,
     /// When the final SIGTERM was sent to every worker (ownership is
@@ -157,19 +180,32 @@ impl History {
                 epoch: *epoch,
                 at,
             }),
-            What::StateWritten { epoch, .. } => {
-                self.write(group, worker, (*epoch, at), true, false);
+            What::StateWritten { epoch, tick, took } => {
+                self.write(group, worker, (*epoch, Some(*tick)), (*took, at), true);
             }
-            What::StateRefused { epoch, .. } => {
-                self.write(group, worker, (*epoch, at), false, false);
+            What::StateRefused { epoch, tick, took } => {
+                self.write(group, worker, (*epoch, Some(*tick)), (*took, at), false);
+            }
+            What::StateRead { epoch, last } => {
+                // A state not of the form the fault worker writes is not judged.
+                if let Some(last) = state_of(last) {
+                    self.reads.push(Read {
+                        resource: group.to_owned(),
+                        worker,
+                        epoch: *epoch,
+                        at,
+                        last,
+                    });
+                }
             }
             What::Fenced {
                 lease,
                 epoch,
                 accepted,
+                took,
             } => {
                 let resource = lease.strip_suffix("/mutex").unwrap_or(lease);
-                self.write(resource, worker, (*epoch, at), *accepted, true);
+                self.write(resource, worker, (*epoch, None), (*took, at), *accepted);
             }
             // `blob-mutex run` tells an abnormal end of its term (deadline,
             // lease lost) in its log, once the command has stopped; its exit
@@ -237,21 +273,25 @@ impl History {
         }
     }
 
+    /// A write of `(epoch, tick)` (a state write has a tick, the
+    /// register's has none) whose request took `took` up to `at`.
     fn write(
         &mut self,
         resource: &str,
         worker: usize,
-        (epoch, at): (u64, Duration),
+        (epoch, tick): (u64, Option<u64>),
+        (took, at): (Duration, Duration),
         accepted: bool,
-        register: bool,
     ) {
         self.writes.push(Write {
             resource: resource.to_owned(),
             worker,
             epoch,
+            tick,
+            sent: at.saturating_sub(took),
             at,
             accepted,
-            register,
+            register: tick.is_none(),
         });
     }
 
@@ -279,7 +319,7 @@ impl History {
     /// When `term` stopped acting as the owner, as far as others may
     /// assume: its end; or the start of a pause of its process in which
     /// another term of the resource began, or after which one began and this
-    /// one ended within the break grace of the wake (a paused process runs
+    /// one ended within the wake grace (a paused process runs
     /// no code, and once woken past its deadline it only reports the end;
     /// the checker's units rule watches that it does no work); or a break
     /// of its lease (a broken owner may run on for
@@ -295,7 +335,7 @@ impl History {
                 t != term
                     && t.start >= p.from
                     && t.start < end
-                    && (t.start < woken || end <= woken + self.break_grace)
+                    && (t.start < woken || end <= woken + self.wake_grace)
             })
         };
         let paused = self
@@ -311,6 +351,17 @@ impl History {
             .map(|(_, from, _)| (*from).max(term.start));
         paused.chain(broken).fold(end, Duration::min)
     }
+}
+
+/// The epoch and tick of a `STATE-READ` line's state: `Some(None)` for an
+/// empty one (`-`), `Some(Some(..))` for the fault worker's
+/// `epoch=<n>_tick=<k>`, `None` for anything else.
+fn state_of(last: &str) -> Option<Option<(u64, u64)>> {
+    if last == "-" {
+        return Some(None);
+    }
+    let (epoch, tick) = last.strip_prefix("epoch=")?.split_once("_tick=")?;
+    Some(Some((epoch.parse().ok()?, tick.parse().ok()?)))
 }
 
 /// The epoch of the library's `term ended` line (logged once a term's

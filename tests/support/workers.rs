@@ -57,20 +57,32 @@ pub enum What {
     ReleasedStuck { partition: String, epoch: u64 },
     /// `EXITED`: the worker's campaign returned and it is about to exit.
     ExitedLine,
-    /// `STATE-WRITTEN epoch=<n> tick=<k>`: a state write of the term landed.
-    StateWritten { epoch: u64, tick: u64 },
+    /// `STATE-WRITTEN epoch=<n> tick=<k> took_ms=<ms>`: a state write of
+    /// the term landed; its request took `took` (so it was sent that long
+    /// before the line).
+    StateWritten {
+        epoch: u64,
+        tick: u64,
+        took: Duration,
+    },
     /// `STATE-READ epoch=<n> last=<state>`: the state the term found when it
     /// began (spaces shown as `_`, `-` when empty).
     StateRead { epoch: u64, last: String },
-    /// `STATE-REFUSED epoch=<n> tick=<k>`: a state write of the term was
-    /// refused (`Error::StateWriteRefused`).
-    StateRefused { epoch: u64, tick: u64 },
-    /// `FENCED lease=<key> epoch=<n> accepted=<yes|no>`: a unit of work
-    /// written to the fenced register, and whether it was accepted.
+    /// `STATE-REFUSED epoch=<n> tick=<k> took_ms=<ms>`: a state write of
+    /// the term was refused (`Error::StateWriteRefused`).
+    StateRefused {
+        epoch: u64,
+        tick: u64,
+        took: Duration,
+    },
+    /// `FENCED lease=<key> epoch=<n> accepted=<yes|no> took_ms=<ms>`: a
+    /// unit of work written to the fenced register, and whether it was
+    /// accepted.
     Fenced {
         lease: String,
         epoch: u64,
         accepted: bool,
+        took: Duration,
     },
     /// The cluster sent SIGKILL (the process can run no more code).
     Killed,
@@ -608,6 +620,8 @@ pub fn parse_line(line: &str) -> Option<What> {
             .map(str::to_owned)
     };
     let epoch = || field("epoch").and_then(|e| e.parse().ok());
+    let took = || Some(Duration::from_millis(field("took_ms")?.parse().ok()?));
+    let tick = || field("tick")?.parse().ok();
     match kind {
         "LEADING" => Some(What::Leading { epoch: epoch()? }),
         "STOPPED" if field("tasks").as_deref() == Some("stuck") => {
@@ -637,7 +651,8 @@ pub fn parse_line(line: &str) -> Option<What> {
         "EXITED" => Some(What::ExitedLine),
         "STATE-WRITTEN" => Some(What::StateWritten {
             epoch: epoch()?,
-            tick: field("tick")?.parse().ok()?,
+            tick: tick()?,
+            took: took()?,
         }),
         "STATE-READ" => Some(What::StateRead {
             epoch: epoch()?,
@@ -647,10 +662,12 @@ pub fn parse_line(line: &str) -> Option<What> {
             lease: field("lease")?,
             epoch: epoch()?,
             accepted: field("accepted")? == "yes",
+            took: took()?,
         }),
         "STATE-REFUSED" => Some(What::StateRefused {
             epoch: epoch()?,
-            tick: field("tick")?.parse().ok()?,
+            tick: tick()?,
+            took: took()?,
         }),
         _ => None,
     }
