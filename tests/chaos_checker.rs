@@ -95,6 +95,23 @@ fn clean() -> History {
     h
 }
 
+/// A worker of `group` (a `run`'s exit reports its term).
+fn role(group: &str) -> Role {
+    Role {
+        group: group.to_owned(),
+        exit_reports: group == "run",
+    }
+}
+
+/// What worker `worker` printed (or had done to it) `ms` into the run.
+fn at(ms: u64, worker: usize, what: What) -> Event {
+    Event {
+        at: Duration::from_millis(ms),
+        worker,
+        what,
+    }
+}
+
 fn rules(h: &History) -> Vec<&'static str> {
     check(h).iter().map(|v: &Violation| v.rule).collect()
 }
@@ -354,18 +371,7 @@ fn violations_come_in_time_order() {
 /// the next owner had begun in between. Its term ends at the log line.
 #[test]
 fn a_run_terms_end_is_its_logged_end_not_its_exit() {
-    let roles = vec![
-        Role {
-            group: "run".to_owned(),
-            exit_reports: true,
-        };
-        2
-    ];
-    let at = |ms: u64, worker: usize, what: What| Event {
-        at: Duration::from_millis(ms),
-        worker,
-        what,
-    };
+    let roles = vec![role("run"); 2];
     let log = |line: &str| What::Log(line.to_owned());
     let events = vec![
         at(1_000, 0, What::Leading { epoch: 41 }),
@@ -387,21 +393,7 @@ fn a_run_terms_end_is_its_logged_end_not_its_exit() {
 
 #[test]
 fn the_record_becomes_terms_units_and_writes() {
-    let roles = vec![
-        Role {
-            group: "set".to_owned(),
-            exit_reports: false,
-        },
-        Role {
-            group: "run".to_owned(),
-            exit_reports: true,
-        },
-    ];
-    let at = |ms: u64, worker: usize, what: What| Event {
-        at: Duration::from_millis(ms),
-        worker,
-        what,
-    };
+    let roles = vec![role("set"), role("run")];
     let p = || "p01".to_owned();
     let events = vec![
         at(
