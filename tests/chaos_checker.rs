@@ -197,6 +197,16 @@ fn a_broken_owner_may_run_on_for_the_grace_only() {
     assert_eq!(rules(&h), vec!["unit"]);
 }
 
+/// Seed 1731546683: a break of the same lease 38 s later excused the
+/// units an owner did inside another term before it.
+#[test]
+fn a_later_break_excuses_no_earlier_unit() {
+    let mut h = clean();
+    h.units.push(unit("mutex", 0, 1, 20));
+    h.breaks.push(("mutex".to_owned(), s(31), s(32)));
+    assert_eq!(rules(&h), vec!["unit"]);
+}
+
 /// Seed 28 once: a handover's new owner began while `blob-mutex break` was
 /// in flight, the break took effect on its lease, and a third worker
 /// acquired the broken lease before the owner's next renewal told it. The
@@ -389,6 +399,73 @@ fn a_run_terms_end_is_its_logged_end_not_its_exit() {
     h.break_grace = Duration::from_secs(6);
     h.wake_grace = Duration::from_secs(6);
     assert_eq!(check(&h), vec![]);
+}
+
+/// Seed 1731546683, with the checker's first two fixes: an operator's
+/// break (1 408.3 s) hit `run.42` just after it began epoch 33, and `run.43`
+/// began epoch 34 on the broken lease. The commands printed `LEADING` after
+/// the break had returned, 34's before 33's. A `run`'s term begins when its
+/// supervisor logs `became leader`, which came before the break returned.
+#[test]
+fn a_run_terms_start_is_its_logged_start_not_its_commands_line() {
+    let roles = vec![role("run"); 2];
+    let log = |line: &str| What::Log(line.to_owned());
+    let work = || What::Work {
+        epoch: 33,
+        partition: None,
+    };
+    let events = vec![
+        at(1_300, 0, log("2026-11-24T16:49:40.6Z DEBUG became leader holder=run.42 epoch=33")),
+        at(1_420, 1, log("2026-11-24T16:49:40.7Z DEBUG became leader holder=run.43 epoch=34")),
+        at(1_461, 1, What::Leading { epoch: 34 }),
+        at(1_490, 0, What::Leading { epoch: 33 }),
+        at(1_992, 0, work()),
+        at(2_518, 0, work()),
+        at(2_633, 0, log("2026-11-24T16:49:41.9Z  WARN term ended holder=run.42 epoch=33 reason=lost tasks=returned failure=\"\"")),
+        at(2_636, 0, What::Exited { code: Some(4) }),
+        at(9_000, 1, What::Exited { code: Some(0) }),
+    ];
+    let mut h = History {
+        until: s(10),
+        break_grace: s(6),
+        wake_grace: s(6),
+        ..History::default()
+    };
+    h.bounds.insert("run".to_owned(), s(20));
+    h.breaks.push((
+        "run".to_owned(),
+        Duration::from_millis(1_297),
+        Duration::from_millis(1_400),
+    ));
+    h.read(&events, &roles);
+    assert_eq!(
+        h.terms
+            .iter()
+            .map(|t| (t.epoch, t.start))
+            .collect::<Vec<_>>(),
+        vec![
+            (33, Duration::from_millis(1_300)),
+            (34, Duration::from_millis(1_420)),
+        ],
+        "one term per epoch, from the log"
+    );
+    assert_eq!(check(&h), vec![]);
+    // Begun at the commands' lines, epoch 34 seems to come first, and
+    // epoch 33 to begin after the break returned.
+    let lines: Vec<Event> = events
+        .into_iter()
+        .filter(|e| !matches!(&e.what, What::Log(l) if l.contains("became leader")))
+        .collect();
+    let mut h = History {
+        breaks: h.breaks,
+        bounds: h.bounds,
+        until: s(10),
+        break_grace: s(6),
+        wake_grace: s(6),
+        ..History::default()
+    };
+    h.read(&lines, &roles);
+    assert_eq!(rules(&h), vec!["two-owners", "epoch", "unit", "unit"]);
 }
 
 #[test]

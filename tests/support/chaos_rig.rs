@@ -301,6 +301,15 @@ impl ChaosRig {
         spec.command
             .env(Backend::ENV, backend.as_str())
             .env("RUST_LOG", "warn,blob_mutex=info");
+        if kind == Kind::Run {
+            // The history takes a `run`'s term from its supervisor's log:
+            // `became leader` (debug) when it began, `term ended` when its
+            // command stopped.
+            spec.command.env(
+                "RUST_LOG",
+                "warn,blob_mutex=info,blob_mutex::engine::report=debug",
+            );
+        }
         if matches!(kind, Kind::Set | Kind::QuorumSet | Kind::QuorumMutex) {
             spec.command
                 .env("BLOB_MUTEX_FENCE_ADDR", self.register.addr());

@@ -137,8 +137,11 @@ fn units(history: &History, found: &mut Vec<Violation>) {
         };
         // A broken owner works on until it learns of the break, at most
         // until its deadline (less than a lease after its last renewal).
-        let broken = history.breaks.iter().any(|(r, _, returned)| {
-            *r == u.resource && *returned >= own.start && u.at <= *returned + history.break_grace
+        let broken = history.breaks.iter().any(|(r, from, returned)| {
+            *r == u.resource
+                && *returned >= own.start
+                && *from <= u.at
+                && u.at <= *returned + history.break_grace
         });
         if broken {
             continue;

@@ -19,7 +19,8 @@ pub struct Role {
     /// Its group (and blob): `mutex`, `set`, `qmutex`, `qset`, `handover`, `run`.
     pub group: String,
     /// A `blob-mutex run`: its exit (with a code) reports the end of its
-    /// one term, as its exit code is the command's report to its caller.
+    /// one term, as its exit code is the command's report to its caller;
+    /// its log tells when the term began and when its command stopped.
     pub exit_reports: bool,
 }
 
@@ -160,6 +161,10 @@ impl History {
         let (worker, at) = (e.worker, e.at);
         let group = role.group.as_str();
         match &e.what {
+            // A `run`'s term began when its supervisor logged it; the
+            // command's `LEADING` comes after a guard and a shell have
+            // started, and counts only when no log line told the start.
+            What::Leading { epoch } if role.exit_reports && self.began(group, worker, *epoch) => {}
             What::Leading { epoch } => self.begin(group.to_owned(), worker, *epoch, at),
             What::Owning { partition, epoch } => {
                 self.begin(format!("{group}/{partition}"), worker, *epoch, at);
@@ -213,7 +218,11 @@ impl History {
             // to answer (seed 1638074026: 3 s under added latency, while the
             // next owner had taken the expired lease).
             What::Log(line) if role.exit_reports => {
-                if let Some(epoch) = ended_in_log(line) {
+                if let Some(epoch) = logged(line, " became leader ") {
+                    if !self.began(group, worker, epoch) {
+                        self.begin(group.to_owned(), worker, epoch, at);
+                    }
+                } else if let Some(epoch) = logged(line, " term ended ") {
                     self.end_term(group, worker, epoch, at);
                 }
             }
@@ -236,6 +245,13 @@ impl History {
             reports: 0,
             silenced: false,
         });
+    }
+
+    /// Whether the term of `epoch` of `resource` on `worker` was recorded.
+    fn began(&self, resource: &str, worker: usize, epoch: u64) -> bool {
+        self.terms
+            .iter()
+            .any(|t| t.worker == worker && t.resource == resource && t.epoch == epoch)
     }
 
     /// The end of a term, as its worker's log tells it (not a report).
@@ -364,10 +380,11 @@ fn state_of(last: &str) -> Option<Option<(u64, u64)>> {
     Some(Some((epoch.parse().ok()?, tick.parse().ok()?)))
 }
 
-/// The epoch of the library's `term ended` line (logged once a term's
-/// tasks have stopped), if `line` is one.
-fn ended_in_log(line: &str) -> Option<u64> {
-    if !line.contains(" term ended ") {
+/// The epoch of the library's log line that holds `words` (` became
+/// leader `, logged once a term has begun; ` term ended `, once its tasks
+/// have stopped), if `line` is one.
+fn logged(line: &str, words: &str) -> Option<u64> {
+    if !line.contains(words) {
         return None;
     }
     let (_, rest) = line.split_once(" epoch=")?;
