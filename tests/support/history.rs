@@ -193,7 +193,7 @@ impl History {
             }
             What::StateRead { epoch, last } => {
                 // A state not of the form the fault worker writes is not judged.
-                if let Some(last) = state_of(last) {
+                if let Ok(last) = state_of(last) {
                     self.reads.push(Read {
                         resource: group.to_owned(),
                         worker,
@@ -369,15 +369,20 @@ impl History {
     }
 }
 
-/// The epoch and tick of a `STATE-READ` line's state: `Some(None)` for an
-/// empty one (`-`), `Some(Some(..))` for the fault worker's
-/// `epoch=<n>_tick=<k>`, `None` for anything else.
-fn state_of(last: &str) -> Option<Option<(u64, u64)>> {
+/// The epoch and tick of a `STATE-READ` line's state: `Ok(None)` for an
+/// empty one (`-`), `Ok(Some(..))` for the fault worker's
+/// `epoch=<n>_tick=<k>`, an error for anything else.
+fn state_of(last: &str) -> Result<Option<(u64, u64)>, String> {
     if last == "-" {
-        return Some(None);
+        return Ok(None);
     }
-    let (epoch, tick) = last.strip_prefix("epoch=")?.split_once("_tick=")?;
-    Some(Some((epoch.parse().ok()?, tick.parse().ok()?)))
+    let parsed = || {
+        let (epoch, tick) = last.strip_prefix("epoch=")?.split_once("_tick=")?;
+        Some((epoch.parse().ok()?, tick.parse().ok()?))
+    };
+    parsed()
+        .map(Some)
+        .ok_or_else(|| format!("not a fault worker's state: {last}"))
 }
 
 /// The epoch of the library's log line that holds `words` (` became
