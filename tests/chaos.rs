@@ -28,6 +28,10 @@
 //!   on after a break until its deadline (the break grace is now a lease)
 //!   and a handover write answered late that its successor had read back
 //!   (`chaos_checker::a_write_a_successor_did_not_read_landed_in_its_term`);
+//!   replayed again, two `run` terms begun around a break whose commands
+//!   printed their start in the wrong order, and units excused by a later
+//!   break (`chaos_checker::a_run_terms_start_is_its_logged_start_not_its_commands_line`,
+//!   `chaos_checker::a_later_break_excuses_no_earlier_unit`);
 //! - 1638074026 (`sdk-v021`): a `blob-mutex run` whose exit came 3 s after
 //!   its logged end, behind a slow release
 //!   (`chaos_checker::a_run_terms_end_is_its_logged_end_not_its_exit`).

@@ -298,18 +298,16 @@ impl ChaosRig {
             .collect();
         let container = self.groups[g].container.clone();
         let mut spec = Self::spec(kind, &name, n, &container, &strings);
+        // The history takes a `run`'s term from its supervisor's log:
+        // `became leader` (debug) when it began, `term ended` when its
+        // command stopped.
+        let log = match kind {
+            Kind::Run => "warn,blob_mutex=info,blob_mutex::engine::report=debug",
+            _ => "warn,blob_mutex=info",
+        };
         spec.command
             .env(Backend::ENV, backend.as_str())
-            .env("RUST_LOG", "warn,blob_mutex=info");
-        if kind == Kind::Run {
-            // The history takes a `run`'s term from its supervisor's log:
-            // `became leader` (debug) when it began, `term ended` when its
-            // command stopped.
-            spec.command.env(
-                "RUST_LOG",
-                "warn,blob_mutex=info,blob_mutex::engine::report=debug",
-            );
-        }
+            .env("RUST_LOG", log);
         if matches!(kind, Kind::Set | Kind::QuorumSet | Kind::QuorumMutex) {
             spec.command
                 .env("BLOB_MUTEX_FENCE_ADDR", self.register.addr());

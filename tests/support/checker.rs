@@ -65,6 +65,7 @@ pub fn check(history: &History) -> Vec<Violation> {
     units(history, &mut found);
     reports(history, &mut found);
     writes(history, &mut found);
+    read_backs(history, &mut found);
     stamps(history, &mut found);
     for &worker in &history.hung {
         found.push(violation(
@@ -228,8 +229,8 @@ fn stamps(history: &History, found: &mut Vec<Violation>) {
 /// between when it was sent and when its answer was printed, and a term
 /// begins (its lease acquired) before its `LEADING` line. So an accepted
 /// write sent after a term of a higher epoch began landed in that term: a
-/// violation. A write answered late, after the next term began, is judged
-/// by the next rule instead.
+/// violation. A write sent before the next term began and answered after
+/// it is judged by [`read_backs`] instead.
 fn writes(history: &History, found: &mut Vec<Violation>) {
     for w in history.writes.iter().filter(|w| w.accepted) {
         let newer = history
@@ -244,7 +245,6 @@ fn writes(history: &History, found: &mut Vec<Violation>) {
             ));
         }
     }
-    read_backs(history, found);
 }
 
 /// Promise 5, by what storage showed: a term reads the state when it

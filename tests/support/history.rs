@@ -212,11 +212,11 @@ impl History {
                 let resource = lease.strip_suffix("/mutex").unwrap_or(lease);
                 self.write(resource, worker, (*epoch, None), (*took, at), *accepted);
             }
-            // `blob-mutex run` tells an abnormal end of its term (deadline,
-            // lease lost) in its log, once the command has stopped; its exit
-            // may come seconds later, after a release that storage is slow
-            // to answer (seed 1638074026: 3 s under added latency, while the
-            // next owner had taken the expired lease).
+            // `blob-mutex run` logs its term's start (`became leader`) and
+            // its end (`term ended`, once the command has stopped). Its exit
+            // may come seconds after the end, behind a release that storage
+            // is slow to answer (seed 1638074026: 3 s under added latency,
+            // while the next owner had taken the expired lease).
             What::Log(line) if role.exit_reports => {
                 if let Some(epoch) = logged(line, " became leader ") {
                     if !self.began(group, worker, epoch) {
