@@ -51,6 +51,8 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
+use crate::azure::settings::BlobSettings;
+use crate::azure::BlobLeaseSetStore;
 use crate::backoff::Jitter;
 use crate::bounded::bounded;
 use crate::engine::leader::Leader;
@@ -62,9 +64,7 @@ use crate::error::{BoxError, Chain, Error, Result};
 use crate::lease_set::balance::{free, plan, FreeSince, Plan, Strategy, View, ORPHAN_CYCLES};
 use crate::mutex::BlobDistributedMutex;
 use crate::options::{default_holder, MutexOptions, ABORT_WAIT, STOP_SLACK};
-use crate::store::backend::BlobLeaseSetStore;
 use crate::store::names::{self, member_segment, MEMBERS, PARTITIONS};
-use crate::store::settings::BlobSettings;
 use crate::store::{check_request_timeout, LeaseInfo, LeaseSetStore, LeaseState, LeaseStore};
 
 pub(crate) mod balance;

@@ -32,6 +32,7 @@
 // the items that need an optional feature.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+mod azure;
 mod backoff;
 mod bounded;
 mod engine;
@@ -42,6 +43,26 @@ mod mutex;
 mod options;
 mod store;
 
+pub use azure::collect::Collection;
+#[cfg(feature = "azure_identity")]
+#[cfg_attr(docsrs, doc(cfg(feature = "azure_identity")))]
+pub use azure::default_credential::default_credential;
+#[cfg(feature = "official")]
+#[cfg_attr(docsrs, doc(cfg(feature = "official")))]
+pub use azure::official::OfficialSettings;
+pub use azure::protocol::{
+    ACQUIRED_AT_KEY, ADVERTISED_KEY, EPOCH_KEY, HOLDER_KEY, MEMBER_KEY, PRIORITY_KEY, PROPOSED_KEY,
+};
+pub use azure::settings::{BlobSettings, AZURITE_ACCOUNT, AZURITE_ENDPOINT};
+pub use azure::{Backend, BlobLeaseManager, BlobLeaseSetStore};
+#[cfg(feature = "official")]
+#[cfg_attr(docsrs, doc(cfg(feature = "official")))]
+#[allow(deprecated)]
+pub use azure::{OfficialLeaseManager, OfficialLeaseSetStore};
+#[cfg(feature = "sdk-v021")]
+#[cfg_attr(docsrs, doc(cfg(feature = "sdk-v021")))]
+#[allow(deprecated)]
+pub use azure::{SdkV021LeaseManager, SdkV021LeaseSetStore};
 pub use engine::fail_stop::FAIL_STOP_EXIT_CODE;
 pub use engine::leader::Leader;
 pub use engine::leadership::{
@@ -52,28 +73,13 @@ pub use lease_set::balance::Strategy;
 pub use lease_set::{BlobLeaseSet, LeaseSetOptions, PartitionContext, PartitionReport};
 pub use mutex::BlobDistributedMutex;
 pub use options::{MutexOptions, STOP_SLACK};
-pub use store::backend::{Backend, BlobLeaseManager, BlobLeaseSetStore};
-pub use store::blob_protocol::{
-    ACQUIRED_AT_KEY, ADVERTISED_KEY, EPOCH_KEY, HOLDER_KEY, MEMBER_KEY, PRIORITY_KEY, PROPOSED_KEY,
-};
-pub use store::collect::Collection;
 #[cfg(feature = "testing")]
 pub use store::conformance;
-#[cfg(feature = "azure_identity")]
-#[cfg_attr(docsrs, doc(cfg(feature = "azure_identity")))]
-pub use store::default_credential::default_credential;
 #[cfg(feature = "testing")]
 pub use store::memory::{MemoryLeaseSetStore, MemoryLeaseStore};
-#[cfg(feature = "official")]
-#[cfg_attr(docsrs, doc(cfg(feature = "official")))]
-pub use store::official::{OfficialLeaseManager, OfficialLeaseSetStore, OfficialSettings};
 pub use store::quorum::{
     AccountLease, Holding, QuorumLeaseSetStore, QuorumLeaseStore, MAX_QUORUM_ACCOUNTS,
 };
-#[cfg(feature = "sdk-v021")]
-#[cfg_attr(docsrs, doc(cfg(feature = "sdk-v021")))]
-pub use store::sdk_v021::{SdkV021LeaseManager, SdkV021LeaseSetStore};
-pub use store::settings::{BlobSettings, AZURITE_ACCOUNT, AZURITE_ENDPOINT};
 pub use store::{
     Acquire, Candidate, LeaseId, LeaseInfo, LeaseSetStore, LeaseState, LeaseStore,
     MAX_ADVERTISED_LEN, MAX_STATE_LEN,

@@ -7,6 +7,8 @@ use std::sync::Arc;
 use tokio::sync::{broadcast, watch};
 use tokio_util::sync::CancellationToken;
 
+use crate::azure::settings::BlobSettings;
+use crate::azure::BlobLeaseManager;
 use crate::engine::leader::{Leader, LeaderWatch};
 use crate::engine::leadership::{LeaderContext, Leadership, TermReport};
 use crate::engine::lingering::Lingering;
@@ -14,8 +16,6 @@ use crate::engine::metrics::Metrics;
 use crate::engine::{box_task, Engine, Observer, TaskFn};
 use crate::error::{BoxError, Error, Result};
 use crate::options::{default_holder, MutexOptions};
-use crate::store::backend::BlobLeaseManager;
-use crate::store::settings::BlobSettings;
 use crate::store::{check_request_timeout, LeaseStore};
 
 /// How many term reports a slow receiver can fall behind.

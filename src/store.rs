@@ -1,25 +1,14 @@
 //! The lease-store seam: what the election needs from any store, and the
 //! words it speaks (lease ids, acquire outcomes, lease states).
 //!
-//! The stores live beside it in this folder:
-//! - the settings every blob backend is built from, SDK-neutral
-//!   (`settings`), and the choice of backend with the front-door stores
-//!   that carry it (`backend`: `BlobLeaseManager`, `BlobLeaseSetStore`);
-//! - the two backends, one folder each with the same floor plan: `official`
-//!   (Microsoft's official Azure SDK, feature `official`, on by default)
-//!   and `sdk_v021` (the frozen `azure_storage_blobs` 0.21 crates, feature
-//!   `sdk-v021`); the only modules that name an SDK's client;
-//! - what every blob backend writes and reads whatever its SDK
-//!   (`blob_protocol`), the collection of stale blobs (`collect`), the
-//!   HTTP client of the 1.x pipeline (`http`) and the credential chosen
-//!   from the environment (`default_credential`, feature `azure_identity`);
-//! - the names that a lease set and a lease own, and the rules that keep
-//!   every other lease out of them (`names`);
-//! - the quorum over several accounts (`quorum`), the in-memory store
-//!   (`memory`) and the contract's tests (`conformance`).
+//! Beside it in this folder, what every mode needs whatever the storage:
+//! the names that a lease set and a lease own, and the rules that keep
+//! every other lease out of them (`names`); the quorum over several
+//! accounts, itself a store of stores (`quorum`); the in-memory store
+//! (`memory`) and the contract's tests (`conformance`). The Azure stores
+//! live apart, in `azure/`.
 //!
-//! Nothing here knows the engine, the mutex or the lease set, and no
-//! `#[cfg]` on a backend's feature lives outside this folder.
+//! Nothing here knows the engine, the mutex or the lease set.
 
 use std::fmt;
 use std::future::Future;
@@ -28,24 +17,12 @@ use std::time::Duration;
 
 use crate::error::{Error, Result};
 
-pub(crate) mod backend;
-pub(crate) mod blob_protocol;
-pub(crate) mod collect;
 #[cfg(feature = "testing")]
 pub mod conformance;
-#[cfg(feature = "azure_identity")]
-pub(crate) mod default_credential;
-#[cfg(any(feature = "official", feature = "azure_identity"))]
-pub(crate) mod http;
 #[cfg(feature = "testing")]
 pub(crate) mod memory;
 pub(crate) mod names;
-#[cfg(feature = "official")]
-pub(crate) mod official;
 pub(crate) mod quorum;
-#[cfg(feature = "sdk-v021")]
-pub(crate) mod sdk_v021;
-pub(crate) mod settings;
 
 /// A lease id: a UUID chosen by this crate (a *proposed* lease id), so that a
 /// retried acquire of the same round is idempotent.

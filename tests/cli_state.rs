@@ -188,3 +188,64 @@ async fn state_put_outside_run_is_a_usage_error_and_get_of_a_new_blob_is_empty()
     assert_eq!(get.status.code(), Some(0), "{}", text(&get.stderr));
     assert!(get.stdout.is_empty());
 }
+
+/// A listener on 127.0.0.1 that accepts every connection and never
+/// answers; the connections stay open for as long as the test runs.
+async fn silent_endpoint() -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((stream, _)) = listener.accept().await {
+            held.push(stream);
+        }
+    });
+    format!("http://127.0.0.1:{port}/devstoreaccount1")
+}
+
+#[tokio::test]
+async fn state_get_and_put_give_up_within_the_request_timeout_on_a_silent_endpoint() {
+    let endpoint = silent_endpoint().await;
+    for backend in ["official", "sdk-v021"] {
+        for (verb, stdin) in [("get", Stdio::null()), ("put", Stdio::piped())] {
+            let started = std::time::Instant::now();
+            let mut command = Command::new(BIN);
+            command
+                .args(["state", verb, "--container", "silent", "--blob", "lock"])
+                .args(["--request-timeout", "1s", "--backend", backend])
+                .env(
+                    "AZURE_STORAGE_CONNECTION_STRING",
+                    azurite::connection_string(&endpoint),
+                )
+                .env(
+                    "BLOB_MUTEX_LEASE_ID",
+                    blob_mutex::LeaseId::new().to_string(),
+                )
+                .env_remove("RUST_LOG")
+                .stdin(stdin)
+                .kill_on_drop(true);
+            let mut child = command
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap();
+            drop(child.stdin.take()); // `put` reads an empty state
+            let output = tokio::time::timeout(Duration::from_secs(20), child.wait_with_output())
+                .await
+                .unwrap_or_else(|_| panic!("state {verb} on {backend} still running after 20 s"))
+                .unwrap();
+            let took = started.elapsed();
+            assert_ne!(
+                output.status.code(),
+                Some(0),
+                "state {verb} on {backend}: {}",
+                text(&output.stderr)
+            );
+            assert!(
+                took < Duration::from_secs(5),
+                "state {verb} on {backend} took {took:?}: {}",
+                text(&output.stderr)
+            );
+        }
+    }
+}

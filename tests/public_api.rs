@@ -3,7 +3,9 @@
 //! API: `scripts/public-api --test tests/fixtures/public-api.txt`.
 // The list is made with every feature; `testing` gates the memory stores and
 // the conformance suite, `official` and `sdk-v021` the backends' own types,
-// `azure_identity` the credential chosen from the environment.
+// `azure_identity` the credential chosen from the environment. Deprecated
+// items are public until they are removed: they are named too.
+#![allow(deprecated)]
 #![cfg(all(
     feature = "testing",
     feature = "official",
@@ -15,11 +17,14 @@
 use blob_mutex::conformance::{
     acquire_is_exclusive_and_idempotent, advertised_values_belong_to_their_term,
     candidates_are_listed_while_their_record_is_held, change_passes_the_lease_to_the_proposed_id,
+    every_call_is_bounded_when_storage_never_answers,
+    every_set_call_is_bounded_when_storage_never_answers,
     inspect_needs_no_lease_and_shows_the_last_term, lease_expires_after_its_duration,
     release_frees_the_lease_at_once, renew_keeps_the_lease_and_only_for_its_id,
     renewing_an_expired_lease_under_another_id_is_lost, run_all,
     stamp_at_least_keeps_epochs_increasing, stamp_needs_the_lease_and_epochs_increase,
     state_is_kept_across_terms_with_the_metadata, state_writes_land_only_under_the_lease, DURATION,
+    SILENT_SLACK,
 };
 #[allow(unused_imports)]
 use blob_mutex::guide::{
@@ -100,10 +105,13 @@ const NAMED: &[&str] = &[
     "blob_mutex::TermReport",
     "blob_mutex::conformance",
     "blob_mutex::conformance::DURATION",
+    "blob_mutex::conformance::SILENT_SLACK",
     "blob_mutex::conformance::acquire_is_exclusive_and_idempotent",
     "blob_mutex::conformance::advertised_values_belong_to_their_term",
     "blob_mutex::conformance::candidates_are_listed_while_their_record_is_held",
     "blob_mutex::conformance::change_passes_the_lease_to_the_proposed_id",
+    "blob_mutex::conformance::every_call_is_bounded_when_storage_never_answers",
+    "blob_mutex::conformance::every_set_call_is_bounded_when_storage_never_answers",
     "blob_mutex::conformance::inspect_needs_no_lease_and_shows_the_last_term",
     "blob_mutex::conformance::lease_expires_after_its_duration",
     "blob_mutex::conformance::release_frees_the_lease_at_once",

@@ -103,17 +103,6 @@ impl Metrics {
     }
 }
 
-/// A deletion of a stale blob refused with `code` (see
-/// `store::collect::delete_stale`); a collector belongs to no one lease, so
-/// the code is the only label.
-#[cfg(feature = "metrics")]
-pub(crate) fn collect_refused(code: &'static str) {
-    ::metrics::counter!("blob_mutex_collect_refused_total", "code" => code).increment(1);
-}
-
-#[cfg(not(feature = "metrics"))]
-pub(crate) fn collect_refused(_code: &'static str) {}
-
 // The same methods as with the feature, doing nothing, so that the engine
 // calls them unconditionally.
 #[cfg(not(feature = "metrics"))]

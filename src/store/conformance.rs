@@ -33,7 +33,9 @@ use std::future::Future;
 use std::time::Duration;
 
 use crate::error::Error;
-use crate::store::{Acquire, Candidate, LeaseId, LeaseInfo, LeaseState, LeaseStore, MAX_STATE_LEN};
+use crate::store::{
+    Acquire, Candidate, LeaseId, LeaseInfo, LeaseSetStore, LeaseState, LeaseStore, MAX_STATE_LEN,
+};
 
 /// The lease duration the checks use: the shortest Azure allows.
 pub const DURATION: Duration = Duration::from_secs(15);
@@ -68,6 +70,97 @@ where
     candidates_are_listed_while_their_record_is_held(&a, &b).await;
     let (a, b) = fresh("advertised").await;
     advertised_values_belong_to_their_term(&a, &b).await;
+}
+
+/// How much longer than its request timeout a call may take to give up
+/// on a silent endpoint: the time to notice, on a loaded machine.
+pub const SILENT_SLACK: Duration = Duration::from_secs(2);
+
+/// Every call of `store` gives up with [`Error::Timeout`] within `limit`
+/// (plus [`SILENT_SLACK`]) when storage accepts connections and never
+/// answers: a store built with the request timeout `limit` is bounded by
+/// it on every path. `store` must reach such an endpoint (a listener that
+/// accepts and never answers); calls the store does not support answer
+/// [`Error::Unsupported`] at once and pass. Real time, not Tokio's: run it
+/// on a runtime whose time is not paused.
+pub async fn every_call_is_bounded_when_storage_never_answers<S: LeaseStore>(
+    store: &S,
+    limit: Duration,
+) {
+    let (id, other) = (LeaseId::new(), LeaseId::new());
+    let candidate = Candidate::new("silent", 1, other);
+    check_bounded("acquire", limit, store.acquire(id, DURATION)).await;
+    check_bounded("renew", limit, store.renew(id)).await;
+    check_bounded("release", limit, store.release(id)).await;
+    check_bounded("stamp", limit, store.stamp(id, "silent")).await;
+    check_bounded(
+        "stamp at least",
+        limit,
+        store.stamp_at_least(id, "silent", 7),
+    )
+    .await;
+    check_bounded(
+        "stamp advertised",
+        limit,
+        store.stamp_advertised(id, "silent", "10.0.0.1:80", 7),
+    )
+    .await;
+    check_bounded("change", limit, store.change(id, other)).await;
+    check_bounded("inspect", limit, store.inspect()).await;
+    check_bounded("read state", limit, store.read_state()).await;
+    check_bounded("write state", limit, store.write_state(id, b"x")).await;
+    check_bounded(
+        "advertise",
+        limit,
+        store.advertise(other, &candidate, DURATION),
+    )
+    .await;
+    check_bounded(
+        "keep advertising",
+        limit,
+        store.keep_advertising(other, "silent"),
+    )
+    .await;
+    check_bounded("withdraw", limit, store.withdraw(other, "silent")).await;
+    check_bounded("candidates", limit, store.candidates()).await;
+}
+
+/// As [`every_call_is_bounded_when_storage_never_answers`], for a lease
+/// set's store: its listing, and every call of a lease it makes.
+pub async fn every_set_call_is_bounded_when_storage_never_answers<S: LeaseSetStore>(
+    store: &S,
+    limit: Duration,
+) {
+    check_bounded("list", limit, store.list("")).await;
+    let lease = store
+        .lease("partitions/silent")
+        .expect("a set makes the lease partitions/silent");
+    every_call_is_bounded_when_storage_never_answers(&lease, limit).await;
+}
+
+/// Runs `call` against a silent store and checks that it gave up in time,
+/// with [`Error::Timeout`] (or [`Error::Unsupported`] at once).
+async fn check_bounded<T: std::fmt::Debug>(
+    rule: &str,
+    limit: Duration,
+    call: impl Future<Output = Result<T, Error>>,
+) {
+    let started = std::time::Instant::now();
+    let answer = tokio::time::timeout(limit + SILENT_SLACK * 5, call).await;
+    let took = started.elapsed();
+    let Ok(answer) = answer else {
+        panic!(
+            "{rule}: no answer after {took:?} from a silent store with a {limit:?} request timeout"
+        );
+    };
+    match answer {
+        Err(Error::Unsupported { .. }) => {}
+        Err(Error::Timeout { .. }) => assert!(
+            took <= limit + SILENT_SLACK,
+            "{rule}: gave up after {took:?}, more than the request timeout {limit:?} plus {SILENT_SLACK:?}"
+        ),
+        other => panic!("{rule}: {other:?} from a silent store, not a time-out"),
+    }
 }
 
 /// Acquire grants the lease to one id; the same id acquires again

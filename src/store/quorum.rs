@@ -14,11 +14,11 @@ use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use crate::azure::settings::BlobSettings;
+use crate::azure::BlobLeaseManager;
 use crate::bounded::bounded;
 use crate::error::{Error, Result};
 use crate::options::DEFAULT_REQUEST_TIMEOUT;
-use crate::store::backend::BlobLeaseManager;
-use crate::store::settings::BlobSettings;
 use crate::store::{Acquire, LeaseId, LeaseInfo, LeaseState, LeaseStore};
 
 use self::calls::vote_ok;
@@ -503,19 +503,25 @@ impl<S: LeaseStore> LeaseStore for QuorumLeaseStore<S> {
         proposed: LeaseId,
         duration: Duration,
     ) -> impl Future<Output = Result<Acquire>> + Send {
+        // Bounded inside: half the request timeout asking, the rest at most
+        // giving back what was granted when no majority granted.
         self.acquire_quorum(proposed, duration)
     }
 
     fn renew(&self, lease: LeaseId) -> impl Future<Output = Result<()>> + Send {
-        self.renew_quorum(lease)
+        bounded("renew", self.request_timeout, self.renew_quorum(lease))
     }
 
     fn release(&self, lease: LeaseId) -> impl Future<Output = Result<()>> + Send {
-        self.release_quorum(lease)
+        bounded("release", self.request_timeout, self.release_quorum(lease))
     }
 
     fn stamp(&self, lease: LeaseId, holder: &str) -> impl Future<Output = Result<u64>> + Send {
-        self.stamp_quorum(lease, holder, None, 0)
+        bounded(
+            "stamp",
+            self.request_timeout,
+            self.stamp_quorum(lease, holder, None, 0),
+        )
     }
 
     fn stamp_at_least(
@@ -524,7 +530,11 @@ impl<S: LeaseStore> LeaseStore for QuorumLeaseStore<S> {
         holder: &str,
         floor: u64,
     ) -> impl Future<Output = Result<u64>> + Send {
-        self.stamp_quorum(lease, holder, None, floor)
+        bounded(
+            "stamp",
+            self.request_timeout,
+            self.stamp_quorum(lease, holder, None, floor),
+        )
     }
 
     fn stamp_advertised(
@@ -534,7 +544,11 @@ impl<S: LeaseStore> LeaseStore for QuorumLeaseStore<S> {
         advertised: &str,
         floor: u64,
     ) -> impl Future<Output = Result<u64>> + Send {
-        self.stamp_quorum(lease, holder, Some(advertised), floor)
+        bounded(
+            "stamp",
+            self.request_timeout,
+            self.stamp_quorum(lease, holder, Some(advertised), floor),
+        )
     }
 
     /// Whether every account keeps what a stamp advertises.
@@ -543,11 +557,11 @@ impl<S: LeaseStore> LeaseStore for QuorumLeaseStore<S> {
     }
 
     fn change(&self, from: LeaseId, to: LeaseId) -> impl Future<Output = Result<()>> + Send {
-        self.change_quorum(from, to)
+        bounded("change", self.request_timeout, self.change_quorum(from, to))
     }
 
     fn inspect(&self) -> impl Future<Output = Result<Option<LeaseInfo>>> + Send {
-        self.inspect_quorum()
+        bounded("inspect", self.request_timeout, self.inspect_quorum())
     }
 
     /// The store's request timeout: an acquire takes that long at most,

@@ -81,7 +81,7 @@ impl<S: LeaseStore> QuorumLeaseStore<S> {
         if votes.lost() {
             Ok(Acquire::Held)
         } else {
-            Err(no_majority("acquire", answers, votes))
+            Err(no_majority("acquire", answers, votes, self.request_timeout))
         }
     }
 
@@ -140,7 +140,7 @@ impl<S: LeaseStore> QuorumLeaseStore<S> {
                 votes.n
             )))
         } else {
-            Err(no_majority("renew", answers, votes))
+            Err(no_majority("renew", answers, votes, self.request_timeout))
         }
     }
 
@@ -232,7 +232,7 @@ impl<S: LeaseStore> QuorumLeaseStore<S> {
         } else if votes.lost() {
             Err(lost("stamp", votes))
         } else {
-            Err(no_majority("stamp", answers, votes))
+            Err(no_majority("stamp", answers, votes, self.request_timeout))
         }
     }
 
@@ -273,7 +273,7 @@ impl<S: LeaseStore> QuorumLeaseStore<S> {
         )
         .await;
         if !votes.won() {
-            return Err(no_majority("release", answers, votes));
+            return Err(no_majority("release", answers, votes, self.request_timeout));
         }
         if answers.iter().any(|a| matches!(a, Some(Ok(())))) {
             Ok(())
@@ -305,14 +305,14 @@ impl<S: LeaseStore> QuorumLeaseStore<S> {
         } else if votes.lost() {
             Err(lost("change", votes))
         } else {
-            Err(no_majority("change", answers, votes))
+            Err(no_majority("change", answers, votes, self.request_timeout))
         }
     }
 
     pub(super) async fn inspect_quorum(&self) -> Result<Option<LeaseInfo>> {
         let (answers, votes) = self.inspect_all().await;
         if votes.yes < votes.majority() {
-            return Err(no_majority("inspect", answers, votes));
+            return Err(no_majority("inspect", answers, votes, self.request_timeout));
         }
         let found: Vec<Option<LeaseInfo>> = answers.into_iter().flatten().flatten().collect();
         Ok(merge(votes.n, &found))

@@ -109,7 +109,7 @@ pub(super) async fn read_last<S: LeaseStore>(
         });
     }
     if votes.yes + votes.no < votes.majority() {
-        return Err(no_majority("stamp", answers, votes));
+        return Err(no_majority("stamp", answers, votes, limit));
     }
     Err(Error::transport(
         "stamp",

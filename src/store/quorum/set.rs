@@ -11,11 +11,11 @@ use futures_util::future::join_all;
 
 use super::votes::{ask_all, majority, no_majority};
 use super::{merge, vote_ok, QuorumLeaseStore, MAX_QUORUM_ACCOUNTS};
+use crate::azure::settings::BlobSettings;
+use crate::azure::BlobLeaseSetStore;
 use crate::bounded::bounded;
 use crate::error::{Error, Result};
 use crate::options::DEFAULT_REQUEST_TIMEOUT;
-use crate::store::backend::BlobLeaseSetStore;
-use crate::store::settings::BlobSettings;
 use crate::store::{LeaseInfo, LeaseSetStore};
 
 /// A lease set over N independent lease-set stores (storage accounts): each
@@ -122,7 +122,7 @@ impl<S: LeaseSetStore> QuorumLeaseSetStore<S> {
         )
         .await;
         if votes.yes < votes.majority() {
-            return Err(no_majority("list", answers, votes));
+            return Err(no_majority("list", answers, votes, self.request_timeout));
         }
         let own: Vec<Option<Listing>> = answers
             .into_iter()

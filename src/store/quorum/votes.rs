@@ -257,8 +257,14 @@ where
 /// The error of a call that no majority can answer as wanted, from the
 /// accounts' own errors: a fatal error when a majority failed fatally
 /// (nothing will change by retrying), else the first transient one, else a
-/// transient error that counts the answers.
-pub(crate) fn no_majority<T>(operation: &'static str, answers: Answers<T>, votes: Votes) -> Error {
+/// transient error that counts the answers: [`Error::Timeout`] (after
+/// `limit`, the call's own) when no account answered at all.
+pub(crate) fn no_majority<T>(
+    operation: &'static str,
+    answers: Answers<T>,
+    votes: Votes,
+    limit: Duration,
+) -> Error {
     let mut fatal = Vec::new();
     let mut transient = None;
     for e in answers.into_iter().flatten().filter_map(Result::err) {
@@ -270,6 +276,12 @@ pub(crate) fn no_majority<T>(operation: &'static str, answers: Answers<T>, votes
     }
     if fatal.len() >= votes.majority() {
         return fatal.swap_remove(0);
+    }
+    if votes.yes + votes.no + votes.failed == 0 {
+        return Error::Timeout {
+            operation,
+            after: limit,
+        };
     }
     transient.unwrap_or_else(|| {
         Error::transport(
@@ -331,6 +343,16 @@ mod tests {
     }
 
     #[test]
+    fn no_answer_from_any_account_is_a_time_out() {
+        let limit = Duration::from_secs(2);
+        let answers: Answers<()> = vec![None, None, None];
+        match no_majority("renew", answers, count(3, 0, 0, 0), limit) {
+            Error::Timeout { operation, after } => assert_eq!((operation, after), ("renew", limit)),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
     fn fatal_only_when_a_majority_failed_fatally() {
         let forbidden = || Error::invalid("x", "y");
         let answers: Answers<()> = vec![
@@ -338,16 +360,16 @@ mod tests {
             Some(Err(Error::transport("renew", "down"))),
             Some(Err(forbidden())),
         ];
-        assert!(no_majority("renew", answers, count(3, 0, 0, 3)).is_fatal());
+        assert!(no_majority("renew", answers, count(3, 0, 0, 3), Duration::ZERO).is_fatal());
         let answers: Answers<()> = vec![
             Some(Err(forbidden())),
             Some(Err(Error::transport("renew", "down"))),
             Some(Ok(())),
         ];
-        let e = no_majority("renew", answers, count(3, 1, 0, 2));
+        let e = no_majority("renew", answers, count(3, 1, 0, 2), Duration::ZERO);
         assert!(e.is_transient(), "one bad account is not the end: {e}");
         let answers: Answers<()> = vec![Some(Err(forbidden())), Some(Ok(())), None];
-        let e = no_majority("renew", answers, count(3, 1, 1, 1));
+        let e = no_majority("renew", answers, count(3, 1, 1, 1), Duration::ZERO);
         assert!(matches!(e, Error::Transport { .. }), "{e:?}");
     }
 }

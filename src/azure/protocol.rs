@@ -302,7 +302,7 @@ mod tests {
                 !segment.contains('/') && !segment.ends_with('.'),
                 "{segment}"
             );
-            crate::store::settings::validate_blob(&segment).unwrap();
+            crate::azure::settings::validate_blob(&segment).unwrap();
         }
     }
 

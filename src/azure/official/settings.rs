@@ -10,10 +10,9 @@ use azure_core::http::Url;
 
 use super::sas::Signer;
 use crate::error::{Error, Result};
-use crate::store::names::{self, SetLease};
-use crate::store::settings::{
-    validate_account, validate_blob, validate_blob_name, validate_container, BlobSettings,
-    Credential,
+
+use crate::azure::settings::{
+    validate_account, validate_blob, validate_container, BlobSettings, Credential,
 };
 
 /// Where the lease blob lives, as the backend on the official Azure SDK
@@ -133,20 +132,6 @@ impl OfficialSettings {
         )
     }
 
-    /// The settings of the lease `name` within the set that these settings
-    /// name (`<set>/<name>`), and what it is within the set (see
-    /// `names::set_lease`): a set's own names pass Azure's rules only.
-    pub(super) fn in_set(&self, name: &str) -> Result<(Self, SetLease)> {
-        let kind = names::set_lease(name)?;
-        let blob = names::set_blob(&self.blob, name);
-        validate_blob_name(&blob)?;
-        let settings = OfficialSettings {
-            blob,
-            ..self.clone()
-        };
-        Ok((settings, kind))
-    }
-
     fn build(
         container_url: Url,
         credential: Option<Arc<dyn TokenCredential>>,
@@ -162,6 +147,26 @@ impl OfficialSettings {
             container,
             blob,
         })
+    }
+
+    /// Settings that name the same container and blob on this backend, for
+    /// their names only: they carry no credential, and no client is ever
+    /// built from them.
+    pub(crate) fn names(&self) -> Result<BlobSettings> {
+        let mut endpoint = self.container_url.clone();
+        endpoint.set_query(None);
+        let path = endpoint.path().to_owned();
+        let parent = path
+            .strip_suffix(&self.container)
+            .unwrap_or(&path)
+            .trim_end_matches('/')
+            .to_owned();
+        endpoint.set_path(&parent);
+        BlobSettings::naming(
+            endpoint.as_str().trim_end_matches('/'),
+            &self.container,
+            &self.blob,
+        )
     }
 
     /// The container that holds the lease blob.

@@ -2,20 +2,16 @@
 //! client, no retries, a pinned service version), and its answers in the
 //! crate's words: errors by status and `x-ms-error-code`, lease states.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use azure_core::error::ErrorKind;
 use azure_core::http::policies::Policy;
 use azure_core::http::{ClientOptions, RetryOptions};
-use azure_storage_blob::models::{LeaseDuration, LeaseState as SdkLeaseState};
 use azure_storage_blob::{BlobContainerClient, BlobContainerClientOptions};
 
+use crate::azure::calls::CallError;
+use crate::azure::protocol::said;
 use crate::error::{redact, Cause, Error};
-use crate::store::blob_protocol::{
-    parse_epoch, said, status_error, ACQUIRED_AT_KEY, ADVERTISED_KEY, HOLDER_KEY, MEMBER_KEY,
-};
-use crate::store::{LeaseInfo, LeaseState};
 
 use super::sas::SignWithKey;
 use super::OfficialSettings;
@@ -39,7 +35,7 @@ pub(super) fn container_client(settings: &OfficialSettings) -> Result<BlobContai
     let options = BlobContainerClientOptions {
         client_options: ClientOptions {
             retry: RetryOptions::none(),
-            transport: Some(crate::store::http::transport()?),
+            transport: Some(crate::azure::http::transport()?),
             per_call_policies,
             ..ClientOptions::default()
         },
@@ -54,17 +50,13 @@ pub(super) fn container_client(settings: &OfficialSettings) -> Result<BlobContai
 }
 
 /// The status and `x-ms-error-code` of an error answer.
-pub(super) fn http_status(error: &azure_core::Error) -> Option<(u16, Option<String>)> {
+fn http_status(error: &azure_core::Error) -> Option<(u16, Option<String>)> {
     match error.kind() {
         ErrorKind::HttpResponse {
             status, error_code, ..
         } => Some((u16::from(*status), error_code.clone())),
         _ => None,
     }
-}
-
-pub(super) fn is_not_found(error: &azure_core::Error) -> bool {
-    matches!(http_status(error), Some((404, _)))
 }
 
 /// The `<Message>` storage sent with an error status (see [`said`]);
@@ -84,85 +76,35 @@ fn service_message(error: &azure_core::Error) -> String {
         .unwrap_or_default()
 }
 
-/// Maps an SDK error to the crate's kinds, as the 0.21 backend maps the
-/// same storage answers: 401/403 authentication (naming what to grant),
-/// 409/412 with a lost-lease code a lost lease, other statuses storage
-/// errors, a credential without a token transient, anything else transport.
-pub(super) fn map_error(operation: &'static str, error: &azure_core::Error) -> Error {
+/// An SDK error in the words of the blob calls: a status with its code
+/// and message, a credential without a token, an answer that could not be
+/// read, or no answer.
+pub(super) fn call_error(error: &azure_core::Error) -> CallError {
     if let Some((status, code)) = http_status(error) {
-        return status_error(operation, status, code, &service_message(error));
+        return CallError::Status {
+            status,
+            code,
+            said: service_message(error),
+        };
     }
     match error.kind() {
-        ErrorKind::Credential => Error::CredentialUnavailable {
-            operation,
-            source: Cause::of(error),
-        },
-        ErrorKind::DataConversion => Error::UnexpectedResponse {
-            operation,
-            message: redact(&error.to_string()),
-        },
-        _ => Error::Transport {
-            operation,
-            source: Cause::of(error),
-        },
+        ErrorKind::Credential => CallError::Credential(Cause::of(error)),
+        ErrorKind::DataConversion => CallError::Unreadable(redact(&error.to_string())),
+        _ => CallError::Transport(Cause::of(error)),
     }
-}
-
-/// The error of a call on a lease we hold (renew, release): as
-/// [`map_error`], and a blob that is gone is a lost lease.
-pub(super) fn lease_call_error(operation: &'static str, error: &azure_core::Error) -> Error {
-    match http_status(error) {
-        Some((404, code)) => Error::LeaseLost(format!(
-            "{operation}: {} (the blob no longer exists)",
-            code.as_deref().unwrap_or("404")
-        )),
-        _ => map_error(operation, error),
-    }
-}
-
-/// A response header the SDK could not parse: an unexpected answer.
-pub(super) fn unparsable(operation: &'static str, error: &azure_core::Error) -> Error {
-    Error::UnexpectedResponse {
-        operation,
-        message: redact(&error.to_string()),
-    }
-}
-
-/// What a blob's lease state, duration, metadata, length and `ETag` say of
-/// its lease.
-pub(super) fn lease_info(
-    state: Option<SdkLeaseState>,
-    duration: Option<LeaseDuration>,
-    metadata: &HashMap<String, String>,
-    content_length: Option<u64>,
-    etag: Option<String>,
-) -> LeaseInfo {
-    let state = match state {
-        Some(SdkLeaseState::Leased) => LeaseState::Leased,
-        Some(SdkLeaseState::Expired) => LeaseState::Expired,
-        Some(SdkLeaseState::Breaking) => LeaseState::Breaking,
-        Some(SdkLeaseState::Broken) => LeaseState::Broken,
-        _ => LeaseState::Available,
-    };
-    let mut info = LeaseInfo::new(state);
-    info.infinite = match (state, duration) {
-        (LeaseState::Leased, Some(LeaseDuration::Infinite)) => Some(true),
-        (LeaseState::Leased, _) => Some(false),
-        _ => None,
-    };
-    info.holder = metadata.get(HOLDER_KEY).cloned();
-    info.epoch = parse_epoch(metadata);
-    info.acquired_at = metadata.get(ACQUIRED_AT_KEY).cloned();
-    info.member = metadata.contains_key(MEMBER_KEY);
-    info.advertised = metadata.get(ADVERTISED_KEY).cloned();
-    info.content_length = content_length.unwrap_or(0);
-    info.etag = etag.unwrap_or_default();
-    info
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn map_error(operation: &'static str, error: &azure_core::Error) -> Error {
+        call_error(error).into_error(operation)
+    }
+
+    fn lease_call_error(operation: &'static str, error: &azure_core::Error) -> Error {
+        call_error(error).on_held_lease(operation)
+    }
 
     fn http(status: u16, code: &str) -> azure_core::Error {
         ErrorKind::HttpResponse {

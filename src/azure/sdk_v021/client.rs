@@ -4,22 +4,18 @@
 //! `blob_protocol`), failures that got no answer by their kind, and lease
 //! states.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use azure_core_v021::error::ErrorKind;
 use azure_core_v021::{HttpClient, RetryOptions, TransportOptions};
 use azure_storage::CloudLocation;
-use azure_storage_blobs::blob::BlobProperties;
 use azure_storage_blobs::prelude::{ClientBuilder, ContainerClient};
 
+use crate::azure::calls::CallError;
+use crate::azure::protocol::said;
+use crate::azure::settings::BlobSettings;
 use crate::error::{redact, Cause, Error, Result};
-use crate::store::blob_protocol::{
-    parse_epoch, said, status_error, ACQUIRED_AT_KEY, ADVERTISED_KEY, HOLDER_KEY, MEMBER_KEY,
-};
-use crate::store::settings::BlobSettings;
-use crate::store::{LeaseInfo, LeaseState};
 
 use super::settings::credentials;
 
@@ -61,29 +57,12 @@ fn http_client() -> Result<Arc<dyn HttpClient>> {
 
 /// The status and `x-ms-error-code` of an error answer; `None` when no
 /// answer came.
-pub(super) fn http_status(error: &azure_core_v021::Error) -> Option<(u16, Option<String>)> {
+fn http_status(error: &azure_core_v021::Error) -> Option<(u16, Option<String>)> {
     match error.kind() {
         ErrorKind::HttpResponse { status, error_code } => {
             Some((u16::from(*status), error_code.clone()))
         }
         _ => None,
-    }
-}
-
-pub(super) fn is_not_found(error: &azure_core_v021::Error) -> bool {
-    matches!(http_status(error), Some((404, _)))
-}
-
-/// The error of a call on a lease we hold (renew, release): as
-/// [`map_error`], and a blob that is gone (deleted, as a withdrawn or
-/// collected record is, or its container) is a lost lease.
-pub(super) fn lease_call_error(operation: &'static str, error: &azure_core_v021::Error) -> Error {
-    match http_status(error) {
-        Some((404, code)) => Error::LeaseLost(format!(
-            "{operation}: {} (the blob no longer exists)",
-            code.as_deref().unwrap_or("404")
-        )),
-        _ => map_error(operation, error),
     }
 }
 
@@ -97,61 +76,31 @@ fn service_message(error: &azure_core_v021::Error) -> String {
         .unwrap_or_default()
 }
 
-/// Maps an SDK error to the crate's kinds by status and `x-ms-error-code`,
-/// with a message that carries no secret.
-pub(super) fn map_error(operation: &'static str, error: &azure_core_v021::Error) -> Error {
+/// An SDK error in the words of the blob calls: a status with its code
+/// and message, a credential without a token, an answer that could not be
+/// read, or no answer.
+pub(super) fn call_error(error: &azure_core_v021::Error) -> CallError {
     if let Some((status, code)) = http_status(error) {
-        return status_error(operation, status, code, &service_message(error));
+        return CallError::Status {
+            status,
+            code,
+            said: service_message(error),
+        };
     }
     match error.kind() {
-        ErrorKind::Credential => Error::CredentialUnavailable {
-            operation,
-            source: Cause::of(error),
-        },
-        ErrorKind::DataConversion => Error::UnexpectedResponse {
-            operation,
-            message: redact(&error.to_string()),
-        },
-        _ => Error::Transport {
-            operation,
-            source: Cause::of(error),
-        },
+        ErrorKind::Credential => CallError::Credential(Cause::of(error)),
+        ErrorKind::DataConversion => CallError::Unreadable(redact(&error.to_string())),
+        _ => CallError::Transport(Cause::of(error)),
     }
-}
-
-/// What a blob's properties and metadata say of its lease.
-pub(super) fn lease_info(
-    properties: &BlobProperties,
-    metadata: Option<&HashMap<String, String>>,
-) -> LeaseInfo {
-    let empty = HashMap::new();
-    let metadata = metadata.unwrap_or(&empty);
-    let state = match properties.lease_state {
-        Some(azure_core_v021::LeaseState::Leased) => LeaseState::Leased,
-        Some(azure_core_v021::LeaseState::Expired) => LeaseState::Expired,
-        Some(azure_core_v021::LeaseState::Breaking) => LeaseState::Breaking,
-        Some(azure_core_v021::LeaseState::Broken) => LeaseState::Broken,
-        _ => LeaseState::Available,
-    };
-    let mut info = LeaseInfo::new(state);
-    info.infinite = match (state, properties.lease_duration) {
-        (LeaseState::Leased, Some(azure_core_v021::LeaseDuration::Infinite)) => Some(true),
-        (LeaseState::Leased, _) => Some(false),
-        _ => None,
-    };
-    info.holder = metadata.get(HOLDER_KEY).cloned();
-    info.epoch = parse_epoch(metadata);
-    info.acquired_at = metadata.get(ACQUIRED_AT_KEY).cloned();
-    info.member = metadata.contains_key(MEMBER_KEY);
-    info.advertised = metadata.get(ADVERTISED_KEY).cloned();
-    info.content_length = properties.content_length;
-    info.etag = properties.etag.to_string();
-    info
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn map_error(operation: &'static str, error: &azure_core_v021::Error) -> Error {
+        call_error(error).into_error(operation)
+    }
 
     #[test]
     fn a_credential_that_gives_no_token_is_transient() {

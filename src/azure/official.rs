@@ -2,11 +2,10 @@
 //! (`azure_core` and `azure_storage_blob` 1.x), feature `official`, on by
 //! default; the only module (with its children) that uses
 //! `azure_storage_blob`. Its floor plan is the `sdk_v021` backend's: the
-//! manager and its lease calls (`lease`), the settings as this SDK takes
-//! them (`settings`, with `sas`, the tokens signed from an account key),
-//! the client and its errors (`client`), the leader's state (`state`),
-//! candidate records (`candidates`), the set store and its listing (`set`)
-//! and deletes (`delete`).
+//! blob calls (`calls`, one request each, the whole of what the protocol
+//! above needs), the settings as this SDK takes them (`settings`, with
+//! `sas`, the tokens signed from an account key), and the client with its
+//! errors (`client`).
 //!
 //! Decisions, and why (the guide's chapter `docs/guide/backends.md` says
 //! how to choose):
@@ -15,11 +14,11 @@
 //!   every backend's ([`OfficialSettings::from_blob_settings`]). The
 //!   official SDK has no shared key, so an account key signs short-lived
 //!   SAS tokens here (`sas`), put on each request by a pipeline policy.
-//! - **Same semantics, same answers.** The lease calls, the epoch rule, the
-//!   refusals' wording and what to grant, and the kinds of [`Error`](crate::Error)
-//!   per storage answer come from `store::blob_protocol`, which the 0.21
-//!   backend uses too: the records one backend writes are the records the
-//!   other reads.
+//! - **Same semantics, same answers.** The protocol (`azure::lease` and
+//!   its neighbours: the epoch rule, candidates, fenced state, listings,
+//!   the refusals' wording and what to grant) is written once above the
+//!   calls, for both SDKs: the records one backend writes are the records
+//!   the other reads.
 //! - **No SDK retries, one pooled client.** The pipeline's retry policy is
 //!   `RetryOptions::none()`; every call is bounded by the caller (the mutex,
 //!   the lease set's listing) from its send time. One reqwest client, with
@@ -38,15 +37,10 @@
 //!   so the `/` of a name such as `set/members/x` travels as `%2F`; the
 //!   service decodes it to the same blob.
 
-mod candidates;
+mod calls;
 mod client;
-mod delete;
-mod lease;
 mod sas;
-mod set;
 mod settings;
-mod state;
 
-pub use lease::OfficialLeaseManager;
-pub use set::OfficialLeaseSetStore;
+pub(crate) use calls::OfficialCalls;
 pub use settings::OfficialSettings;

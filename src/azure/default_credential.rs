@@ -45,7 +45,7 @@ pub fn default_credential() -> Result<Arc<dyn TokenCredential>> {
     let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
     let client_options = || -> Result<ClientOptions> {
         Ok(ClientOptions {
-            transport: Some(crate::store::http::transport()?),
+            transport: Some(crate::azure::http::transport()?),
             ..ClientOptions::default()
         })
     };

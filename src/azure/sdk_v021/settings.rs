@@ -8,8 +8,8 @@ use azure_core_v021::auth::{AccessToken, Secret, TokenCredential};
 use azure_core_v021::error::ErrorKind;
 use azure_storage::StorageCredentials;
 
+use crate::azure::settings::{BlobSettings, Credential};
 use crate::error::{Error, Result};
-use crate::store::settings::{BlobSettings, Credential};
 
 /// The 0.21 SDK's credentials for the settings' credential.
 pub(super) fn credentials(settings: &BlobSettings) -> Result<StorageCredentials> {

@@ -3,17 +3,14 @@
 //! names an SDK's client; the rules both backends share (connection
 //! strings, account, container and blob names, Azurite's defaults) are
 //! written once, here.
-//!
-//! Long (about 750 lines) for its tests: the last 170 lines check connection
-//! strings, redaction, and container and blob names case by case.
 
 use std::fmt;
 use std::sync::Arc;
 
 use azure_core::credentials::TokenCredential;
 
+use crate::azure::backend::Backend;
 use crate::error::{Error, Result};
-use crate::store::backend::Backend;
 use crate::store::names::{self, SetLease};
 
 /// The account name Azurite and the old storage emulator use.
@@ -164,7 +161,7 @@ impl BlobSettings {
         container: impl Into<String>,
         blob: impl Into<String>,
     ) -> Result<Self> {
-        let credential = crate::store::default_credential::default_credential()?;
+        let credential = crate::azure::default_credential::default_credential()?;
         Self::with_token_credential(account, credential, container, blob)
     }
 
@@ -230,6 +227,22 @@ impl BlobSettings {
             ..self.clone()
         };
         Ok((settings, kind))
+    }
+
+    /// Settings that name a container and blob at `endpoint` on the
+    /// official backend, for their names only: no credential, so that no
+    /// client is ever built from them.
+    #[cfg(feature = "official")]
+    pub(crate) fn naming(endpoint: &str, container: &str, blob: &str) -> Result<Self> {
+        let mut settings = Self::build(
+            String::new(),
+            endpoint.to_owned(),
+            Credential::Sas(String::new()),
+            container.to_owned(),
+            blob.to_owned(),
+        )?;
+        settings.backend = Backend::Official;
+        Ok(settings)
     }
 
     fn build(

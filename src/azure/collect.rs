@@ -372,7 +372,7 @@ where
                     }) => {
                         let (label, advice) = refusal_advice(code.as_deref());
                         let code = code.as_deref().unwrap_or("(no code)");
-                        crate::engine::metrics::collect_refused(label);
+                        collect_refused(label);
                         match collector.refused(&name, Instant::now()) {
                             Refusal::First => warn!(
                                 blob = %name,
@@ -403,6 +403,16 @@ where
     }
     deleted
 }
+
+/// Counts a deletion of a stale blob refused with `code`; a collector
+/// belongs to no one lease, so the code is the only label.
+#[cfg(feature = "metrics")]
+fn collect_refused(code: &'static str) {
+    ::metrics::counter!("blob_mutex_collect_refused_total", "code" => code).increment(1);
+}
+
+#[cfg(not(feature = "metrics"))]
+fn collect_refused(_code: &'static str) {}
 
 #[cfg(test)]
 mod tests {

@@ -1,0 +1,63 @@
+//! Everything that speaks Azure Blob Storage: the settings and credentials,
+//! the choice of SDK, and the blob protocol written once over the calls
+//! each SDK offers.
+//!
+//! The layers, top down:
+//! - the stores users build from [`BlobSettings`]: [`BlobLeaseManager`]
+//!   (`lease`, with the leader's state in `state` and the candidates of a
+//!   handover in `candidates`) and [`BlobLeaseSetStore`] (`set`); every
+//!   call they make is bounded by their request timeout, on every path;
+//! - what a lease record holds and what storage's answers mean
+//!   (`protocol`), and the collection of stale blobs (`collect`);
+//! - the blob calls, one request each (`calls`: the trait [`BlobCalls`]),
+//!   and the SDK the settings name (`backend`: [`Backend`] and the enum of
+//!   the SDKs' calls);
+//! - one folder per SDK, the only code that names one: `official`
+//!   (Microsoft's official SDK, feature `official`, on by default) and
+//!   `sdk_v021` (the frozen 0.21 crates, feature `sdk-v021`);
+//! - settings and connection strings (`settings`), the HTTP client of the
+//!   1.x pipeline (`http`), the credential chosen from the environment
+//!   (`default_credential`, feature `azure_identity`), and the backends'
+//!   store types of earlier releases (`compat`, deprecated).
+//!
+//! Nothing here knows the engine, the mutex or the lease set, and no
+//! `#[cfg]` on a backend's feature lives outside this folder.
+//!
+//! [`BlobCalls`]: calls::BlobCalls
+
+// Built with no backend, the SDKs' calls hold no value, and the code after
+// one is unreachable: expected there, and only there.
+#![cfg_attr(
+    not(any(feature = "official", feature = "sdk-v021")),
+    allow(unreachable_code, unused_variables, dead_code, clippy::unused_async)
+)]
+
+pub(crate) mod backend;
+pub(crate) mod calls;
+mod candidates;
+pub(crate) mod collect;
+#[cfg(any(feature = "official", feature = "sdk-v021"))]
+mod compat;
+#[cfg(feature = "azure_identity")]
+pub(crate) mod default_credential;
+#[cfg(any(feature = "official", feature = "azure_identity"))]
+pub(crate) mod http;
+mod lease;
+#[cfg(feature = "official")]
+pub(crate) mod official;
+pub(crate) mod protocol;
+#[cfg(feature = "sdk-v021")]
+pub(crate) mod sdk_v021;
+mod set;
+pub(crate) mod settings;
+mod state;
+
+pub use backend::Backend;
+#[allow(deprecated)]
+#[cfg(feature = "official")]
+pub use compat::{OfficialLeaseManager, OfficialLeaseSetStore};
+#[allow(deprecated)]
+#[cfg(feature = "sdk-v021")]
+pub use compat::{SdkV021LeaseManager, SdkV021LeaseSetStore};
+pub use lease::BlobLeaseManager;
+pub use set::BlobLeaseSetStore;

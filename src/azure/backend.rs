@@ -1,0 +1,283 @@
+//! Which SDK speaks to Azure: the choice, made once from the settings, and
+//! the blob calls of whichever it names ([`AnyCalls`]).
+//!
+//! Two SDKs implement the blob calls: `official` (Microsoft's official
+//! Azure SDK for Rust, `azure_storage_blob` 1.x; feature `official`, on by
+//! default) and `sdk_v021` (the frozen `azure_storage_blobs` 0.21 crates;
+//! feature `sdk-v021`). [`BlobSettings`] names one ([`Backend`]); the
+//! protocol above the calls, and everything above `azure/`, never does.
+//!
+//! Why an enum over the SDKs' calls and not a trait object or a generic
+//! parameter: [`BlobCalls`] returns `impl Future`, so it is not object
+//! safe; a type parameter would make every user name a backend in their
+//! types (`BlobDistributedMutex<BlobLeaseManager<Official>>`); and an enum
+//! keeps the choice a value that settings, a flag or an environment
+//! variable can carry, with one match per call. Mixed quorums follow: each
+//! account's `BlobLeaseManager` is on its own settings' backend.
+
+// Built with no backend, the stores hold no value, and the code after a
+// match on one is unreachable: expected there, and only there.
+#![cfg_attr(
+    not(any(feature = "official", feature = "sdk-v021")),
+    allow(unreachable_code, unused_variables, unused_mut, clippy::unused_async)
+)]
+
+use std::fmt;
+use std::str::FromStr;
+
+use crate::azure::calls::{BlobCalls, Call, Listed, Metadata, Properties, Put};
+use crate::azure::settings::BlobSettings;
+use crate::error::{Error, Result};
+use crate::store::LeaseId;
+
+#[cfg(feature = "official")]
+use crate::azure::official::{OfficialCalls, OfficialSettings};
+#[cfg(feature = "sdk-v021")]
+use crate::azure::sdk_v021::SdkV021Calls;
+
+/// A storage backend: the SDK through which the lease calls reach Azure.
+///
+/// The same word names the backend's module, the prefix of its types, its
+/// feature and its value on the command line and in
+/// [`Backend::ENV`]: `official` (`OfficialLeaseManager`, feature
+/// `official`) and `sdk-v021` (`SdkV021LeaseManager`, feature `sdk-v021`).
+/// Both keep the same records and give the same answers: instances on
+/// different backends can share one lease.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Backend {
+    /// Microsoft's official Azure SDK for Rust (`azure_core` and
+    /// `azure_storage_blob` 1.x). The default when its feature `official`
+    /// is on (it is by default).
+    Official,
+    /// The frozen `azure_storage_blobs` 0.21 crates, fully supported
+    /// (feature `sdk-v021`).
+    SdkV021,
+}
+
+impl Backend {
+    /// The environment variable [`Backend::from_env`] reads, and the
+    /// `blob-mutex` command's `--backend` falls back to.
+    pub const ENV: &'static str = "BLOB_MUTEX_BACKEND";
+
+    /// Every backend, built in or not.
+    pub const ALL: [Backend; 2] = [Backend::Official, Backend::SdkV021];
+
+    /// The backend's name: `official` or `sdk-v021`.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Backend::Official => "official",
+            Backend::SdkV021 => "sdk-v021",
+        }
+    }
+
+    /// The crate feature that builds this backend in.
+    #[must_use]
+    pub fn feature(self) -> &'static str {
+        self.as_str()
+    }
+
+    /// Whether this build of the crate has the backend (its feature is on).
+    #[must_use]
+    pub fn is_built_in(self) -> bool {
+        match self {
+            Backend::Official => cfg!(feature = "official"),
+            Backend::SdkV021 => cfg!(feature = "sdk-v021"),
+        }
+    }
+
+    /// The backend named by [`Backend::ENV`] (`BLOB_MUTEX_BACKEND`); the
+    /// default when it is unset or empty.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidOption`] (field `backend`) when it names no backend.
+    pub fn from_env() -> Result<Backend> {
+        match std::env::var(Self::ENV) {
+            Ok(value) if !value.trim().is_empty() => value.parse(),
+            _ => Ok(Backend::default()),
+        }
+    }
+
+    /// Refuses a backend this build does not have, naming the feature.
+    pub(crate) fn check_built_in(self) -> Result<()> {
+        if self.is_built_in() {
+            Ok(())
+        } else {
+            Err(Error::invalid(
+                "backend",
+                format!(
+                    "the backend {self} is not built in: turn on the crate feature `{}`",
+                    self.feature()
+                ),
+            ))
+        }
+    }
+}
+
+impl Default for Backend {
+    /// [`Backend::Official`] when its feature is on (the default), else
+    /// [`Backend::SdkV021`] when that one is, else `Official`.
+    fn default() -> Self {
+        if cfg!(feature = "official") || !cfg!(feature = "sdk-v021") {
+            Backend::Official
+        } else {
+            Backend::SdkV021
+        }
+    }
+}
+
+impl fmt::Display for Backend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Backend {
+    type Err = Error;
+
+    /// `official` or `sdk-v021`, without regard to case.
+    fn from_str(s: &str) -> Result<Self> {
+        let s = s.trim();
+        Backend::ALL
+            .into_iter()
+            .find(|backend| backend.as_str().eq_ignore_ascii_case(s))
+            .ok_or_else(|| {
+                let shown = if s.len() <= 20 && s.chars().all(|c| c.is_ascii_graphic()) {
+                    s
+                } else {
+                    "(unreadable)"
+                };
+                Error::invalid(
+                    "backend",
+                    format!("{shown:?} is no backend: official or sdk-v021"),
+                )
+            })
+    }
+}
+
+/// Calls `$body` with `$calls` bound to the SDK's calls in `$any`. The
+/// official SDK's futures are large (kilobytes): each is boxed, so that
+/// every future that awaits a storage call (the mutex's campaign among
+/// them) stays small; one allocation per request is nothing beside it.
+macro_rules! each {
+    ($any:expr, $calls:ident => $body:expr) => {
+        match $any {
+            #[cfg(feature = "official")]
+            AnyCalls::Official(ref $calls) => Box::pin($body).await,
+            #[cfg(feature = "sdk-v021")]
+            AnyCalls::SdkV021(ref $calls) => Box::pin($body).await,
+            #[cfg(not(any(feature = "official", feature = "sdk-v021")))]
+            AnyCalls::None(never) => match *never {},
+        }
+    };
+}
+
+/// The blob calls of the SDK that the settings name.
+#[derive(Clone)]
+pub(crate) enum AnyCalls {
+    #[cfg(feature = "official")]
+    Official(OfficialCalls),
+    #[cfg(feature = "sdk-v021")]
+    SdkV021(SdkV021Calls),
+    /// No backend is built in: no value exists.
+    #[cfg(not(any(feature = "official", feature = "sdk-v021")))]
+    #[allow(dead_code)] // never constructed, by design
+    None(std::convert::Infallible),
+}
+
+impl AnyCalls {
+    /// The calls on the settings' container, through the settings' backend.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidOption`] naming `backend` when it is not built in;
+    /// the errors of the SDK's settings otherwise.
+    pub(crate) fn new(settings: &BlobSettings) -> Result<Self> {
+        let backend = settings.backend();
+        backend.check_built_in()?;
+        Ok(match backend {
+            #[cfg(feature = "official")]
+            Backend::Official => AnyCalls::Official(OfficialCalls::new(
+                &OfficialSettings::from_blob_settings(settings)?,
+            )?),
+            #[cfg(feature = "sdk-v021")]
+            Backend::SdkV021 => AnyCalls::SdkV021(SdkV021Calls::from_settings(settings)?),
+            #[allow(unreachable_patterns)] // every backend when all are built in
+            _ => unreachable!("check_built_in refused {backend}"),
+        })
+    }
+}
+
+impl BlobCalls for AnyCalls {
+    fn container(&self) -> &str {
+        match self {
+            #[cfg(feature = "official")]
+            AnyCalls::Official(calls) => calls.container(),
+            #[cfg(feature = "sdk-v021")]
+            AnyCalls::SdkV021(calls) => calls.container(),
+            #[cfg(not(any(feature = "official", feature = "sdk-v021")))]
+            AnyCalls::None(never) => match *never {},
+        }
+    }
+
+    async fn acquire_lease(
+        &self,
+        blob: &str,
+        proposed: LeaseId,
+        seconds: u8,
+    ) -> Call<Option<LeaseId>> {
+        each!(self, c => c.acquire_lease(blob, proposed, seconds))
+    }
+
+    async fn renew_lease(&self, blob: &str, lease: LeaseId) -> Call<Option<LeaseId>> {
+        each!(self, c => c.renew_lease(blob, lease))
+    }
+
+    async fn change_lease(&self, blob: &str, from: LeaseId, to: LeaseId) -> Call<Option<LeaseId>> {
+        each!(self, c => c.change_lease(blob, from, to))
+    }
+
+    async fn release_lease(&self, blob: &str, lease: LeaseId) -> Call<()> {
+        each!(self, c => c.release_lease(blob, lease))
+    }
+
+    async fn break_lease(&self, blob: &str, seconds: u8) -> Call<u64> {
+        each!(self, c => c.break_lease(blob, seconds))
+    }
+
+    async fn properties(&self, blob: &str, lease: Option<LeaseId>) -> Call<Properties> {
+        each!(self, c => c.properties(blob, lease))
+    }
+
+    async fn set_metadata(
+        &self,
+        blob: &str,
+        metadata: &Metadata,
+        lease: LeaseId,
+        if_match: Option<&str>,
+    ) -> Call<()> {
+        each!(self, c => c.set_metadata(blob, metadata, lease, if_match))
+    }
+
+    async fn put(&self, blob: &str, put: Put<'_>) -> Call<()> {
+        each!(self, c => c.put(blob, put))
+    }
+
+    async fn get(&self, blob: &str, max_len: usize) -> Call<Vec<u8>> {
+        each!(self, c => c.get(blob, max_len))
+    }
+
+    async fn delete(&self, blob: &str, if_match: Option<&str>) -> Call<()> {
+        each!(self, c => c.delete(blob, if_match))
+    }
+
+    async fn create_container(&self) -> Call<()> {
+        each!(self, c => c.create_container())
+    }
+
+    async fn list(&self, prefix: &str) -> Call<Vec<Listed>> {
+        each!(self, c => c.list(prefix))
+    }
+}

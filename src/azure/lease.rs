@@ -1,0 +1,536 @@
+//! One lease blob, for every SDK: the protocol of acquire, renew, release,
+//! change, break, stamp and inspect over the blob calls, each call bounded
+//! by the request timeout on every path.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tracing::{debug, trace};
+
+use crate::azure::backend::AnyCalls;
+use crate::azure::calls::{BlobCalls, CallError, Metadata, Put};
+use crate::azure::collect::{Collection, Collector};
+use crate::azure::protocol::{
+    next_epoch, write_term, CONTAINER_NOT_FOUND, MEMBER_KEY, MEMBER_VALUE,
+};
+use crate::azure::settings::BlobSettings;
+use crate::bounded::bounded;
+use crate::error::{Error, Result};
+use crate::options::{lease_seconds, DEFAULT_REQUEST_TIMEOUT};
+use crate::store::{check_advertised, Acquire, Candidate, LeaseId, LeaseInfo, LeaseStore};
+
+/// Acquires, renews, releases, breaks, changes and inspects the lease on one
+/// blob, through the backend its [`BlobSettings`] name
+/// ([`Backend`](crate::Backend)). Every call is bounded by the request
+/// timeout, whichever way it is reached (this type's own methods or
+/// [`LeaseStore`]), and the SDKs' own retries are off: the caller (usually
+/// [`BlobDistributedMutex`](crate::BlobDistributedMutex)) decides when to
+/// retry, so that nothing runs past a leader's deadline.
+///
+/// The same calls, the same records and the same answers on every backend.
+#[derive(Clone)]
+pub struct BlobLeaseManager {
+    pub(super) settings: BlobSettings,
+    pub(super) calls: AnyCalls,
+    /// The blob's name in its container.
+    pub(super) blob: Arc<str>,
+    pub(super) request_timeout: Duration,
+    /// The stale candidate records this manager's listings collect.
+    pub(super) collector: Arc<Collector>,
+    /// Whether this is a lease set's member lease, which marks its blob
+    /// ([`MEMBER_KEY`]) when it creates it and at every stamp.
+    pub(super) member: bool,
+}
+
+impl fmt::Debug for BlobLeaseManager {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BlobLeaseManager")
+            .field("backend", &self.settings.backend())
+            .field("container", &self.settings.container())
+            .field("blob", &self.blob)
+            .field("request_timeout", &self.request_timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl BlobLeaseManager {
+    /// A manager for the blob named in `settings`, on the settings'
+    /// backend, with a 3 s request timeout.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidOption`] naming `backend` when the settings' backend
+    /// is not built in (naming the feature to turn on);
+    /// [`Error::InvalidConnectionString`] when the SAS token cannot be
+    /// parsed.
+    pub fn new(settings: &BlobSettings) -> Result<Self> {
+        Self::from_settings(settings.clone())
+    }
+
+    /// As [`BlobLeaseManager::new`], keeping the settings given.
+    pub(crate) fn from_settings(settings: BlobSettings) -> Result<Self> {
+        let calls = AnyCalls::new(&settings)?;
+        Ok(Self::on(calls, settings))
+    }
+
+    /// The manager of the settings' blob over `calls`, whose client (and
+    /// connection pool) may be shared with other managers.
+    pub(crate) fn on(calls: AnyCalls, settings: BlobSettings) -> Self {
+        BlobLeaseManager {
+            blob: settings.blob().into(),
+            settings,
+            calls,
+            request_timeout: DEFAULT_REQUEST_TIMEOUT,
+            collector: Arc::new(Collector::new(Collection::default())),
+            member: false,
+        }
+    }
+
+    /// The same manager as a lease set's member lease: it marks its blob
+    /// ([`MEMBER_KEY`]) when it creates it and at every stamp.
+    pub(crate) fn marking_member(mut self) -> Self {
+        self.member = true;
+        self
+    }
+
+    /// The same manager with another collection of the stale candidate
+    /// records that a leader with a priority finds when it lists the
+    /// candidates (default [`Collection::default`]).
+    #[must_use = "the manager is returned by value"]
+    pub fn with_collection(mut self, collection: Collection) -> Self {
+        self.collector = Arc::new(Collector::new(collection));
+        self
+    }
+
+    /// The same manager with another cap on each call (default 3 s).
+    #[must_use = "the manager is returned by value"]
+    pub fn with_request_timeout(mut self, timeout: Duration) -> Self {
+        self.request_timeout = timeout;
+        self
+    }
+
+    /// Where the lease blob lives, and on which backend.
+    #[must_use]
+    pub fn settings(&self) -> &BlobSettings {
+        &self.settings
+    }
+
+    /// The request timeout in force.
+    #[must_use]
+    pub fn request_timeout(&self) -> Duration {
+        self.request_timeout
+    }
+
+    /// Acquires a lease of `duration` (15 to 60 whole seconds) with the proposed
+    /// id. Creates the container and an empty blob when missing, never
+    /// overwriting an existing blob. Acquiring again with the id that already
+    /// holds the lease succeeds, so a retried attempt is idempotent.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidOption`] for a duration out of range;
+    /// [`Error::Authentication`], [`Error::Storage`], [`Error::Transport`] or
+    /// [`Error::Timeout`] when storage cannot be asked or refuses.
+    ///
+    /// # Cancellation safety
+    ///
+    /// Dropping the future may or may not leave the lease acquired; acquire
+    /// again with the same id to learn which.
+    pub async fn acquire(&self, proposed: LeaseId, duration: Duration) -> Result<Acquire> {
+        let seconds = lease_seconds(duration)?;
+        self.bounded("acquire", self.acquire_on(&self.blob, proposed, seconds))
+            .await
+    }
+
+    /// Renews the lease held under `lease`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::LeaseLost`] when the lease is no longer ours (or the answer
+    /// names another id); otherwise as [`BlobLeaseManager::acquire`].
+    ///
+    /// # Cancellation safety
+    ///
+    /// Safe to drop: the renewal may or may not have happened.
+    pub async fn renew(&self, lease: LeaseId) -> Result<()> {
+        self.bounded("renew", self.renew_on(&self.blob, lease))
+            .await
+    }
+
+    /// Releases the lease held under `lease`, so that another instance may
+    /// acquire it at once.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::LeaseLost`] when the lease is held under another id; otherwise
+    /// as [`BlobLeaseManager::acquire`].
+    ///
+    /// # Cancellation safety
+    ///
+    /// Safe to drop: the release may or may not have happened; the lease
+    /// then expires by itself.
+    pub async fn release(&self, lease: LeaseId) -> Result<()> {
+        self.bounded("release", self.release_on(&self.blob, lease))
+            .await
+    }
+
+    /// Breaks whatever lease the blob has: at once with `None` or a zero
+    /// period, else after `period` (at most 60 s). Returns the time until
+    /// the lease is broken. For operators: a running leader finds out at its
+    /// next renewal and stops its task.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidOption`] for a period over 60 s; [`Error::Storage`]
+    /// with status 409 when there is no lease to break; otherwise as
+    /// [`BlobLeaseManager::acquire`].
+    ///
+    /// # Cancellation safety
+    ///
+    /// Safe to drop: the break may or may not have happened.
+    pub async fn break_lease(&self, period: Option<Duration>) -> Result<Duration> {
+        let seconds = match period {
+            Some(p) if p > Duration::from_secs(60) => {
+                return Err(Error::invalid("period", "must be at most 60 s"))
+            }
+            Some(p) => u8::try_from(p.as_secs()).unwrap_or(60),
+            None => 0,
+        };
+        self.bounded("break", async {
+            match self.calls.break_lease(&self.blob, seconds).await {
+                Ok(left) => Ok(Duration::from_secs(left)),
+                // No lease to break is not a lost lease of ours.
+                Err(CallError::Status {
+                    status: 409, code, ..
+                }) => Err(Error::Storage {
+                    status: 409,
+                    code,
+                    message: "break: there is no lease to break".to_owned(),
+                }),
+                Err(e) => Err(e.into_error("break")),
+            }
+        })
+        .await
+    }
+
+    /// Passes the lease held under `from` to the id `to` (Change Lease).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::LeaseLost`] when neither id holds the lease; otherwise as
+    /// [`BlobLeaseManager::acquire`].
+    ///
+    /// # Cancellation safety
+    ///
+    /// Safe to drop: change again with the same ids to learn the outcome.
+    pub async fn change(&self, from: LeaseId, to: LeaseId) -> Result<()> {
+        self.bounded("change", async {
+            let answered = self
+                .calls
+                .change_lease(&self.blob, from, to)
+                .await
+                .map_err(|e| e.into_error("change"))?;
+            if answered == Some(to) {
+                Ok(())
+            } else {
+                Err(Error::LeaseLost(
+                    "change answered with another lease id".into(),
+                ))
+            }
+        })
+        .await
+    }
+
+    /// Creates the container and the empty lease blob when missing, never
+    /// overwriting either.
+    ///
+    /// # Errors
+    ///
+    /// As [`BlobLeaseManager::acquire`].
+    ///
+    /// # Cancellation safety
+    ///
+    /// Safe to drop: call again.
+    pub async fn create_if_missing(&self) -> Result<()> {
+        self.bounded("create", self.create_blob(&self.blob, self.member))
+            .await
+    }
+
+    /// The lease's state and the last term's holder and epoch; `None` when
+    /// the blob (or its container) does not exist.
+    ///
+    /// # Errors
+    ///
+    /// As [`BlobLeaseManager::acquire`].
+    ///
+    /// # Cancellation safety
+    ///
+    /// Safe to drop: it only reads.
+    pub async fn inspect(&self) -> Result<Option<LeaseInfo>> {
+        self.bounded("inspect", async {
+            match self.calls.properties(&self.blob, None).await {
+                Ok(properties) => Ok(Some(properties.info())),
+                Err(e) if e.status() == Some(404) => Ok(None),
+                Err(e) => Err(e.into_error("inspect")),
+            }
+        })
+        .await
+    }
+
+    /// Records `holder` as the holder of a new term under the lease `lease`
+    /// and returns the term's epoch, one more than the last.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::LeaseLost`] when the lease is not ours;
+    /// [`Error::InvalidEpoch`] when the stored epoch cannot be increased;
+    /// otherwise as [`BlobLeaseManager::acquire`].
+    ///
+    /// # Cancellation safety
+    ///
+    /// Safe to drop: the epoch may or may not have been written; a new
+    /// stamp writes a larger one.
+    pub async fn stamp(&self, lease: LeaseId, holder: &str) -> Result<u64> {
+        self.stamp_with(lease, holder, None, 0).await
+    }
+
+    /// The one stamp: the term's record written under `lease`, with the
+    /// epoch `max(stored + 1, floor)` and what the holder advertises.
+    pub(crate) async fn stamp_with(
+        &self,
+        lease: LeaseId,
+        holder: &str,
+        advertised: Option<&str>,
+        floor: u64,
+    ) -> Result<u64> {
+        if let Some(value) = advertised {
+            check_advertised(value)?;
+        }
+        self.bounded("stamp", async {
+            let (mut metadata, etag) = self.metadata_under(lease, "read metadata").await?;
+            let epoch = next_epoch(&metadata)?.max(floor);
+            write_term(&mut metadata, holder, epoch, advertised, self.member);
+            self.calls
+                .set_metadata(&self.blob, &metadata, lease, Some(&etag))
+                .await
+                .map_err(|e| e.into_error("write metadata"))?;
+            Ok(epoch)
+        })
+        .await
+    }
+
+    /// Runs `call` within the request timeout: the one limit of every call.
+    pub(super) async fn bounded<T>(
+        &self,
+        operation: &'static str,
+        call: impl std::future::Future<Output = Result<T>>,
+    ) -> Result<T> {
+        bounded(operation, self.request_timeout, call).await
+    }
+
+    /// The blob's metadata and `ETag`, read under `lease`.
+    pub(super) async fn metadata_under(
+        &self,
+        lease: LeaseId,
+        operation: &'static str,
+    ) -> Result<(Metadata, String)> {
+        let properties = self
+            .calls
+            .properties(&self.blob, Some(lease))
+            .await
+            .map_err(|e| e.into_error(operation))?;
+        let etag = properties.etag.ok_or_else(|| Error::UnexpectedResponse {
+            operation,
+            message: "no ETag in the answer".into(),
+        })?;
+        Ok((properties.metadata, etag))
+    }
+
+    /// Acquires `blob` (this lease's, or a candidate record), creating it
+    /// (and the container) on a 404.
+    pub(super) async fn acquire_on(
+        &self,
+        blob: &str,
+        proposed: LeaseId,
+        seconds: u8,
+    ) -> Result<Acquire> {
+        let member = self.member && blob == &*self.blob;
+        let mut created = false;
+        loop {
+            match self.calls.acquire_lease(blob, proposed, seconds).await {
+                Ok(answered) if answered == Some(proposed) => return Ok(Acquire::Acquired),
+                Ok(_) => {
+                    return Err(Error::UnexpectedResponse {
+                        operation: "acquire",
+                        message: "answered with another lease id than proposed".into(),
+                    })
+                }
+                Err(e)
+                    if e.is(409, "LeaseAlreadyPresent")
+                        || e.is(409, "LeaseIsBreakingAndCannotBeAcquired") =>
+                {
+                    return Ok(Acquire::Held)
+                }
+                Err(e) if e.status() == Some(404) && !created => {
+                    self.create_blob(blob, member).await?;
+                    created = true;
+                }
+                Err(e) => return Err(e.into_error("acquire")),
+            }
+        }
+    }
+
+    /// Renews the lease of `blob` under `lease`.
+    pub(super) async fn renew_on(&self, blob: &str, lease: LeaseId) -> Result<()> {
+        let answered = self
+            .calls
+            .renew_lease(blob, lease)
+            .await
+            .map_err(|e| e.on_held_lease("renew"))?;
+        // Azurite renews an expired lease even under a wrong id and answers
+        // with the old id: only our own id counts as renewed.
+        if answered == Some(lease) {
+            Ok(())
+        } else {
+            Err(Error::LeaseLost(
+                "renew answered with another lease id".into(),
+            ))
+        }
+    }
+
+    /// Releases the lease of `blob` held under `lease`.
+    pub(super) async fn release_on(&self, blob: &str, lease: LeaseId) -> Result<()> {
+        self.calls
+            .release_lease(blob, lease)
+            .await
+            .map_err(|e| e.on_held_lease("release"))
+    }
+
+    /// Creates `blob` empty if it does not exist (`If-None-Match: *`), and
+    /// the container first only when storage says it is missing
+    /// (`ContainerNotFound`): a container that exists is never created, so
+    /// that a SAS or a role scoped to the container is enough.
+    async fn create_blob(&self, blob: &str, member: bool) -> Result<()> {
+        let marker = Metadata::from([(MEMBER_KEY.to_owned(), MEMBER_VALUE.to_owned())]);
+        let mut created_container = false;
+        loop {
+            let put = Put {
+                metadata: member.then_some(&marker),
+                if_none_match_any: true,
+                ..Put::default()
+            };
+            let Err(e) = self.calls.put(blob, put).await else {
+                debug!(blob, "created lease blob");
+                return Ok(());
+            };
+            match e.status() {
+                // Already there (409 BlobAlreadyExists, or 412 when it is
+                // leased or the condition failed): leave it as it is.
+                Some(409 | 412) => {
+                    trace!(blob, "lease blob already exists");
+                    return Ok(());
+                }
+                Some(404) if e.code() == Some(CONTAINER_NOT_FOUND) && !created_container => {
+                    self.create_container().await?;
+                    created_container = true;
+                }
+                _ => return Err(e.into_error("create blob")),
+            }
+        }
+    }
+
+    /// Creates the container, which storage said is missing; one created in
+    /// between by another instance is fine.
+    async fn create_container(&self) -> Result<()> {
+        match self.calls.create_container().await {
+            Ok(()) => debug!(container = %self.calls.container(), "created container"),
+            Err(e) if e.status() == Some(409) => {}
+            Err(e) => return Err(e.into_error("create container")),
+        }
+        Ok(())
+    }
+}
+
+// The futures are boxed: the engine awaits them inside its own, which
+// would otherwise carry each call's state (a timer among it) inline.
+impl LeaseStore for BlobLeaseManager {
+    async fn acquire(&self, proposed: LeaseId, duration: Duration) -> Result<Acquire> {
+        Box::pin(BlobLeaseManager::acquire(self, proposed, duration)).await
+    }
+
+    async fn renew(&self, lease: LeaseId) -> Result<()> {
+        Box::pin(BlobLeaseManager::renew(self, lease)).await
+    }
+
+    async fn release(&self, lease: LeaseId) -> Result<()> {
+        Box::pin(BlobLeaseManager::release(self, lease)).await
+    }
+
+    async fn stamp(&self, lease: LeaseId, holder: &str) -> Result<u64> {
+        Box::pin(self.stamp_with(lease, holder, None, 0)).await
+    }
+
+    async fn stamp_at_least(&self, lease: LeaseId, holder: &str, floor: u64) -> Result<u64> {
+        Box::pin(self.stamp_with(lease, holder, None, floor)).await
+    }
+
+    async fn stamp_advertised(
+        &self,
+        lease: LeaseId,
+        holder: &str,
+        advertised: &str,
+        floor: u64,
+    ) -> Result<u64> {
+        Box::pin(self.stamp_with(lease, holder, Some(advertised), floor)).await
+    }
+
+    fn supports_advertised(&self) -> bool {
+        true
+    }
+
+    async fn change(&self, from: LeaseId, to: LeaseId) -> Result<()> {
+        Box::pin(BlobLeaseManager::change(self, from, to)).await
+    }
+
+    async fn inspect(&self) -> Result<Option<LeaseInfo>> {
+        Box::pin(BlobLeaseManager::inspect(self)).await
+    }
+
+    fn name(&self) -> String {
+        format!("{}/{}", self.settings.container(), self.blob)
+    }
+
+    async fn read_state(&self) -> Result<Vec<u8>> {
+        Box::pin(BlobLeaseManager::read_state(self)).await
+    }
+
+    async fn write_state(&self, lease: LeaseId, state: &[u8]) -> Result<()> {
+        Box::pin(BlobLeaseManager::write_state(self, lease, state)).await
+    }
+
+    fn supports_candidates(&self) -> bool {
+        true
+    }
+
+    async fn advertise(
+        &self,
+        record: LeaseId,
+        candidate: &Candidate,
+        duration: Duration,
+    ) -> Result<Acquire> {
+        Box::pin(self.advertise_record(record, candidate, duration)).await
+    }
+
+    async fn keep_advertising(&self, record: LeaseId, holder: &str) -> Result<()> {
+        Box::pin(self.keep_record(record, holder)).await
+    }
+
+    async fn withdraw(&self, record: LeaseId, holder: &str) -> Result<()> {
+        Box::pin(self.withdraw_record(record, holder)).await
+    }
+
+    async fn candidates(&self) -> Result<Vec<Candidate>> {
+        Box::pin(self.list_candidates()).await
+    }
+}
