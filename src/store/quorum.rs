@@ -356,7 +356,8 @@ impl<S: LeaseStore> QuorumLeaseStore<S> {
     /// [`request_timeout`](crate::MutexOptions::request_timeout), which cuts
     /// every call, is shorter refuses the store
     /// ([`LeaseStore::min_request_timeout`]), since it would drop such an
-    /// acquire before the leases are given back.
+    /// acquire before the leases are given back. Any duration is taken,
+    /// up to [`Duration::MAX`] (no limit in practice).
     #[must_use = "the store is returned by value"]
     pub fn with_request_timeout(mut self, timeout: Duration) -> Self {
         self.request_timeout = timeout;
@@ -580,3 +581,5 @@ impl<S: LeaseStore> LeaseStore for QuorumLeaseStore<S> {
 
 #[cfg(all(test, feature = "testing"))]
 mod tests;
+#[cfg(all(test, feature = "testing"))]
+mod timeout_tests;

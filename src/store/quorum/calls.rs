@@ -58,8 +58,11 @@ impl<S: LeaseStore> QuorumLeaseStore<S> {
         if Votes::won(asking.votes()) {
             // So that the whole term starts on every account that answers
             // like the others, not only at the first renewal.
+            // Time left to the cap, not `start + cap`: a cap as long as
+            // `Duration::MAX` must not overflow the clock.
             let grace = straggler_grace(start.elapsed());
-            let _ = tokio::time::timeout_at(start + cap, asking.collect_for(grace)).await;
+            let left = cap.saturating_sub(start.elapsed());
+            let _ = tokio::time::timeout(left, asking.collect_for(grace)).await;
         }
         let (answers, votes) = asking.finish();
         let granted: Vec<bool> = answers
