@@ -5,6 +5,7 @@
 mod calls;
 mod each;
 mod epoch;
+mod identity;
 mod set;
 mod votes;
 
@@ -24,6 +25,7 @@ use crate::store::{Acquire, LeaseId, LeaseInfo, LeaseState, LeaseStore};
 use self::calls::vote_ok;
 pub use self::each::{AccountLease, Holding};
 use self::epoch::Stamp;
+use self::identity::check_accounts;
 pub use self::set::QuorumLeaseSetStore;
 use self::votes::{ask_all, majority, Answers, Votes};
 
@@ -159,8 +161,13 @@ const TERMS_KEPT: usize = 16;
 /// and a stamp for an account not known to carry the term's stamp; a new
 /// term's stamp adds a read of every account).
 ///
-/// Accounts must be independent: two settings that name the same blob in
-/// the same account are refused, since one outage would then take two votes.
+/// Accounts must be independent: [`from_settings`](Self::from_settings)
+/// refuses two settings that name the same account, whatever blob they name
+/// and however the endpoint is spelled (letter case, a trailing slash or dot,
+/// the scheme's default port written out, `localhost`, `127.0.0.1` and
+/// `[::1]` as one host, an Azure account's name under its private-link or
+/// zone host), since one outage would then take two votes. Stores given to
+/// [`new`](Self::new) or [`with_labels`](Self::with_labels) are not checked.
 /// An even N is allowed but tolerates no more lost accounts than N − 1 does
 /// (four accounts survive one loss, like three), at a higher cost.
 ///
@@ -272,8 +279,9 @@ impl QuorumLeaseStore<BlobLeaseManager> {
     /// # Errors
     ///
     /// [`Error::InvalidOption`] (field `accounts`) for no settings, more
-    /// than [`MAX_QUORUM_ACCOUNTS`], or two settings naming the same blob of
-    /// the same account; [`Error::InvalidConnectionString`] as
+    /// than [`MAX_QUORUM_ACCOUNTS`], or two settings naming the same account
+    /// (see the type's docs), with both endpoints as written;
+    /// [`Error::InvalidConnectionString`] as
     /// [`BlobLeaseManager::new`].
     pub fn from_settings(settings: &[BlobSettings]) -> Result<Self> {
         check_accounts(settings)?;
@@ -283,26 +291,6 @@ impl QuorumLeaseStore<BlobLeaseManager> {
             .collect::<Result<Vec<_>>>()?;
         Self::with_labels(accounts)
     }
-}
-
-/// Refuses two settings that name the same blob of the same account: one
-/// outage would take two votes.
-fn check_accounts(settings: &[BlobSettings]) -> Result<()> {
-    for (i, a) in settings.iter().enumerate() {
-        let same = |b: &&BlobSettings| {
-            b.endpoint() == a.endpoint() && b.container() == a.container() && b.blob() == a.blob()
-        };
-        if settings[..i].iter().any(|b| same(&b)) {
-            return Err(Error::invalid(
-                "accounts",
-                format!(
-                    "{} is named twice; each account must count once",
-                    a.endpoint()
-                ),
-            ));
-        }
-    }
-    Ok(())
 }
 
 impl<S: LeaseStore> QuorumLeaseStore<S> {

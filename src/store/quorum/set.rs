@@ -68,7 +68,7 @@ impl QuorumLeaseSetStore<BlobLeaseSetStore> {
     ///
     /// As [`QuorumLeaseStore::from_settings`].
     pub fn from_settings(settings: &[BlobSettings]) -> Result<Self> {
-        super::check_accounts(settings)?;
+        super::identity::check_accounts(settings)?;
         let sets = settings
             .iter()
             .map(|s| Ok((s.endpoint().to_owned(), BlobLeaseSetStore::new(s)?)))
