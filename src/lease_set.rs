@@ -71,6 +71,8 @@ pub(crate) mod balance;
 mod fate;
 #[cfg(all(test, feature = "testing"))]
 mod names_tests;
+#[cfg(all(test, feature = "testing"))]
+mod reports_tests;
 
 use fate::{is_partition_fault, Fate};
 
@@ -255,6 +257,13 @@ pub struct BlobLeaseSet<S: LeaseSetStore = BlobLeaseSetStore> {
     options: LeaseSetOptions,
 }
 
+/// How many partition reports a slow receiver can fall behind: two for
+/// every partition, so that a receiver misses none of the reports of a lost
+/// membership (one per partition, all at once), and at least 64.
+fn reports_kept(partitions: usize) -> usize {
+    partitions.saturating_mul(2).max(64)
+}
+
 /// What the balancer and the partition terms share.
 struct Shared<S: LeaseSetStore> {
     store: S,
@@ -358,6 +367,7 @@ impl<S: LeaseSetStore> BlobLeaseSet<S> {
         for p in &partitions {
             store.lease(&format!("{PARTITIONS}{p}"))?;
         }
+        let partition_count = partitions.len();
         let holder: Arc<str> = options
             .mutex
             .holder
@@ -392,7 +402,7 @@ impl<S: LeaseSetStore> BlobLeaseSet<S> {
                 task,
                 owned: watch::channel(BTreeMap::new()).0,
                 owners: watch::channel(BTreeMap::new()).0,
-                reports: broadcast::channel(64).0,
+                reports: broadcast::channel(reports_kept(partition_count)).0,
                 claiming: Arc::new(Semaphore::new(CLAIMS_IN_FLIGHT)),
                 lingering: Lingering::default(),
                 told_unmarked: AtomicBool::new(false),
@@ -436,6 +446,13 @@ impl<S: LeaseSetStore> BlobLeaseSet<S> {
 
     /// A report for every partition term of this instance that ends from now
     /// on, sent once its tasks have stopped (before the lease is released).
+    ///
+    /// It keeps the last 64 reports, or twice as many as the set has
+    /// partitions when that is more: a receiver that reads after a lost
+    /// membership ended every partition term at once sees each report. A
+    /// receiver that falls further behind (two such losses unread) is told
+    /// how many it missed ([`RecvError::Lagged`](broadcast::error::RecvError::Lagged))
+    /// and reads on from the oldest report kept.
     #[must_use]
     pub fn partition_reports(&self) -> broadcast::Receiver<PartitionReport> {
         self.shared.reports.subscribe()
