@@ -39,6 +39,7 @@ macro_rules! links {
             "[guide-cli]: crate::guide::cli\n",
             "[guide-operations]: crate::guide::operations\n",
             "[guide-metrics]: crate::guide::operations#metrics\n",
+            "[guide-logs]: crate::guide::operations#logs\n",
             "[guide-backends]: crate::guide::backends\n",
             "[guide-leader]: crate::guide::election#who-leads-and-where\n",
             "[guide-least-privilege]: crate::guide::operations#least-privilege-the-permissions-each-mode-needs\n",

@@ -11,18 +11,17 @@ mod cli;
 mod endpoint;
 mod exit;
 mod guard;
+mod logs;
 mod partitions;
 mod recorder;
 mod run;
 mod state;
 mod status;
 
-use std::io::IsTerminal;
 use std::process::ExitCode;
 
 use clap::error::ErrorKind;
 use clap::Parser;
-use tracing_subscriber::EnvFilter;
 
 use crate::cli::{Cli, Command};
 
@@ -45,7 +44,7 @@ fn main() -> ExitCode {
     if let Command::Guard = cli.command {
         return guard::serve();
     }
-    init_logging();
+    logs::init();
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -75,46 +74,6 @@ fn main() -> ExitCode {
     }
 }
 
-/// Logs go to stderr; `RUST_LOG` chooses them (default: warnings and
-/// errors), except that the storage SDKs never log below info (see
-/// [`without_sdk_debug`]).
-fn init_logging() {
-    let directives = std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".to_owned());
-    let filter = EnvFilter::try_new(without_sdk_debug(&directives))
-        .unwrap_or_else(|_| EnvFilter::new(without_sdk_debug("warn")));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_target(false)
-        .init();
-}
-
-/// The targets of the storage SDKs' own logs. At debug they carry
-/// credentials: `azure_core` 0.21 logs every request with its URL (a SAS
-/// token in the query) and its headers, and its `Debug` of the headers
-/// shows `Authorization` (a Shared Key signature or a bearer token) in
-/// clear; the official SDK logs lease ids. Never below info, whatever
-/// `RUST_LOG` says.
-const SDK_TARGETS: [&str; 2] = ["azure_core", "typespec_client_core"];
-
-/// `RUST_LOG`'s directives with every one naming an SDK target (or a module
-/// of one) dropped, and each SDK target capped at info.
-fn without_sdk_debug(directives: &str) -> String {
-    let kept = directives.split(',').filter(|d| {
-        let target = d.trim().split(['=', '[']).next().unwrap_or("");
-        !SDK_TARGETS
-            .iter()
-            .any(|sdk| target == *sdk || target.starts_with(&format!("{sdk}::")))
-    });
-    let caps = SDK_TARGETS.iter().map(|sdk| format!("{sdk}=info"));
-    kept.map(str::to_owned)
-        .chain(caps)
-        .filter(|d| !d.trim().is_empty())
-        .collect::<Vec<_>>()
-        .join(",")
-}
-
 /// A message as one line: clap's `error: ` prefix dropped, the lines up to
 /// the first blank one joined.
 fn one_line(message: &str) -> String {
@@ -125,31 +84,4 @@ fn one_line(message: &str) -> String {
         .map(str::trim)
         .collect::<Vec<_>>()
         .join(" ")
-}
-
-#[cfg(test)]
-mod tests {
-    use super::without_sdk_debug;
-
-    #[test]
-    fn the_sdks_never_log_below_info_whatever_rust_log_says() {
-        assert_eq!(
-            without_sdk_debug("debug"),
-            "debug,azure_core=info,typespec_client_core=info"
-        );
-        assert_eq!(
-            without_sdk_debug(
-                "warn,azure_core=trace,azure_core::policies::transport=debug,blob_mutex=debug"
-            ),
-            "warn,blob_mutex=debug,azure_core=info,typespec_client_core=info"
-        );
-        assert_eq!(
-            without_sdk_debug("typespec_client_core[span]=trace,azure_core_x=debug"),
-            "azure_core_x=debug,azure_core=info,typespec_client_core=info"
-        );
-        assert_eq!(
-            without_sdk_debug(""),
-            "azure_core=info,typespec_client_core=info"
-        );
-    }
 }

@@ -1,0 +1,172 @@
+//! The command's logs: to stderr, chosen by `RUST_LOG` (default: warnings
+//! and errors), and below info only from this crate's own targets, whatever
+//! `RUST_LOG` says.
+//!
+//! At debug the storage SDKs and the HTTP stack under them log what carries
+//! credentials: `azure_core` 0.21 logs every request with its URL (a SAS
+//! token in the query) and its headers, whose `Debug` shows `Authorization`
+//! (a Shared Key signature or a bearer token) in clear; the official SDK
+//! logs lease ids. `RUST_LOG` is matched against targets by string prefix,
+//! and a directive on a span (`[lease]=trace`) enables every event inside
+//! that span whatever its target, so no rewriting of the directives can
+//! keep them all out: the cap is a filter on each event's own target.
+
+use std::io::IsTerminal;
+
+use tracing::{Level, Metadata, Subscriber};
+use tracing_subscriber::filter::filter_fn;
+use tracing_subscriber::fmt::MakeWriter;
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::registry::LookupSpan;
+use tracing_subscriber::util::SubscriberInitExt;
+use tracing_subscriber::{EnvFilter, Layer};
+
+/// Starts logging to stderr as `RUST_LOG` says.
+pub(crate) fn init() {
+    let directives = std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".to_owned());
+    let ansi = std::io::stderr().is_terminal();
+    tracing_subscriber::registry()
+        .with(layer(&directives, std::io::stderr, ansi))
+        .init();
+}
+
+/// The layer that writes the logs `directives` choose to `writer`, capped.
+/// Directives that do not parse are replaced by `warn`.
+fn layer<S, W>(directives: &str, writer: W, ansi: bool) -> impl Layer<S>
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+    W: for<'w> MakeWriter<'w> + Send + Sync + 'static,
+{
+    let filter = EnvFilter::try_new(directives).unwrap_or_else(|_| EnvFilter::new("warn"));
+    tracing_subscriber::fmt::layer()
+        .with_writer(writer)
+        .with_ansi(ansi)
+        .with_target(false)
+        .with_filter(filter)
+        .with_filter(filter_fn(allowed))
+}
+
+/// Whether an event or span may be logged at all: at info or above from any
+/// target, below info only from this crate's own (the library's and the
+/// command's, `blob_mutex` and its modules). Every other target, the SDKs'
+/// and the HTTP stack's, stays at info at most.
+fn allowed(metadata: &Metadata<'_>) -> bool {
+    let target = metadata.target();
+    *metadata.level() <= Level::INFO || target == "blob_mutex" || target.starts_with("blob_mutex::")
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+    use std::sync::{Arc, Mutex};
+
+    use tracing::{event, info_span, Level};
+    use tracing_subscriber::layer::SubscriberExt;
+
+    use super::layer;
+
+    /// What the layer wrote, shared with the test.
+    #[derive(Clone, Default)]
+    struct Buffer(Arc<Mutex<Vec<u8>>>);
+
+    impl Write for Buffer {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(bytes);
+            Ok(bytes.len())
+        }
+
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// Emits, inside a span of this crate named `lease` with a field `x`,
+    /// one event at debug and one at trace from each target given, each
+    /// saying `secret from <target>`, and one at info from the first.
+    macro_rules! emit_from {
+        ($first:literal $(, $target:literal)* $(,)?) => {{
+            let span = info_span!(target: "blob_mutex::engine", "lease", x = 1);
+            let _entered = span.enter();
+            event!(target: $first, Level::INFO, "info from {}", $first);
+            event!(target: $first, Level::DEBUG, "secret from {}", $first);
+            event!(target: $first, Level::TRACE, "secret from {}", $first);
+            $(
+                event!(target: $target, Level::DEBUG, "secret from {}", $target);
+                event!(target: $target, Level::TRACE, "secret from {}", $target);
+            )*
+            event!(target: "blob_mutex::engine", Level::DEBUG, "own debug");
+        }};
+    }
+
+    /// What is logged under `RUST_LOG=directives`.
+    fn logged(directives: &str) -> String {
+        let buffer = Buffer::default();
+        let writer = buffer.clone();
+        let subscriber =
+            tracing_subscriber::registry().with(layer(directives, move || writer.clone(), false));
+        tracing::subscriber::with_default(subscriber, || {
+            emit_from!(
+                "azure_core::policies::transport",
+                "azure_core",
+                "azure_core::http::policies::logging",
+                "azure_storage::shared_access_signature",
+                "azure_storage_blobs::blob::operations",
+                "azure_storage_blob::clients",
+                "azure_identity::credentials",
+                "typespec_client_core::http::policies::logging",
+                "typespec::error",
+                "reqwest::connect",
+                "reqwest::async_impl::client",
+                "hyper::proto::h1::io",
+                "hyper_util::client::legacy::pool",
+                "h2::codec::framed_write",
+                "rustls::client::hs",
+                "tower::buffer",
+                "http",
+            );
+        });
+        let text = buffer.0.lock().unwrap().clone();
+        String::from_utf8(text).unwrap()
+    }
+
+    #[test]
+    fn nothing_but_the_crates_own_targets_logs_below_info_whatever_rust_log_says() {
+        for directives in [
+            "trace",
+            "debug",
+            "azure_core=trace",
+            "azure_core:=debug",
+            "azure_core::=trace",
+            "azure_core::policies::transport=debug,blob_mutex=debug",
+            "azure_cor=debug",
+            "azure=trace",
+            "azure_storage=trace,azure_storage_blobs=trace,azure_identity=trace",
+            "typespec_client_core=debug",
+            "typespec=trace",
+            "reqwest=debug",
+            "hyper=trace,hyper_util=trace",
+            "h2=trace,rustls=trace,tower=trace,http=trace",
+            "AZURE_CORE=trace,Azure_Core=debug",
+            "[{x}]=debug",
+            "[lease]=trace",
+            "[]=trace",
+            "blob_mutex[lease]=trace",
+            "warn,azure_core[lease]=trace",
+            "azure_core=info,azure_core:=trace,azure_core::policies::transport[{x}]=trace",
+            "info,azure_core::policies::transport=trace,typespec_client_core::http=trace",
+        ] {
+            let out = logged(directives);
+            assert!(
+                !out.contains("secret"),
+                "RUST_LOG={directives} let an SDK log below info: {out}"
+            );
+        }
+        let out = logged("trace");
+        assert!(
+            out.contains("own debug") && out.contains("info from azure_core"),
+            "the crate's debug logs and the SDKs' info logs stay: {out}"
+        );
+        assert!(logged("[lease]=debug").contains("own debug"));
+        assert!(!logged("warn").contains("own debug"));
+    }
+}
