@@ -474,9 +474,10 @@ pub(crate) struct RunArgs {
     /// storage is down; a command that survives SIGKILL ends the run with
     /// exit code 5 instead) and /healthz, its alias; /readyz for a
     /// readiness probe (503 when storage has not answered for 10 s; with
-    /// ?leader also on a follower). GET and HEAD only; at most 64
-    /// connections at a time (a quarter of the open-files limit when
-    /// lower). [default: off]
+    /// ?leader also on a follower). GET and HEAD only; a client has 500 ms
+    /// to send its request; at most 64 connections at a time (a quarter of
+    /// the open-files limit when lower), the oldest idle one closed for a
+    /// new one. [default: off]
     #[arg(long, value_name = "ADDR")]
     pub(crate) metrics_addr: Option<std::net::SocketAddr>,
     /// The command to run, and its arguments, after `--`.

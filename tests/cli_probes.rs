@@ -1,0 +1,165 @@
+//! `blob-mutex run --metrics-addr`: the probes answer whatever other
+//! clients do. Idle connections, opened faster than the endpoint would
+//! time them out, cannot keep `/livez` from answering within a kubelet's
+//! 1 s, and a request whose lines end in a bare LF is answered.
+
+mod support;
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use support::http::{free_addr, get};
+use support::{azurite, wait_for};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::process::{Child, Command};
+use tokio::time::Instant;
+
+const BIN: &str = env!("CARGO_BIN_EXE_blob-mutex");
+/// A kubelet's default probe timeout.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
+/// How many idle connections a burst opens at once: nine times the
+/// endpoint's cap of 64.
+const BURST: usize = 600;
+
+/// `blob-mutex run --forever` on the shared Azurite, serving on `addr`, and
+/// live there.
+async fn serving(name: &str, addr: &str) -> Child {
+    let child = Command::new(BIN)
+        .args(["run", "--container", &azurite::unique_container(name)])
+        .args(["--blob", "lock", "--forever", "--metrics-addr", addr])
+        .args(["--", "sleep", "1000"])
+        .env(
+            "AZURE_STORAGE_CONNECTION_STRING",
+            azurite::shared().connection_string(),
+        )
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("start blob-mutex run");
+    wait_for(
+        "the endpoint to answer",
+        Duration::from_secs(30),
+        || async {
+            get(addr, "/livez")
+                .await
+                .filter(|(status, _)| *status == 200)
+        },
+    )
+    .await;
+    child
+}
+
+/// What `request` gets in answer on a connection of its own, or `None`
+/// when the answer is not complete within [`PROBE_TIMEOUT`].
+async fn exchange(addr: &str, request: &[u8]) -> Option<String> {
+    tokio::time::timeout(PROBE_TIMEOUT, async {
+        let mut stream = TcpStream::connect(addr).await.ok()?;
+        stream.write_all(request).await.ok()?;
+        let mut reply = Vec::new();
+        stream.read_to_end(&mut reply).await.ok()?;
+        Some(String::from_utf8_lossy(&reply).into_owned())
+    })
+    .await
+    .ok()?
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_connections_opened_at_100_a_second_never_delay_livez_past_1s() {
+    let addr = free_addr();
+    let _run = serving("cli-probes-idle", &addr).await;
+    let opening = tokio::spawn({
+        let addr = addr.clone();
+        async move {
+            let mut idle = Vec::new();
+            let mut every = tokio::time::interval(Duration::from_millis(10));
+            for _ in 0..300 {
+                every.tick().await;
+                if let Ok(stream) = TcpStream::connect(&addr).await {
+                    idle.push(stream);
+                }
+            }
+            idle
+        }
+    });
+    let start = Instant::now();
+    let mut probes = Vec::new();
+    let mut every = tokio::time::interval(Duration::from_millis(250));
+    // While they are opened (3 s), and for 2 s after, with every one open.
+    while start.elapsed() < Duration::from_secs(5) {
+        every.tick().await;
+        let sent = Instant::now();
+        let reply = exchange(&addr, b"GET /livez HTTP/1.1\r\nhost: probe\r\n\r\n").await;
+        let took = sent.elapsed();
+        probes.push((sent - start, took));
+        assert!(
+            reply
+                .as_deref()
+                .is_some_and(|r| r.starts_with("HTTP/1.1 200 OK\r\n")),
+            "the probe {:?} into the flood: {reply:?} after {took:?} (earlier: {probes:?})",
+            sent - start
+        );
+    }
+    let idle = opening.await.unwrap();
+    assert!(
+        idle.len() >= 250,
+        "only {} idle connections opened",
+        idle.len()
+    );
+    let slowest = probes.iter().map(|(_, took)| *took).max();
+    eprintln!(
+        "{} probes, the slowest answered in {slowest:?}",
+        probes.len()
+    );
+}
+
+#[tokio::test]
+async fn a_request_whose_lines_end_in_a_bare_lf_is_answered() {
+    let addr = free_addr();
+    let _run = serving("cli-probes-lf", &addr).await;
+    for request in [
+        &b"GET /livez HTTP/1.1\nhost: probe\n\n"[..],
+        b"GET /livez HTTP/1.1\r\nhost: probe\n\n",
+        b"HEAD /readyz HTTP/1.0\n\n",
+    ] {
+        let reply = exchange(&addr, request).await;
+        let shown = String::from_utf8_lossy(request);
+        let reply = reply.unwrap_or_else(|| panic!("{shown:?}: no answer within 1 s"));
+        assert!(
+            reply.starts_with("HTTP/1.1 200 OK\r\n"),
+            "{shown:?}: {reply}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_idle_connections_past_the_cap_never_delays_livez_past_1s() {
+    let addr = free_addr();
+    let _run = serving("cli-probes-burst", &addr).await;
+    // All at once: the probe right behind them in the listen queue is
+    // answered within 1 s only if idle connections make room for new ones
+    // before they time out.
+    let mut idle = Vec::new();
+    for round in 0..3 {
+        let mut opening = tokio::task::JoinSet::new();
+        for _ in 0..BURST {
+            opening.spawn(TcpStream::connect(addr.clone()));
+        }
+        while let Some(opened) = opening.join_next().await {
+            idle.extend(opened.unwrap().ok());
+        }
+        let sent = Instant::now();
+        let reply = exchange(&addr, b"GET /livez HTTP/1.1\r\nhost: probe\r\n\r\n").await;
+        assert!(
+            reply
+                .as_deref()
+                .is_some_and(|r| r.starts_with("HTTP/1.1 200 OK\r\n")),
+            "round {round}, {} idle connections: {reply:?} after {:?}",
+            idle.len(),
+            sent.elapsed()
+        );
+        eprintln!("round {round}: answered in {:?}", sent.elapsed());
+    }
+}
