@@ -1,8 +1,8 @@
 //! Which storage account an endpoint names, however it is spelled: a quorum
 //! that counted one account twice would lose two votes to one outage.
 
+use crate::azure::settings::BlobSettings;
 use crate::error::{Error, Result};
-use crate::store::settings::BlobSettings;
 
 /// Refuses two settings that name the same storage account, whatever the
 /// spelling of their endpoints, and whatever container or blob they name:
