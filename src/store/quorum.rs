@@ -272,6 +272,11 @@ impl<S: LeaseStore> fmt::Debug for QuorumLeaseStore<S> {
     }
 }
 
+/// The cap on each call of an account that a quorum built from settings
+/// makes: longer than any request timeout the quorum is given in practice
+/// (the longest lease), so that the quorum's own limit decides.
+const ACCOUNT_CAP: Duration = Duration::from_secs(60);
+
 impl QuorumLeaseStore<BlobLeaseManager> {
     /// A quorum over the blob named in each of `settings`, one per storage
     /// account, each labelled by its blob endpoint.
@@ -287,7 +292,13 @@ impl QuorumLeaseStore<BlobLeaseManager> {
         check_accounts(settings)?;
         let accounts = settings
             .iter()
-            .map(|s| Ok((s.endpoint().to_owned(), BlobLeaseManager::new(s)?)))
+            .map(|s| {
+                // The quorum bounds every call by its own request timeout;
+                // an account's own cap only keeps a direct call through
+                // `stores()` bounded, and must not cut the quorum's shorter.
+                let account = BlobLeaseManager::new(s)?.with_request_timeout(ACCOUNT_CAP);
+                Ok((s.endpoint().to_owned(), account))
+            })
             .collect::<Result<Vec<_>>>()?;
         Self::with_labels(accounts)
     }
