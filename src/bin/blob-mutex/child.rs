@@ -1,6 +1,10 @@
 //! The command `run` supervises: started into its guard's process group (see
 //! [`crate::guard`]), so that stopping the group stops everything it
-//! started, and so that the guard can stop it when `run` cannot.
+//! started, and so that the guard can stop it when `run` cannot. No
+//! command starts while a process of an earlier command's group may still
+//! run (see [`reap`]).
+
+mod reap;
 
 use std::ffi::OsString;
 use std::future::Future;
@@ -19,6 +23,8 @@ use tracing::{debug, warn};
 
 use crate::exit;
 use crate::guard::Guard;
+use reap::{gone_by, Live, REAP_WAIT};
+pub(crate) use reap::{test_kill_delay, Groups};
 
 /// The environment variable that carries the fencing token.
 pub(crate) const EPOCH_ENV: &str = "BLOB_MUTEX_EPOCH";
@@ -39,8 +45,6 @@ pub(crate) const DEV_ENV: &str = "BLOB_MUTEX_DEV";
 const KILL_SLACK_MAX: Duration = Duration::from_secs(1);
 /// The least time SIGKILL is given before the command counts as unkillable.
 const KILL_WAIT_MIN: Duration = Duration::from_millis(50);
-/// How long a guard that was sent SIGKILL may take to be reaped.
-const GUARD_REAP: Duration = Duration::from_secs(1);
 
 /// Why the command could not be started.
 #[derive(Debug)]
@@ -62,25 +66,31 @@ pub(crate) enum Watched {
 
 /// A running command, its guard, and their process group.
 ///
-/// Dropping it before the command was reaped kills the whole group, so a
-/// command never outlives an aborted leader task.
+/// Dropping it before its group was found gone (an aborted leader task)
+/// kills the whole group, and a task left behind waits for the group to be
+/// gone: no later command starts before (see [`Groups::settled`]), and the
+/// process exits with [`exit::UNKILLABLE`] if the group outlives SIGKILL.
 pub(crate) struct Child {
     process: tokio::process::Child,
     guard: Guard,
     pid: u32,
-    reaped: bool,
+    /// Counts the group among those that may still run, until it is gone.
+    live: Option<Live>,
+    groups: Groups,
 }
 
 impl Child {
     /// Starts a guard that knows `deadline`, then `command` (program and
     /// arguments) in the guard's process group, with the epoch and holder in
-    /// its environment, and `env` besides.
+    /// its environment, and `env` besides. The group counts among `groups`
+    /// until it is gone; wait for [`Groups::settled`] first.
     pub(crate) async fn spawn(
         command: &[OsString],
         epoch: u64,
         holder: &str,
         env: &[(&str, String)],
         deadline: Instant,
+        groups: &Groups,
     ) -> Result<Child, SpawnError> {
         let (program, args) = command.split_first().ok_or_else(|| {
             SpawnError::Command(io::Error::new(
@@ -89,14 +99,16 @@ impl Child {
             ))
         })?;
         let guard = Guard::start(deadline).await.map_err(SpawnError::Guard)?;
-        // If this fails, dropping the guard kills it.
+        // Counted before the command joins the group. If spawning fails,
+        // dropping the guard kills it (it is reaped as an orphan).
+        let live = groups.enter();
         let process = tokio::process::Command::new(program)
             .args(args)
             .env(EPOCH_ENV, epoch.to_string())
             .env(HOLDER_ENV, holder)
             .envs(env.iter().map(|(key, value)| (*key, value)))
             .process_group(guard.group().as_raw())
-            .kill_on_drop(true)
+            .kill_on_drop(test_kill_delay().is_none())
             .spawn()
             .map_err(SpawnError::Command)?;
         let pid = process.id().ok_or_else(|| {
@@ -109,7 +121,8 @@ impl Child {
             process,
             guard,
             pid,
-            reaped: false,
+            live: Some(live),
+            groups: groups.clone(),
         })
     }
 
@@ -158,46 +171,64 @@ impl Child {
         }
     }
 
-    /// Stops the command (see [`stop_group`]); when it survives SIGKILL,
-    /// calls `unkillable` and never returns.
-    pub(crate) async fn stop(
-        &mut self,
-        first: Signal,
-        times: StopTimes,
-        unkillable: impl FnOnce(u8),
-    ) -> io::Result<ExitStatus> {
+    /// Stops the command (see [`stop_group`]); when it (or anything of its
+    /// group) survives SIGKILL, exits the process (see
+    /// [`Groups::unkillable`]) and never returns.
+    pub(crate) async fn stop(&mut self, first: Signal, times: StopTimes) -> io::Result<ExitStatus> {
         let group = self.group();
+        let groups = self.groups.clone();
         let status = stop_group(
             |signal| signal_group(group, signal),
             self.process.wait(),
             first,
             times,
-            unkillable,
+            |_| groups.unkillable(group),
         )
         .await?;
         Ok(self.reaped(status).await)
     }
 
     /// The command has been reaped: kill what it left in its group, the
-    /// guard included, and reap the guard.
+    /// guard included, reap the guard, and wait until nothing of the group
+    /// may run; exit the process if something of it survives SIGKILL.
     async fn reaped(&mut self, status: ExitStatus) -> ExitStatus {
-        self.reaped = true;
-        signal_group(self.group(), Signal::SIGKILL);
-        if tokio::time::timeout(GUARD_REAP, self.guard.wait())
-            .await
-            .is_err()
-        {
-            warn!(pid = %self.group(), "the guard was not reaped in time");
+        let group = self.group();
+        signal_group(group, Signal::SIGKILL);
+        let until = Instant::now() + REAP_WAIT;
+        if timeout_at(until, self.guard.wait()).await.is_err() {
+            warn!(pid = %group, "the guard was not reaped in time");
         }
+        if !gone_by(group, until).await {
+            self.groups.unkillable(group);
+        }
+        self.live = None;
         status
     }
 }
 
 impl Drop for Child {
+    /// The group was not found gone (the leader task was aborted): kill it,
+    /// and leave a task that keeps it counted until it is gone, or exits the
+    /// process if it survives SIGKILL.
     fn drop(&mut self) {
-        if !self.reaped {
-            signal_group(self.group(), Signal::SIGKILL);
-        }
+        let Some(live) = self.live.take() else {
+            return;
+        };
+        let group = self.group();
+        signal_group(group, Signal::SIGKILL);
+        // Dropping the command and the guard leaves them to Tokio, which
+        // reaps them as orphans; a zombie of the group runs nothing.
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return; // The process is ending.
+        };
+        let groups = self.groups.clone();
+        runtime.spawn(async move {
+            if !gone_by(group, Instant::now() + REAP_WAIT).await {
+                groups.unkillable(group);
+            }
+            debug!(pid = %group, "the aborted command's group is gone");
+            drop(live);
+        });
     }
 }
 
@@ -263,6 +294,15 @@ pub(crate) async fn stop_group(
 /// Sends `signal` to every process of `group`; a group that is gone already
 /// is not an error.
 pub(crate) fn signal_group(group: Pid, signal: Signal) {
+    if signal == Signal::SIGKILL {
+        if let Some(delay) = test_kill_delay() {
+            std::thread::spawn(move || {
+                std::thread::sleep(delay);
+                let _ = killpg(group, signal);
+            });
+            return;
+        }
+    }
     match killpg(group, signal) {
         Ok(()) | Err(Errno::ESRCH) => {}
         Err(e) => warn!(pid = %group, %signal, error = %e, "could not signal the command"),

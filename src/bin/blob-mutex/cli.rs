@@ -79,18 +79,23 @@ pub(crate) enum Command {
     /// Campaigns for the lease; once leader, starts CMD with BLOB_MUTEX_EPOCH
     /// (the fencing token, larger for every new leader) and BLOB_MUTEX_HOLDER
     /// in its environment. When CMD exits, the lease is released and
-    /// blob-mutex exits with CMD's code. If the lease is lost, CMD gets
-    /// SIGTERM, then SIGKILL shortly before the lease could expire, and
-    /// blob-mutex exits with code 4. SIGINT, SIGTERM and SIGHUP are forwarded
-    /// to CMD; the lease is released after CMD has exited (a second signal
-    /// kills CMD at once).
+    /// blob-mutex exits with CMD's code. If renewals fail, CMD gets SIGTERM,
+    /// then SIGKILL shortly before the lease could expire (--grace applies
+    /// as far as the lease allows). If the lease is broken or taken, another
+    /// host may lead already: CMD gets SIGTERM and, 100 ms later, SIGKILL,
+    /// whatever --grace says. Either way blob-mutex exits with code 4 once
+    /// CMD's whole process group is gone. SIGINT, SIGTERM and SIGHUP are
+    /// forwarded to CMD; the lease is released after CMD has exited (a
+    /// second signal kills CMD at once).
     ///
     /// CMD runs in the process group of a small guard process (this program
     /// again) that kills the whole group with SIGKILL at once when blob-mutex
     /// dies (even by SIGKILL), and when the lease's deadline comes without a
     /// renewal (blob-mutex stopped or frozen), before the lease could expire.
-    /// If CMD survives SIGKILL, blob-mutex exits with code 5 without
-    /// releasing the lease, which then expires on its own.
+    /// CMD is never started while a process of an earlier CMD's group may
+    /// still run: if any survives SIGKILL (by 5 s once the group was sent
+    /// it), blob-mutex exits with code 5 without releasing the lease, which
+    /// then expires on its own.
     #[command(after_help = format!("{RUN_EXAMPLES}\n\n{TABLE}"))]
     Run(RunArgs),
     /// Show the lease's state, holder, epoch and acquisition time.
@@ -397,7 +402,8 @@ pub(crate) struct LeaseArgs {
     acquire_retry: Option<Duration>,
     /// How long CMD has to exit after SIGTERM; SIGKILL comes a little
     /// earlier (by a quarter of it, at most 1s), so that CMD is gone before
-    /// the lease could expire [default: 3s].
+    /// the lease could expire. Not after a broken or taken lease: SIGKILL
+    /// then comes 100 ms after SIGTERM [default: 3s].
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     grace: Option<Duration>,
     /// This host's name in the blob's metadata [default: <hostname>-<pid>].
@@ -456,7 +462,7 @@ pub(crate) struct RunArgs {
     pub(crate) wait: Option<Duration>,
     /// Run until stopped by a signal: after CMD exits or the lease is lost,
     /// release, campaign again and restart CMD (after a 5s back-off when CMD
-    /// failed).
+    /// failed), never while a process of the old CMD's group may still run.
     #[arg(long)]
     pub(crate) forever: bool,
     /// This host's priority as a preferred successor, any integer. While

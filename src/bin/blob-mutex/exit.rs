@@ -23,9 +23,9 @@ pub(crate) const LEASE_LOST: u8 = 4;
 /// `state put`: storage refused the write, because the lease of the `run`
 /// that started the command was lost, broken or passed on; nothing was written.
 pub(crate) const STATE_REFUSED: u8 = LEASE_LOST;
-/// `run`: the command survived SIGKILL (it is stuck in the kernel); `run`
-/// exited without releasing the lease, which expires on its own, and did not
-/// start the command again.
+/// `run`: a process of the command's group survived SIGKILL (it is stuck in
+/// the kernel) for 5 s; `run` exited without releasing the lease, which
+/// expires on its own, and did not start the command again.
 pub(crate) const UNKILLABLE: u8 = 5;
 /// `run`: the command was found but could not be started.
 pub(crate) const CANNOT_EXECUTE: u8 = 126;

@@ -111,7 +111,7 @@ impl Guard {
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .process_group(0)
-            .kill_on_drop(true)
+            .kill_on_drop(crate::child::test_kill_delay().is_none())
             .spawn()?;
         let id = process
             .id()
@@ -273,6 +273,9 @@ fn kill_own_group(why: &'static str) -> ! {
         let _ = said.send(());
     });
     let _ = written.recv_timeout(MESSAGE_WAIT);
+    if let Some(delay) = crate::child::test_kill_delay() {
+        std::thread::sleep(delay);
+    }
     let _ = killpg(getpgrp(), Signal::SIGKILL);
     // SIGKILL to its own group ends the guard; should it somehow not have,
     // exiting still closes nothing the command needs and says it failed.

@@ -14,7 +14,7 @@ use tokio::signal::unix::{signal, SignalKind};
 use tokio::time::Instant;
 use tracing::{info, warn};
 
-use crate::child::{self, Child, SpawnError, StopTimes, Watched};
+use crate::child::{self, Child, Groups, SpawnError, StopTimes, Watched};
 use crate::cli::RunArgs;
 use crate::endpoint::{self, Campaign, Endpoint, TermDeadline};
 use crate::{exit, guard};
@@ -56,6 +56,8 @@ struct Shared {
     state: Mutex<State>,
     /// The deadline of the term the command runs in, for `/livez`.
     deadline: TermDeadline,
+    /// The process groups of earlier commands that may still run.
+    groups: Groups,
 }
 
 impl Shared {
@@ -95,6 +97,7 @@ pub(crate) async fn run(args: RunArgs) -> Result<u8> {
         token: CancellationToken::new(),
         state: Mutex::new(State::default()),
         deadline: TermDeadline::default(),
+        groups: Groups::new(args.target.name()),
     });
     // Before the mutex is made, so that its figures are recorded from the start.
     let endpoint = match args.metrics_addr {
@@ -146,6 +149,9 @@ async fn campaign<S: LeaseStore>(
         () = serving => Ok(()),
     };
     signals.abort();
+    // An aborted term's command may not be gone yet: `run` ends only once
+    // it is (or exits with the unkillable code).
+    shared.groups.settled().await;
     match (result, wait) {
         (Ok(()), _) => Ok(exit_code(shared)),
         (Err(blob_mutex::Error::NotAcquired { .. }), _) => {
@@ -236,12 +242,18 @@ async fn lead(ctx: LeaderContext, shared: Arc<Shared>) -> Result<()> {
     // is this holder's own: the command is its process, and it is never printed.
     let mut env = shared.env.clone();
     env.push((child::LEASE_ID_ENV, ctx.lease_id().to_string()));
+    // No command starts while a process of an earlier term's may still run.
+    tokio::select! {
+        () = shared.groups.settled() => {}
+        _ = ctx.cancelled() => return Ok(()),
+    }
     let spawned = Child::spawn(
         &shared.command,
         ctx.epoch(),
         ctx.holder(),
         &env,
         ctx.deadline(),
+        &shared.groups,
     )
     .await;
     let mut child = match spawned {
@@ -288,10 +300,7 @@ async fn lead(ctx: LeaderContext, shared: Arc<Shared>) -> Result<()> {
                 _ => Signal::SIGTERM,
             };
             let times = StopTimes::new(Instant::now(), shared.grace, ctx.deadline());
-            let (name, pid) = (shared.name.clone(), child.pid());
-            let status = child
-                .stop(first, times, move |code| unkillable(&name, pid, code))
-                .await?;
+            let status = child.stop(first, times).await?;
             Ended::Stopped(reason, status)
         }
     };
@@ -302,9 +311,12 @@ async fn lead(ctx: LeaderContext, shared: Arc<Shared>) -> Result<()> {
 
 /// Ends the run (without `--forever`) when the library aborts the leader
 /// task, which then never reaches its own end. The library aborts a task
-/// that has not stopped in time: this stop path ends before that, except
-/// when `run` was frozen past its deadline (the guard has killed the command
-/// then). Dropping the task's [`Child`] kills whatever is left of the group.
+/// that has not stopped in time: 100 ms after a lost lease (broken or
+/// taken) was seen, else at the end of the grace, which this stop path
+/// meets unless `run` was frozen past its deadline (the guard has killed
+/// the command then). Dropping the task's [`Child`] kills whatever is left
+/// of the group, and no command starts, nor does `run` exit, before the
+/// group is gone (see [`Groups`]).
 struct AbortGuard<'a> {
     ctx: &'a LeaderContext,
     shared: &'a Shared,
@@ -324,17 +336,6 @@ impl Drop for AbortGuard<'_> {
             self.shared.finish(Outcome::Lost(reason, None));
         }
     }
-}
-
-/// The command survived SIGKILL: exit at once, before the library could
-/// release the lease (it would, once the leader task returned or was
-/// aborted), and without starting the command again. The lease expires on
-/// its own.
-fn unkillable(name: &str, pid: u32, code: u8) {
-    eprintln!(
-        "blob-mutex: the command (pid {pid}) survived SIGKILL; exiting without releasing the lease on {name}, which expires on its own"
-    );
-    std::process::exit(code.into());
 }
 
 /// The guard failed: the run ends with an error, or with `--forever` the
