@@ -13,7 +13,7 @@
 //! of its term. `a` stops and releases the lease, `b` leads with a higher
 //! epoch and writes, then `a`'s late write arrives and the store refuses it.
 //! The connection string comes from `AZURE_STORAGE_CONNECTION_STRING`
-//! (Azurite's defaults when unset), the storage backend from
+//! (required; `UseDevelopmentStorage=true` for a local Azurite), the storage backend from
 //! `BLOB_MUTEX_BACKEND` (`official`, the default, or `sdk-v021`).
 
 use std::sync::{Arc, Mutex};
@@ -109,8 +109,10 @@ async fn main() -> anyhow::Result<()> {
         .with_writer(std::io::stderr)
         .init();
     let (container, blob) = ("examples", "fenced-store");
-    let connection = std::env::var("AZURE_STORAGE_CONNECTION_STRING")
-        .unwrap_or_else(|_| "UseDevelopmentStorage=true".to_owned());
+    let connection = std::env::var("AZURE_STORAGE_CONNECTION_STRING").context(
+        "set AZURE_STORAGE_CONNECTION_STRING to the storage account's connection string \
+         (UseDevelopmentStorage=true for a local Azurite)",
+    )?;
     let settings = BlobSettings::from_connection_string(&connection, container, blob)
         .context("invalid storage settings")?
         .with_backend(Backend::from_env()?);

@@ -17,8 +17,8 @@
 //!
 //! A client that follows redirects and retries a 503 or a refused
 //! connection reaches the leader through a failover. The connection string
-//! comes from `AZURE_STORAGE_CONNECTION_STRING` (Azurite's defaults when
-//! unset), the backend from `BLOB_MUTEX_BACKEND`. Standard output has
+//! comes from `AZURE_STORAGE_CONNECTION_STRING` (required; `UseDevelopmentStorage=true`
+//! for a local Azurite), the backend from `BLOB_MUTEX_BACKEND`. Standard output has
 //! `LISTENING <url>` first, then `LEADING epoch=<n>` at each term.
 
 use std::sync::Arc;
@@ -54,8 +54,10 @@ async fn main() -> anyhow::Result<()> {
     let url = format!("http://{}", listener.local_addr()?);
     println!("LISTENING {url}");
 
-    let connection = std::env::var("AZURE_STORAGE_CONNECTION_STRING")
-        .unwrap_or_else(|_| "UseDevelopmentStorage=true".to_owned());
+    let connection = std::env::var("AZURE_STORAGE_CONNECTION_STRING").context(
+        "set AZURE_STORAGE_CONNECTION_STRING to the storage account's connection string \
+         (UseDevelopmentStorage=true for a local Azurite)",
+    )?;
     let settings = BlobSettings::from_connection_string(&connection, container, blob)
         .context("invalid storage settings")?
         .with_backend(Backend::from_env()?);

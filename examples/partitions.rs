@@ -8,7 +8,7 @@
 //! Start it several times on one set with different ids: the partitions
 //! (`p00` … up to the count given) spread evenly over the instances, and move
 //! when one joins, leaves or crashes. The connection string comes from
-//! `AZURE_STORAGE_CONNECTION_STRING` (Azurite's defaults when unset), the
+//! `AZURE_STORAGE_CONNECTION_STRING` (required; `UseDevelopmentStorage=true` for a local Azurite), the
 //! storage backend from `BLOB_MUTEX_BACKEND` (`official`, the default, or
 //! `sdk-v021`). Ctrl-C or SIGTERM stops every partition's task, releases its
 //! lease, then exits.
@@ -71,8 +71,10 @@ async fn main() -> anyhow::Result<()> {
         anyhow::bail!(usage);
     };
     let count: usize = count.parse().context(usage)?;
-    let connection = std::env::var("AZURE_STORAGE_CONNECTION_STRING")
-        .unwrap_or_else(|_| "UseDevelopmentStorage=true".to_owned());
+    let connection = std::env::var("AZURE_STORAGE_CONNECTION_STRING").context(
+        "set AZURE_STORAGE_CONNECTION_STRING to the storage account's connection string \
+         (UseDevelopmentStorage=true for a local Azurite)",
+    )?;
     let settings = BlobSettings::from_connection_string(&connection, container, set)
         .context("invalid storage settings")?
         .with_backend(Backend::from_env()?);

@@ -10,7 +10,7 @@
 //! them. Here the Prometheus exporter's recorder is installed and its text
 //! is served on `127.0.0.1:<port>` (default 9898) by a few lines of Tokio,
 //! for every request, whatever its path. The connection string comes from
-//! `AZURE_STORAGE_CONNECTION_STRING` (Azurite's defaults when unset), the
+//! `AZURE_STORAGE_CONNECTION_STRING` (required; `UseDevelopmentStorage=true` for a local Azurite), the
 //! storage backend from `BLOB_MUTEX_BACKEND` (`official`, the default, or
 //! `sdk-v021`).
 
@@ -62,8 +62,10 @@ async fn main() -> anyhow::Result<()> {
     println!("figures on http://127.0.0.1:{port}/metrics");
     tokio::spawn(serve(listener, figures));
 
-    let connection = std::env::var("AZURE_STORAGE_CONNECTION_STRING")
-        .unwrap_or_else(|_| "UseDevelopmentStorage=true".to_owned());
+    let connection = std::env::var("AZURE_STORAGE_CONNECTION_STRING").context(
+        "set AZURE_STORAGE_CONNECTION_STRING to the storage account's connection string \
+         (UseDevelopmentStorage=true for a local Azurite)",
+    )?;
     let settings = BlobSettings::from_connection_string(&connection, container, blob)
         .context("invalid storage settings")?
         .with_backend(Backend::from_env()?);

@@ -16,7 +16,7 @@
 //! and queues jobs, the other that it follows. Stop the leader with Ctrl-C
 //! and the other one takes over within about a second. It uses the blob
 //! `examples/shared-state`; the connection string comes from
-//! `AZURE_STORAGE_CONNECTION_STRING` (Azurite's defaults when unset), the
+//! `AZURE_STORAGE_CONNECTION_STRING` (required; `UseDevelopmentStorage=true` for a local Azurite), the
 //! storage backend from `BLOB_MUTEX_BACKEND` (`official`, the default, or
 //! `sdk-v021`).
 
@@ -77,8 +77,10 @@ async fn main() -> anyhow::Result<()> {
         .nth(1)
         .context("usage: shared_state <instance-id>")?;
     let (container, blob) = ("examples", "shared-state");
-    let connection = std::env::var("AZURE_STORAGE_CONNECTION_STRING")
-        .unwrap_or_else(|_| "UseDevelopmentStorage=true".to_owned());
+    let connection = std::env::var("AZURE_STORAGE_CONNECTION_STRING").context(
+        "set AZURE_STORAGE_CONNECTION_STRING to the storage account's connection string \
+         (UseDevelopmentStorage=true for a local Azurite)",
+    )?;
     let settings = BlobSettings::from_connection_string(&connection, container, blob)
         .context("invalid storage settings")?
         .with_backend(Backend::from_env()?);

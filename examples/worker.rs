@@ -6,7 +6,7 @@
 //!
 //! Start it several times on one blob with different ids: one leads, the
 //! others wait to take over. The connection string comes from
-//! `AZURE_STORAGE_CONNECTION_STRING` (Azurite's defaults when unset), the
+//! `AZURE_STORAGE_CONNECTION_STRING` (required; `UseDevelopmentStorage=true` for a local Azurite), the
 //! storage backend from `BLOB_MUTEX_BACKEND` (`official`, the default, or
 //! `sdk-v021`). Ctrl-C or SIGTERM stops the leader task, then releases the
 //! lease, then exits.
@@ -64,8 +64,10 @@ async fn main() -> anyhow::Result<()> {
     else {
         anyhow::bail!("usage: worker <container> <blob> <instance-id>");
     };
-    let connection = std::env::var("AZURE_STORAGE_CONNECTION_STRING")
-        .unwrap_or_else(|_| "UseDevelopmentStorage=true".to_owned());
+    let connection = std::env::var("AZURE_STORAGE_CONNECTION_STRING").context(
+        "set AZURE_STORAGE_CONNECTION_STRING to the storage account's connection string \
+         (UseDevelopmentStorage=true for a local Azurite)",
+    )?;
     let settings = BlobSettings::from_connection_string(&connection, container, blob)
         .context("invalid storage settings")?
         .with_backend(Backend::from_env()?);

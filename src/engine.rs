@@ -29,6 +29,7 @@ use tracing::{debug, error, trace, warn};
 use crate::backoff::{backoff, Jitter};
 use crate::bounded::bounded;
 use crate::engine::fail_stop::FailStop;
+use crate::engine::first_contact::FirstContact;
 use crate::engine::leader::LeaderWatch;
 use crate::engine::leadership::{Heartbeat, LeaderContext, Leadership, StopReason};
 use crate::engine::lingering::Lingering;
@@ -106,6 +107,16 @@ enum Term {
     Ended(StopReason),
 }
 
+/// When an acquire loop gives up.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Limits {
+    /// After this, the first attempt that does not acquire ends the loop.
+    give_up_at: Option<Instant>,
+    /// After this, the first attempt that fails ends the loop, unless
+    /// storage has answered meanwhile.
+    contact_by: Option<Instant>,
+}
+
 /// How the renew loop ended.
 enum RenewEnd {
     Lost(Error),
@@ -143,6 +154,9 @@ pub(crate) struct Engine<'a, S> {
     /// Who leads, kept up to date by the campaign's polls while somebody
     /// watches; `None` for a lease set's partitions, whose set lists them.
     pub(crate) leader: Option<&'a LeaderWatch>,
+    /// Whether storage has ever answered the mutex; `None` for a lease
+    /// set's partitions, whose set's member lease was answered first.
+    pub(crate) contact: Option<&'a FirstContact>,
 }
 
 impl<S: LeaseStore> Engine<'_, S> {
@@ -178,7 +192,10 @@ impl<S: LeaseStore> Engine<'_, S> {
                 LeaseId::new(),
                 token,
                 &mut jitter,
-                Some(Instant::now()),
+                Limits {
+                    give_up_at: Some(Instant::now()),
+                    contact_by: None,
+                },
                 None,
             )
             .await
@@ -204,12 +221,18 @@ impl<S: LeaseStore> Engine<'_, S> {
         // next await; one that blocks its thread keeps this mutex from
         // leading again in this process.
         self.lingering.settle(ABORT_WAIT).await?;
-        let mut give_up_at = self.options.acquire_timeout.map(|t| Instant::now() + t);
+        let now = Instant::now();
+        let mut limits = Limits {
+            give_up_at: self.options.acquire_timeout.map(|t| now + t),
+            contact_by: self
+                .contact
+                .and_then(|c| c.give_up_at(now, self.options.first_contact_timeout)),
+        };
         loop {
-            let Some((lease, deadline)) = self.acquire(token, jitter, give_up_at).await? else {
+            let Some((lease, deadline)) = self.acquire(token, jitter, limits).await? else {
                 return Ok(());
             };
-            give_up_at = None;
+            limits = Limits::default();
             let first = self.options.effective_renew_interval();
             let pause = match self.lead(lease, deadline, first, token).await? {
                 Term::Shutdown => return Ok(()),
@@ -255,17 +278,22 @@ impl<S: LeaseStore> Engine<'_, S> {
     }
 
     /// Tries until the lease is ours under `proposed`; `None` when
-    /// cancelled first. Past `give_up_at`, the first attempt that does not
-    /// acquire ends the campaign. `held` is told each time another instance
-    /// holds the lease.
+    /// cancelled first. Past `limits.give_up_at`, the first attempt that
+    /// does not acquire ends the campaign; past `limits.contact_by`, the
+    /// first that fails while storage has never answered does. `held` is
+    /// told each time another instance holds the lease.
     async fn acquire_as(
         &self,
         proposed: LeaseId,
         token: &CancellationToken,
         jitter: &mut Jitter,
-        give_up_at: Option<Instant>,
+        limits: Limits,
         held: Option<&Notify>,
     ) -> Result<Option<(LeaseId, Instant)>> {
+        let Limits {
+            give_up_at,
+            mut contact_by,
+        } = limits;
         let mut failures: u32 = 0;
         loop {
             if token.is_cancelled() {
@@ -287,7 +315,13 @@ impl<S: LeaseStore> Engine<'_, S> {
                     self.store.acquire(proposed, self.options.lease_duration),
                 ) => r,
             };
-            let (wait, failed) = match attempt {
+            if attempt.is_ok() {
+                if let Some(contact) = self.contact {
+                    contact.answered();
+                }
+                contact_by = None;
+            }
+            let (wait, mut failed) = match attempt {
                 Ok(Acquire::Acquired) => {
                     self.metrics.attempt(Attempt::Acquired);
                     let deadline =
@@ -323,6 +357,14 @@ impl<S: LeaseStore> Engine<'_, S> {
                 }
             };
             let mut wait = jitter.apply(wait);
+            if let (Some(by), Some(_)) = (contact_by, &failed) {
+                let now = Instant::now();
+                if now < by {
+                    wait = wait.min(by - now);
+                } else if let Some(last) = failed.take() {
+                    return Err(self.no_first_contact(proposed, last).await);
+                }
+            }
             if let Some(give_up_at) = give_up_at {
                 let now = Instant::now();
                 if now >= give_up_at {
@@ -340,6 +382,18 @@ impl<S: LeaseStore> Engine<'_, S> {
                 return Ok(None);
             }
         }
+    }
+
+    /// Storage has not answered since the campaign started, and the
+    /// first-contact timeout has run out: gives the lease back (the last
+    /// acquire may have reached storage) and returns the error that ends
+    /// the campaign, with the last attempt's.
+    async fn no_first_contact(&self, proposed: LeaseId, last: Error) -> Error {
+        // The caller gets the error itself: not logged loudly here too.
+        debug!(holder = %self.holder, error = %Chain(&last), "storage has not answered since the campaign started; giving up");
+        self.release(proposed, self.options.request_timeout).await;
+        let after = self.options.first_contact_timeout.unwrap_or_default();
+        first_contact::failed(self.store.name(), after, last)
     }
 
     /// One term: stamp the epoch, run the task, keep renewing (the first
@@ -619,6 +673,7 @@ fn joined_task(joined: std::result::Result<Ended, JoinError>) -> Ended {
 }
 
 pub(crate) mod fail_stop;
+pub(crate) mod first_contact;
 pub(crate) mod leader;
 pub(crate) mod leadership;
 pub(crate) mod lingering;

@@ -125,6 +125,27 @@ pub enum Error {
         found: String,
     },
 
+    /// Storage never answered this mutex within
+    /// [`MutexOptions::first_contact_timeout`](crate::MutexOptions::first_contact_timeout)
+    /// of the campaign's start: every call failed, in a way retrying could
+    /// have fixed had storage been down for a while, but more likely a
+    /// setting is wrong (a host name that does not resolve, a port nothing
+    /// listens on, a credential that cannot get a token, a permission
+    /// storage refuses). The message says what to check; `last` is the last
+    /// attempt's error. Once storage has answered a mutex, an outage is
+    /// retried for as long as it lasts, as ever.
+    #[error("storage did not answer for the lease {lease} within {after:?} (first_contact_timeout); check the endpoint (host name, port, account name), the network path to it, and that the credential can get a token and may use the container")]
+    FirstContactFailed {
+        /// The lease, as its store names it (container and blob, or the
+        /// accounts of a quorum).
+        lease: String,
+        /// The first-contact timeout that ran out.
+        after: Duration,
+        /// The last attempt's error.
+        #[source]
+        last: Box<Error>,
+    },
+
     /// The leader task neither stopped within its grace nor could be aborted.
     ///
     /// The lease was not released; it expires on its own. Another instance may
@@ -172,8 +193,9 @@ impl Error {
     /// invalid options or connection strings, authentication failures (401,
     /// 403), an epoch that cannot be increased, a call the store does not
     /// support, and HTTP 400 (a request
-    /// storage will never accept). A credential that could not give a token
-    /// is not fatal: token endpoints have hiccups.
+    /// storage will never accept); also [`Error::FirstContactFailed`], which
+    /// comes only after retrying for the first-contact timeout. A credential
+    /// that could not give a token is not fatal: token endpoints have hiccups.
     #[must_use]
     pub fn is_fatal(&self) -> bool {
         match self {
@@ -181,7 +203,8 @@ impl Error {
             | Error::InvalidConnectionString(_)
             | Error::Authentication { .. }
             | Error::InvalidEpoch { .. }
-            | Error::Unsupported { .. } => true,
+            | Error::Unsupported { .. }
+            | Error::FirstContactFailed { .. } => true,
             Error::Storage { status, .. } => *status == 400,
             _ => false,
         }

@@ -764,6 +764,7 @@ async fn run_partition<S: LeaseSetStore>(
         metrics: &metrics,
         lingering: &shared.lingering,
         leader: None,
+        contact: None,
     };
     engine.lead_once(token).await.map(drop)
 }

@@ -9,6 +9,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::azure::settings::BlobSettings;
 use crate::azure::BlobLeaseManager;
+use crate::engine::first_contact::FirstContact;
 use crate::engine::leader::{Leader, LeaderWatch};
 use crate::engine::leadership::{LeaderContext, Leadership, TermReport};
 use crate::engine::lingering::Lingering;
@@ -42,6 +43,8 @@ pub struct BlobDistributedMutex<S: LeaseStore = BlobLeaseManager> {
     lingering: Lingering,
     /// Who leads, for [`leader`](Self::leader).
     leader: LeaderWatch,
+    /// Whether storage has ever answered this mutex.
+    contact: FirstContact,
 }
 
 impl<S: LeaseStore> std::fmt::Debug for BlobDistributedMutex<S> {
@@ -152,6 +155,7 @@ impl<S: LeaseStore> BlobDistributedMutex<S> {
             campaigning: AtomicBool::new(false),
             lingering: Lingering::default(),
             leader,
+            contact: FirstContact::default(),
         })
     }
 
@@ -275,6 +279,7 @@ impl<S: LeaseStore> BlobDistributedMutex<S> {
             metrics: &self.metrics,
             lingering: &self.lingering,
             leader: Some(&self.leader),
+            contact: Some(&self.contact),
         };
         engine.run(token).await
     }

@@ -82,6 +82,22 @@ pub struct MutexOptions {
     /// bounded: once it has led, the campaign goes on. Default: `None` (wait
     /// as long as it takes).
     pub acquire_timeout: Option<Duration>,
+    /// How long a campaign retries before it gives up with
+    /// [`Error::FirstContactFailed`] while storage has never answered this
+    /// mutex: no acquire attempt has had an answer (the lease acquired, or
+    /// held by another instance) since the mutex was made. Before that, a
+    /// failure is a setting to fix until proven otherwise (a host that does
+    /// not resolve, a credential that cannot get a token, a permission
+    /// storage refuses), and a process that retried it for ever would look
+    /// healthy and never lead. Once storage has answered, an outage is
+    /// retried for as long as it lasts. Counted from the start of each
+    /// campaign ([`run_task_when_mutex_acquired`](crate::BlobDistributedMutex::run_task_when_mutex_acquired)),
+    /// for a [`BlobLeaseSet`](crate::BlobLeaseSet) from the start of each
+    /// `run` on its member lease. At least one complete attempt is made
+    /// (`Duration::ZERO` makes exactly one). Default: 30 s; `None` retries
+    /// for ever, as a process that must wait out an outage at its start
+    /// needs.
+    pub first_contact_timeout: Option<Duration>,
     /// This instance's priority as a preferred successor; any integer.
     /// With a priority set, the instance takes part in planned handovers:
     /// while it waits for the lease it advertises itself as a candidate
@@ -136,6 +152,7 @@ impl Default for MutexOptions {
             holder: None,
             jitter_seed: None,
             acquire_timeout: None,
+            first_contact_timeout: Some(DEFAULT_FIRST_CONTACT_TIMEOUT),
             priority: None,
             advertised: None,
         }
@@ -185,6 +202,9 @@ impl MutexOptions {
         with_jitter_seed: jitter_seed: u64 = Some;
         /// Sets [`acquire_timeout`](Self::acquire_timeout).
         with_acquire_timeout: acquire_timeout: Duration = Some;
+        /// Sets [`first_contact_timeout`](Self::first_contact_timeout);
+        /// `None` retries for ever.
+        with_first_contact_timeout: first_contact_timeout: Option<Duration> = std::convert::identity;
         /// Sets [`priority`](Self::priority).
         with_priority: priority: i64 = Some;
         /// Sets [`advertised`](Self::advertised).
@@ -234,9 +254,10 @@ impl MutexOptions {
             ("renew_interval", self.renew_interval),
             ("heartbeat_timeout", self.heartbeat_timeout),
             ("acquire_timeout", self.acquire_timeout),
+            ("first_contact_timeout", self.first_contact_timeout),
         ] {
             let Some(value) = value else { continue };
-            if value.is_zero() && field != "acquire_timeout" {
+            if value.is_zero() && !matches!(field, "acquire_timeout" | "first_contact_timeout") {
                 return Err(Error::invalid(field, "must be greater than zero"));
             }
             if value > MAX_DURATION {
@@ -302,6 +323,9 @@ impl MutexOptions {
         self.acquire_retry.mul_f64(1.0 + self.acquire_jitter)
     }
 }
+
+/// The default [`MutexOptions::first_contact_timeout`]: 30 s.
+pub(crate) const DEFAULT_FIRST_CONTACT_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The longest value any duration option may take.
 pub(crate) const MAX_DURATION: Duration = Duration::from_secs(3600);

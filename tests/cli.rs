@@ -721,6 +721,72 @@ async fn wait_with_storage_unreachable_exits_1_naming_the_error() {
 }
 
 #[tokio::test]
+async fn an_unresolvable_host_ends_run_within_the_first_contact_timeout_saying_what_to_check() {
+    let case = Case::new("nohost");
+    let connection =
+        azurite::connection_string("http://no-such-host.invalid:10000/devstoreaccount1");
+    for forever in [false, true] {
+        let started = Instant::now();
+        let mut command = case.command("run");
+        command
+            .env("AZURE_STORAGE_CONNECTION_STRING", &connection)
+            .args(["--first-contact-timeout", "3s"]);
+        if forever {
+            command.arg("--forever");
+        }
+        let out = tokio::time::timeout(
+            Duration::from_secs(30),
+            command.args(["--", "true"]).output(),
+        )
+        .await
+        .expect("run gave up")
+        .expect("run blob-mutex");
+        let took = started.elapsed();
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "stderr: {stderr}");
+        let last = stderr.lines().last().unwrap_or_default();
+        assert!(last.starts_with("blob-mutex: "), "{stderr}");
+        for needle in [
+            case.container.as_str(),
+            "within 3s",
+            "host name",
+            "credential",
+        ] {
+            assert!(last.contains(needle), "{needle:?} in {last}");
+        }
+        assert!(
+            last.contains("no-such-host.invalid"),
+            "names the host: {last}"
+        );
+        assert!(!stderr.contains(azurite::DEV_KEY), "no key in {stderr}");
+        // The bound, an attempt cut at the request timeout (3 s), and a
+        // loaded machine.
+        assert!(took < Duration::from_secs(12), "gave up after {took:?}");
+        eprintln!("forever={forever}: gave up after {took:?}: {last}");
+    }
+}
+
+#[tokio::test]
+async fn without_a_connection_string_or_dev_every_command_refuses_and_says_how_to_set_one() {
+    for args in [
+        &["run", "--container", "leases", "--blob", "b", "--", "true"][..],
+        &["status", "--container", "leases", "--blob", "b"],
+        &["break", "--container", "leases", "--blob", "b"],
+    ] {
+        let out = blob_mutex(args).await;
+        let stderr = text(&out.stderr);
+        assert_ne!(out.status.code(), Some(0), "{args:?}: {stderr}");
+        for needle in ["AZURE_STORAGE_CONNECTION_STRING", "--dev"] {
+            assert!(stderr.contains(needle), "{args:?}: {needle:?} in {stderr}");
+        }
+        assert!(
+            !stderr.contains("127.0.0.1"),
+            "{args:?}: no Azurite: {stderr}"
+        );
+    }
+}
+
+#[tokio::test]
 async fn wait_0_makes_exactly_one_attempt_against_a_held_lease() {
     let case = Case::new("wait0");
     let mut a = case.run("a", 0, &[]);

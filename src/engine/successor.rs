@@ -33,7 +33,7 @@ use tokio::time::{sleep, Instant};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, trace, warn};
 
-use super::Engine;
+use super::{Engine, Limits};
 use crate::backoff::{backoff, Jitter};
 use crate::bounded::bounded;
 use crate::error::{Chain, Error, Result};
@@ -63,26 +63,24 @@ pub(crate) fn choose<'c>(
 
 impl<S: LeaseStore> Engine<'_, S> {
     /// Tries until the lease is ours; `None` when cancelled first. Past
-    /// `give_up_at`, the first attempt that does not acquire ends the
-    /// campaign. With a priority, advertises this instance while another
-    /// holds the lease, under the id the attempts propose.
+    /// its `limits`, the campaign ends (see `acquire_as`). With a priority,
+    /// advertises this instance while another holds the lease, under the id
+    /// the attempts propose.
     pub(super) async fn acquire(
         &self,
         token: &CancellationToken,
         jitter: &mut Jitter,
-        give_up_at: Option<Instant>,
+        limits: Limits,
     ) -> Result<Option<(LeaseId, Instant)>> {
         let proposed = LeaseId::new();
         let Some(priority) = self.options.priority else {
-            return self
-                .acquire_as(proposed, token, jitter, give_up_at, None)
-                .await;
+            return self.acquire_as(proposed, token, jitter, limits, None).await;
         };
         let candidate = Candidate::new(&*self.holder, priority, proposed);
         let record = LeaseId::new();
         let (held, advertised) = (Notify::new(), AtomicBool::new(false));
         let acquired = tokio::select! {
-            r = self.acquire_as(proposed, token, jitter, give_up_at, Some(&held)) => r,
+            r = self.acquire_as(proposed, token, jitter, limits, Some(&held)) => r,
             e = self.advertise(&candidate, record, &held, &advertised) => {
                 // The attempt dropped here may have acquired the lease.
                 self.release(proposed, self.options.request_timeout).await;

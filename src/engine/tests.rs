@@ -287,6 +287,7 @@ impl Harness {
             metrics: &self.metrics,
             lingering: &self.lingering,
             leader: None,
+            contact: None,
         }
     }
 

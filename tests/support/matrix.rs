@@ -129,7 +129,14 @@ impl Cell {
         real_time: bool,
         options: impl FnOnce(MutexOptions) -> MutexOptions,
     ) -> Arc<Self> {
-        let mut base = MutexOptions::default().with_lease_duration(D);
+        // A fault may begin before a follower's first attempt was answered
+        // (a quorum's answer needs a majority), and the first-contact bound
+        // would then end its campaign: that bound has its own tests
+        // (tests/first_contact.rs); the matrix is about storage that had
+        // answered.
+        let mut base = MutexOptions::default()
+            .with_lease_duration(D)
+            .with_first_contact_timeout(None);
         let mut balance_interval = Duration::from_secs(5);
         if real_time {
             base = base

@@ -73,6 +73,9 @@ pub(crate) struct Cli {
 
 /// The subcommands.
 #[derive(Debug, Subcommand)]
+// Parsed once per process and moved into its command: boxing `run`'s
+// arguments would save no memory worth a pointer.
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum Command {
     /// Run CMD while this host holds the lease, and only then.
     ///
@@ -417,6 +420,26 @@ pub(crate) struct LeaseArgs {
     /// [default: none]
     #[arg(long, value_name = "VALUE", env = "BLOB_MUTEX_ADVERTISE")]
     advertise: Option<String>,
+    /// Give up (exit code 1, saying what to check) when storage has not
+    /// answered once within this time of the start: a host name that does
+    /// not resolve, a credential that cannot get a token, a refused
+    /// permission are settings to fix, not outages to wait out. Once
+    /// storage has answered, an outage is retried for as long as it lasts.
+    /// 0 makes one attempt; `never` retries for ever [default: 30s].
+    #[arg(long, value_name = "DURATION|never", value_parser = parse_bound)]
+    first_contact_timeout: Option<Bound>,
+}
+
+/// A time limit, or none (`never`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Bound(Option<Duration>);
+
+/// `never`, or a duration as [`parse_duration`] reads it.
+fn parse_bound(text: &str) -> Result<Bound, String> {
+    if text.trim() == "never" {
+        return Ok(Bound(None));
+    }
+    parse_duration(text).map(|d| Bound(Some(d)))
 }
 
 impl LeaseArgs {
@@ -441,6 +464,9 @@ impl LeaseArgs {
         }
         if let Some(value) = &self.advertise {
             options = options.with_advertised(value.clone());
+        }
+        if let Some(Bound(limit)) = self.first_contact_timeout {
+            options = options.with_first_contact_timeout(limit);
         }
         options
     }
