@@ -5,8 +5,8 @@ mod support;
 use std::time::Duration;
 
 use blob_mutex::{
-    BlobDistributedMutex, BlobSettings, CancellationToken, Error, LeaderContext, Leadership,
-    MutexOptions,
+    Backend, BlobDistributedMutex, BlobLeaseManager, BlobSettings, CancellationToken, Error,
+    LeaderContext, Leadership, MutexOptions,
 };
 use support::azurite;
 
@@ -81,6 +81,101 @@ fn a_malformed_connection_string_never_shows_the_key() {
         assert!(
             !shown.contains(key) && !shown.contains("c2VjcmV0"),
             "{shown}"
+        );
+    }
+}
+
+#[test]
+fn a_malformed_endpoint_is_refused_when_the_settings_are_made_naming_what_was_written() {
+    let key = "c2VjcmV0IGtleSB0aGF0IG11c3Qgbm90IGxlYWs=";
+    let dev = "UseDevelopmentStorage=true;DevelopmentStorageProxyUri=";
+    let cases = [
+        (
+            format!("AccountName=acct;AccountKey={key};BlobEndpoint=http://127.0.0.1:99999/acct"),
+            "BlobEndpoint",
+        ),
+        (
+            format!("AccountName=acct;AccountKey={key};BlobEndpoint=http://my host/acct"),
+            "BlobEndpoint",
+        ),
+        (
+            format!("AccountName=acct;AccountKey={key};BlobEndpoint=http://[::1/acct"),
+            "BlobEndpoint",
+        ),
+        (
+            format!("AccountName=acct;AccountKey={key};BlobEndpoint=https://user:{key}@h/acct"),
+            "BlobEndpoint",
+        ),
+        (
+            format!("BlobEndpoint=https://h:0x1/acct;SharedAccessSignature=sig={key}"),
+            "BlobEndpoint",
+        ),
+        (
+            format!("{dev}http://127.0.0.1:99999"),
+            "DevelopmentStorageProxyUri",
+        ),
+        (
+            format!("{dev}http://bad host"),
+            "DevelopmentStorageProxyUri",
+        ),
+        (
+            format!("{dev}http://127.0.0.1:10001"),
+            "DevelopmentStorageProxyUri",
+        ),
+    ];
+    for backend in [Backend::Official, Backend::SdkV021] {
+        for (cs, named) in &cases {
+            let err = BlobSettings::from_connection_string(cs, "leases", "leader")
+                .and_then(|s| BlobLeaseManager::new(&s.with_backend(backend)).map(drop))
+                .expect_err(cs);
+            let shown = format!("{err} | {err:?}");
+            assert!(
+                matches!(err, Error::InvalidConnectionString(_)),
+                "{cs}: {shown}"
+            );
+            assert!(shown.contains(named), "{cs}: names {named}: {shown}");
+            assert!(!shown.contains("container_url"), "{cs}: {shown}");
+            assert!(
+                !shown.contains(key) && !shown.contains("c2VjcmV0"),
+                "{shown}"
+            );
+        }
+        for endpoint in [
+            "http://127.0.0.1:99999/devstoreaccount1",
+            "http://a b/x",
+            "https://h:-1",
+        ] {
+            let err = BlobSettings::azurite("leases", "leader")
+                .and_then(|s| s.with_endpoint(endpoint))
+                .and_then(|s| BlobLeaseManager::new(&s.with_backend(backend)).map(drop))
+                .expect_err(endpoint);
+            assert!(
+                matches!(
+                    err,
+                    Error::InvalidOption {
+                        field: "endpoint",
+                        ..
+                    }
+                ),
+                "{endpoint}: {err}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_development_storage_proxy_with_or_without_the_emulator_port_names_port_10000() {
+    for proxy in [
+        "http://127.0.0.1:10000",
+        "http://127.0.0.1",
+        "http://127.0.0.1:10000/",
+    ] {
+        let cs = format!("UseDevelopmentStorage=true;DevelopmentStorageProxyUri={proxy}");
+        let settings = BlobSettings::from_connection_string(&cs, "leases", "leader").unwrap();
+        assert_eq!(
+            settings.endpoint(),
+            "http://127.0.0.1:10000/devstoreaccount1",
+            "{proxy}"
         );
     }
 }

@@ -9,6 +9,11 @@ use std::sync::Arc;
 
 use azure_core::credentials::TokenCredential;
 
+mod connection_string;
+mod endpoint;
+
+use connection_string::ConnectionString;
+
 use crate::azure::backend::Backend;
 use crate::error::{Error, Result};
 use crate::store::names::{self, SetLease};
@@ -23,6 +28,10 @@ pub(crate) const AZURITE_ACCOUNT_KEY: &str =
 
 /// Azurite's default blob endpoint.
 pub const AZURITE_ENDPOINT: &str = "http://127.0.0.1:10000/devstoreaccount1";
+
+/// The port of the emulator's blob service, which a connection string's
+/// `DevelopmentStorageProxyUri` implies.
+const AZURITE_EMULATOR_PORT: u16 = 10000;
 
 /// How requests are authenticated.
 #[derive(Clone)]
@@ -75,16 +84,23 @@ impl BlobSettings {
     ///
     /// Understood keys: `AccountName`, `AccountKey`, `SharedAccessSignature`,
     /// `BlobEndpoint`, `DefaultEndpointsProtocol`, `EndpointSuffix` and
-    /// `UseDevelopmentStorage=true` (Azurite on 127.0.0.1:10000, or on the host
-    /// of `DevelopmentStorageProxyUri`). Endpoints of other services (`QueueEndpoint`,
+    /// `UseDevelopmentStorage=true` (Azurite on 127.0.0.1:10000, or on the
+    /// scheme and host of `DevelopmentStorageProxyUri` at port 10000, as
+    /// Azure's SDKs read it). Endpoints of other services (`QueueEndpoint`,
     /// `TableEndpoint`, `FileEndpoint` and their secondaries) are accepted and
     /// ignored. Keys are matched without regard to case.
+    ///
+    /// The blob endpoint is parsed here, once, for every backend: it must be
+    /// an `http://` or `https://` URL with a host and a valid port, and no
+    /// user name, query, fragment or spaces.
     ///
     /// # Errors
     ///
     /// [`Error::InvalidConnectionString`] when the string is malformed, names an
-    /// unknown key, has no credential, or has both a key and a SAS; its message
-    /// never repeats a value from the string. [`Error::InvalidOption`] when the
+    /// unknown key, has no credential, has both a key and a SAS, or makes no
+    /// valid blob endpoint (naming the key: `BlobEndpoint`,
+    /// `DevelopmentStorageProxyUri` with a port other than 10000 or a path,
+    /// `EndpointSuffix`); its message never repeats a value from the string. [`Error::InvalidOption`] when the
     /// container or blob name breaks Azure's naming rules.
     pub fn from_connection_string(
         connection_string: &str,
@@ -130,7 +146,8 @@ impl BlobSettings {
     ) -> Result<Self> {
         let account = account.into();
         validate_account(&account)?;
-        let endpoint = format!("https://{account}.blob.core.windows.net");
+        let endpoint = endpoint::parse(&format!("https://{account}.blob.core.windows.net"))
+            .map_err(|reason| Error::invalid("account", reason))?;
         Self::build(
             account,
             endpoint,
@@ -189,13 +206,11 @@ impl BlobSettings {
     /// # Errors
     ///
     /// [`Error::InvalidOption`] (field `endpoint`) unless the endpoint is an
-    /// `http://` or `https://` URL without a query string.
+    /// `http://` or `https://` URL with a host and a valid port, and no user
+    /// name, query, fragment or spaces.
     pub fn with_endpoint(mut self, endpoint: impl Into<String>) -> Result<Self> {
-        let endpoint = endpoint.into();
-        validate_endpoint(&endpoint).map_err(|reason| Error::invalid("endpoint", reason))?;
-        endpoint
-            .trim_end_matches('/')
-            .clone_into(&mut self.endpoint);
+        self.endpoint = endpoint::parse(&endpoint.into())
+            .map_err(|reason| Error::invalid("endpoint", reason))?;
         Ok(self)
     }
 
@@ -270,7 +285,8 @@ impl BlobSettings {
         &self.account
     }
 
-    /// The blob service endpoint, without a trailing slash or query string.
+    /// The blob service endpoint: a valid URL, as written, without a
+    /// trailing slash.
     #[must_use]
     pub fn endpoint(&self) -> &str {
         &self.endpoint
@@ -310,196 +326,6 @@ impl fmt::Debug for BlobSettings {
             .field("backend", &self.backend)
             .finish()
     }
-}
-
-/// The parts of a connection string this crate reads; values borrowed.
-#[derive(Default)]
-struct ConnectionString<'a> {
-    account_name: Option<&'a str>,
-    account_key: Option<&'a str>,
-    sas: Option<&'a str>,
-    blob_endpoint: Option<&'a str>,
-    protocol: Option<&'a str>,
-    endpoint_suffix: Option<&'a str>,
-    development: bool,
-    development_proxy: Option<&'a str>,
-}
-
-impl<'a> ConnectionString<'a> {
-    fn parse(text: &'a str) -> Result<Self> {
-        let bad = |reason: String| Error::InvalidConnectionString(reason);
-        let mut cs = ConnectionString::default();
-        let mut any = false;
-        for (index, part) in text.split(';').enumerate() {
-            let part = part.trim();
-            if part.is_empty() {
-                continue;
-            }
-            any = true;
-            let Some((key, value)) = part.split_once('=') else {
-                return Err(bad(format!(
-                    "part {} has no '=' (expected Key=Value)",
-                    index + 1
-                )));
-            };
-            let (key, value) = (key.trim(), value.trim());
-            if key.is_empty() {
-                return Err(bad(format!("part {} has an empty key", index + 1)));
-            }
-            if value.is_empty() {
-                return Err(bad(format!("{key} has an empty value")));
-            }
-            let slot = match key.to_ascii_lowercase().as_str() {
-                "accountname" => &mut cs.account_name,
-                "accountkey" => &mut cs.account_key,
-                "sharedaccesssignature" => &mut cs.sas,
-                "blobendpoint" => &mut cs.blob_endpoint,
-                "defaultendpointsprotocol" => &mut cs.protocol,
-                "endpointsuffix" => &mut cs.endpoint_suffix,
-                "developmentstorageproxyuri" => &mut cs.development_proxy,
-                "usedevelopmentstorage" => {
-                    cs.development = match value.to_ascii_lowercase().as_str() {
-                        "true" => true,
-                        "false" => false,
-                        _ => return Err(bad("UseDevelopmentStorage must be true or false".into())),
-                    };
-                    continue;
-                }
-                "queueendpoint"
-                | "tableendpoint"
-                | "fileendpoint"
-                | "dfsendpoint"
-                | "blobsecondaryendpoint"
-                | "queuesecondaryendpoint"
-                | "tablesecondaryendpoint"
-                | "filesecondaryendpoint" => continue,
-                _ => {
-                    // Key names are not secret, but an unknown "key" may be a
-                    // value that lost its name; print it only if it looks like a name.
-                    let shown = if key.chars().all(|c| c.is_ascii_alphabetic()) && key.len() <= 40 {
-                        key
-                    } else {
-                        "(unreadable)"
-                    };
-                    return Err(bad(format!("unknown key {shown}")));
-                }
-            };
-            if slot.replace(value).is_some() {
-                return Err(bad(format!("{key} is given twice")));
-            }
-        }
-        if !any {
-            return Err(bad("it is empty".into()));
-        }
-        Ok(cs)
-    }
-
-    fn resolve(&self) -> Result<(String, String, Credential)> {
-        let bad = |reason: &str| Error::InvalidConnectionString(reason.to_owned());
-        if self.development {
-            let endpoint = match self.development_proxy {
-                None => AZURITE_ENDPOINT.to_owned(),
-                Some(proxy) => {
-                    validate_endpoint(proxy)
-                        .map_err(|r| bad(&format!("DevelopmentStorageProxyUri {r}")))?;
-                    format!("{}:10000/{AZURITE_ACCOUNT}", proxy.trim_end_matches('/'))
-                }
-            };
-            return Ok((
-                AZURITE_ACCOUNT.to_owned(),
-                endpoint,
-                Credential::SharedKey(AZURITE_ACCOUNT_KEY.to_owned()),
-            ));
-        }
-        let credential = match (self.account_key, self.sas) {
-            (Some(_), Some(_)) => {
-                return Err(bad(
-                    "both AccountKey and SharedAccessSignature are given; keep one",
-                ))
-            }
-            (Some(key), None) => {
-                if !is_base64(key) {
-                    return Err(bad("AccountKey is not valid base64"));
-                }
-                if self.account_name.is_none() {
-                    return Err(bad("AccountKey needs AccountName"));
-                }
-                Credential::SharedKey(key.to_owned())
-            }
-            (None, Some(sas)) => Credential::Sas(sas.trim_start_matches('?').to_owned()),
-            (None, None) => {
-                return Err(bad(
-                    "no credential: give AccountKey or SharedAccessSignature, or use UseDevelopmentStorage=true",
-                ))
-            }
-        };
-        if let Some(account) = self.account_name {
-            validate_account(account)
-                .map_err(|_| bad("AccountName is not a valid account name"))?;
-        }
-        let endpoint = match self.blob_endpoint {
-            Some(endpoint) => {
-                validate_endpoint(endpoint).map_err(|r| bad(&format!("BlobEndpoint {r}")))?;
-                endpoint.trim_end_matches('/').to_owned()
-            }
-            None => self.public_endpoint()?,
-        };
-        let account = match self.account_name {
-            Some(account) => account.to_owned(),
-            None => account_from_endpoint(&endpoint),
-        };
-        Ok((account, endpoint, credential))
-    }
-
-    /// `{protocol}://{account}.blob.{suffix}`, from `DefaultEndpointsProtocol`
-    /// (default https), `AccountName` and `EndpointSuffix` (default
-    /// `core.windows.net`).
-    fn public_endpoint(&self) -> Result<String> {
-        let bad = |reason: &str| Error::InvalidConnectionString(reason.to_owned());
-        let account = self
-            .account_name
-            .ok_or_else(|| bad("AccountName or BlobEndpoint is needed"))?;
-        let protocol = match self.protocol.map(str::to_ascii_lowercase).as_deref() {
-            None | Some("https") => "https",
-            Some("http") => "http",
-            Some(_) => return Err(bad("DefaultEndpointsProtocol must be http or https")),
-        };
-        let suffix = self.endpoint_suffix.unwrap_or("core.windows.net");
-        if suffix.contains(['/', '?', '#', ' ']) {
-            return Err(bad("EndpointSuffix must be a host name suffix"));
-        }
-        Ok(format!("{protocol}://{account}.blob.{suffix}"))
-    }
-}
-
-/// The account name in a blob endpoint: the first path segment for the
-/// path-style URLs of emulators and IP addresses, else the first host label.
-fn account_from_endpoint(endpoint: &str) -> String {
-    let without_scheme = endpoint
-        .split_once("://")
-        .map_or(endpoint, |(_, rest)| rest);
-    let (host, path) = without_scheme
-        .split_once('/')
-        .unwrap_or((without_scheme, ""));
-    let first_segment = path.split('/').next().unwrap_or("");
-    if !first_segment.is_empty() {
-        return first_segment.to_owned();
-    }
-    host.split(['.', ':']).next().unwrap_or(host).to_owned()
-}
-
-fn validate_endpoint(endpoint: &str) -> std::result::Result<(), &'static str> {
-    let rest = endpoint
-        .strip_prefix("https://")
-        .or_else(|| endpoint.strip_prefix("http://"))
-        .ok_or("must start with http:// or https://")?;
-    if rest.is_empty() || rest.starts_with('/') {
-        return Err("has no host");
-    }
-    if endpoint.contains(['?', '#']) || endpoint.chars().any(char::is_whitespace) {
-        return Err("must be a plain URL without query, fragment or spaces");
-    }
-    Ok(())
 }
 
 pub(crate) fn validate_account(account: &str) -> Result<()> {
@@ -589,16 +415,6 @@ pub(crate) fn validate_blob_name(name: &str) -> Result<()> {
     Ok(())
 }
 
-fn is_base64(text: &str) -> bool {
-    !text.is_empty()
-        && text.len().is_multiple_of(4)
-        && text.trim_end_matches('=').len() + 2 >= text.len()
-        && text
-            .trim_end_matches('=')
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'+' || b == b'/')
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -607,79 +423,6 @@ mod tests {
 
     fn from_cs(cs: &str) -> Result<BlobSettings> {
         BlobSettings::from_connection_string(cs, "leases", "leader")
-    }
-
-    #[test]
-    fn account_key_connection_string() {
-        let s = from_cs(&format!(
-            "DefaultEndpointsProtocol=https;AccountName=acct;AccountKey={KEY};EndpointSuffix=core.chinacloudapi.cn"
-        ))
-        .unwrap();
-        assert_eq!(s.endpoint(), "https://acct.blob.core.chinacloudapi.cn");
-        assert_eq!(s.account(), "acct");
-        assert!(matches!(s.credential(), Credential::SharedKey(_)));
-    }
-
-    #[test]
-    fn blob_endpoint_and_sas() {
-        let s = from_cs("BlobEndpoint=https://acct.blob.core.windows.net/;SharedAccessSignature=sv=2022&sig=abc%3D").unwrap();
-        assert_eq!(s.endpoint(), "https://acct.blob.core.windows.net");
-        assert_eq!(s.account(), "acct");
-        assert!(matches!(s.credential(), Credential::Sas(sas) if sas == "sv=2022&sig=abc%3D"));
-    }
-
-    #[test]
-    fn azurite_forms() {
-        let dev = from_cs("UseDevelopmentStorage=true").unwrap();
-        assert_eq!(dev.endpoint(), AZURITE_ENDPOINT);
-        assert_eq!(dev.account(), AZURITE_ACCOUNT);
-
-        let explicit = from_cs(&format!(
-            "DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;AccountKey={AZURITE_ACCOUNT_KEY};BlobEndpoint=http://127.0.0.1:41234/devstoreaccount1;QueueEndpoint=http://127.0.0.1:1/x;"
-        ))
-        .unwrap();
-        assert_eq!(
-            explicit.endpoint(),
-            "http://127.0.0.1:41234/devstoreaccount1"
-        );
-
-        let proxied =
-            from_cs("UseDevelopmentStorage=true;DevelopmentStorageProxyUri=http://azurite")
-                .unwrap();
-        assert_eq!(proxied.endpoint(), "http://azurite:10000/devstoreaccount1");
-
-        let moved = BlobSettings::azurite("leases", "leader")
-            .unwrap()
-            .with_endpoint("http://127.0.0.1:4000/devstoreaccount1/")
-            .unwrap();
-        assert_eq!(moved.endpoint(), "http://127.0.0.1:4000/devstoreaccount1");
-    }
-
-    #[test]
-    fn malformed_connection_strings_never_echo_the_key() {
-        let cases = [
-            String::new(),
-            "   ;  ".to_owned(),
-            format!("AccountName=acct;{KEY}"),
-            format!("AccountName=acct;AccountKey={KEY};Bogus=1"),
-            format!("AccountName=acct;AccountKey={KEY};SharedAccessSignature=sig={KEY}"),
-            format!("AccountName=acct;AccountKey={KEY}!!"),
-            format!("AccountKey={KEY}"),
-            format!("AccountName=acct;AccountKey={KEY};DefaultEndpointsProtocol=ftp"),
-            format!("AccountName=acct;AccountKey={KEY};BlobEndpoint=ftp://x"),
-            format!("AccountName=acct;AccountKey={KEY};AccountKey={KEY}"),
-            "AccountName=acct".to_owned(),
-            "UseDevelopmentStorage=maybe".to_owned(),
-            "AccountName=acct;AccountKey=".to_owned(),
-            format!("{KEY}={KEY}"),
-        ];
-        for cs in cases {
-            let err = from_cs(&cs).expect_err(&cs);
-            assert!(matches!(err, Error::InvalidConnectionString(_)), "{err:?}");
-            let text = format!("{err} {err:?}");
-            assert!(!text.contains(KEY), "{text}");
-            assert!(!text.contains("c2VjcmV0"), "{text}");
-        }
     }
 
     #[test]

@@ -78,7 +78,11 @@ impl OfficialSettings {
     /// name; [`Error::InvalidOption`] for an invalid blob name. The message
     /// never repeats the query.
     pub fn from_container_url(container_url: &str, blob: impl Into<String>) -> Result<Self> {
-        let mut url = parse(container_url)?;
+        Self::from_url(parse(container_url)?, blob.into())
+    }
+
+    /// Settings from a parsed container URL.
+    fn from_url(mut url: Url, blob: String) -> Result<Self> {
         // `…/leases/` names the container `leases` too.
         let path = url.path().trim_end_matches('/').to_owned();
         url.set_path(&path);
@@ -88,7 +92,7 @@ impl OfficialSettings {
             .unwrap_or_default()
             .to_owned();
         validate_container(&container)?;
-        Self::build(url, None, None, container, blob.into())
+        Self::build(url, None, None, container, blob)
     }
 
     /// The official SDK's settings for `settings`, whatever their
@@ -98,20 +102,25 @@ impl OfficialSettings {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidOption`] when the endpoint and container make no URL;
     /// [`Error::InvalidConnectionString`] when the account key is not
-    /// base64.
+    /// base64. The settings' endpoint was parsed when they were made
+    /// ([`BlobSettings::endpoint`]), so it is never refused here.
     pub fn from_blob_settings(settings: &BlobSettings) -> Result<Self> {
         let base = format!("{}/{}", settings.endpoint(), settings.container());
-        let (url, credential, signer) = match settings.credential() {
-            Credential::Sas(sas) => (format!("{base}?{sas}"), None, None),
-            Credential::Token(token) => (base, Some(token.clone()), None),
+        let mut url = Url::parse(&base)
+            .map_err(|e| Error::invalid("endpoint", format!("is not a valid URL: {e}")))?;
+        let (credential, signer) = match settings.credential() {
+            Credential::Sas(sas) => {
+                url.set_query(Some(sas));
+                (None, None)
+            }
+            Credential::Token(token) => (Some(token.clone()), None),
             Credential::SharedKey(key) => {
                 let signer = Signer::new(settings.account(), settings.container(), key)?;
-                (base, None, Some(Arc::new(signer)))
+                (None, Some(Arc::new(signer)))
             }
         };
-        let mut official = Self::from_container_url(&url, settings.blob())?;
+        let mut official = Self::from_url(url, settings.blob().to_owned())?;
         official.credential = credential;
         official.signer = signer;
         Ok(official)
