@@ -3,9 +3,10 @@
 
 mod support;
 
-use std::time::Duration;
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
 
-use blob_mutex::{Acquire, BlobLeaseManager, Error, LeaseId, LeaseState};
+use blob_mutex::{Acquire, BlobLeaseManager, Error, LeaseId, LeaseState, MAX_STATE_LEN};
 use support::azurite;
 use support::proxy::Proxy;
 
@@ -119,4 +120,36 @@ async fn requests_reuse_kept_alive_connections() {
     let opened = proxy.connections() - before;
     assert!(opened <= 1, "10 renewals opened {opened} connections");
     m.release(a).await.unwrap();
+}
+
+/// A lease blob that a foreign client made longer than `MAX_STATE_LEN` is
+/// refused as state, naming `state`, after a read of one byte past the
+/// limit (never buffered whole); one of exactly the limit reads back whole.
+#[tokio::test]
+async fn state_longer_than_the_limit_is_refused_and_state_at_the_limit_reads_whole() {
+    support::init_tracing();
+    let (m, container) = manager("state-size");
+    let raw = support::raw::container(&container);
+    support::raw::create(&raw).await;
+    // Bytes that differ from their neighbours, so that a shifted read shows.
+    let at_limit: Vec<u8> = (0..=250u8).cycle().take(MAX_STATE_LEN).collect();
+    let mut over = at_limit.clone();
+    over.push(7);
+    support::raw::put(&raw, "state-size", over, HashMap::new()).await;
+    let started = Instant::now();
+    let err = match m.read_state().await {
+        Ok(read) => panic!("read {} bytes, more than the limit", read.len()),
+        Err(err) => err,
+    };
+    let took = started.elapsed();
+    println!("refused 4 MiB + 1 bytes in {took:?}");
+    assert!(
+        matches!(&err, Error::InvalidOption { field: "state", reason } if reason.contains("longer than")),
+        "{err}"
+    );
+    assert!(took < Duration::from_secs(2), "took {took:?}");
+
+    support::raw::put(&raw, "state-size", at_limit.clone(), HashMap::new()).await;
+    let read = m.read_state().await.expect("4 MiB reads back");
+    assert!(read == at_limit, "read {} bytes, not the blob", read.len());
 }
