@@ -13,7 +13,8 @@
 //! - **Settings:** built from [`BlobSettings`](crate::BlobSettings) like
 //!   every backend's ([`OfficialSettings::from_blob_settings`]). The
 //!   official SDK has no shared key, so an account key signs short-lived
-//!   SAS tokens here (`sas`), put on each request by a pipeline policy.
+//!   SAS tokens here (`sas`), put on each request by a pipeline policy
+//!   (`sas_policy`) that keeps them on storage's clock.
 //! - **Same semantics, same answers.** The protocol (`azure::lease` and
 //!   its neighbours: the epoch rule, candidates, fenced state, listings,
 //!   the refusals' wording and what to grant) is written once above the
@@ -40,6 +41,7 @@
 mod calls;
 mod client;
 mod sas;
+mod sas_policy;
 mod settings;
 
 pub(crate) use calls::OfficialCalls;

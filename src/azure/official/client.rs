@@ -13,7 +13,7 @@ use crate::azure::calls::CallError;
 use crate::azure::protocol::said;
 use crate::error::{redact, Cause, Error};
 
-use super::sas::SignWithKey;
+use super::sas_policy::SignWithKey;
 use super::OfficialSettings;
 
 /// The service version sent (`x-ms-version`): the newest that Azurite

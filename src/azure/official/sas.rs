@@ -9,9 +9,25 @@
 //!   on blobs. Creating the container itself is an account-level call; it
 //!   alone gets an account SAS that may only create containers (`srt=c`,
 //!   `sp=c`).
-//! - **Lifetime:** valid from [`SKEW`] before it is signed (clocks differ)
-//!   to [`VALID_FOR`] after, and signed anew once less than [`RENEW_WHEN`]
-//!   is left, so that no request carries a token near its end.
+//! - **Lifetime:** valid from [`SKEW`] before it is signed to
+//!   [`VALID_FOR`] after, and signed anew once less than [`RENEW_WHEN`] is
+//!   left, so that no request carries a token near its end.
+//! - **Clock:** signed on storage's clock, not this host's. Storage checks
+//!   `st` and `se` against its own time, so on this host's clock a host
+//!   more than [`SKEW`] ahead (or [`VALID_FOR`] behind) would have every
+//!   token refused with 403, and 403 is fatal. Every answer's `Date` header
+//!   is storage's time; after one, storage's time is that `Date` plus the
+//!   monotonic time since it came, so this host's wall clock (and NTP
+//!   stepping it) no longer matters, and a cached token that does not
+//!   bracket storage's time is signed anew. Before any answer the wall
+//!   clock is all there is: a request refused with 403 whose `Date` falls
+//!   outside the token it carried is signed again on that `Date` and sent
+//!   once more (`sas_policy`), which also covers a monotonic clock that
+//!   stood still while the host slept; a 403 with a token valid at
+//!   storage's time (a real refusal) is never sent again. So any host
+//!   clock error is tolerated, at the cost of one refused request at most.
+//!   Learning from `Date` rather than only re-signing on 403 keeps every
+//!   later request at one round trip.
 //! - **Format:** the string to sign of service version 2020-12-06 and
 //!   later ("Create a service SAS" and "Create an account SAS" in the Azure
 //!   Storage REST reference), HMAC-SHA256 with the decoded key, base64.
@@ -20,11 +36,10 @@
 
 use std::fmt::{self, Write as _};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use azure_core::credentials::Secret;
-use azure_core::http::policies::{Policy, PolicyResult};
-use azure_core::http::{Context, Method, Request};
+use azure_core::http::{Method, Request};
 use time::OffsetDateTime;
 
 use crate::error::{Error, Result};
@@ -41,13 +56,37 @@ const RENEW_WHEN: Duration = Duration::from_secs(45 * 60);
 /// What a container SAS permits: read, add, create, write, delete, list.
 const CONTAINER_PERMISSIONS: &str = "racwdl";
 
-/// Signs the tokens of one container with the account key.
+/// This host's clock, as the signer reads it: the system's, or a test's.
+pub(super) type Clock = Arc<dyn Fn() -> OffsetDateTime + Send + Sync>;
+
+/// A signed token (the query to put on a request) and its validity.
+#[derive(Clone)]
+pub(super) struct Token {
+    pub(super) query: Arc<str>,
+    start: OffsetDateTime,
+    expiry: OffsetDateTime,
+}
+
+impl Token {
+    /// Whether storage takes the token at its time `at`.
+    pub(super) fn valid_at(&self, at: OffsetDateTime) -> bool {
+        self.start <= at && at < self.expiry
+    }
+}
+
+/// Signs the tokens of one container with the account key, on storage's
+/// clock as far as its answers told it.
 pub(super) struct Signer {
     account: String,
     container: String,
     key: Secret,
-    /// The container token last signed, and when it expires.
-    current: Mutex<Option<(OffsetDateTime, Arc<str>)>>,
+    /// The container token last signed.
+    current: Mutex<Option<Token>>,
+    /// The `Date` of the latest answer, and this host's monotonic
+    /// instant when it came: storage's clock. `None` until one came.
+    storage: Mutex<Option<(OffsetDateTime, Instant)>>,
+    /// This host's wall clock.
+    clock: Clock,
 }
 
 impl fmt::Debug for Signer {
@@ -66,28 +105,61 @@ impl Signer {
     ///
     /// [`Error::InvalidConnectionString`] when the key is not base64.
     pub(super) fn new(account: &str, container: &str, key: &str) -> Result<Self> {
+        Self::with_clock(account, container, key, Arc::new(OffsetDateTime::now_utc))
+    }
+
+    /// A signer that reads this host's time from `clock`.
+    pub(super) fn with_clock(
+        account: &str,
+        container: &str,
+        key: &str,
+        clock: Clock,
+    ) -> Result<Self> {
         let signer = Signer {
             account: account.to_owned(),
             container: container.to_owned(),
             key: Secret::new(key.to_owned()),
             current: Mutex::new(None),
+            storage: Mutex::new(None),
+            clock,
         };
         signer.sign("")?;
         Ok(signer)
     }
 
-    /// The container token in force at `now`, signed anew when less than
-    /// [`RENEW_WHEN`] of it is left.
-    fn container_token(&self, now: OffsetDateTime) -> Result<Arc<str>> {
+    /// Storage's time now, as far as its answers told it; this host's
+    /// wall clock before any answer came.
+    pub(super) fn storage_now(&self) -> OffsetDateTime {
+        match *self.storage.lock().unwrap_or_else(PoisonError::into_inner) {
+            Some((date, at)) => date + at.elapsed(),
+            None => (self.clock)(),
+        }
+    }
+
+    /// Learns storage's clock from the `Date` of an answer received now,
+    /// and returns how far it is from this host's wall clock.
+    pub(super) fn observe(&self, date: OffsetDateTime) -> time::Duration {
+        *self.storage.lock().unwrap_or_else(PoisonError::into_inner) = Some((date, Instant::now()));
+        date - (self.clock)()
+    }
+
+    /// The container token in force at storage's time `now`, signed anew
+    /// when less than [`RENEW_WHEN`] of it is left or when it does not
+    /// start yet (it was signed on a clock that was ahead).
+    fn container_token(&self, now: OffsetDateTime) -> Result<Token> {
         let mut current = self.current.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some((expiry, token)) = current.as_ref() {
-            if *expiry - now > RENEW_WHEN {
+        if let Some(token) = current.as_ref() {
+            if token.start <= now && token.expiry - now > RENEW_WHEN {
                 return Ok(token.clone());
             }
         }
-        let expiry = now + VALID_FOR;
-        let token: Arc<str> = self.container_sas(now - SKEW, expiry)?.into();
-        *current = Some((expiry, token.clone()));
+        let (start, expiry) = (now - SKEW, now + VALID_FOR);
+        let token = Token {
+            query: self.container_sas(start, expiry)?.into(),
+            start,
+            expiry,
+        };
+        *current = Some(token.clone());
         Ok(token)
     }
 
@@ -127,13 +199,18 @@ impl Signer {
         })
     }
 
-    /// The token for `request` at `now`: the container token, or for the
-    /// Create Container call the account token that may only do that.
-    fn token_for(&self, request: &Request, now: OffsetDateTime) -> Result<Arc<str>> {
+    /// The token for `request` at storage's time: the container token, or
+    /// for the Create Container call the account token that may only do
+    /// that.
+    pub(super) fn token_for(&self, request: &Request) -> Result<Token> {
+        let now = self.storage_now();
         if is_create_container(request) {
-            return Ok(self
-                .create_container_sas(now - SKEW, now + VALID_FOR)?
-                .into());
+            let (start, expiry) = (now - SKEW, now + VALID_FOR);
+            return Ok(Token {
+                query: self.create_container_sas(start, expiry)?.into(),
+                start,
+                expiry,
+            });
         }
         self.container_token(now)
     }
@@ -235,37 +312,6 @@ fn encode(value: &str) -> String {
     out
 }
 
-/// The pipeline policy that puts the signer's token on every request.
-#[derive(Debug)]
-pub(super) struct SignWithKey(pub(super) Arc<Signer>);
-
-#[async_trait::async_trait]
-impl Policy for SignWithKey {
-    async fn send(
-        &self,
-        ctx: &Context,
-        request: &mut Request,
-        next: &[Arc<dyn Policy>],
-    ) -> PolicyResult {
-        let token = self
-            .0
-            .token_for(request, OffsetDateTime::now_utc())
-            .map_err(|e| {
-                azure_core::Error::with_message(
-                    azure_core::error::ErrorKind::Credential,
-                    e.to_string(),
-                )
-            })?;
-        let url = request.url_mut();
-        let query = match url.query() {
-            Some(query) if !query.is_empty() => format!("{query}&{token}"),
-            _ => token.to_string(),
-        };
-        url.set_query(Some(&query));
-        next[0].send(ctx, request, &next[1..]).await
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -327,12 +373,16 @@ mod tests {
     fn a_token_is_reused_until_it_nears_its_end_then_signed_anew() {
         let signer = Signer::new("devstoreaccount1", "leases", KEY).unwrap();
         let start = at("2026-01-01T00:00:00Z");
-        let first = signer.container_token(start).unwrap();
+        let first = signer.container_token(start).unwrap().query;
         let later = start + VALID_FOR.saturating_sub(RENEW_WHEN) - Duration::from_secs(1);
-        assert!(Arc::ptr_eq(&first, &signer.container_token(later).unwrap()));
+        assert!(Arc::ptr_eq(
+            &first,
+            &signer.container_token(later).unwrap().query
+        ));
         let renewed = signer
             .container_token(later + Duration::from_secs(2))
-            .unwrap();
+            .unwrap()
+            .query;
         assert_ne!(first, renewed);
         assert!(renewed.contains("se=2026-01-01T01%3A15%3A01Z"), "{renewed}");
     }
@@ -344,5 +394,54 @@ mod tests {
         assert!(!err.to_string().contains("not base64 !!"), "{err}");
         let shown = format!("{:?}", Signer::new("acct", "leases", KEY).unwrap());
         assert!(!shown.contains(KEY) && !shown.contains("sig="), "{shown}");
+    }
+
+    /// The `st` and `se` of a token's query.
+    fn window(token: &Token) -> (String, String) {
+        let url = azure_core::http::Url::parse(&format!("http://h/?{}", token.query)).unwrap();
+        let pairs: Vec<(String, String)> = url.query_pairs().into_owned().collect();
+        let find = |name: &str| {
+            pairs
+                .iter()
+                .find(|(k, _)| k == name)
+                .map(|(_, v)| v.clone())
+                .unwrap()
+        };
+        (find("st"), find("se"))
+    }
+
+    #[test]
+    fn after_an_answer_tokens_bracket_storage_time_whatever_the_host_clock() {
+        let server = at("2026-03-01T12:00:00Z");
+        let request = Request::new(
+            "http://127.0.0.1:10000/devstoreaccount1/leases/b"
+                .parse()
+                .unwrap(),
+            Method::Get,
+        );
+        for minutes in [20, -20, 0, 24 * 60, -24 * 60] {
+            let host = server + time::Duration::minutes(minutes);
+            let signer =
+                Signer::with_clock("devstoreaccount1", "leases", KEY, Arc::new(move || host))
+                    .unwrap();
+            // On the host's clock alone, a clock 20 minutes ahead signs a
+            // token that starts after storage's now.
+            let blind = signer.token_for(&request).unwrap();
+            assert_eq!(
+                blind.valid_at(server),
+                minutes > -60 && minutes < 15,
+                "{minutes}"
+            );
+            let offset = signer.observe(server);
+            assert_eq!(offset, time::Duration::minutes(-minutes));
+            let token = signer.token_for(&request).unwrap();
+            assert!(token.valid_at(server), "{minutes}");
+            let (start, expiry) = window(&token);
+            assert_eq!(start, "2026-03-01T11:45:00Z", "{minutes}");
+            assert!(
+                ["2026-03-01T13:00:00Z", "2026-03-01T13:00:01Z"].contains(&expiry.as_str()),
+                "{minutes}: {expiry}"
+            );
+        }
     }
 }
