@@ -115,6 +115,9 @@ pub(crate) struct Properties {
     pub(crate) content_length: u64,
     /// The blob's `ETag`.
     pub(crate) etag: Option<String>,
+    /// Storage's clock when it answered (the answer's `Date` header); `None`
+    /// in a listing.
+    pub(crate) date: Option<time::OffsetDateTime>,
 }
 
 impl Properties {

@@ -308,8 +308,9 @@ impl BlobLeaseManager {
             check_advertised(value)?;
         }
         self.bounded("stamp", async {
-            let (mut metadata, etag) = self.metadata_under(lease, "read metadata").await?;
-            let epoch = next_epoch(&metadata)?.max(floor);
+            let (mut metadata, etag, storage_now) =
+                self.metadata_under(lease, "read metadata").await?;
+            let epoch = next_epoch(&metadata, storage_now)?.max(floor);
             write_term(&mut metadata, holder, epoch, advertised, self.member);
             self.calls
                 .set_metadata(&self.blob, &metadata, lease, Some(&etag))
@@ -329,12 +330,13 @@ impl BlobLeaseManager {
         bounded(operation, self.request_timeout, call).await
     }
 
-    /// The blob's metadata and `ETag`, read under `lease`.
+    /// The blob's metadata and `ETag`, read under `lease`, and storage's
+    /// clock when it answered.
     pub(super) async fn metadata_under(
         &self,
         lease: LeaseId,
         operation: &'static str,
-    ) -> Result<(Metadata, String)> {
+    ) -> Result<(Metadata, String, Option<time::OffsetDateTime>)> {
         let properties = self
             .calls
             .properties(&self.blob, Some(lease))
@@ -344,7 +346,7 @@ impl BlobLeaseManager {
             operation,
             message: "no ETag in the answer".into(),
         })?;
-        Ok((properties.metadata, etag))
+        Ok((properties.metadata, etag, properties.date))
     }
 
     /// Acquires `blob` (this lease's, or a candidate record), creating it

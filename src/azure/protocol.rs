@@ -76,12 +76,41 @@ pub(crate) fn parse_epoch(metadata: &HashMap<String, String>) -> u64 {
         .unwrap_or(0)
 }
 
-/// The epoch of the next term: one more than the one in the metadata, or 1
-/// on a blob that never had one. A garbled or maximal epoch is an error:
-/// restarting from 0 would hand out fencing tokens that were used before.
-pub(crate) fn next_epoch(metadata: &HashMap<String, String>) -> Result<u64> {
+/// How many epochs one second of storage's clock is worth in the first
+/// epoch of a lease record: 2^20. A record's epochs start at storage's
+/// clock in these units ([`first_epoch`]) and count up by one per term
+/// from there, so a record made again after the last one was lost starts
+/// above every epoch of the lost one as long as the lost record saw fewer
+/// than 2^20 terms per second of its life (a term takes at least three
+/// requests in a row: some hundreds a second at most). 2^20 × the seconds
+/// since 1970 stays below 2^53 until the year 2242, so epochs stay exact
+/// in a JSON number or a JavaScript double.
+pub(crate) const EPOCHS_PER_SECOND: u64 = 1 << 20;
+
+/// The first epoch of a lease record that has none (a new blob, or one
+/// whose blob, metadata or container was lost): the second after
+/// `storage_now`, in [`EPOCHS_PER_SECOND`]. Larger than every epoch of a
+/// lost record whose first stamp was at an earlier second of storage's
+/// clock (see the guarantees chapter, "An epoch that survives the loss of
+/// its blob").
+pub(crate) fn first_epoch(storage_now: time::OffsetDateTime) -> u64 {
+    let seconds = u64::try_from(storage_now.unix_timestamp()).unwrap_or(0);
+    seconds.saturating_add(1).saturating_mul(EPOCHS_PER_SECOND)
+}
+
+/// The epoch of the next term: one more than the one in the metadata, or,
+/// on a record that has none, [`first_epoch`] of storage's clock
+/// `storage_now` (the host's clock when storage sent no `Date`). A garbled
+/// or maximal epoch is an error: restarting from a guess would hand out
+/// fencing tokens that were used before.
+pub(crate) fn next_epoch(
+    metadata: &HashMap<String, String>,
+    storage_now: Option<time::OffsetDateTime>,
+) -> Result<u64> {
     let Some(found) = metadata.get(EPOCH_KEY) else {
-        return Ok(1);
+        return Ok(first_epoch(
+            storage_now.unwrap_or_else(time::OffsetDateTime::now_utc),
+        ));
     };
     found
         .trim()
@@ -241,11 +270,15 @@ mod tests {
     #[test]
     fn the_next_epoch_never_goes_back() {
         let with = |value: &str| HashMap::from([(EPOCH_KEY.to_owned(), value.to_owned())]);
-        assert_eq!(next_epoch(&HashMap::new()).unwrap(), 1);
-        assert_eq!(next_epoch(&with("41")).unwrap(), 42);
-        assert_eq!(next_epoch(&with(" 7 ")).unwrap(), 8);
+        let now = Some(time::OffsetDateTime::from_unix_timestamp(1_795_000_000).unwrap());
         assert_eq!(
-            next_epoch(&with(&(u64::MAX - 1).to_string())).unwrap(),
+            next_epoch(&HashMap::new(), now).unwrap(),
+            first_epoch(now.unwrap())
+        );
+        assert_eq!(next_epoch(&with("41"), now).unwrap(), 42);
+        assert_eq!(next_epoch(&with(" 7 "), now).unwrap(), 8);
+        assert_eq!(
+            next_epoch(&with(&(u64::MAX - 1).to_string()), now).unwrap(),
             u64::MAX
         );
         for bad in [
@@ -257,15 +290,44 @@ mod tests {
             "99999999999999999999",
         ] {
             assert!(
-                matches!(next_epoch(&with(bad)), Err(Error::InvalidEpoch { .. })),
+                matches!(next_epoch(&with(bad), now), Err(Error::InvalidEpoch { .. })),
                 "{bad:?}"
             );
         }
         let long = "9".repeat(500);
-        match next_epoch(&with(&long)) {
+        match next_epoch(&with(&long), now) {
             Err(Error::InvalidEpoch { found }) => assert_eq!(found.len(), 64),
             other => panic!("{other:?}"),
         }
+    }
+
+    /// The bound the epoch of a lost record rests on: a record first stamped
+    /// at second `s0` of storage's clock, with `n` terms after it, is below
+    /// the first epoch of a record made at any later second `s1`, for every
+    /// `n` under 2^20 per second of the lost record's life.
+    #[test]
+    fn a_record_made_again_starts_above_every_epoch_of_the_lost_one() {
+        let at = |s: i64| time::OffsetDateTime::from_unix_timestamp(s).unwrap();
+        let s0 = 1_795_000_000;
+        for (life, terms) in [
+            (1, EPOCHS_PER_SECOND - 1),
+            (60, 60 * EPOCHS_PER_SECOND - 1),
+            (86_400, 10_000_000),
+        ] {
+            let last_lost = first_epoch(at(s0)) + terms;
+            let again = first_epoch(at(s0 + life));
+            assert!(
+                again > last_lost,
+                "life {life} s, {terms} terms: {again} <= {last_lost}"
+            );
+        }
+        // Lost and made again within the same second: the bound does not
+        // hold, as the guarantees chapter says.
+        assert_eq!(first_epoch(at(s0)), first_epoch(at(s0)));
+        // Below 2^53 (exact in a double) for centuries.
+        assert!(first_epoch(at(8_000_000_000)) < 1 << 53);
+        // A clock before 1970 (a broken host clock) still gives a valid epoch.
+        assert_eq!(first_epoch(at(-5)), EPOCHS_PER_SECOND);
     }
 
     #[test]

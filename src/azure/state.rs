@@ -70,7 +70,7 @@ impl BlobLeaseManager {
             let mut attempts = 0;
             loop {
                 attempts += 1;
-                let (metadata, etag) = self
+                let (metadata, etag, _) = self
                     .metadata_under(lease, "write state")
                     .await
                     .map_err(refused)?;

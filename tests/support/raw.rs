@@ -141,3 +141,22 @@ pub async fn delete_snapshots(client: &BlobContainerClient, blob: &str) {
         .await
         .expect("delete the snapshots");
 }
+
+/// Deletes `blob` (with its snapshots), as a lifecycle rule or an
+/// operator's cleanup would.
+pub async fn delete_blob(client: &BlobContainerClient, blob: &str) {
+    let options = azure_storage_blob::models::BlobClientDeleteOptions {
+        delete_snapshots: Some(azure_storage_blob::models::DeleteSnapshotsOptionType::Include),
+        ..Default::default()
+    };
+    client
+        .blob_client(blob)
+        .delete(Some(options))
+        .await
+        .expect("delete the blob");
+}
+
+/// Deletes the container and everything in it.
+pub async fn delete_container(client: &BlobContainerClient) {
+    client.delete(None).await.expect("delete the container");
+}

@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use azure_core::http::headers::HeaderName;
 use azure_core::http::{Etag, RequestContent};
 use azure_storage_blob::models::{
     BlobClientAcquireLeaseOptions, BlobClientAcquireLeaseResultHeaders,
@@ -142,6 +143,10 @@ impl BlobCalls for OfficialCalls {
             metadata: response.metadata().map_err(bad)?,
             content_length: response.content_length().map_err(bad)?.unwrap_or(0),
             etag: response.etag().map_err(bad)?.map(|e| e.to_string()),
+            date: response
+                .headers()
+                .get_optional_str(&HeaderName::from_static("date"))
+                .and_then(|date| azure_core::time::parse_rfc7231(date).ok()),
         })
     }
 
@@ -248,6 +253,7 @@ impl BlobCalls for OfficialCalls {
                     metadata: blob.metadata.and_then(|m| m.values).unwrap_or_default(),
                     content_length: p.content_length.unwrap_or(0),
                     etag: p.etag.map(|e| e.to_string()),
+                    date: None,
                 };
                 listed.push(Listed { name, properties });
             }

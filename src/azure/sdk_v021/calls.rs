@@ -45,7 +45,11 @@ fn sdk_metadata(metadata: &Metadata) -> SdkMetadata {
     sdk
 }
 
-fn properties(properties: &BlobProperties, metadata: Option<Metadata>) -> Properties {
+fn properties(
+    properties: &BlobProperties,
+    metadata: Option<Metadata>,
+    date: Option<time::OffsetDateTime>,
+) -> Properties {
     use azure_core_v021::{LeaseDuration, LeaseState as Sdk};
     let state = properties.lease_state.as_ref().map(|state| match state {
         Sdk::Leased => LeaseState::Leased,
@@ -60,6 +64,7 @@ fn properties(properties: &BlobProperties, metadata: Option<Metadata>) -> Proper
         metadata: metadata.unwrap_or_default(),
         content_length: properties.content_length,
         etag: Some(properties.etag.to_string()),
+        date,
     }
 }
 
@@ -137,6 +142,7 @@ impl BlobCalls for SdkV021Calls {
         Ok(properties(
             &response.blob.properties,
             response.blob.metadata,
+            Some(response.date),
         ))
     }
 
@@ -226,7 +232,7 @@ impl BlobCalls for SdkV021Calls {
             for blob in page.blobs.blobs() {
                 listed.push(Listed {
                     name: blob.name.clone(),
-                    properties: properties(&blob.properties, blob.metadata.clone()),
+                    properties: properties(&blob.properties, blob.metadata.clone(), None),
                 });
             }
         }

@@ -219,6 +219,11 @@ impl<S: LeaseStore> QuorumLeaseStore<S> {
             advertised: advertised.map(str::to_owned),
         };
         let (answers, votes) = stamp_all(&self.accounts, lease, &stamp, wait).await;
+        // Each account writes at least `epoch`, and more where its own
+        // record starts higher (a record made again starts at storage's
+        // clock): the term's epoch is the largest one a majority carries.
+        let epoch = carried_by_majority(&answers, self.majority()).map_or(epoch, |e| e.max(epoch));
+        let stamp = Stamp { epoch, ..stamp };
         if let Some(mut term) = self.recall(lease) {
             // An account that answered more than the epoch carried a larger
             // one already (left by an attempt that did not win): it carries
@@ -380,4 +385,15 @@ fn lost(operation: &str, votes: Votes) -> Error {
         "{operation}: the lease is not held under this id on {} of the {} accounts",
         votes.no, votes.n
     ))
+}
+
+/// The largest epoch that a majority of the accounts answered a stamp with
+/// (each carries it or more); `None` without a majority of answers.
+fn carried_by_majority(answers: &Answers<u64>, majority: usize) -> Option<u64> {
+    let mut epochs: Vec<u64> = answers
+        .iter()
+        .filter_map(|a| a.as_ref()?.as_ref().ok().copied())
+        .collect();
+    epochs.sort_unstable_by(|a, b| b.cmp(a));
+    epochs.get(majority.checked_sub(1)?).copied()
 }
