@@ -145,14 +145,14 @@ async fn a_set_lists_its_leases_collects_stale_members_and_keeps_leased_ones() {
     let (id, p) = (LeaseId::new(), LeaseId::new());
     assert_eq!(live.acquire(id, D).await.unwrap(), Acquire::Acquired);
     assert_eq!(partition.acquire(p, D).await.unwrap(), Acquire::Acquired);
-    LeaseStore::stamp(&partition, p, "me").await.unwrap();
+    let epoch = LeaseStore::stamp(&partition, p, "me").await.unwrap();
 
     let listing = store.list("").await.unwrap();
     assert_eq!(listing.len(), 12, "{listing:?}");
     let (_, p0) = listing.iter().find(|(name, _)| name == "p0").unwrap();
     assert_eq!(
         (p0.state, p0.holder.as_deref(), p0.epoch),
-        (LeaseState::Leased, Some("me"), 1)
+        (LeaseState::Leased, Some("me"), epoch)
     );
 
     // Each look lists and collects; a blob is deleted once it was seen

@@ -310,7 +310,7 @@ impl BlobLeaseManager {
         self.bounded("stamp", async {
             let (mut metadata, etag, storage_now) =
                 self.metadata_under(lease, "read metadata").await?;
-            let epoch = next_epoch(&metadata, storage_now)?.max(floor);
+            let epoch = next_epoch(&metadata, storage_now, floor)?;
             write_term(&mut metadata, holder, epoch, advertised, self.member);
             self.calls
                 .set_metadata(&self.blob, &metadata, lease, Some(&etag))

@@ -98,16 +98,23 @@ pub(crate) fn first_epoch(storage_now: time::OffsetDateTime) -> u64 {
     seconds.saturating_add(1).saturating_mul(EPOCHS_PER_SECOND)
 }
 
-/// The epoch of the next term: one more than the one in the metadata, or,
-/// on a record that has none, [`first_epoch`] of storage's clock
-/// `storage_now` (the host's clock when storage sent no `Date`). A garbled
-/// or maximal epoch is an error: restarting from a guess would hand out
-/// fencing tokens that were used before.
+/// The epoch of the next term, at least `floor`: one more than the one in
+/// the metadata; on a record that has none, `floor` when the caller names
+/// the epoch it wants (above 1: a quorum, whose majority keeps its epochs,
+/// bringing an account that lost its record up to the term's), else
+/// [`first_epoch`] of storage's clock `storage_now` (the host's clock when
+/// storage sent no `Date`). A garbled or maximal epoch is an error:
+/// restarting from a guess would hand out fencing tokens that were used
+/// before.
 pub(crate) fn next_epoch(
     metadata: &HashMap<String, String>,
     storage_now: Option<time::OffsetDateTime>,
+    floor: u64,
 ) -> Result<u64> {
     let Some(found) = metadata.get(EPOCH_KEY) else {
+        if floor > 1 {
+            return Ok(floor);
+        }
         return Ok(first_epoch(
             storage_now.unwrap_or_else(time::OffsetDateTime::now_utc),
         ));
@@ -117,6 +124,7 @@ pub(crate) fn next_epoch(
         .parse::<u64>()
         .ok()
         .and_then(|epoch| epoch.checked_add(1))
+        .map(|epoch| epoch.max(floor))
         .ok_or_else(|| Error::InvalidEpoch {
             found: found.chars().take(64).collect(),
         })
@@ -271,14 +279,19 @@ mod tests {
     fn the_next_epoch_never_goes_back() {
         let with = |value: &str| HashMap::from([(EPOCH_KEY.to_owned(), value.to_owned())]);
         let now = Some(time::OffsetDateTime::from_unix_timestamp(1_795_000_000).unwrap());
+        for floor in [0, 1] {
+            assert_eq!(
+                next_epoch(&HashMap::new(), now, floor).unwrap(),
+                first_epoch(now.unwrap())
+            );
+        }
+        assert_eq!(next_epoch(&HashMap::new(), now, 9).unwrap(), 9);
+        assert_eq!(next_epoch(&with("41"), now, 0).unwrap(), 42);
+        assert_eq!(next_epoch(&with("41"), now, 50).unwrap(), 50);
+        assert_eq!(next_epoch(&with("41"), now, 5).unwrap(), 42);
+        assert_eq!(next_epoch(&with(" 7 "), now, 0).unwrap(), 8);
         assert_eq!(
-            next_epoch(&HashMap::new(), now).unwrap(),
-            first_epoch(now.unwrap())
-        );
-        assert_eq!(next_epoch(&with("41"), now).unwrap(), 42);
-        assert_eq!(next_epoch(&with(" 7 "), now).unwrap(), 8);
-        assert_eq!(
-            next_epoch(&with(&(u64::MAX - 1).to_string()), now).unwrap(),
+            next_epoch(&with(&(u64::MAX - 1).to_string()), now, 0).unwrap(),
             u64::MAX
         );
         for bad in [
@@ -290,12 +303,15 @@ mod tests {
             "99999999999999999999",
         ] {
             assert!(
-                matches!(next_epoch(&with(bad), now), Err(Error::InvalidEpoch { .. })),
+                matches!(
+                    next_epoch(&with(bad), now, 0),
+                    Err(Error::InvalidEpoch { .. })
+                ),
                 "{bad:?}"
             );
         }
         let long = "9".repeat(500);
-        match next_epoch(&with(&long), now) {
+        match next_epoch(&with(&long), now, 0) {
             Err(Error::InvalidEpoch { found }) => assert_eq!(found.len(), 64),
             other => panic!("{other:?}"),
         }
