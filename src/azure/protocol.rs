@@ -278,11 +278,12 @@ mod tests {
     #[test]
     fn the_next_epoch_never_goes_back() {
         let with = |value: &str| HashMap::from([(EPOCH_KEY.to_owned(), value.to_owned())]);
-        let now = Some(time::OffsetDateTime::from_unix_timestamp(1_795_000_000).unwrap());
+        let at = time::OffsetDateTime::from_unix_timestamp(1_795_000_000).unwrap();
+        let now = Some(at);
         for floor in [0, 1] {
             assert_eq!(
                 next_epoch(&HashMap::new(), now, floor).unwrap(),
-                first_epoch(now.unwrap())
+                first_epoch(at)
             );
         }
         assert_eq!(next_epoch(&HashMap::new(), now, 9).unwrap(), 9);
