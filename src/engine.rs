@@ -40,6 +40,7 @@ use crate::error::{BoxError, Chain, Error, Result};
 use crate::options::{MutexOptions, ABORT_WAIT, STOP_SLACK};
 use crate::store::{Acquire, LeaseId, LeaseStore};
 
+pub(crate) use one_term::Attempts;
 pub(crate) use report::Observer;
 use report::{Reporter, TermGuard};
 
@@ -105,6 +106,9 @@ enum Term {
     Failed,
     /// The term ended for this reason; campaign again after a retry period.
     Ended(StopReason),
+    /// The lease was acquired but the term could not be stamped (or the
+    /// caller cancelled first): no task ran, and the lease was given back.
+    Unstamped,
 }
 
 /// When an acquire loop gives up.
@@ -241,6 +245,7 @@ impl<S: LeaseStore> Engine<'_, S> {
                     trace!(holder = %self.holder, %reason, "campaigning again after stepping down");
                     self.options.pause_after_term()
                 }
+                Term::Unstamped => self.options.pause_after_term(),
             };
             if !self.pause(token, pause).await {
                 return Ok(());
@@ -493,9 +498,8 @@ impl<S: LeaseStore> Engine<'_, S> {
         }
         self.release(lease, self.options.request_timeout).await;
         Err(match e {
-            Error::Cancelled => Ok(Term::Shutdown),
             e if e.is_fatal() => Err(e),
-            _ => Ok(Term::Ended(StopReason::LeaseLost)),
+            _ => Ok(Term::Unstamped),
         })
     }
 
@@ -678,6 +682,7 @@ pub(crate) mod leader;
 pub(crate) mod leadership;
 pub(crate) mod lingering;
 pub(crate) mod metrics;
+mod one_term;
 mod report;
 pub(crate) mod state;
 mod stop;

@@ -154,6 +154,19 @@ pub enum Error {
     #[error("leader task did not stop after cancellation and abort")]
     TaskNotStopped,
 
+    /// The task of a term led once
+    /// ([`run_once`](crate::BlobDistributedMutex::run_once)) ended with no
+    /// output: it returned an error (the `source`), panicked, or was aborted
+    /// before it returned (no `source`; the report's `failure` says more).
+    #[error("the leader task of epoch {} ended with no output ({})", report.epoch, report.reason)]
+    TaskFailed {
+        /// How the term ended.
+        report: Box<crate::TermReport>,
+        /// The error the task returned, as it returned it.
+        #[source]
+        source: Option<BoxError>,
+    },
+
     /// Storage refused a state write (see [`LeaseStore::write_state`](crate::LeaseStore::write_state))
     /// because the lease id it carried does not hold the lease any more:
     /// the lease expired, was released, broken, or passed on to another

@@ -19,6 +19,10 @@ use crate::error::{BoxError, Error, Result};
 use crate::options::{default_holder, MutexOptions};
 use crate::store::{check_request_timeout, LeaseStore};
 
+mod once;
+
+pub use once::OnceOutcome;
+
 /// How many term reports a slow receiver can fall behind.
 const REPORTS_KEPT: usize = 16;
 
@@ -30,18 +34,23 @@ const REPORTS_KEPT: usize = 16;
 /// task while it keeps renewing; the others wait and try again. See the crate
 /// documentation for the guarantees and their limits.
 pub struct BlobDistributedMutex<S: LeaseStore = BlobLeaseManager> {
+    core: Arc<Core<S>>,
+}
+
+/// What a mutex is made of, shared with the background work of its guards.
+pub(crate) struct Core<S> {
     store: Arc<S>,
     options: MutexOptions,
     holder: Arc<str>,
     task: Arc<TaskFn>,
-    state: Arc<watch::Sender<Leadership>>,
+    state: watch::Sender<Leadership>,
     reports: broadcast::Sender<TermReport>,
     metrics: Metrics,
     /// Set while a campaign runs: one campaign per mutex at a time.
     campaigning: AtomicBool,
     /// Tasks of earlier terms that may still run.
     lingering: Lingering,
-    /// Who leads, for [`leader`](Self::leader).
+    /// Who leads, for [`leader`](BlobDistributedMutex::leader).
     leader: LeaderWatch,
     /// Whether storage has ever answered this mutex.
     contact: FirstContact,
@@ -50,9 +59,9 @@ pub struct BlobDistributedMutex<S: LeaseStore = BlobLeaseManager> {
 impl<S: LeaseStore> std::fmt::Debug for BlobDistributedMutex<S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("BlobDistributedMutex")
-            .field("lease", &self.store.name())
-            .field("holder", &self.holder)
-            .field("options", &self.options)
+            .field("lease", &self.core.store.name())
+            .field("holder", &self.core.holder)
+            .field("options", &self.core.options)
             .finish_non_exhaustive()
     }
 }
@@ -102,13 +111,13 @@ impl BlobDistributedMutex<BlobLeaseManager> {
     /// Where the lease blob lives.
     #[must_use]
     pub fn settings(&self) -> &BlobSettings {
-        self.store.settings()
+        self.core.store.settings()
     }
 
     /// The lease manager this mutex uses, for inspecting the blob.
     #[must_use]
     pub fn lease_manager(&self) -> &BlobLeaseManager {
-        &self.store
+        &self.core.store
     }
 }
 
@@ -145,36 +154,38 @@ impl<S: LeaseStore> BlobDistributedMutex<S> {
         let holder: Arc<str> = options.holder.clone().unwrap_or_else(default_holder).into();
         let leader = LeaderWatch::new(&holder, options.advertised.as_deref());
         Ok(BlobDistributedMutex {
-            metrics: Metrics::new(&store.name()),
-            store: Arc::new(store),
-            options,
-            holder,
-            task: box_task(task),
-            state: Arc::new(watch::channel(Leadership::Follower).0),
-            reports: broadcast::channel(REPORTS_KEPT).0,
-            campaigning: AtomicBool::new(false),
-            lingering: Lingering::default(),
-            leader,
-            contact: FirstContact::default(),
+            core: Arc::new(Core {
+                metrics: Metrics::new(&store.name()),
+                store: Arc::new(store),
+                options,
+                holder,
+                task: box_task(task),
+                state: watch::channel(Leadership::Follower).0,
+                reports: broadcast::channel(REPORTS_KEPT).0,
+                campaigning: AtomicBool::new(false),
+                lingering: Lingering::default(),
+                leader,
+                contact: FirstContact::default(),
+            }),
         })
     }
 
     /// The lease store this mutex runs on.
     #[must_use]
     pub fn store(&self) -> &S {
-        &self.store
+        &self.core.store
     }
 
     /// This instance's holder name.
     #[must_use]
     pub fn holder(&self) -> &str {
-        &self.holder
+        &self.core.holder
     }
 
     /// The options in force.
     #[must_use]
     pub fn options(&self) -> &MutexOptions {
-        &self.options
+        &self.core.options
     }
 
     /// A receiver of the leadership state. Like any `watch` channel it holds
@@ -182,7 +193,7 @@ impl<S: LeaseStore> BlobDistributedMutex<S> {
     /// be seen as one; the `tracing` events log every transition.
     #[must_use]
     pub fn watch(&self) -> watch::Receiver<Leadership> {
-        self.state.subscribe()
+        self.core.state.subscribe()
     }
 
     /// A receiver of who leads this lease, as this instance last saw it:
@@ -206,7 +217,7 @@ impl<S: LeaseStore> BlobDistributedMutex<S> {
     /// [Who leads, and where](crate::guide::election#who-leads-and-where)).
     #[must_use]
     pub fn leader(&self) -> watch::Receiver<Option<Leader>> {
-        self.leader.subscribe()
+        self.core.leader.subscribe()
     }
 
     /// A receiver of a [`TermReport`] for every term this mutex leads from
@@ -219,7 +230,7 @@ impl<S: LeaseStore> BlobDistributedMutex<S> {
     /// 16 reports for a slow receiver, which is told how many it missed.
     #[must_use]
     pub fn term_reports(&self) -> broadcast::Receiver<TermReport> {
-        self.reports.subscribe()
+        self.core.reports.subscribe()
     }
 
     /// Campaigns for the lease and runs the task whenever this instance
@@ -264,31 +275,61 @@ impl<S: LeaseStore> BlobDistributedMutex<S> {
     /// [`MutexOptions::fail_stop`] the process still exits before the lease
     /// could expire.
     pub async fn run_task_when_mutex_acquired(&self, token: CancellationToken) -> Result<()> {
-        let _one = OneCampaign::enter(&self.campaigning, &self.state, &self.leader)?;
-        let observer = MutexObserver {
-            reports: &self.reports,
-            leader: &self.leader,
-        };
-        let engine = Engine {
+        let _one = OneCampaign::enter(&self.core)?;
+        let observer = MutexObserver::new(&self.core);
+        self.core
+            .engine(&observer, self.core.task.clone())
+            .run(token)
+            .await
+    }
+}
+
+impl<S: LeaseStore> Core<S> {
+    /// The engine of this mutex, running `task` and telling `observer`.
+    pub(crate) fn engine<'a>(
+        &'a self,
+        observer: &'a dyn Observer,
+        task: Arc<TaskFn>,
+    ) -> Engine<'a, S> {
+        Engine {
             store: self.store.clone(),
             options: &self.options,
             holder: self.holder.clone(),
-            task: self.task.clone(),
+            task,
             state: &self.state,
-            observer: &observer,
+            observer,
             metrics: &self.metrics,
             lingering: &self.lingering,
             leader: Some(&self.leader),
             contact: Some(&self.contact),
-        };
-        engine.run(token).await
+        }
     }
 }
 
-/// What hears of the mutex's terms: its term reports, and its leader watch.
-struct MutexObserver<'a> {
+/// What hears of the mutex's terms: its term reports, and its leader watch;
+/// it keeps the last report for a caller that leads one term.
+pub(crate) struct MutexObserver<'a> {
     reports: &'a broadcast::Sender<TermReport>,
     leader: &'a LeaderWatch,
+    last: std::sync::Mutex<Option<TermReport>>,
+}
+
+impl<'a> MutexObserver<'a> {
+    pub(crate) fn new<S>(core: &'a Core<S>) -> Self {
+        MutexObserver {
+            reports: &core.reports,
+            leader: &core.leader,
+            last: std::sync::Mutex::new(None),
+        }
+    }
+
+    /// The report of the last term that ended, taken.
+    pub(crate) fn take_last(&self) -> Option<TermReport> {
+        self.last
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take()
+    }
 }
 
 impl Observer for MutexObserver<'_> {
@@ -298,36 +339,33 @@ impl Observer for MutexObserver<'_> {
 
     fn ended(&self, report: &TermReport) {
         self.leader.stepped_down(report.epoch);
+        *self
+            .last
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(report.clone());
         self.reports.ended(report);
     }
 }
 
 /// Marks a mutex as campaigning for as long as it lives; when it goes (the
-/// campaign returned or its future was dropped), the state says
-/// [`Leadership::Stopped`] and the leader watch names nobody.
-struct OneCampaign<'a>(
-    &'a AtomicBool,
-    &'a watch::Sender<Leadership>,
-    &'a LeaderWatch,
-);
+/// campaign returned or its future was dropped, a guard's term ended), the
+/// state says [`Leadership::Stopped`] and the leader watch names nobody.
+pub(crate) struct OneCampaign<S: LeaseStore>(Arc<Core<S>>);
 
-impl<'a> OneCampaign<'a> {
-    fn enter(
-        flag: &'a AtomicBool,
-        state: &'a watch::Sender<Leadership>,
-        leader: &'a LeaderWatch,
-    ) -> Result<Self> {
-        flag.compare_exchange(false, true, Ordering::SeqCst, Ordering::SeqCst)
+impl<S: LeaseStore> OneCampaign<S> {
+    pub(crate) fn enter(core: &Arc<Core<S>>) -> Result<Self> {
+        core.campaigning
+            .compare_exchange(false, true, Ordering::SeqCst, Ordering::SeqCst)
             .map_err(|_| Error::AlreadyCampaigning)?;
-        Ok(OneCampaign(flag, state, leader))
+        Ok(OneCampaign(core.clone()))
     }
 }
 
-impl Drop for OneCampaign<'_> {
+impl<S: LeaseStore> Drop for OneCampaign<S> {
     fn drop(&mut self) {
-        self.1.send_replace(Leadership::Stopped);
-        self.2.campaign_ended();
-        self.0.store(false, Ordering::SeqCst);
+        self.0.state.send_replace(Leadership::Stopped);
+        self.0.leader.campaign_ended();
+        self.0.campaigning.store(false, Ordering::SeqCst);
     }
 }
 
