@@ -71,7 +71,7 @@ pub use engine::leadership::{
 pub use error::{BoxError, Cause, Error, Result};
 pub use lease_set::balance::Strategy;
 pub use lease_set::{BlobLeaseSet, LeaseSetOptions, PartitionContext, PartitionReport};
-pub use mutex::{BlobDistributedMutex, OnceOutcome};
+pub use mutex::{BlobDistributedMutex, MutexGuard, OnceOutcome, TryAcquire};
 pub use options::{MutexOptions, STOP_SLACK};
 #[cfg(feature = "testing")]
 pub use store::conformance;

@@ -19,8 +19,10 @@ use crate::error::{BoxError, Error, Result};
 use crate::options::{default_holder, MutexOptions};
 use crate::store::{check_request_timeout, LeaseStore};
 
+mod guard;
 mod once;
 
+pub use guard::{MutexGuard, TryAcquire};
 pub use once::OnceOutcome;
 
 /// How many term reports a slow receiver can fall behind.

@@ -37,12 +37,13 @@ use blob_mutex::{
     BlobLeaseManager, BlobLeaseSet, BlobLeaseSetStore, BlobSettings, BoxError, CancellationToken,
     Candidate, Cause, Collection, Error, Heartbeat, Holding, Leader, LeaderContext, Leadership,
     LeaseId, LeaseInfo, LeaseSetOptions, LeaseSetStore, LeaseState, LeaseStore,
-    MemoryLeaseSetStore, MemoryLeaseStore, MutexOptions, OfficialLeaseManager,
+    MemoryLeaseSetStore, MemoryLeaseStore, MutexGuard, MutexOptions, OfficialLeaseManager,
     OfficialLeaseSetStore, OfficialSettings, OnceOutcome, PartitionContext, PartitionReport,
     QuorumLeaseSetStore, QuorumLeaseStore, Result, SdkV021LeaseManager, SdkV021LeaseSetStore,
-    StopReason, Strategy, TaskStop, TermReport, ACQUIRED_AT_KEY, ADVERTISED_KEY, AZURITE_ACCOUNT,
-    AZURITE_ENDPOINT, EPOCH_KEY, FAIL_STOP_EXIT_CODE, HOLDER_KEY, MAX_ADVERTISED_LEN,
-    MAX_QUORUM_ACCOUNTS, MAX_STATE_LEN, MEMBER_KEY, PRIORITY_KEY, PROPOSED_KEY, STOP_SLACK,
+    StopReason, Strategy, TaskStop, TermReport, TryAcquire, ACQUIRED_AT_KEY, ADVERTISED_KEY,
+    AZURITE_ACCOUNT, AZURITE_ENDPOINT, EPOCH_KEY, FAIL_STOP_EXIT_CODE, HOLDER_KEY,
+    MAX_ADVERTISED_LEN, MAX_QUORUM_ACCOUNTS, MAX_STATE_LEN, MEMBER_KEY, PRIORITY_KEY, PROPOSED_KEY,
+    STOP_SLACK,
 };
 
 /// The items named above.
@@ -85,6 +86,7 @@ const NAMED: &[&str] = &[
     "blob_mutex::MEMBER_KEY",
     "blob_mutex::MemoryLeaseSetStore",
     "blob_mutex::MemoryLeaseStore",
+    "blob_mutex::MutexGuard",
     "blob_mutex::MutexOptions",
     "blob_mutex::OfficialLeaseManager",
     "blob_mutex::OfficialLeaseSetStore",
@@ -104,6 +106,7 @@ const NAMED: &[&str] = &[
     "blob_mutex::Strategy",
     "blob_mutex::TaskStop",
     "blob_mutex::TermReport",
+    "blob_mutex::TryAcquire",
     "blob_mutex::conformance",
     "blob_mutex::conformance::DURATION",
     "blob_mutex::conformance::SILENT_SLACK",

@@ -1,0 +1,143 @@
+//! The guard, over the in-memory store with paused time: renewals keep the
+//! lease for as long as the guard lives; when storage stops answering, its
+//! cancellation fires before the lease could expire and `is_current()` says
+//! `false` after; dropping it releases, so the next acquirer leads within a
+//! poll; `try_acquire` on a held lease returns the leader at once.
+
+use std::time::Duration;
+
+use blob_mutex::{
+    BlobDistributedMutex, Error, LeaderContext, Leadership, MemoryLeaseStore, MutexOptions,
+    StopReason, TryAcquire,
+};
+use tokio::time::Instant;
+
+/// The default lease duration.
+const LEASE: Duration = Duration::from_secs(15);
+/// A follower's poll with the defaults (`acquire_retry` 1 s, jitter 0.2),
+/// and slack for the release and the acquire requests.
+const POLL: Duration = Duration::from_millis(1_500);
+
+/// A mutex over `store` whose own task holds the lease until told to stop.
+fn mutex(store: &MemoryLeaseStore, holder: &str) -> BlobDistributedMutex<MemoryLeaseStore> {
+    let options = MutexOptions::default().with_holder(holder.to_owned());
+    BlobDistributedMutex::with_store(store.clone(), options, |ctx: LeaderContext| async move {
+        ctx.cancelled().await;
+        Ok::<(), Error>(())
+    })
+    .unwrap()
+}
+
+#[tokio::test(start_paused = true)]
+async fn renewals_keep_the_lease_while_the_guard_lives_and_release_gives_it_back() {
+    let store = MemoryLeaseStore::new("guard");
+    let mutex = mutex(&store, "a");
+    let guard = mutex.acquire().await.unwrap();
+    assert_eq!(guard.epoch(), 1);
+    assert_eq!(*mutex.watch().borrow(), Leadership::Leader { epoch: 1 });
+    tokio::time::sleep(LEASE * 4).await;
+    assert!(guard.is_current(), "renewed in the background");
+    assert!(store.is_held());
+    assert_eq!((store.epoch(), store.holder().as_deref()), (1, Some("a")));
+    let report = guard.release().await.unwrap();
+    assert_eq!((report.epoch, report.reason), (1, StopReason::Finished));
+    assert!(!store.is_held(), "released");
+    assert_eq!(*mutex.watch().borrow(), Leadership::Stopped);
+    let again = mutex.acquire().await.unwrap();
+    assert_eq!(again.epoch(), 2, "acquired again after a release");
+}
+
+#[tokio::test(start_paused = true)]
+async fn when_storage_stops_answering_the_guard_is_cancelled_before_the_lease_could_expire() {
+    let store = MemoryLeaseStore::new("guard");
+    let mutex = mutex(&store, "a");
+    let mut reports = mutex.term_reports();
+    let guard = mutex.acquire().await.unwrap();
+    tokio::time::sleep(LEASE).await;
+    // The lease cannot expire before the last renewal's send + LEASE, and
+    // the deadline is that instant less the safety margin.
+    let deadline = guard.deadline();
+    store.set_unavailable(true);
+    let reason = guard.cancelled().await;
+    let fired = Instant::now();
+    assert!(
+        fired < deadline,
+        "fired {:?} before the deadline",
+        deadline - fired
+    );
+    assert!(store.is_held(), "the lease has not expired yet");
+    assert!(guard.token().is_cancelled());
+    assert_eq!(reason, StopReason::Deadline);
+    assert!(!guard.is_current());
+    let report = reports.recv().await.unwrap();
+    assert_eq!(report.reason, StopReason::Deadline);
+    store.set_unavailable(false);
+    assert_eq!(guard.release().await.unwrap(), report);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_dropped_guard_releases_and_the_next_acquirer_leads_within_a_poll() {
+    let store = MemoryLeaseStore::new("guard");
+    let (a, b) = (mutex(&store, "a"), mutex(&store, "b"));
+    let guard = a.acquire().await.unwrap();
+    let next = tokio::spawn(async move {
+        let guard = b.acquire().await.unwrap();
+        (Instant::now(), guard.epoch())
+    });
+    tokio::time::sleep(LEASE * 2).await;
+    assert!(!next.is_finished(), "b waits while a holds the guard");
+    let dropped = Instant::now();
+    drop(guard);
+    let (led, epoch) = tokio::time::timeout(POLL * 2, next)
+        .await
+        .expect("b leads soon after the drop")
+        .unwrap();
+    assert_eq!(epoch, 2);
+    assert!(
+        led - dropped <= POLL,
+        "b led {:?} after the drop",
+        led - dropped
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn try_acquire_on_a_held_lease_returns_the_leader_at_once() {
+    let store = MemoryLeaseStore::new("guard");
+    let (a, b) = (mutex(&store, "a"), mutex(&store, "b"));
+    let guard = match a.try_acquire().await.unwrap() {
+        TryAcquire::Acquired(guard) => guard,
+        held => panic!("a free lease was not acquired: {held:?}"),
+    };
+    let asked = Instant::now();
+    let held = b.try_acquire().await.unwrap();
+    assert_eq!(Instant::now(), asked, "no wait");
+    let TryAcquire::Held(Some(leader)) = held else {
+        panic!("not the leader: {held:?}");
+    };
+    assert_eq!((leader.holder.as_str(), leader.epoch), ("a", guard.epoch()));
+    assert!(
+        b.watch().borrow().epoch().is_none(),
+        "b does not lead after its attempt"
+    );
+    guard.release().await.unwrap();
+    assert!(matches!(
+        b.try_acquire().await.unwrap(),
+        TryAcquire::Acquired(_)
+    ));
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_acquire_dropped_before_it_leads_leaves_nothing_behind() {
+    let store = MemoryLeaseStore::new("guard");
+    let (a, b) = (mutex(&store, "a"), mutex(&store, "b"));
+    let guard = a.acquire().await.unwrap();
+    let waiting = tokio::time::timeout(LEASE, b.acquire()).await;
+    assert!(waiting.is_err(), "b did not lead while a held the guard");
+    guard.release().await.unwrap();
+    tokio::time::sleep(POLL * 2).await;
+    assert!(
+        !store.is_held(),
+        "the dropped acquire did not take the lease"
+    );
+    assert_eq!(b.acquire().await.unwrap().epoch(), 2, "b may acquire again");
+}
