@@ -4,6 +4,7 @@
 //!
 //! | chapter | what it covers |
 //! |---|---|
+//! | [Choosing a shape](shapes) | the task form, run once and the guard: what each can do, and which job wants which |
 //! | [How an election works](election) | one round step by step, what is observable, cancel, drop and sub-tasks, the safety argument |
 //! | [Guarantees and limits](guarantees) | what is promised, the assumptions, how each property is tested, the fault matrix |
 //! | [Partitions](partitions) | many leases shared among instances: [`BlobLeaseSet`](crate::BlobLeaseSet) |
@@ -29,6 +30,7 @@ macro_rules! links {
             "[readme-quick-start]: crate#quick-start\n",
             "[readme-features]: crate#storage-backends-and-features\n",
             "[guide-argument]: crate::guide::election#the-argument\n",
+            "[guide-election]: crate::guide::election\n",
             "[guide-guarantees]: crate::guide::guarantees\n",
             "[guide-chaos]: crate::guide::guarantees#chaos-every-mode-at-once-judged-from-a-history\n",
             "[guide-partitions]: crate::guide::partitions\n",
@@ -61,6 +63,7 @@ macro_rules! chapter {
     };
 }
 
+chapter!(shapes, "shapes.md");
 chapter!(election, "election.md");
 chapter!(guarantees, "guarantees.md");
 chapter!(partitions, "partitions.md");

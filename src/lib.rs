@@ -25,6 +25,7 @@
 #![doc = "[guide-layout]: crate::guide::testing#contributing-the-source-layout"]
 #![doc = "[guide-backends]: crate::guide::backends"]
 #![doc = "[guide-leader]: crate::guide::election#who-leads-and-where"]
+#![doc = "[guide-shapes]: crate::guide::shapes"]
 #![doc = concat!("[benchmarks]: https://docs.rs/crate/blob-mutex/", env!("CARGO_PKG_VERSION"), "/source/BENCHMARKS.md")]
 #![doc = concat!("[security]: https://docs.rs/crate/blob-mutex/", env!("CARGO_PKG_VERSION"), "/source/SECURITY.md")]
 #![doc = include_str!("../README.md")]
