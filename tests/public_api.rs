@@ -28,8 +28,8 @@ use blob_mutex::conformance::{
 };
 #[allow(unused_imports)]
 use blob_mutex::guide::{
-    backends, cli, election, guarantees, handover, operations, options, partitions, quorum, state,
-    testing,
+    backends, cli, election, guarantees, handover, operations, options, partitions, quorum, shapes,
+    state, testing,
 };
 #[allow(unused_imports)]
 use blob_mutex::{
@@ -137,6 +137,7 @@ const NAMED: &[&str] = &[
     "blob_mutex::guide::options",
     "blob_mutex::guide::partitions",
     "blob_mutex::guide::quorum",
+    "blob_mutex::guide::shapes",
     "blob_mutex::guide::state",
     "blob_mutex::guide::testing",
 ];
