@@ -20,16 +20,14 @@ const POOL_MAX_IDLE: usize = 32;
 
 /// A transport for an `azure_core` 1.x pipeline over a new pooled client.
 ///
-/// Also makes ring the process's default rustls provider when none is set:
-/// reqwest 0.13 is built here without a provider of its own (so that
-/// aws-lc, a C build, stays out), and any other client of the SDK in the
-/// process (a credential of `azure_identity` built without this crate's
-/// transport, say) would otherwise panic when it builds its HTTP client.
+/// Sets nothing process-wide: the client's rustls configuration names its
+/// provider (ring) itself, so it works whatever provider the application
+/// installs as the process default, before or after, or none. An
+/// application that builds other SDK clients of its own (an
+/// `azure_identity` credential without this crate's transport, say) owns
+/// that choice: it installs a default provider at start, or hands those
+/// clients a transport.
 pub(crate) fn transport() -> Result<Transport, Error> {
-    if rustls::crypto::CryptoProvider::get_default().is_none() {
-        // Another thread may have set one meanwhile: either is fine.
-        let _ = rustls::crypto::ring::default_provider().install_default();
-    }
     Ok(Transport::new(Arc::new(client()?)))
 }
 
