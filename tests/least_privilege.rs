@@ -164,7 +164,8 @@ async fn a_blob_sas_is_enough_for_the_mutex_and_its_state() {
     // metadata, state) on the one blob; nothing on the container.
     let sas = blob_sas(&container, "lock", "rcw");
     let (epoch, state) = lead_once(with_sas(&container, "lock", &sas)).await;
-    assert_eq!((epoch, state.as_slice()), (1, &b"kept"[..]));
+    assert!(epoch > 0);
+    assert_eq!(state.as_slice(), &b"kept"[..]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -173,7 +174,8 @@ async fn an_account_sas_creates_a_missing_container_and_runs_everything() {
     // Containers and objects; no service-level resource type needed.
     let sas = account_sas("co", "rwdlac");
     let (epoch, state) = lead_once(with_sas(&container, "lock", &sas)).await;
-    assert_eq!((epoch, state.as_slice()), (1, &b"kept"[..]));
+    assert!(epoch > 0);
+    assert_eq!(state.as_slice(), &b"kept"[..]);
     run_set(&with_sas(&container, "set", &sas)).await.unwrap();
     let other = azurite::unique_container("sas-account-set");
     run_set(&with_sas(&other, "set", &sas)).await.unwrap();

@@ -14,7 +14,7 @@ use std::future::Future;
 use crate::azure::protocol::{
     parse_epoch, status_error, ACQUIRED_AT_KEY, ADVERTISED_KEY, HOLDER_KEY, MEMBER_KEY,
 };
-use crate::error::{Cause, Error};
+use crate::error::{redact, Cause, Error};
 use crate::store::{LeaseId, LeaseInfo, LeaseState};
 
 /// A blob's metadata, as sent and as read.
@@ -47,7 +47,41 @@ pub(crate) enum CallError {
     Transport(Cause),
 }
 
+/// What an SDK tells of a failed call: the status and error code storage
+/// answered, or why no answer could be used.
+#[derive(Debug)]
+pub(crate) enum Failure {
+    /// Storage answered this status, with this `x-ms-error-code`.
+    Status(u16, Option<String>),
+    /// The credential gave no token.
+    Credential,
+    /// The answer could not be read.
+    Unreadable,
+    /// No answer came.
+    Transport,
+}
+
 impl CallError {
+    /// An SDK's `error`, which failed as `failure`, in the calls' words;
+    /// `said` is what storage said with an error status (see
+    /// [`said`](crate::azure::protocol::said)), asked only then.
+    pub(crate) fn from_sdk(
+        error: &(dyn std::error::Error + 'static),
+        failure: Failure,
+        said: impl FnOnce() -> String,
+    ) -> CallError {
+        match failure {
+            Failure::Status(status, code) => CallError::Status {
+                status,
+                code,
+                said: said(),
+            },
+            Failure::Credential => CallError::Credential(Cause::of(error)),
+            Failure::Unreadable => CallError::Unreadable(redact(&error.to_string())),
+            Failure::Transport => CallError::Transport(Cause::of(error)),
+        }
+    }
+
     /// The status storage answered; `None` when no answer came.
     pub(crate) fn status(&self) -> Option<u16> {
         match self {

@@ -9,7 +9,7 @@ use azure_core::http::policies::Policy;
 use azure_core::http::{ClientOptions, RetryOptions};
 use azure_storage_blob::{BlobContainerClient, BlobContainerClientOptions};
 
-use crate::azure::calls::CallError;
+use crate::azure::calls::{CallError, Failure};
 use crate::azure::protocol::said;
 use crate::error::{redact, Cause, Error};
 
@@ -49,16 +49,6 @@ pub(super) fn container_client(settings: &OfficialSettings) -> Result<BlobContai
     .map_err(|e| Error::invalid("container_url", redact(&e.to_string())))
 }
 
-/// The status and `x-ms-error-code` of an error answer.
-fn http_status(error: &azure_core::Error) -> Option<(u16, Option<String>)> {
-    match error.kind() {
-        ErrorKind::HttpResponse {
-            status, error_code, ..
-        } => Some((u16::from(*status), error_code.clone())),
-        _ => None,
-    }
-}
-
 /// The `<Message>` storage sent with an error status (see [`said`]);
 /// empty when it sent none (a `HEAD` answer has no body).
 fn service_message(error: &azure_core::Error) -> String {
@@ -80,18 +70,15 @@ fn service_message(error: &azure_core::Error) -> String {
 /// and message, a credential without a token, an answer that could not be
 /// read, or no answer.
 pub(super) fn call_error(error: &azure_core::Error) -> CallError {
-    if let Some((status, code)) = http_status(error) {
-        return CallError::Status {
-            status,
-            code,
-            said: service_message(error),
-        };
-    }
-    match error.kind() {
-        ErrorKind::Credential => CallError::Credential(Cause::of(error)),
-        ErrorKind::DataConversion => CallError::Unreadable(redact(&error.to_string())),
-        _ => CallError::Transport(Cause::of(error)),
-    }
+    let failure = match error.kind() {
+        ErrorKind::HttpResponse {
+            status, error_code, ..
+        } => Failure::Status(u16::from(*status), error_code.clone()),
+        ErrorKind::Credential => Failure::Credential,
+        ErrorKind::DataConversion => Failure::Unreadable,
+        _ => Failure::Transport,
+    };
+    CallError::from_sdk(error, failure, || service_message(error))
 }
 
 #[cfg(test)]

@@ -12,7 +12,7 @@ use azure_core_v021::{HttpClient, RetryOptions, TransportOptions};
 use azure_storage::CloudLocation;
 use azure_storage_blobs::prelude::{ClientBuilder, ContainerClient};
 
-use crate::azure::calls::CallError;
+use crate::azure::calls::{CallError, Failure};
 use crate::azure::protocol::said;
 use crate::azure::settings::BlobSettings;
 use crate::error::{redact, Cause, Error, Result};
@@ -55,17 +55,6 @@ fn http_client() -> Result<Arc<dyn HttpClient>> {
     Ok(Arc::new(client))
 }
 
-/// The status and `x-ms-error-code` of an error answer; `None` when no
-/// answer came.
-fn http_status(error: &azure_core_v021::Error) -> Option<(u16, Option<String>)> {
-    match error.kind() {
-        ErrorKind::HttpResponse { status, error_code } => {
-            Some((u16::from(*status), error_code.clone()))
-        }
-        _ => None,
-    }
-}
-
 /// The message storage sent with an error status (see [`said`]); empty when
 /// it sent none.
 fn service_message(error: &azure_core_v021::Error) -> String {
@@ -80,18 +69,15 @@ fn service_message(error: &azure_core_v021::Error) -> String {
 /// and message, a credential without a token, an answer that could not be
 /// read, or no answer.
 pub(super) fn call_error(error: &azure_core_v021::Error) -> CallError {
-    if let Some((status, code)) = http_status(error) {
-        return CallError::Status {
-            status,
-            code,
-            said: service_message(error),
-        };
-    }
-    match error.kind() {
-        ErrorKind::Credential => CallError::Credential(Cause::of(error)),
-        ErrorKind::DataConversion => CallError::Unreadable(redact(&error.to_string())),
-        _ => CallError::Transport(Cause::of(error)),
-    }
+    let failure = match error.kind() {
+        ErrorKind::HttpResponse { status, error_code } => {
+            Failure::Status(u16::from(*status), error_code.clone())
+        }
+        ErrorKind::Credential => Failure::Credential,
+        ErrorKind::DataConversion => Failure::Unreadable,
+        _ => Failure::Transport,
+    };
+    CallError::from_sdk(error, failure, || service_message(error))
 }
 
 #[cfg(test)]
