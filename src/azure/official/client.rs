@@ -11,7 +11,7 @@ use azure_storage_blob::{BlobContainerClient, BlobContainerClientOptions};
 
 use crate::azure::calls::{CallError, Failure};
 use crate::azure::protocol::said;
-use crate::error::{redact, Cause, Error};
+use crate::error::{redact, Error};
 
 use super::sas_policy::SignWithKey;
 use super::OfficialSettings;

@@ -15,7 +15,7 @@ use azure_storage_blobs::prelude::{ClientBuilder, ContainerClient};
 use crate::azure::calls::{CallError, Failure};
 use crate::azure::protocol::said;
 use crate::azure::settings::BlobSettings;
-use crate::error::{redact, Cause, Error, Result};
+use crate::error::{Cause, Error, Result};
 
 use super::settings::credentials;
 
