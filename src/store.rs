@@ -157,6 +157,11 @@ pub struct LeaseInfo {
     /// `None` when that term advertised nothing: an address never outlives
     /// the term that wrote it.
     pub advertised: Option<String>,
+    /// Storage's clock when it answered this inspection (on Azure, the
+    /// answer's `Date` header, to the second); `None` when the store does
+    /// not say (a quorum's merged view, a listing, a store of your own that
+    /// leaves it). Time measured on it does not depend on the host's clock.
+    pub storage_time: Option<std::time::SystemTime>,
 }
 
 impl LeaseInfo {
@@ -175,6 +180,7 @@ impl LeaseInfo {
             etag: String::new(),
             member: false,
             advertised: None,
+            storage_time: None,
         }
     }
 }

@@ -169,6 +169,7 @@ impl Properties {
         info.advertised = metadata.get(ADVERTISED_KEY).cloned();
         info.content_length = self.content_length;
         info.etag = self.etag.clone().unwrap_or_default();
+        info.storage_time = self.date.map(std::time::SystemTime::from);
         info
     }
 }

@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use tokio::time::Instant;
 
@@ -58,6 +58,9 @@ pub struct MemoryLeaseStore {
     /// lease when it creates it and at every stamp (as the blob stores
     /// write the metadata `member`). Clones share the lease, not this.
     member: bool,
+    /// Its clock: the host's clock when the store was made, and the Tokio
+    /// instant then (see [`storage_time`](Self::storage_time)).
+    born: (SystemTime, Instant),
 }
 
 #[derive(Debug, Default)]
@@ -128,7 +131,19 @@ impl MemoryLeaseStore {
             name: name.into().into(),
             state: Arc::default(),
             member: false,
+            born: (SystemTime::now(), Instant::now()),
         }
+    }
+
+    /// The store's clock, which [`inspect`](LeaseStore::inspect) reports as
+    /// [`LeaseInfo::storage_time`]: the host's clock when the store was
+    /// made, plus the Tokio time elapsed since. With paused Tokio time it
+    /// moves only as the test advances time, and a host clock stepped
+    /// later does not move it; clones share it.
+    #[must_use]
+    pub fn storage_time(&self) -> SystemTime {
+        let (wall, at) = self.born;
+        wall + Instant::now().saturating_duration_since(at)
     }
 
     /// Stamps a new term (rule 4), with what it advertises (rule 10).
@@ -400,7 +415,13 @@ impl LeaseStore for MemoryLeaseStore {
     }
 
     fn inspect(&self) -> impl Future<Output = Result<Option<LeaseInfo>>> + Send {
-        self.call("inspect", |state, now| Ok(state.info(now)))
+        let storage_time = self.storage_time();
+        self.call("inspect", move |state, now| {
+            Ok(state.info(now).map(|mut info| {
+                info.storage_time = Some(storage_time);
+                info
+            }))
+        })
     }
 
     fn name(&self) -> String {

@@ -424,7 +424,9 @@ impl<S: LeaseStore> QuorumLeaseStore<S> {
     /// The one view [`inspect`](LeaseStore::inspect) gives, from the
     /// answers of [`inspect_each`](Self::inspect_each): leased when a
     /// majority of all the accounts is, with the holder and epoch of the
-    /// largest epoch. Meaningful when a majority answered.
+    /// largest epoch, and no [`storage_time`](LeaseInfo::storage_time)
+    /// (each account has its own clock). Meaningful when a majority
+    /// answered.
     #[must_use]
     pub fn merged(&self, each: &[AccountLease]) -> Option<LeaseInfo> {
         let found: Vec<Option<LeaseInfo>> = each
@@ -494,6 +496,8 @@ fn merge(n: usize, found: &[Option<LeaseInfo>]) -> Option<LeaseInfo> {
     let mut info = (*last).clone();
     info.state = state;
     info.infinite = (state == LeaseState::Leased).then_some(false);
+    // The accounts' clocks are several; none of them is the quorum's.
+    info.storage_time = None;
     Some(info)
 }
 
