@@ -179,6 +179,14 @@ pub enum Error {
     #[error("state write refused: {0}")]
     StateWriteRefused(String),
 
+    /// A run-once call with completion options
+    /// ([`OnceOptions`](crate::OnceOptions)) found a lease state that is
+    /// not a completion record of this version (state another writer
+    /// keeps, or a record of a later version): it is left as it is and the
+    /// task does not run. The text names the lease and what was found.
+    #[error("the lease's state is not a completion record: {0}")]
+    StateNotARecord(String),
+
     /// The store does not implement this call (a [`LeaseStore`](crate::LeaseStore)
     /// written before the call was added to the trait).
     #[error("this lease store does not support {operation}")]

@@ -72,7 +72,10 @@ pub use engine::leadership::{
 pub use error::{BoxError, Cause, Error, Result};
 pub use lease_set::balance::Strategy;
 pub use lease_set::{BlobLeaseSet, LeaseSetOptions, PartitionContext, PartitionReport};
-pub use mutex::{BlobDistributedMutex, MutexGuard, OnceOutcome, TryAcquire};
+pub use mutex::{
+    BlobDistributedMutex, MutexGuard, OnceOptions, OnceOutcome, SkipReason, TryAcquire,
+    DONE_KEY_MAX,
+};
 pub use options::{MutexOptions, STOP_SLACK};
 #[cfg(feature = "testing")]
 pub use store::conformance;

@@ -21,9 +21,11 @@ use crate::store::{check_request_timeout, LeaseStore};
 
 mod guard;
 mod once;
+mod record;
 
 pub use guard::{MutexGuard, TryAcquire};
 pub use once::OnceOutcome;
+pub use record::{OnceOptions, SkipReason, DONE_KEY_MAX};
 
 /// How many term reports a slow receiver can fall behind.
 const REPORTS_KEPT: usize = 16;

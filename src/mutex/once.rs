@@ -1,10 +1,13 @@
 //! Run once: campaign, lead one term, run the task once, return its output.
 
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
 
+use super::record::{self, OnceOptions, SkipReason};
 use super::{BlobDistributedMutex, MutexObserver, OneCampaign};
 use crate::engine::leadership::{LeaderContext, TermReport};
 use crate::engine::{Attempts, TaskFn};
@@ -19,13 +22,46 @@ pub enum OnceOutcome<T> {
     /// report says how the term ended: a task that returned after its
     /// token was cancelled (the lease was lost, the deadline came) still
     /// returned its output, and the report's reason says why it was asked
-    /// to stop.
+    /// to stop. With [`OnceOptions`] that keep a record, the record of
+    /// this success was written under the term's lease.
     Ran {
         /// What the task returned.
         output: T,
         /// How the term ended.
         report: TermReport,
     },
+    /// The task succeeded but its completion record was not written: the
+    /// lease was lost before the write (`error` is then
+    /// [`Error::StateWriteRefused`] and nothing landed), or the write
+    /// failed. The next leader will find no record of this success and
+    /// run the task again.
+    Unrecorded {
+        /// What the task returned.
+        output: T,
+        /// How the term ended.
+        report: TermReport,
+        /// Why the record was not written.
+        error: Error,
+    },
+    /// The completion record said the task was not due, and it did not
+    /// run. `report` is the term's when this instance led to look (the
+    /// term ended as soon as it had read the record); `None` when the
+    /// record, read before campaigning, already said so.
+    Skipped {
+        /// What the record said.
+        reason: SkipReason,
+        /// The term led to read the record, if one was.
+        report: Option<TermReport>,
+    },
+}
+
+/// What the run-once task of a term with completion options did.
+enum Step<T> {
+    Ran(T),
+    Unrecorded(T, Error),
+    Skipped(SkipReason),
+    /// The record could not be read or was not one: the task did not run.
+    Refused(Error),
 }
 
 impl<S: LeaseStore> BlobDistributedMutex<S> {
@@ -49,8 +85,9 @@ impl<S: LeaseStore> BlobDistributedMutex<S> {
         self.run_once_with(token, move |ctx| task(ctx)).await
     }
 
-    /// Campaigns until this instance leads, leads one term that runs `task`
-    /// once, and returns the task's output with the term's [`TermReport`]
+    /// As [`run_once_with_options`](Self::run_once_with_options) with no
+    /// completion record: campaigns until this instance leads, leads one
+    /// term that runs `task` once, and returns the task's output with the term's [`TermReport`]
     /// once the term is over. The term is the engine's own: stamped with
     /// its epoch, renewed, stopped before the local deadline, shown by
     /// [`watch`](Self::watch) and reported by
@@ -89,9 +126,71 @@ impl<S: LeaseStore> BlobDistributedMutex<S> {
         T: Send + 'static,
         E: Into<BoxError> + 'static,
     {
+        self.run_once_with_options(token, OnceOptions::default(), task)
+            .await
+    }
+
+    /// As [`run_once_with`](Self::run_once_with), keeping a completion
+    /// record in the lease's fenced state when `options` ask for one (see
+    /// the guide's [Choosing a shape](crate::guide::shapes)).
+    ///
+    /// Before it campaigns, and again in its term before the task, it reads
+    /// the record; when the record says the task is not due (the
+    /// [`done_key`](OnceOptions::done_key) succeeded, or the last success
+    /// is younger than [`at_most_every`](OnceOptions::at_most_every) on
+    /// storage's clock), it returns [`OnceOutcome::Skipped`] without
+    /// running the task, and logs why at `info`. After the task succeeded,
+    /// still in the term, it inspects the lease for storage's clock and
+    /// writes the record (the key and that time) under the term's lease;
+    /// storage refuses the write once the lease is gone, and the call then
+    /// returns [`OnceOutcome::Unrecorded`], never [`OnceOutcome::Ran`]. A
+    /// task that failed, or a leader that crashed before the write, leaves
+    /// no record: the next call runs the task.
+    ///
+    /// # Errors
+    ///
+    /// - [`Error::InvalidOption`] for invalid options
+    ///   ([`OnceOptions::validate`]).
+    /// - [`Error::StateNotARecord`] when the lease's state is something
+    ///   else than a completion record: it is left as it is.
+    /// - [`Error::Unsupported`] for `at_most_every` on a store that does
+    ///   not report storage's clock
+    ///   ([`LeaseInfo::storage_time`](crate::LeaseInfo::storage_time)).
+    /// - A failed read of the record, and as
+    ///   [`run_once_with`](Self::run_once_with).
+    ///
+    /// # Cancellation safety
+    ///
+    /// As [`run_once_with`](Self::run_once_with); a dropped call writes no
+    /// record.
+    pub async fn run_once_with_options<T, F, Fut, E>(
+        &self,
+        token: CancellationToken,
+        options: OnceOptions,
+        task: F,
+    ) -> Result<OnceOutcome<T>>
+    where
+        F: FnOnce(LeaderContext) -> Fut + Send + 'static,
+        Fut: Future<Output = Result<T, E>> + Send + 'static,
+        T: Send + 'static,
+        E: Into<BoxError> + 'static,
+    {
+        options.validate()?;
         let _one = OneCampaign::enter(&self.core)?;
+        let store = &self.core.store;
+        if options.records() {
+            let state = store.read_state().await?;
+            if let Some(reason) = record::skip_reason(&**store, &state, &options).await? {
+                info!(lease = %store.name(), %reason, "skipped the task before campaigning");
+                return Ok(OnceOutcome::Skipped {
+                    reason,
+                    report: None,
+                });
+            }
+        }
         let output = Arc::new(Slot::default());
         let observer = MutexObserver::new(&self.core);
+        let task = recorded(task, store.clone(), options);
         let led = self
             .core
             .engine(&observer, once_task(task, output.clone()))
@@ -101,17 +200,84 @@ impl<S: LeaseStore> BlobDistributedMutex<S> {
             Some(report) if led => report,
             _ => return Err(Error::Cancelled),
         };
-        match output.take() {
-            Some(Ok(output)) => Ok(OnceOutcome::Ran { output, report }),
-            Some(Err(source)) => Err(Error::TaskFailed {
-                report: Box::new(report),
-                source: Some(source),
-            }),
-            None => Err(Error::TaskFailed {
-                report: Box::new(report),
-                source: None,
-            }),
+        let source = match output.take() {
+            Some(Ok(step)) => return self.outcome(step, report),
+            Some(Err(source)) => Some(source),
+            None => None,
+        };
+        Err(Error::TaskFailed {
+            report: Box::new(report),
+            source,
+        })
+    }
+
+    /// What a term's step comes to, logged.
+    fn outcome<T>(&self, step: Step<T>, report: TermReport) -> Result<OnceOutcome<T>> {
+        let lease = self.core.store.name();
+        match step {
+            Step::Ran(output) => Ok(OnceOutcome::Ran { output, report }),
+            Step::Unrecorded(output, error) => {
+                warn!(%lease, epoch = report.epoch, %error, "the task succeeded; its completion record was not written");
+                Ok(OnceOutcome::Unrecorded {
+                    output,
+                    report,
+                    error,
+                })
+            }
+            Step::Skipped(reason) => {
+                info!(%lease, epoch = report.epoch, %reason, "skipped the task");
+                Ok(OnceOutcome::Skipped {
+                    reason,
+                    report: Some(report),
+                })
+            }
+            Step::Refused(error) => Err(error),
         }
+    }
+}
+
+/// What the task of [`recorded`] returns.
+type StepFuture<T> = Pin<Box<dyn Future<Output = Result<Step<T>, BoxError>> + Send>>;
+
+/// The task of a run-once term with completion `options`: reads the
+/// record through the term's fenced state, runs `task` when it is due,
+/// and records its success.
+fn recorded<S, T, F, Fut, E>(
+    task: F,
+    store: Arc<S>,
+    options: OnceOptions,
+) -> impl FnOnce(LeaderContext) -> StepFuture<T> + Send + 'static
+where
+    S: LeaseStore,
+    F: FnOnce(LeaderContext) -> Fut + Send + 'static,
+    Fut: Future<Output = Result<T, E>> + Send + 'static,
+    T: Send + 'static,
+    E: Into<BoxError> + 'static,
+{
+    move |ctx: LeaderContext| {
+        Box::pin(async move {
+            if options.records() {
+                let skip = match ctx.read_state().await {
+                    Ok(state) => record::skip_reason(&*store, &state, &options).await,
+                    Err(e) => Err(e),
+                };
+                match skip {
+                    Ok(None) => {}
+                    Ok(Some(reason)) => return Ok(Step::Skipped(reason)),
+                    Err(e) => return Ok(Step::Refused(e)),
+                }
+            }
+            let output = task(ctx.clone()).await.map_err(Into::into)?;
+            if !options.records() {
+                return Ok(Step::Ran(output));
+            }
+            Ok(
+                match record::record_success(&*store, &ctx, &options).await {
+                    Ok(()) => Step::Ran(output),
+                    Err(e) => Step::Unrecorded(output, e),
+                },
+            )
+        })
     }
 }
 
