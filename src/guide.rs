@@ -38,6 +38,7 @@ macro_rules! links {
             "[guide-handover]: crate::guide::handover\n",
             "[guide-quorum]: crate::guide::quorum\n",
             "[guide-state]: crate::guide::state\n",
+            "[guide-shapes]: crate::guide::shapes\n",
             "[guide-cli]: crate::guide::cli\n",
             "[guide-operations]: crate::guide::operations\n",
             "[guide-metrics]: crate::guide::operations#metrics\n",
