@@ -40,6 +40,16 @@ async fn acquire_creates_container_and_blob_then_every_action_works() {
     assert_eq!(info.infinite, Some(false));
     assert_eq!(info.content_length, 0);
     assert_eq!(info.epoch, 0);
+    // Storage's clock (the answer's Date): Azurite runs on this host.
+    let storage_time = info.storage_time.expect("storage's Date");
+    let host = std::time::SystemTime::now();
+    let apart = host
+        .duration_since(storage_time)
+        .unwrap_or_else(|e| e.duration());
+    assert!(
+        apart < Duration::from_secs(60),
+        "{storage_time:?} vs {host:?}"
+    );
 
     let first = m.stamp(a, "me-1").await.unwrap();
     assert!(
