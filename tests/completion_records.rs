@@ -2,7 +2,8 @@
 //! key across three instances, a leader that crashed mid-job leaves no
 //! record, a record write refused because the lease was lost is not
 //! reported as recorded, at most once per period on the store's clock (two
-//! periods missed run once), and state that is not a record is refused.
+//! periods missed run once), state that is not a record is refused, and a
+//! quorum, which keeps no state, refuses the options before campaigning.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -10,7 +11,7 @@ use std::time::Duration;
 
 use blob_mutex::{
     BlobDistributedMutex, CancellationToken, Error, LeaderContext, LeaseStore, MemoryLeaseStore,
-    MutexOptions, OnceOptions, OnceOutcome, SkipReason,
+    MutexOptions, OnceOptions, OnceOutcome, QuorumLeaseStore, SkipReason,
 };
 
 const PERIOD: Duration = Duration::from_secs(60);
@@ -271,4 +272,31 @@ async fn invalid_options_are_refused_before_campaigning() {
         "{refused:?}"
     );
     assert!(!store.is_held());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_quorum_keeps_no_record_and_says_so_before_campaigning() {
+    let accounts: Vec<_> = ["a", "b", "c"]
+        .into_iter()
+        .map(MemoryLeaseStore::new)
+        .collect();
+    let quorum = QuorumLeaseStore::new(accounts.clone()).unwrap();
+    let mutex = BlobDistributedMutex::with_store(
+        quorum,
+        MutexOptions::default(),
+        |_ctx: LeaderContext| async { Ok::<(), Error>(()) },
+    )
+    .unwrap();
+    let refused = mutex
+        .run_once_with_options(
+            CancellationToken::new(),
+            OnceOptions::default().with_done_key("v42"),
+            |_ctx: LeaderContext| async { Ok::<(), Error>(()) },
+        )
+        .await;
+    assert!(
+        matches!(refused, Err(Error::Unsupported { .. })),
+        "{refused:?}"
+    );
+    assert!(accounts.iter().all(|a| !a.is_held()), "never campaigned");
 }
