@@ -42,6 +42,18 @@ fn run(proxy: &Proxy, container: &str, holder: &str, addr: &str) -> Child {
         .unwrap()
 }
 
+/// `Some` once the campaign serving on `addr` has found the lease held.
+async fn held(addr: &str) -> Option<()> {
+    let (_, body) = get(addr, "/metrics").await?;
+    body.lines()
+        .any(|l| {
+            l.starts_with("blob_mutex_acquire_attempts_total{")
+                && l.contains("outcome=\"held\"")
+                && !l.ends_with(" 0")
+        })
+        .then_some(())
+}
+
 /// The value of the metric line that starts with `prefix`, if any.
 async fn figure(addr: &str, prefix: &str) -> Option<f64> {
     let (_, body) = get(addr, "/metrics").await?;
@@ -77,6 +89,15 @@ async fn storage_frozen_for_twice_the_lease_leaves_leader_and_follower_live() {
         get(follower_addr, "/readyz?leader").await,
         Some((503, "not the leader\n".to_owned()))
     );
+    // Storage has answered the follower's campaign: an outage from here on
+    // is one it rides out, not a first contact that never came (which ends
+    // a campaign after `--first-contact-timeout`, 30 s: as long as the cut).
+    wait_for(
+        "the follower to find the lease held",
+        Duration::from_secs(30),
+        || held(follower_addr),
+    )
+    .await;
 
     let cut = Instant::now();
     proxy.partition();

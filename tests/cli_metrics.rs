@@ -55,10 +55,16 @@ async fn metrics_and_probes_while_leading() {
     assert!(leading.contains("blob_mutex_terms_total{"), "{leading}");
     assert_eq!(get(&addr, "/livez").await, Some((200, "ok\n".to_owned())));
     assert_eq!(get(&addr, "/healthz").await, Some((200, "ok\n".to_owned())));
-    let ready = get(&addr, "/readyz").await;
-    let (status, body) = ready.clone().expect("an answer");
-    assert_eq!(status, 200);
+    // Ready once storage has answered a probe too (every 2 s, from the start).
+    let ready = wait_for("ready", Duration::from_secs(10), || async {
+        get(&addr, "/readyz")
+            .await
+            .filter(|(status, _)| *status == 200)
+    })
+    .await;
+    let body = ready.1.clone();
     assert!(body.starts_with("ready: leader of term "), "{body}");
+    let ready = Some(ready);
     assert_eq!(get(&addr, "/readyz?leader").await, ready);
     assert_eq!(get(&addr, "/other").await.map(|(s, _)| s), Some(404));
 

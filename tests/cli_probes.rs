@@ -36,11 +36,12 @@ async fn serving(name: &str, addr: &str) -> Child {
         .kill_on_drop(true)
         .spawn()
         .expect("start blob-mutex run");
+    // Ready: the endpoint answers, and storage has answered a probe.
     wait_for(
-        "the endpoint to answer",
+        "the endpoint to be ready",
         Duration::from_secs(30),
         || async {
-            get(addr, "/livez")
+            get(addr, "/readyz")
                 .await
                 .filter(|(status, _)| *status == 200)
         },

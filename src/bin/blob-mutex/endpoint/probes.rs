@@ -18,8 +18,8 @@ pub(super) const UNREACHABLE_AFTER: Duration = Duration::from_secs(10);
 
 /// Whether storage answers, for `/readyz`.
 pub(super) struct Storage {
-    /// When storage last answered a probe (or when serving started).
-    answered: Instant,
+    /// When storage last answered a probe; `None` until it first has.
+    answered: Option<Instant>,
     /// Why the last probe failed, while it fails.
     failure: Option<String>,
 }
@@ -32,7 +32,7 @@ pub(super) async fn probe(store: &impl LeaseStore, storage: &Mutex<Storage>, lim
             let mut storage = lock(storage);
             match outcome {
                 Ok(Ok(_)) => {
-                    storage.answered = Instant::now();
+                    storage.answered = Some(Instant::now());
                     storage.failure = None;
                 }
                 Ok(Err(e)) => storage.failure = Some(e.to_string()),
@@ -68,7 +68,7 @@ impl Probes {
             campaign,
             started,
             storage: Mutex::new(Storage {
-                answered: started,
+                answered: None,
                 failure: None,
             }),
         }
@@ -129,7 +129,7 @@ impl Probes {
                 let storage = lock(&self.storage);
                 Reply::verdict(readiness(
                     sample.unlive,
-                    storage.answered.elapsed(),
+                    storage.answered.map(|at| at.elapsed()),
                     storage.failure.as_deref(),
                     sample.leading,
                     leader_only,
@@ -175,12 +175,14 @@ fn liveness(
 
 /// The answer of `/readyz`: the line for 200, or the reason for 503.
 /// `unlive` is why `/livez` fails; `silent`, how long storage has not
-/// answered a probe, and `failure`, why the last probe failed; `leading`,
+/// answered a probe (`None` before it first has: a process that never
+/// reached storage is not ready), and `failure`, why the last probe
+/// failed; `leading`,
 /// the epoch of the term this process leads; `leader_only`, whether a
 /// follower is not ready (`?leader`).
 fn readiness(
     unlive: Option<String>,
-    silent: Duration,
+    silent: Option<Duration>,
     failure: Option<&str>,
     leading: Option<u64>,
     leader_only: bool,
@@ -188,6 +190,12 @@ fn readiness(
     if let Some(reason) = unlive {
         return Err(reason);
     }
+    let Some(silent) = silent else {
+        return Err(format!(
+            "storage has not answered yet: {}",
+            failure.unwrap_or("no answer yet")
+        ));
+    };
     if silent > UNREACHABLE_AFTER {
         return Err(format!(
             "storage has not answered for {}s: {}",
@@ -251,7 +259,8 @@ mod tests {
 
     #[test]
     fn ready_while_storage_answers_with_the_role() {
-        let ready = |leading, leader_only| readiness(None, SECOND, None, leading, leader_only);
+        let ready =
+            |leading, leader_only| readiness(None, Some(SECOND), None, leading, leader_only);
         assert_eq!(
             ready(Some(7), false),
             Ok("ready: leader of term 7".to_owned())
@@ -262,7 +271,13 @@ mod tests {
         );
         assert_eq!(ready(None, false), Ok("ready: follower".to_owned()));
         assert_eq!(ready(None, true), Err("not the leader".to_owned()));
-        let bound = readiness(None, UNREACHABLE_AFTER, Some("timed out"), None, false);
+        let bound = readiness(
+            None,
+            Some(UNREACHABLE_AFTER),
+            Some("timed out"),
+            None,
+            false,
+        );
         assert_eq!(bound, Ok("ready: follower".to_owned()));
     }
 
@@ -270,16 +285,34 @@ mod tests {
     fn not_ready_when_storage_is_silent_past_the_bound_or_when_not_live() {
         let silent = Duration::from_secs(11);
         assert_eq!(
-            readiness(None, silent, Some("connection refused"), Some(7), false),
+            readiness(
+                None,
+                Some(silent),
+                Some("connection refused"),
+                Some(7),
+                false
+            ),
             Err("storage has not answered for 11s: connection refused".to_owned())
         );
         assert_eq!(
-            readiness(None, Duration::from_secs(12), None, None, false),
+            readiness(None, Some(Duration::from_secs(12)), None, None, false),
             Err("storage has not answered for 12s: no answer yet".to_owned())
         );
         assert_eq!(
-            readiness(Some("wedged".to_owned()), SECOND, None, None, false),
+            readiness(Some("wedged".to_owned()), Some(SECOND), None, None, false),
             Err("wedged".to_owned())
+        );
+    }
+
+    #[test]
+    fn not_ready_before_storage_first_answers() {
+        assert_eq!(
+            readiness(None, None, None, None, false),
+            Err("storage has not answered yet: no answer yet".to_owned())
+        );
+        assert_eq!(
+            readiness(None, None, Some("connection refused"), None, false),
+            Err("storage has not answered yet: connection refused".to_owned())
         );
     }
 
@@ -342,6 +375,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_follower_stays_live_while_storage_is_silent_and_is_not_ready() {
         let (probes, _leadership, _) = probes();
+        lock(&probes.storage).answered = Some(Instant::now());
         // Storage silent for 30 s; the election's attempts fail, counted.
         for _ in 0..10 {
             advance(Duration::from_secs(3)).await;
@@ -360,7 +394,7 @@ mod tests {
             "{reply}"
         );
         // Storage answers again.
-        lock(&probes.storage).answered = Instant::now();
+        lock(&probes.storage).answered = Some(Instant::now());
         let reply = probes.answer("GET /readyz HTTP/1.1\r\n\r\n");
         assert!(String::from_utf8_lossy(&reply).ends_with("\r\n\r\nready: follower\n"));
         let reply = probes.answer("GET /readyz?leader HTTP/1.1\r\n\r\n");
