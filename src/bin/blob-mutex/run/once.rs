@@ -119,27 +119,37 @@ pub(super) fn exit_code(shared: &Shared, outcome: OnceOutcome<()>) -> u8 {
             );
             exit::OK
         }
-        OnceOutcome::Unrecorded { error, .. } => {
-            eprintln!(
-                "blob-mutex: the command exited 0, but its completion record on {} was not \
-                 written ({error}); the next run will run it again",
-                shared.name
-            );
-            exit::UNRECORDED
-        }
+        OnceOutcome::Unrecorded { error, .. } => unrecorded(shared, &error),
         // `Ran`, and any outcome the library adds: the command's own end.
         _ => run_exit_code(shared),
     }
 }
 
-/// The exit code for an error of the run-once call: the command's, when it
-/// ran or a signal stopped the run; a usage error for completion records
-/// on a store that keeps none (a quorum); else the error.
+/// The command exited 0 by itself, and its completion record was not
+/// written.
+fn unrecorded(shared: &Shared, error: &dyn std::fmt::Display) -> u8 {
+    eprintln!(
+        "blob-mutex: the command exited 0, but its completion record on {} was not written \
+         ({error}); the next run will run it again",
+        shared.name
+    );
+    exit::UNRECORDED
+}
+
+/// The exit code for an error of the run-once call: 6 when the command
+/// succeeded and the term failed after it (its task aborted during the
+/// record's write, for a lost lease); the command's, when it ran or a
+/// signal stopped the run; a usage error for completion records on a
+/// store that keeps none (a quorum); else the error.
 pub(super) fn of_error(shared: &Shared, error: blob_mutex::Error) -> Result<u8> {
-    let ended = {
+    let (succeeded, ended) = {
         let state = shared.state();
-        state.outcome.is_some() || state.signal.is_some()
+        let succeeded = matches!(&state.outcome, Some(Outcome::Exited(s)) if s.success());
+        (succeeded, state.outcome.is_some() || state.signal.is_some())
     };
+    if succeeded && shared.records {
+        return Ok(unrecorded(shared, &error));
+    }
     if ended {
         return Ok(run_exit_code(shared));
     }
