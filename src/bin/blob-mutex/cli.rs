@@ -22,6 +22,14 @@ Examples:
   # A cron job that runs on one host only; the others skip it (exit code 3).
   blob-mutex run --container leases --blob nightly --wait 0 -- ./nightly-report.sh
 
+  # The same from every host's cron, at most once per 20 hours across them all
+  # (the others exit 0 and say they skipped it).
+  blob-mutex run --container leases --blob nightly --once --at-most-every 20h -- ./nightly-report.sh
+
+  # A migration at deploy time, on every host: one runs it, the others exit 0;
+  # later runs with the same key skip it at once.
+  blob-mutex run --container leases --blob schema --once --done-key migrate-v42 -- ./migrate.sh
+
   # A daemon that runs on exactly one host and fails over to another.
   blob-mutex run --container leases --blob scheduler --forever -- ./scheduler --serve
 
@@ -90,6 +98,13 @@ pub(crate) enum Command {
     /// CMD's whole process group is gone. SIGINT, SIGTERM and SIGHUP are
     /// forwarded to CMD; the lease is released after CMD has exited (a
     /// second signal kills CMD at once).
+    ///
+    /// With --once, blob-mutex leads one term and never campaigns again.
+    /// With --done-key or --at-most-every as well, it skips CMD (exit code
+    /// 0, saying so on stderr) when the completion record in the lease blob
+    /// says CMD is not due, and records CMD's success when CMD exits 0 by
+    /// itself; exit code 6 when that record could not be written (the
+    /// lease was lost first: the next run runs CMD again).
     ///
     /// CMD runs in the process group of a small guard process (this program
     /// again) that kills the whole group with SIGKILL at once when blob-mutex
