@@ -3,7 +3,8 @@
 //! with `--done-key` run it once and all exit 0; hosts whose cron fires one
 //! after the other with `--at-most-every` run the job once; a failed
 //! command, or one whose record could not be written, leaves no record and
-//! runs again; bad combinations and a quorum are refused with code 2.
+//! runs again, as does one stopped by a signal; bad combinations and a
+//! quorum are refused with code 2.
 //!
 //! The command is a small `sh` script that appends its holder's name to
 //! the test's `ran` file, sleeps a little, and exits with the code given.
@@ -155,7 +156,10 @@ async fn cron_firing_on_several_hosts_one_after_the_other_runs_the_job_once_per_
         assert_eq!(output.status.code(), Some(0), "{host}: {}", stderr(&output));
     }
     assert_eq!(case.ran(), ["h1"]);
-    let late = finish(case.run("h3", &flags, 0, "0")).await;
+    // A host that makes one attempt only finds the record before it
+    // campaigns: skipped, not "held by another instance".
+    let late = finish(case.run("h3", &[&flags[..], &["--wait", "0"]].concat(), 0, "0")).await;
+    assert_eq!(late.status.code(), Some(0), "{}", stderr(&late));
     assert!(said_skipped(&late), "{}", stderr(&late));
     assert!(
         stderr(&late).contains("on storage's clock, younger than 3600 s"),
@@ -288,4 +292,31 @@ async fn a_quorum_refuses_completion_records_with_code_2_and_says_why() {
         );
     }
     assert!(case.ran().is_empty(), "ran: {:?}", case.ran());
+}
+
+#[tokio::test]
+async fn a_command_stopped_by_a_signal_leaves_no_record_even_when_it_exits_0() {
+    let case = Case::new("signal");
+    let flags = ["--once", "--done-key", "migrate-v1"];
+    let script = r#"trap 'exit 0' TERM; echo "$BLOB_MUTEX_HOLDER" >> "$1/ran"; sleep 60 & wait"#;
+    let mut run = case
+        .run_script("h1", &flags, script, &[])
+        .spawn()
+        .expect("start run");
+    support::wait_for("the command to start", RUN_LIMIT, || async {
+        (!case.ran().is_empty()).then_some(())
+    })
+    .await;
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(run.id().expect("running")).unwrap());
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).expect("signal run");
+    let status = tokio::time::timeout(RUN_LIMIT, run.wait())
+        .await
+        .expect("run ended in time")
+        .expect("wait for run");
+    assert_eq!(status.code(), Some(0), "the command's own status");
+
+    let next = finish(case.run("h2", &flags, 0, "0")).await;
+    assert_eq!(next.status.code(), Some(0), "{}", stderr(&next));
+    assert!(!said_skipped(&next), "{}", stderr(&next));
+    assert_eq!(case.ran(), ["h1", "h2"]);
 }
