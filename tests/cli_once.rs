@@ -1,9 +1,10 @@
 //! `blob-mutex run --once`, with and without a completion record, as
 //! separate processes against Azurite: three hosts deploying a migration
-//! with `--done-key` run it once and all exit 0; hosts whose cron fires one
-//! after the other with `--at-most-every` run the job once; a failed
-//! command, or one whose record could not be written, leaves no record and
-//! runs again, as does one stopped by a signal; bad combinations and a
+//! with `--done-key` run it once and all exit 0; hosts whose cron fires
+//! one after the other, or all the time, with `--at-most-every` run the
+//! job once per period, never overlapping; a command that failed, was
+//! stopped by a signal, whose `run` was killed, or whose record could not
+//! be written leaves no record and runs again; bad combinations and a
 //! quorum are refused with code 2.
 //!
 //! The command is a small `sh` script that appends its holder's name to
@@ -372,4 +373,26 @@ async fn three_hosts_cron_firing_all_the_time_run_the_job_once_per_period_never_
         let gap = Duration::from_nanos(u64::try_from(pair[1] - pair[0]).unwrap());
         assert!(gap >= Duration::from_secs(3), "runs {gap:?} apart: {text}");
     }
+}
+
+#[tokio::test]
+async fn a_run_killed_mid_command_leaves_no_record_and_the_next_runs_it_once_the_lease_expired() {
+    let case = Case::new("killed");
+    let flags = ["--once", "--done-key", "migrate-v1"];
+    let mut run = case.run("h1", &flags, 0, "60").spawn().expect("start run");
+    support::wait_for("the command to start", RUN_LIMIT, || async {
+        (!case.ran().is_empty()).then_some(())
+    })
+    .await;
+    run.start_kill().expect("SIGKILL run");
+    run.wait().await.expect("wait for run");
+
+    // The lease was not released: the next host waits for it to expire
+    // (15 s), finds no record, and runs the command.
+    let next = finish(case.run("h2", &flags, 0, "0")).await;
+    assert_eq!(next.status.code(), Some(0), "{}", stderr(&next));
+    assert!(!said_skipped(&next), "{}", stderr(&next));
+    assert_eq!(case.ran(), ["h1", "h2"]);
+    let done = finish(case.run("h3", &flags, 0, "0")).await;
+    assert!(said_skipped(&done), "{}", stderr(&done));
 }
