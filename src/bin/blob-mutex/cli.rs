@@ -528,10 +528,10 @@ pub(crate) struct RunArgs {
     pub(crate) done_key: Option<String>,
     /// With --once: run CMD at most once per DURATION across all hosts (a
     /// job that every host's cron starts). After CMD exits 0 by itself,
-    /// storage's time is recorded in the lease blob's state; a later run
-    /// whose storage time is less than DURATION after it exits 0 without
-    /// running CMD, saying so on stderr. Measured on storage's clock, never
-    /// the host's. At least 1s; choose it a little shorter than the
+    /// storage's time is recorded in the lease blob's state; a run less
+    /// than DURATION after it, on any host, exits 0 without running CMD,
+    /// saying so on stderr. Measured on storage's clock (in whole seconds),
+    /// never the host's. At least 1s; choose it a little shorter than the
     /// schedule (20h for a daily job). With --done-key, skips when either
     /// says so. One storage account only.
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]

@@ -5,13 +5,14 @@ use std::fmt;
 use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
 
-/// Success: `status` found the lease held, `break` broke it, `run`'s command exited 0,
-/// `partitions` found the set.
+/// Success: `status` found the lease held, `break` broke it, `run`'s command exited 0
+/// (or `run --once` skipped it, as its completion record said), `partitions` found the set.
 pub(crate) const OK: u8 = 0;
 /// An error: storage could not be reached, refused the credentials, or failed.
 pub(crate) const ERROR: u8 = 1;
-/// A usage error: a bad flag, an invalid option value or connection string.
-/// (clap uses 2 for its own parse errors too.)
+/// A usage error: a bad flag, an invalid option value or connection string,
+/// a combination of flags `run` refuses. (clap uses 2 for its own parse
+/// errors too.)
 pub(crate) const USAGE: u8 = 2;
 /// `status`: the lease is free. `break`: there was no lease to break.
 /// `run --wait`: the lease was not acquired in time; the command did not run.
@@ -46,7 +47,9 @@ Exit codes:
          partitions: the set exists; run --once: the completion record said the command was not
          due (already done for --done-key, or run within --at-most-every); it did not run
   1      error: storage unreachable, authentication refused, or another failure
-  2      usage: a bad flag, an invalid option value or an invalid connection string
+  2      usage: a bad flag, an invalid option value or an invalid connection string;
+         run: --done-key or --at-most-every without --once, --once with --forever,
+         or a completion record asked of a quorum of accounts
   3      status: the lease is free; break: there was no lease to break;
          run: not leader within --wait (the command did not run);
          partitions: the set has no partitions and no members
