@@ -5,6 +5,7 @@
 mod calls;
 mod each;
 mod epoch;
+mod hold_off;
 mod identity;
 mod set;
 mod votes;
@@ -14,6 +15,8 @@ use std::fmt;
 use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
+
+use tokio::time::Instant;
 
 use crate::azure::settings::BlobSettings;
 use crate::azure::BlobLeaseManager;
@@ -200,6 +203,9 @@ pub struct QuorumLeaseStore<S: LeaseStore = BlobLeaseManager> {
     /// Each account's label (never a secret) and store.
     accounts: Arc<[(String, S)]>,
     terms: Arc<Mutex<VecDeque<Term>>>,
+    /// Per account: since when this store has seen it without an epoch
+    /// (see [`hold_off`]).
+    missing: Arc<Mutex<Vec<Option<Instant>>>>,
     request_timeout: Duration,
 }
 
@@ -258,6 +264,7 @@ impl<S: LeaseStore> Clone for QuorumLeaseStore<S> {
         QuorumLeaseStore {
             accounts: self.accounts.clone(),
             terms: self.terms.clone(),
+            missing: self.missing.clone(),
             request_timeout: self.request_timeout,
         }
     }
@@ -338,9 +345,11 @@ impl<S: LeaseStore> QuorumLeaseStore<S> {
                 ),
             ));
         }
+        let n = accounts.len();
         Ok(QuorumLeaseStore {
             accounts: accounts.into(),
             terms: Arc::default(),
+            missing: Arc::new(Mutex::new(vec![None; n])),
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
         })
     }
@@ -582,6 +591,8 @@ impl<S: LeaseStore> LeaseStore for QuorumLeaseStore<S> {
     }
 }
 
+#[cfg(all(test, feature = "testing"))]
+mod hold_off_tests;
 #[cfg(all(test, feature = "testing"))]
 mod tests;
 #[cfg(all(test, feature = "testing"))]

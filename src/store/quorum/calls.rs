@@ -1,12 +1,14 @@
 //! Each call of the quorum store: asked of every account concurrently,
 //! decided by a majority of them, and what the accounts' answers count as.
 
+use std::sync::PoisonError;
 use std::time::Duration;
 
 use tokio::time::Instant;
 use tracing::debug;
 
-use super::epoch::{catch_up, read_last, stamp_all, Stamp};
+use super::epoch::{catch_up, read_each, read_last, stamp_all, Stamp};
+use super::hold_off::{self, first_missing, Account, HOLD_OFF};
 use super::votes::{ask, no_majority, straggler_grace, Answers, Asking, Vote, Votes};
 use super::{merge, QuorumLeaseStore, Term, CLEANUP_LIMIT};
 use crate::error::{Error, Result};
@@ -69,11 +71,28 @@ impl<S: LeaseStore> QuorumLeaseStore<S> {
             .iter()
             .map(|a| matches!(a, Some(Ok(Acquire::Acquired))))
             .collect();
-        if votes.won() {
-            self.remember(Term::new(proposed, duration, granted));
-            return Ok(Acquire::Acquired);
-        }
-        debug!(lease = %self.name(), granted = votes.yes, held = votes.no, failed = votes.failed, "no majority granted; releasing the leases granted");
+        let held_off = if votes.won() {
+            // What is left of the request timeout, less what the release
+            // after a hold-off may take.
+            let limit = self
+                .request_timeout
+                .saturating_sub(start.elapsed())
+                .saturating_sub(CLEANUP_LIMIT.min(self.request_timeout / 2));
+            let counted = self.counted(&answers, &granted, limit).await;
+            let count = counted.iter().filter(|c| **c).count();
+            if count >= self.majority() {
+                let mut term = Term::new(proposed, duration, granted);
+                // The deadline rests on the counted accounts only.
+                term.basis = counted;
+                self.remember(term);
+                return Ok(Acquire::Acquired);
+            }
+            debug!(lease = %self.name(), granted = votes.yes, counted = count, "a majority granted, but accounts that forgot the lease are held off; releasing the leases granted");
+            true
+        } else {
+            debug!(lease = %self.name(), granted = votes.yes, held = votes.no, failed = votes.failed, "no majority granted; releasing the leases granted");
+            false
+        };
         // An account that failed or did not answer may have granted the
         // lease all the same: release there too, without waiting for it.
         let maybe: Vec<bool> = answers
@@ -81,11 +100,43 @@ impl<S: LeaseStore> QuorumLeaseStore<S> {
             .map(|a| !matches!(a, Some(Ok(Acquire::Held))))
             .collect();
         self.release_on(proposed, &maybe, &granted).await;
-        if votes.lost() {
+        if held_off || votes.lost() {
             Ok(Acquire::Held)
         } else {
             Err(no_majority("acquire", answers, votes, self.request_timeout))
         }
+    }
+
+    /// The granted accounts whose grant counts toward a new majority
+    /// ([`hold_off::counted`]): the epoch of every account that answered
+    /// the acquire is read (for at most `limit`), and this store's record
+    /// of the accounts seen without one is brought up to date.
+    async fn counted(
+        &self,
+        answers: &Answers<Acquire>,
+        granted: &[bool],
+        limit: Duration,
+    ) -> Vec<bool> {
+        let answered: Vec<bool> = answers.iter().map(|a| matches!(a, Some(Ok(_)))).collect();
+        let reads = read_each(&self.accounts, &answered, limit).await;
+        let now = Instant::now();
+        let mut missing = self.missing.lock().unwrap_or_else(PoisonError::into_inner);
+        let accounts: Vec<Account> = reads
+            .iter()
+            .zip(missing.iter_mut())
+            .enumerate()
+            .map(|(i, (read, since))| {
+                let held_by_another = answered[i] && !granted[i];
+                *since = first_missing(*since, *read, held_by_another, now);
+                Account {
+                    granted: granted[i],
+                    read: *read,
+                    missing_for: since.map_or(Duration::ZERO, |s| now.saturating_duration_since(s)),
+                }
+            })
+            .collect();
+        drop(missing);
+        hold_off::counted(&accounts, HOLD_OFF)
     }
 
     pub(super) async fn renew_quorum(&self, lease: LeaseId) -> Result<()> {
