@@ -260,9 +260,14 @@ pub struct QuorumLeaseStore<S: LeaseStore = BlobLeaseManager> {
     terms: Arc<Mutex<VecDeque<Term>>>,
     /// Per account: since when this store has seen it without an epoch
     /// (see [`hold_off`]).
-    missing: Arc<Mutex<Vec<Option<Instant>>>>,
+    missing: Missing,
     request_timeout: Duration,
 }
+
+/// Per account: since when a store has seen the lease without an epoch
+/// there. Shared by the stores of one lease that a lease set makes, one
+/// per attempt.
+type Missing = Arc<Mutex<Vec<Option<Instant>>>>;
 
 /// What the store remembers of a lease id it acquired.
 #[derive(Debug, Clone)]
@@ -424,6 +429,17 @@ impl<S: LeaseStore> QuorumLeaseStore<S> {
     #[must_use = "the store is returned by value"]
     pub fn with_request_timeout(mut self, timeout: Duration) -> Self {
         self.request_timeout = timeout;
+        self
+    }
+
+    /// The same store with the record of accounts seen without an epoch
+    /// that earlier stores of the same lease kept (one of as many entries).
+    fn sharing_missing(mut self, missing: Missing) -> Self {
+        let n = self.len();
+        let fits = missing.lock().unwrap_or_else(PoisonError::into_inner).len() == n;
+        if fits {
+            self.missing = missing;
+        }
         self
     }
 

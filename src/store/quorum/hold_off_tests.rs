@@ -7,10 +7,10 @@ use std::time::Duration;
 use tokio::time::{advance, Instant};
 
 use super::hold_off::HOLD_OFF;
-use super::QuorumLeaseStore;
+use super::{QuorumLeaseSetStore, QuorumLeaseStore};
 use crate::error::Error;
-use crate::store::{Acquire, LeaseId, LeaseStore};
-use crate::{MemoryLeaseStore, MutexOptions};
+use crate::store::{Acquire, LeaseId, LeaseSetStore, LeaseStore};
+use crate::{MemoryLeaseSetStore, MemoryLeaseStore, MutexOptions};
 
 const D: Duration = Duration::from_secs(15);
 
@@ -219,5 +219,42 @@ async fn the_wait_starts_over_once_the_account_is_seen_with_an_epoch() {
         b.acquire(lease_b, D).await.unwrap(),
         Acquire::Held,
         "seen with an epoch since: the wait starts over, though b first saw it empty long ago"
+    );
+}
+
+/// A lease set makes a store per attempt on a partition: the record of
+/// accounts seen without an epoch is kept across them, so the hold-off
+/// ends.
+#[tokio::test(start_paused = true)]
+async fn a_lease_sets_attempts_share_the_hold_off() {
+    let sets: Vec<(String, MemoryLeaseSetStore)> = (0..3)
+        .map(|i| (format!("account-{i}"), MemoryLeaseSetStore::new()))
+        .collect();
+    let accounts: Vec<MemoryLeaseStore> = sets.iter().map(|(_, s)| s.get("p")).collect();
+    let set = QuorumLeaseSetStore::with_labels(sets).unwrap();
+    let a = set.lease("p").unwrap();
+    let lease_a = LeaseId::new();
+    a.acquire(lease_a, D).await.unwrap();
+    assert_eq!(a.stamp(lease_a, "a").await.unwrap(), 1);
+    a.release(lease_a).await.unwrap();
+    let foreign = held_elsewhere(&accounts[0]).await;
+    accounts[2].lose_blob();
+    let first = Instant::now();
+    let acquired = loop {
+        accounts[0].renew(foreign).await.unwrap();
+        let attempt = set.lease("p").unwrap();
+        if attempt.acquire(LeaseId::new(), D).await.unwrap() == Acquire::Acquired {
+            break Instant::now();
+        }
+        assert!(
+            first.elapsed() < HOLD_OFF * 2,
+            "the hold-off never ended across attempts"
+        );
+        advance(Duration::from_secs(1)).await;
+    };
+    let waited = acquired - first;
+    assert!(
+        waited >= HOLD_OFF && waited < HOLD_OFF + Duration::from_secs(2),
+        "{waited:?}"
     );
 }
