@@ -132,7 +132,8 @@ const TERMS_KEPT: usize = 16;
 ///    it came before its end; the store does not know the durations other
 ///    instances use, so it takes the longest. A read that finds an epoch,
 ///    or the account held by another id (whose holder may stamp it, and it
-///    may forget again), starts the wait over.
+///    may forget again), starts the wait over; so does any attempt that
+///    finds it held by another id, majority or not.
 /// 3. When no account read carries an epoch (a new quorum), or when every
 ///    account granted, nothing is held off: a live holder's majority would
 ///    have to have forgotten whole.
@@ -144,9 +145,11 @@ const TERMS_KEPT: usize = 16;
 /// it off for the hold-off, x did not lose A's lease before A's deadline,
 /// so x granted B only after A's lease there ended: after A's deadline.
 /// What this assumes: fewer than a majority of the accounts forget within
-/// a hold-off, and an account of S that B could not read (down) did not
-/// forget either; with three accounts that is one down and one forgotten
-/// at once. An account rolled back to an older copy of its blob carries an
+/// a hold-off, an account of S that B could not read (down) did not
+/// forget either, and an account forgets at most once within a hold-off
+/// unless B sees it held or stamped in between (B's reads cannot tell one
+/// empty blob from the next); with three accounts that is one down and
+/// one forgotten at once. An account rolled back to an older copy of its blob carries an
 /// epoch and is not held off: delete its lease blob, so that it shows as
 /// lost (below). The holder's own renewals, which acquire an account again and
 /// bring it up to the stamp, hold off nothing: the holder kept its

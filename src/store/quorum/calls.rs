@@ -8,7 +8,7 @@ use tokio::time::Instant;
 use tracing::debug;
 
 use super::epoch::{catch_up, read_each, read_last, stamp_all, Stamp};
-use super::hold_off::{self, first_missing, Account, HOLD_OFF};
+use super::hold_off::{self, first_missing, Account, Read, HOLD_OFF};
 use super::votes::{ask, no_majority, straggler_grace, Answers, Asking, Vote, Votes};
 use super::{merge, QuorumLeaseStore, Term, CLEANUP_LIMIT};
 use crate::error::{Error, Result};
@@ -71,6 +71,7 @@ impl<S: LeaseStore> QuorumLeaseStore<S> {
             .iter()
             .map(|a| matches!(a, Some(Ok(Acquire::Acquired))))
             .collect();
+        self.seen_held(&answers);
         let held_off = if votes.won() {
             // What is left of the request timeout, less what the release
             // after a hold-off may take.
@@ -104,6 +105,18 @@ impl<S: LeaseStore> QuorumLeaseStore<S> {
             Ok(Acquire::Held)
         } else {
             Err(no_majority("acquire", answers, votes, self.request_timeout))
+        }
+    }
+
+    /// Starts the wait over on the accounts an attempt found held by
+    /// another id, majority or not: their holder may stamp them, and they
+    /// may forget again.
+    fn seen_held(&self, answers: &Answers<Acquire>) {
+        let now = Instant::now();
+        let mut missing = self.missing.lock().unwrap_or_else(PoisonError::into_inner);
+        for (since, answer) in missing.iter_mut().zip(answers) {
+            let held = matches!(answer, Some(Ok(Acquire::Held)));
+            *since = first_missing(*since, Read::Unread, held, now);
         }
     }
 

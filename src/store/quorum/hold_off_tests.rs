@@ -258,3 +258,41 @@ async fn a_lease_sets_attempts_share_the_hold_off() {
         "{waited:?}"
     );
 }
+
+/// An attempt that finds the account held by another id starts the wait
+/// over, though no majority granted it: that holder may stamp the account,
+/// and it may forget again, with that holder's lease.
+#[tokio::test(start_paused = true)]
+async fn the_wait_starts_over_once_the_account_is_seen_held_by_another() {
+    let accounts = accounts(3);
+    let a = quorum(&accounts);
+    let lease_a = LeaseId::new();
+    a.acquire(lease_a, D).await.unwrap();
+    a.stamp(lease_a, "a").await.unwrap();
+    a.release(lease_a).await.unwrap();
+    let foreign = held_elsewhere(&accounts[0]).await;
+    accounts[2].lose_blob();
+    let b = quorum(&accounts);
+    let lease_b = LeaseId::new();
+    assert_eq!(b.acquire(lease_b, D).await.unwrap(), Acquire::Held);
+    // Another holder leases account 2 for a while, then it forgets again.
+    advance(HOLD_OFF / 2).await;
+    accounts[0].renew(foreign).await.unwrap();
+    let other = LeaseId::new();
+    assert_eq!(
+        accounts[2].acquire(other, D).await.unwrap(),
+        Acquire::Acquired
+    );
+    assert_eq!(b.acquire(lease_b, D).await.unwrap(), Acquire::Held);
+    accounts[2].lose_blob();
+    advance(HOLD_OFF / 2 + Duration::from_secs(1)).await;
+    accounts[0].renew(foreign).await.unwrap();
+    assert_eq!(
+        b.acquire(lease_b, D).await.unwrap(),
+        Acquire::Held,
+        "seen held by another since: the wait starts over"
+    );
+    advance(HOLD_OFF).await;
+    accounts[0].renew(foreign).await.unwrap();
+    assert_eq!(b.acquire(lease_b, D).await.unwrap(), Acquire::Acquired);
+}
