@@ -154,8 +154,9 @@ const TERMS_KEPT: usize = 16;
 /// lost (below). The holder's own renewals, which acquire an account again and
 /// bring it up to the stamp, hold off nothing: the holder kept its
 /// majority. The price: a failover that needs an account restarted empty
-/// (the other two: one down, one still leased by the old leader) waits up
-/// to the hold-off; with the other two healthy it waits for nothing.
+/// waits until a third account can be granted too (the old leader's lease
+/// there expires, or it is back), or for the hold-off, whichever comes
+/// first; with the other accounts healthy it waits for nothing.
 ///
 /// # Why epochs strictly increase
 ///
