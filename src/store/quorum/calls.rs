@@ -57,6 +57,7 @@ impl<S: LeaseStore> QuorumLeaseStore<S> {
         let start = Instant::now();
         let cap = self.request_timeout / 2;
         let _ = tokio::time::timeout(cap, asking.settle(Votes::decided)).await;
+        let mut reads = None;
         if Votes::won(asking.votes()) {
             // So that the whole term starts on every account that answers
             // like the others, not only at the first renewal.
@@ -64,7 +65,19 @@ impl<S: LeaseStore> QuorumLeaseStore<S> {
             // `Duration::MAX` must not overflow the clock.
             let grace = straggler_grace(start.elapsed());
             let left = cap.saturating_sub(start.elapsed());
-            let _ = tokio::time::timeout(left, asking.collect_for(grace)).await;
+            // Meanwhile, the epochs of the accounts that answered are read
+            // for the hold-off, with what is left of the request timeout
+            // less what a release after a hold-off may take.
+            let answered = asking.answered(Result::is_ok);
+            let limit = self
+                .request_timeout
+                .saturating_sub(start.elapsed())
+                .saturating_sub(CLEANUP_LIMIT.min(self.request_timeout / 2));
+            let (_, read) = tokio::join!(
+                tokio::time::timeout(left, asking.collect_for(grace)),
+                read_each(&self.accounts, &answered, limit),
+            );
+            reads = Some(read);
         }
         let (answers, votes) = asking.finish();
         let granted: Vec<bool> = answers
@@ -72,14 +85,8 @@ impl<S: LeaseStore> QuorumLeaseStore<S> {
             .map(|a| matches!(a, Some(Ok(Acquire::Acquired))))
             .collect();
         self.seen_held(&answers);
-        let held_off = if votes.won() {
-            // What is left of the request timeout, less what the release
-            // after a hold-off may take.
-            let limit = self
-                .request_timeout
-                .saturating_sub(start.elapsed())
-                .saturating_sub(CLEANUP_LIMIT.min(self.request_timeout / 2));
-            let counted = self.counted(&answers, &granted, limit).await;
+        if let Some(reads) = reads {
+            let counted = self.counted(&answers, &granted, &reads);
             let count = counted.iter().filter(|c| **c).count();
             if count >= self.majority() {
                 let mut term = Term::new(proposed, duration, granted);
@@ -89,11 +96,10 @@ impl<S: LeaseStore> QuorumLeaseStore<S> {
                 return Ok(Acquire::Acquired);
             }
             debug!(lease = %self.name(), granted = votes.yes, counted = count, "a majority granted, but accounts that forgot the lease are held off; releasing the leases granted");
-            true
         } else {
             debug!(lease = %self.name(), granted = votes.yes, held = votes.no, failed = votes.failed, "no majority granted; releasing the leases granted");
-            false
-        };
+        }
+        let held_off = votes.won();
         // An account that failed or did not answer may have granted the
         // lease all the same: release there too, without waiting for it.
         let maybe: Vec<bool> = answers
@@ -121,17 +127,9 @@ impl<S: LeaseStore> QuorumLeaseStore<S> {
     }
 
     /// The granted accounts whose grant counts toward a new majority
-    /// ([`hold_off::counted`]): the epoch of every account that answered
-    /// the acquire is read (for at most `limit`), and this store's record
-    /// of the accounts seen without one is brought up to date.
-    async fn counted(
-        &self,
-        answers: &Answers<Acquire>,
-        granted: &[bool],
-        limit: Duration,
-    ) -> Vec<bool> {
-        let answered: Vec<bool> = answers.iter().map(|a| matches!(a, Some(Ok(_)))).collect();
-        let reads = read_each(&self.accounts, &answered, limit).await;
+    /// ([`hold_off::counted`]), from the epochs read; this store's record of
+    /// the accounts seen without one is brought up to date.
+    fn counted(&self, answers: &Answers<Acquire>, granted: &[bool], reads: &[Read]) -> Vec<bool> {
         let now = Instant::now();
         let mut missing = self.missing.lock().unwrap_or_else(PoisonError::into_inner);
         let accounts: Vec<Account> = reads
@@ -139,7 +137,7 @@ impl<S: LeaseStore> QuorumLeaseStore<S> {
             .zip(missing.iter_mut())
             .enumerate()
             .map(|(i, (read, since))| {
-                let held_by_another = answered[i] && !granted[i];
+                let held_by_another = matches!(answers[i], Some(Ok(Acquire::Held)));
                 *since = first_missing(*since, *read, held_by_another, now);
                 Account {
                     granted: granted[i],
