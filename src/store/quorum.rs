@@ -134,9 +134,10 @@ const TERMS_KEPT: usize = 16;
 ///    or the account held by another id (whose holder may stamp it, and it
 ///    may forget again), starts the wait over; so does any attempt that
 ///    finds it held by another id, majority or not.
-/// 3. When no account read carries an epoch (a new quorum), or when every
-///    account granted, nothing is held off: a live holder's majority would
-///    have to have forgotten whole.
+/// 3. When no account read carries an epoch and every granted account
+///    was read (a new quorum), or when every account granted, nothing is
+///    held off: a live holder's majority would have to have forgotten
+///    whole (or its other accounts be down, unread).
 /// 4. A granted account whose read did not answer does not count.
 ///
 /// Take a holder A whose deadline rests on a majority S (its last
@@ -149,11 +150,11 @@ const TERMS_KEPT: usize = 16;
 /// forget either, and an account forgets at most once within a hold-off
 /// unless B sees it held or stamped in between (B's reads cannot tell one
 /// empty blob from the next); with three accounts that is one down and
-/// one forgotten at once. An account rolled back to an older copy of its blob carries an
-/// epoch and is not held off: delete its lease blob, so that it shows as
-/// lost (below). The holder's own renewals, which acquire an account again and
-/// bring it up to the stamp, hold off nothing: the holder kept its
-/// majority. The price: a failover that needs an account restarted empty
+/// one forgotten at once. An account rolled back to an older copy of its
+/// blob carries an epoch and is not held off: delete its lease blob, so
+/// that it shows as lost (below). The holder's own renewals, which acquire
+/// an account again and bring it up to the stamp, hold off nothing: the
+/// holder kept its majority. The price: a failover that needs an account restarted empty
 /// waits until a third account can be granted too (the old leader's lease
 /// there expires, or it is back), or for the hold-off, whichever comes
 /// first; with the other accounts healthy it waits for nothing.
