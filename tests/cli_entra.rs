@@ -1,0 +1,301 @@
+//! `blob-mutex` signed in by `--account-url` and `--auth`, as on a host with
+//! Shared Key disabled: the token comes from an identity endpoint that the
+//! test serves on 127.0.0.1, and goes as a bearer token to an Azurite that
+//! checks bearer tokens (`--oauth basic`, over https with a certificate of
+//! the test's own CA, which the command trusts through `SSL_CERT_FILE`).
+//!
+//! Managed identity is faked with the App Service protocol that
+//! `azure_identity` speaks when `IDENTITY_ENDPOINT` and `IDENTITY_HEADER`
+//! are set (the VM's IMDS address is fixed, so it cannot be pointed at the
+//! test); the token is an unsigned JWT with the audience, issuer and
+//! lifetime Azurite checks. Also: an identity endpoint that refuses, or
+//! none at all, ends the command at start with code 2 and what to check;
+//! and a SAS read from a file leads on a plain Azurite, on every backend.
+
+mod support;
+
+use std::process::Output;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use support::azurite::{self, Azurite};
+use support::tls::TestCa;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+use tokio::process::Command;
+
+const BIN: &str = env!("CARGO_BIN_EXE_blob-mutex");
+
+/// The secret header the App Service protocol sends (`IDENTITY_HEADER`).
+const IDENTITY_HEADER: &str = "test-identity-header";
+
+/// What the fake identity endpoint answers.
+#[derive(Clone, Copy)]
+enum Answer {
+    /// A token Azurite accepts.
+    Token,
+    /// 400, as an identity endpoint answers for an identity the host does
+    /// not have.
+    NotAssigned,
+}
+
+/// An identity endpoint of the App Service protocol on 127.0.0.1, which
+/// records the request line and secret header of each request.
+struct IdentityEndpoint {
+    url: String,
+    requests: Arc<Mutex<Vec<String>>>,
+}
+
+impl IdentityEndpoint {
+    async fn start(answer: Answer) -> IdentityEndpoint {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let url = format!("http://{}/msi/token", listener.local_addr().expect("addr"));
+        let requests = Arc::new(Mutex::new(Vec::new()));
+        let seen = requests.clone();
+        tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                let seen = seen.clone();
+                tokio::spawn(async move {
+                    let Some(head) = read_head(&mut stream).await else {
+                        return;
+                    };
+                    let line = head.lines().next().unwrap_or_default().to_owned();
+                    let secret = head.lines().any(|h| {
+                        h.to_ascii_lowercase() == format!("x-identity-header: {IDENTITY_HEADER}")
+                    });
+                    seen.lock().unwrap().push(format!("{line} secret={secret}"));
+                    let (status, body) = match answer {
+                        Answer::Token => ("200 OK", token_response()),
+                        Answer::NotAssigned => (
+                            "400 Bad Request",
+                            r#"{"error":"invalid_request","error_description":"Identity not found"}"#
+                                .to_owned(),
+                        ),
+                    };
+                    let response = format!(
+                        "HTTP/1.1 {status}\r\ncontent-type: application/json\r\n\
+                         content-length: {}\r\nconnection: close\r\n\r\n{body}",
+                        body.len()
+                    );
+                    let _ = stream.write_all(response.as_bytes()).await;
+                    let _ = stream.shutdown().await;
+                });
+            }
+        });
+        IdentityEndpoint { url, requests }
+    }
+
+    fn requests(&self) -> Vec<String> {
+        self.requests.lock().unwrap().clone()
+    }
+}
+
+/// The request head, up to the blank line.
+async fn read_head(stream: &mut tokio::net::TcpStream) -> Option<String> {
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1024];
+    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+        let n = stream.read(&mut byte).await.ok()?;
+        if n == 0 {
+            return None;
+        }
+        head.extend_from_slice(&byte[..n]);
+    }
+    Some(String::from_utf8_lossy(&head).into_owned())
+}
+
+/// The App Service protocol's answer: an unsigned JWT with what Azurite
+/// checks (audience, issuer, `iat`, `nbf`, `exp`), valid for an hour.
+fn token_response() -> String {
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("clock")
+        .as_secs();
+    let encode = |text: &str| azure_core::base64::encode_url_safe(text);
+    let header = encode(r#"{"alg":"none","typ":"JWT"}"#);
+    let claims = encode(&format!(
+        r#"{{"aud":"https://storage.azure.com","iss":"https://sts.windows.net/00000000-0000-0000-0000-000000000001/","iat":{},"nbf":{},"exp":{}}}"#,
+        now - 60,
+        now - 60,
+        now + 3600
+    ));
+    let token = format!("{header}.{claims}.{}", encode("unsigned"));
+    format!(
+        r#"{{"access_token":"{token}","expires_on":"{}","token_type":"Bearer","resource":"https://storage.azure.com"}}"#,
+        now + 3600
+    )
+}
+
+/// `blob-mutex` with `args` and `env`, and nothing of the test's own
+/// environment that would choose another account, identity, proxy or CA.
+async fn blob_mutex(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut command = Command::new(BIN);
+    command.args(args).env_remove("RUST_LOG");
+    for name in [
+        "AZURE_STORAGE_CONNECTION_STRING",
+        "AZURE_CLIENT_ID",
+        "AZURE_TENANT_ID",
+        "AZURE_CLIENT_SECRET",
+        "AZURE_FEDERATED_TOKEN_FILE",
+        "IDENTITY_ENDPOINT",
+        "IDENTITY_HEADER",
+        "IMDS_ENDPOINT",
+        "MSI_ENDPOINT",
+        "BLOB_MUTEX_ACCOUNT_URL",
+        "BLOB_MUTEX_AUTH",
+        "BLOB_MUTEX_BACKEND",
+        "HTTP_PROXY",
+        "http_proxy",
+        "HTTPS_PROXY",
+        "https_proxy",
+        "ALL_PROXY",
+        "all_proxy",
+        "SSL_CERT_FILE",
+        "SSL_CERT_DIR",
+    ] {
+        command.env_remove(name);
+    }
+    command.envs(env.iter().copied());
+    command
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true);
+    tokio::time::timeout(Duration::from_secs(120), command.output())
+        .await
+        .expect("blob-mutex ended within 120 s")
+        .expect("run blob-mutex")
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn managed_identity_leads_and_releases_with_a_bearer_token() {
+    let identity = IdentityEndpoint::start(Answer::Token).await;
+    let ca = TestCa::new();
+    let storage = Azurite::start_https_with_args(&ca.cert, &ca.key, &["--oauth", "basic"]);
+    let container = azurite::unique_container("entra-mi");
+    // A container's URL: the container comes from it.
+    let url = format!("{}/{container}", storage.endpoint);
+    let ca_file = ca.ca.display().to_string();
+    let env = [
+        ("IDENTITY_ENDPOINT", identity.url.as_str()),
+        ("IDENTITY_HEADER", IDENTITY_HEADER),
+        ("SSL_CERT_FILE", ca_file.as_str()),
+    ];
+    let signed_in = ["--account-url", &url, "--auth", "managed-identity"];
+
+    let mut args = vec!["run"];
+    args.extend(signed_in);
+    args.extend(["--blob", "lock", "--first-contact-timeout", "20s"]);
+    args.extend(["--", "sh", "-c", "echo \"leader $BLOB_MUTEX_EPOCH\""]);
+    let run = blob_mutex(&args, &env).await;
+    assert!(run.status.success(), "{run:?}");
+    assert!(
+        String::from_utf8_lossy(&run.stdout).starts_with("leader "),
+        "{run:?}"
+    );
+    let requests = identity.requests();
+    assert!(!requests.is_empty(), "no token was asked for");
+    for request in &requests {
+        assert!(
+            request.starts_with("GET /msi/token?")
+                && request.contains("resource=https%3A%2F%2Fstorage.azure.com")
+                && request.ends_with("secret=true"),
+            "{request}"
+        );
+    }
+
+    // Released: status, signed in the same way, finds the lease free.
+    let mut args = vec!["status"];
+    args.extend(signed_in);
+    args.extend(["--blob", "lock"]);
+    let status = blob_mutex(&args, &env).await;
+    assert_eq!(status.status.code(), Some(3), "{status:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_identity_is_a_clear_error_at_start_within_seconds() {
+    let refusing = IdentityEndpoint::start(Answer::NotAssigned).await;
+    // Nothing listens there: the port of a listener just closed.
+    let absent = {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        format!("http://{}/msi/token", listener.local_addr().expect("addr"))
+    };
+    for (endpoint, what) in [(refusing.url.as_str(), "refused"), (&absent, "absent")] {
+        let started = Instant::now();
+        let out = blob_mutex(
+            &[
+                "run",
+                "--account-url",
+                "https://127.0.0.1:9/devstoreaccount1",
+                "--auth",
+                "managed-identity",
+                "--container",
+                "leases",
+                "--blob",
+                "lock",
+                "--",
+                "true",
+            ],
+            &[
+                ("IDENTITY_ENDPOINT", endpoint),
+                ("IDENTITY_HEADER", IDENTITY_HEADER),
+            ],
+        )
+        .await;
+        let took = started.elapsed();
+        assert_eq!(out.status.code(), Some(2), "{what}: {out:?}");
+        let message = stderr(&out);
+        assert!(
+            message.contains("--auth managed-identity cannot get a token")
+                && message.contains("has a managed identity"),
+            "{what}: {message}"
+        );
+        // Observed: under a second when refused, a few seconds of the
+        // pipeline's retries when absent; bounded by the 10 s of the first
+        // token, with slack for a loaded machine.
+        assert!(took < Duration::from_secs(20), "{what}: took {took:?}");
+    }
+    assert!(!refusing.requests().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sas_file_leads_and_releases_on_every_backend() {
+    let storage = azurite::shared();
+    let sas = support::sas::account_sas("sco", "rwdlac");
+    let dir = std::env::temp_dir().join(azurite::unique_container("entra-sas"));
+    std::fs::create_dir_all(&dir).expect("create the test directory");
+    let sas_file = dir.join("account.sas");
+    std::fs::write(&sas_file, format!("?{sas}\n")).expect("write the SAS file");
+    let auth = format!("sas-file:{}", sas_file.display());
+    let mut backends = vec!["official"];
+    if cfg!(feature = "sdk-v021") {
+        backends.push("sdk-v021");
+    }
+    for backend in backends {
+        let container = azurite::unique_container("entra-sas");
+        let signed_in = [
+            "--account-url",
+            storage.endpoint.as_str(),
+            "--auth",
+            auth.as_str(),
+            "--backend",
+            backend,
+            "--container",
+            container.as_str(),
+            "--blob",
+            "lock",
+        ];
+        let mut args = vec!["run"];
+        args.extend(signed_in);
+        args.extend(["--", "sh", "-c", "echo \"leader $BLOB_MUTEX_EPOCH\""]);
+        let run = blob_mutex(&args, &[]).await;
+        assert!(run.status.success(), "{backend}: {run:?}");
+        let mut args = vec!["status"];
+        args.extend(signed_in);
+        let status = blob_mutex(&args, &[]).await;
+        assert_eq!(status.status.code(), Some(3), "{backend}: {status:?}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
