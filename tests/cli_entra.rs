@@ -34,6 +34,9 @@ const IDENTITY_HEADER: &str = "test-identity-header";
 enum Answer {
     /// A token Azurite accepts.
     Token,
+    /// A token for another audience (Azure Resource Manager), which
+    /// storage refuses.
+    ForeignToken,
     /// 400, as an identity endpoint answers for an identity the host does
     /// not have.
     NotAssigned,
@@ -65,7 +68,8 @@ impl IdentityEndpoint {
                     });
                     seen.lock().unwrap().push(format!("{line} secret={secret}"));
                     let (status, body) = match answer {
-                        Answer::Token => ("200 OK", token_response()),
+                        Answer::Token => ("200 OK", token_response(STORAGE)),
+                        Answer::ForeignToken => ("200 OK", token_response(MANAGEMENT)),
                         Answer::NotAssigned => (
                             "400 Bad Request",
                             r#"{"error":"invalid_request","error_description":"Identity not found"}"#
@@ -104,26 +108,107 @@ async fn read_head(stream: &mut tokio::net::TcpStream) -> Option<String> {
     Some(String::from_utf8_lossy(&head).into_owned())
 }
 
-/// The App Service protocol's answer: an unsigned JWT with what Azurite
-/// checks (audience, issuer, `iat`, `nbf`, `exp`), valid for an hour.
-fn token_response() -> String {
-    let now = SystemTime::now()
+/// The audience of Azure Storage's tokens.
+const STORAGE: &str = "https://storage.azure.com";
+/// The audience of Azure Resource Manager's tokens.
+const MANAGEMENT: &str = "https://management.azure.com";
+
+/// The App Service protocol's answer, with a [`jwt`] for `audience`.
+fn token_response(audience: &str) -> String {
+    format!(
+        r#"{{"access_token":"{}","expires_on":"{}","token_type":"Bearer","resource":"{audience}"}}"#,
+        jwt(audience),
+        now() + 3600
+    )
+}
+
+fn now() -> u64 {
+    SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .expect("clock")
-        .as_secs();
+        .as_secs()
+}
+
+/// An unsigned JWT for `audience` with what Azurite checks (audience,
+/// issuer, `iat`, `nbf`, `exp`), valid for an hour.
+fn jwt(audience: &str) -> String {
+    let now = now();
     let encode = |text: &str| azure_core::base64::encode_url_safe(text);
     let header = encode(r#"{"alg":"none","typ":"JWT"}"#);
     let claims = encode(&format!(
-        r#"{{"aud":"https://storage.azure.com","iss":"https://sts.windows.net/00000000-0000-0000-0000-000000000001/","iat":{},"nbf":{},"exp":{}}}"#,
+        r#"{{"aud":"{audience}","iss":"https://sts.windows.net/00000000-0000-0000-0000-000000000001/","iat":{},"nbf":{},"exp":{}}}"#,
         now - 60,
         now - 60,
         now + 3600
     ));
-    let token = format!("{header}.{claims}.{}", encode("unsigned"));
-    format!(
-        r#"{{"access_token":"{token}","expires_on":"{}","token_type":"Bearer","resource":"https://storage.azure.com"}}"#,
-        now + 3600
-    )
+    format!("{header}.{claims}.{}", encode("unsigned"))
+}
+
+/// A Microsoft Entra ID token endpoint for workload identity, over https
+/// with the test CA's certificate (`azure_identity` takes no other
+/// authority), run by node (which runs Azurite): it answers every request
+/// with a [`jwt`] and appends each request's line and form to a log.
+struct Authority {
+    url: String,
+    log: std::path::PathBuf,
+    _process: tokio::process::Child,
+}
+
+const AUTHORITY: &str = r"
+const [cert, key, log, body] = process.argv.slice(-4);
+const fs = require('fs');
+require('https').createServer(
+  { cert: fs.readFileSync(cert), key: fs.readFileSync(key) },
+  (req, res) => {
+    let form = '';
+    req.on('data', (chunk) => { form += chunk; });
+    req.on('end', () => {
+      fs.appendFileSync(log, `${req.method} ${req.url} ${form}
+`);
+      res.writeHead(200, { 'content-type': 'application/json' });
+      res.end(body);
+    });
+  },
+).listen(0, '127.0.0.1', function () { console.log(this.address().port); });
+";
+
+impl Authority {
+    async fn start(ca: &TestCa, dir: &std::path::Path) -> Authority {
+        use tokio::io::AsyncBufReadExt;
+        let log = dir.join("authority.log");
+        let body = format!(
+            r#"{{"token_type":"Bearer","expires_in":3600,"ext_expires_in":3600,"access_token":"{}"}}"#,
+            jwt(STORAGE)
+        );
+        let mut process = Command::new("node")
+            .args(["-e", AUTHORITY, "--"])
+            .arg(&ca.cert)
+            .arg(&ca.key)
+            .arg(&log)
+            .arg(body)
+            .stdout(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("the tests need node (it runs Azurite)");
+        let stdout = process.stdout.take().expect("piped stdout");
+        let mut line = String::new();
+        tokio::time::timeout(
+            Duration::from_secs(30),
+            tokio::io::BufReader::new(stdout).read_line(&mut line),
+        )
+        .await
+        .expect("the authority listens within 30 s")
+        .expect("read its port");
+        Authority {
+            url: format!("https://127.0.0.1:{}", line.trim()),
+            log,
+            _process: process,
+        }
+    }
+
+    fn requests(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
 }
 
 /// `blob-mutex` with `args` and `env`, and nothing of the test's own
@@ -137,6 +222,7 @@ async fn blob_mutex(args: &[&str], env: &[(&str, &str)]) -> Output {
         "AZURE_TENANT_ID",
         "AZURE_CLIENT_SECRET",
         "AZURE_FEDERATED_TOKEN_FILE",
+        "AZURE_AUTHORITY_HOST",
         "IDENTITY_ENDPOINT",
         "IDENTITY_HEADER",
         "IMDS_ENDPOINT",
@@ -212,6 +298,86 @@ async fn managed_identity_leads_and_releases_with_a_bearer_token() {
     args.extend(["--blob", "lock"]);
     let status = blob_mutex(&args, &env).await;
     assert_eq!(status.status.code(), Some(3), "{status:?}");
+
+    // The token is what storage checks: one for another audience is
+    // refused (a failure to fix: exit code 1 once first contact gives up).
+    let foreign = IdentityEndpoint::start(Answer::ForeignToken).await;
+    let env = [
+        ("IDENTITY_ENDPOINT", foreign.url.as_str()),
+        ("IDENTITY_HEADER", IDENTITY_HEADER),
+        ("SSL_CERT_FILE", ca_file.as_str()),
+    ];
+    let mut args = vec!["run"];
+    args.extend(signed_in);
+    args.extend([
+        "--blob",
+        "lock",
+        "--first-contact-timeout",
+        "2s",
+        "--",
+        "true",
+    ]);
+    let refused = blob_mutex(&args, &env).await;
+    assert_eq!(refused.status.code(), Some(1), "{refused:?}");
+    assert!(
+        stderr(&refused).contains("audience"),
+        "{}",
+        stderr(&refused)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workload_identity_leads_and_releases_with_a_bearer_token() {
+    const TENANT: &str = "00000000-0000-0000-0000-000000000001";
+    const CLIENT: &str = "00000000-0000-0000-0000-000000000002";
+    let ca = TestCa::new();
+    let dir = std::env::temp_dir().join(azurite::unique_container("entra-wi"));
+    std::fs::create_dir_all(&dir).expect("create the test directory");
+    let token_file = dir.join("token");
+    std::fs::write(&token_file, "service-account-token").expect("write the token file");
+    let authority = Authority::start(&ca, &dir).await;
+    let storage = Azurite::start_https_with_args(&ca.cert, &ca.key, &["--oauth", "basic"]);
+    let container = azurite::unique_container("entra-wi");
+    let (ca_file, token_file) = (
+        ca.ca.display().to_string(),
+        token_file.display().to_string(),
+    );
+    let env = [
+        ("AZURE_AUTHORITY_HOST", authority.url.as_str()),
+        ("AZURE_TENANT_ID", TENANT),
+        ("AZURE_CLIENT_ID", CLIENT),
+        ("AZURE_FEDERATED_TOKEN_FILE", token_file.as_str()),
+        ("SSL_CERT_FILE", ca_file.as_str()),
+    ];
+    let signed_in = [
+        "--account-url",
+        storage.endpoint.as_str(),
+        "--auth",
+        "workload-identity",
+        "--container",
+        container.as_str(),
+        "--blob",
+        "lock",
+    ];
+    let mut args = vec!["run"];
+    args.extend(signed_in);
+    args.extend(["--first-contact-timeout", "20s", "--", "true"]);
+    let run = blob_mutex(&args, &env).await;
+    assert!(run.status.success(), "{run:?}");
+    let requests = authority.requests();
+    assert!(
+        requests.starts_with(&format!("POST /{TENANT}/oauth2/v2.0/token "))
+            && requests.contains("client_assertion=service-account-token")
+            && requests.contains(&format!("client_id={CLIENT}"))
+            && requests.contains("scope=https%3A%2F%2Fstorage.azure.com%2F.default"),
+        "{requests}"
+    );
+
+    let mut args = vec!["status"];
+    args.extend(signed_in);
+    let status = blob_mutex(&args, &env).await;
+    assert_eq!(status.status.code(), Some(3), "{status:?}");
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
