@@ -37,7 +37,20 @@ Examples:
   # A daemon that runs on exactly one host and fails over to another.
   blob-mutex run --container leases --blob scheduler --forever -- ./scheduler --serve
 
-  # On a quorum of storage accounts (one connection string per line):
+  # Signed in with the host's managed identity (Shared Key may be disabled;
+  # the identity has Storage Blob Data Contributor on the container).
+  blob-mutex run --account-url https://myaccount.blob.core.windows.net/leases \\
+    --auth managed-identity --blob scheduler --forever -- ./scheduler
+
+  # On AKS with workload identity (AZURE_CLIENT_ID, AZURE_TENANT_ID and
+  # AZURE_FEDERATED_TOKEN_FILE come from the webhook), or with a SAS in a file.
+  blob-mutex run --account-url https://myaccount.blob.core.windows.net --auth workload-identity \\
+    --container leases --blob nightly -- ./nightly-report.sh
+  blob-mutex run --account-url https://myaccount.blob.core.windows.net \\
+    --auth sas-file:/run/secrets/leases.sas --container leases --blob nightly -- ./nightly-report.sh
+
+  # On a quorum of storage accounts (one connection string, or account URL
+  # and --auth kind, per line):
   # leads while a majority of their leases is held.
   blob-mutex run --accounts-file accounts.txt --container leases --blob scheduler --forever -- ./scheduler
 
@@ -49,6 +62,8 @@ Examples:
   blob-mutex status --container leases --blob nightly
   blob-mutex status --container leases --blob nightly --json | jq .holder
   blob-mutex status --container leases --blob nightly >/dev/null && echo held
+  # Signed in with Microsoft Entra ID (here: the Azure CLI's `az login`).
+  blob-mutex status --account-url https://myaccount.blob.core.windows.net/leases --auth azure-cli --blob nightly
   # A quorum of three accounts: each account's lease, then the majority's view.
   blob-mutex status --accounts-file accounts.txt --container leases --blob nightly";
 
