@@ -956,6 +956,67 @@ mod tests {
         }
     }
 
+    /// The account of `status` with `args`.
+    fn account(args: &[&str]) -> Account {
+        let mut words = vec!["blob-mutex", "status", "--blob", "b"];
+        words.extend(args);
+        match Cli::try_parse_from(words).expect("parses").command {
+            Command::Status(args) => args.target.account,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_accounts_file_takes_connection_strings_and_account_urls() {
+        let path = std::env::temp_dir().join(format!("blob-mutex-accounts-{}", std::process::id()));
+        std::fs::write(
+            &path,
+            "# three accounts\n\
+             DefaultEndpointsProtocol=https;AccountName=one;AccountKey=a2V5;EndpointSuffix=core.windows.net\n\
+             \n\
+             https://two.blob.core.windows.net   sas-file:/run/secrets/two.sas\n\
+             https://three.blob.core.windows.net\n",
+        )
+        .expect("write the file");
+        let file = path.display().to_string();
+        let given = account(&["--accounts-file", &file, "--auth", "managed-identity"])
+            .given()
+            .expect("reads");
+        let described: Vec<String> = given
+            .iter()
+            .map(|given| match given {
+                Given::Connection(_) => "connection".to_owned(),
+                Given::Url(account) => format!("{} {}", account.url.endpoint, account.auth),
+            })
+            .collect();
+        assert_eq!(
+            described,
+            [
+                "connection",
+                "https://two.blob.core.windows.net sas-file:/run/secrets/two.sas",
+                "https://three.blob.core.windows.net managed-identity",
+            ]
+        );
+        // Without --auth, a URL line must name its kind.
+        let error = account(&["--accounts-file", &file]).given().unwrap_err();
+        assert!(error.to_string().contains("line 5"), "{error}");
+        let _ = std::fs::remove_file(&path);
+    }
+
+    #[test]
+    fn the_container_comes_from_the_flag_or_the_account_url() {
+        let url = [
+            "--account-url",
+            "https://a1.blob.core.windows.net/leases",
+            "--auth",
+            "azure-cli",
+        ];
+        assert_eq!(account(&url).container(None).unwrap(), "leases");
+        assert_eq!(account(&url).container(Some("leases")).unwrap(), "leases");
+        assert!(account(&url).container(Some("other")).is_err());
+        assert!(account(&[]).container(None).is_err());
+    }
+
     #[test]
     fn the_command_line_is_consistent() {
         use clap::CommandFactory;
