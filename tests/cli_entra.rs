@@ -10,7 +10,8 @@
 //! test); the token is an unsigned JWT with the audience, issuer and
 //! lifetime Azurite checks. Also: an identity endpoint that refuses, or
 //! none at all, ends the command at start with code 2 and what to check;
-//! and a SAS read from a file leads on a plain Azurite, on every backend.
+//! a SAS read from a file leads on a plain Azurite, on every backend; and
+//! a quorum's accounts file mixes the kinds, one per account.
 
 mod support;
 
@@ -463,5 +464,66 @@ async fn a_sas_file_leads_and_releases_on_every_backend() {
         let status = blob_mutex(&args, &[]).await;
         assert_eq!(status.status.code(), Some(3), "{backend}: {status:?}");
     }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quorum_signs_in_to_each_account_of_the_accounts_file() {
+    let identity = IdentityEndpoint::start(Answer::Token).await;
+    let ca = TestCa::new();
+    let plain = [Azurite::start(), Azurite::start()];
+    let bearer = Azurite::start_https_with_args(&ca.cert, &ca.key, &["--oauth", "basic"]);
+    let dir = std::env::temp_dir().join(azurite::unique_container("entra-quorum"));
+    std::fs::create_dir_all(&dir).expect("create the test directory");
+    let sas_file = dir.join("account.sas");
+    let sas = support::sas::account_sas("sco", "rwdlac");
+    std::fs::write(&sas_file, &sas).expect("write the SAS file");
+    let accounts = dir.join("accounts.txt");
+    std::fs::write(
+        &accounts,
+        format!(
+            "# a SAS file, the kind of --auth, and a managed identity\n\
+             {} sas-file:{}\n{}\n{} managed-identity\n",
+            plain[0].endpoint,
+            sas_file.display(),
+            plain[1].endpoint,
+            bearer.endpoint
+        ),
+    )
+    .expect("write the accounts file");
+    let (accounts, auth) = (
+        accounts.display().to_string(),
+        format!("sas-file:{}", sas_file.display()),
+    );
+    let ca_file = ca.ca.display().to_string();
+    let env = [
+        ("IDENTITY_ENDPOINT", identity.url.as_str()),
+        ("IDENTITY_HEADER", IDENTITY_HEADER),
+        ("SSL_CERT_FILE", ca_file.as_str()),
+    ];
+    let container = azurite::unique_container("entra-quorum");
+    let target = [
+        "--accounts-file",
+        accounts.as_str(),
+        "--auth",
+        auth.as_str(),
+        "--container",
+        container.as_str(),
+        "--blob",
+        "lock",
+    ];
+    let mut args = vec!["run"];
+    args.extend(target);
+    args.extend(["--first-contact-timeout", "20s", "--", "true"]);
+    let run = blob_mutex(&args, &env).await;
+    assert!(run.status.success(), "{run:?}");
+    assert!(!identity.requests().is_empty(), "no token was asked for");
+
+    let mut args = vec!["status", "--json"];
+    args.extend(target);
+    let status = blob_mutex(&args, &env).await;
+    assert_eq!(status.status.code(), Some(3), "{status:?}");
+    let json = String::from_utf8_lossy(&status.stdout);
+    assert_eq!(json.matches("\"account\":").count(), 3, "{json}");
     let _ = std::fs::remove_dir_all(&dir);
 }
