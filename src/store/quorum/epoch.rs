@@ -8,6 +8,7 @@ use tracing::debug;
 
 use tokio::time::Instant;
 
+use super::hold_off::Read as Seen;
 use super::votes::{ask, no_majority, straggler_grace, Answers, Asking, Vote, Votes};
 use crate::error::{Error, Result};
 use crate::store::{LeaseId, LeaseInfo, LeaseStore};
@@ -119,6 +120,33 @@ pub(super) async fn read_last<S: LeaseStore>(
             votes.n, votes.yes, votes.no, votes.failed
         ),
     ))
+}
+
+/// Reads the epoch of each account marked in `which`, all at once, for at
+/// most `limit`: whether it carries one, has none, or did not answer
+/// ([`Seen::Unread`], as every account not marked).
+pub(super) async fn read_each<S: LeaseStore>(
+    accounts: &[(String, S)],
+    which: &[bool],
+    limit: Duration,
+) -> Vec<Seen> {
+    let mut asking = Asking::new(
+        accounts,
+        "acquire",
+        Votes::new(accounts.len()),
+        |i, store| which[i].then(|| store.inspect()),
+        |_, answer| vote_carried(answer),
+    );
+    let _ = tokio::time::timeout(limit, asking.until(|v| v.pending == 0)).await;
+    let (answers, _) = asking.finish();
+    answers
+        .iter()
+        .map(|answer| match answer {
+            Some(Ok(Some(info))) if info.epoch > 0 => Seen::Carries,
+            Some(Ok(_)) => Seen::Missing,
+            Some(Err(_)) | None => Seen::Unread,
+        })
+        .collect()
 }
 
 /// Stamps the term on every account, its epoch as the floor; the
