@@ -8,7 +8,10 @@
 //! `azure_identity` speaks when `IDENTITY_ENDPOINT` and `IDENTITY_HEADER`
 //! are set (the VM's IMDS address is fixed, so it cannot be pointed at the
 //! test); the token is an unsigned JWT with the audience, issuer and
-//! lifetime Azurite checks. Also: an identity endpoint that refuses, or
+//! lifetime Azurite checks. Workload identity and a service principal get
+//! theirs from a token endpoint the test serves over https (node, which
+//! runs Azurite, serves it with the same CA), `azure-cli` from a stand-in
+//! `az` on the PATH. Also: an identity endpoint that refuses, or
 //! none at all, ends the command at start with code 2 and what to check;
 //! a SAS read from a file leads on a plain Azurite, on every backend; and
 //! a quorum's accounts file mixes the kinds, one per account.
@@ -525,5 +528,108 @@ async fn a_quorum_signs_in_to_each_account_of_the_accounts_file() {
     assert_eq!(status.status.code(), Some(3), "{status:?}");
     let json = String::from_utf8_lossy(&status.stdout);
     assert_eq!(json.matches("\"account\":").count(), 3, "{json}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_service_principal_leads_with_its_secret_from_the_environment() {
+    const SECRET: &str = "service-principal-secret";
+    let ca = TestCa::new();
+    let dir = std::env::temp_dir().join(azurite::unique_container("entra-sp"));
+    std::fs::create_dir_all(&dir).expect("create the test directory");
+    let authority = Authority::start(&ca, &dir).await;
+    let storage = Azurite::start_https_with_args(&ca.cert, &ca.key, &["--oauth", "basic"]);
+    let ca_file = ca.ca.display().to_string();
+    let env = [
+        ("AZURE_AUTHORITY_HOST", authority.url.as_str()),
+        ("AZURE_TENANT_ID", "00000000-0000-0000-0000-000000000001"),
+        ("AZURE_CLIENT_ID", "00000000-0000-0000-0000-000000000003"),
+        ("AZURE_CLIENT_SECRET", SECRET),
+        ("SSL_CERT_FILE", ca_file.as_str()),
+    ];
+    let container = azurite::unique_container("entra-sp");
+    let run = blob_mutex(
+        &[
+            "run",
+            "--account-url",
+            &format!("{}/{container}", storage.endpoint),
+            "--auth",
+            "service-principal",
+            "--blob",
+            "lock",
+            "--first-contact-timeout",
+            "20s",
+            "--",
+            "true",
+        ],
+        &env,
+    )
+    .await;
+    assert!(run.status.success(), "{run:?}");
+    let requests = authority.requests();
+    assert!(
+        requests.contains(&format!("client_secret={SECRET}"))
+            && requests.contains("grant_type=client_credentials"),
+        "{requests}"
+    );
+    assert!(!stderr(&run).contains(SECRET), "{}", stderr(&run));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_azure_cli_credential_leads_with_the_token_of_az() {
+    let ca = TestCa::new();
+    let storage = Azurite::start_https_with_args(&ca.cert, &ca.key, &["--oauth", "basic"]);
+    let dir = std::env::temp_dir().join(azurite::unique_container("entra-az"));
+    std::fs::create_dir_all(&dir).expect("create the test directory");
+    // A stand-in for `az account get-access-token`: records its arguments
+    // and prints the JSON the Azure CLI prints.
+    let az = dir.join("az");
+    std::fs::write(
+        &az,
+        format!(
+            "#!/bin/sh\necho \"$@\" >> \"{}\"\n\
+             printf '%s' '{{\"accessToken\":\"{}\",\"expires_on\":{},\"tokenType\":\"Bearer\"}}'\n",
+            dir.join("az.log").display(),
+            jwt(STORAGE),
+            now() + 3600
+        ),
+    )
+    .expect("write az");
+    let mut permissions = std::fs::metadata(&az).expect("az").permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut permissions, 0o755);
+    std::fs::set_permissions(&az, permissions).expect("make az executable");
+    let path = format!(
+        "{}:{}",
+        dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let ca_file = ca.ca.display().to_string();
+    let env = [("PATH", path.as_str()), ("SSL_CERT_FILE", ca_file.as_str())];
+    let container = azurite::unique_container("entra-az");
+    let run = blob_mutex(
+        &[
+            "run",
+            "--account-url",
+            &format!("{}/{container}", storage.endpoint),
+            "--auth",
+            "azure-cli",
+            "--blob",
+            "lock",
+            "--first-contact-timeout",
+            "20s",
+            "--",
+            "true",
+        ],
+        &env,
+    )
+    .await;
+    assert!(run.status.success(), "{run:?}");
+    let calls = std::fs::read_to_string(dir.join("az.log")).unwrap_or_default();
+    assert!(
+        calls.starts_with("account get-access-token")
+            && calls.contains("--scope https://storage.azure.com/.default"),
+        "{calls}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
