@@ -30,6 +30,10 @@ use tokio::process::Command;
 
 const BIN: &str = env!("CARGO_BIN_EXE_blob-mutex");
 
+/// The command: writes the leader state and prints it back (`$0` is this
+/// binary), with no flags: `run` passes the account and the way it signed in.
+const STATE_SCRIPT: &str = r#"echo "leader $BLOB_MUTEX_EPOCH" | "$0" state put && "$0" state get"#;
+
 /// The secret header the App Service protocol sends (`IDENTITY_HEADER`).
 const IDENTITY_HEADER: &str = "test-identity-header";
 
@@ -278,7 +282,9 @@ async fn managed_identity_leads_and_releases_with_a_bearer_token() {
     let mut args = vec!["run"];
     args.extend(signed_in);
     args.extend(["--blob", "lock", "--first-contact-timeout", "20s"]);
-    args.extend(["--", "sh", "-c", "echo \"leader $BLOB_MUTEX_EPOCH\""]);
+    // The command's `state put` and `state get` sign in as `run` did,
+    // with no flags.
+    args.extend(["--", "sh", "-c", STATE_SCRIPT, BIN]);
     let run = blob_mutex(&args, &env).await;
     assert!(run.status.success(), "{run:?}");
     assert!(
@@ -459,9 +465,13 @@ async fn a_sas_file_leads_and_releases_on_every_backend() {
         ];
         let mut args = vec!["run"];
         args.extend(signed_in);
-        args.extend(["--", "sh", "-c", "echo \"leader $BLOB_MUTEX_EPOCH\""]);
+        args.extend(["--", "sh", "-c", STATE_SCRIPT, BIN]);
         let run = blob_mutex(&args, &[]).await;
         assert!(run.status.success(), "{backend}: {run:?}");
+        assert!(
+            String::from_utf8_lossy(&run.stdout).starts_with("leader "),
+            "{backend}: {run:?}"
+        );
         let mut args = vec!["status"];
         args.extend(signed_in);
         let status = blob_mutex(&args, &[]).await;
