@@ -4,6 +4,15 @@
 //!
 //! Run `blob-mutex --help` (and `blob-mutex <command> --help`) for the
 //! commands, examples and exit codes.
+//!
+//! Unix only: `run` puts its command in a process group of its own, with
+//! a guard process, and stops it with signals.
+
+#[cfg(not(unix))]
+compile_error!(
+    "the blob-mutex command (feature `cli`) runs on Unix only: it manages its command's process \
+     group with signals; the library builds everywhere without the `cli` feature"
+);
 
 mod break_lease;
 mod child;
