@@ -24,6 +24,7 @@ mod logs;
 mod partitions;
 mod recorder;
 mod run;
+mod signin;
 mod state;
 mod status;
 
@@ -64,8 +65,10 @@ fn main() -> ExitCode {
             return ExitCode::from(exit::ERROR);
         }
     };
+    let mut command = cli.command;
     let result = runtime.block_on(async {
-        match cli.command {
+        command.sign_in().await?;
+        match command {
             Command::Run(args) => run::run(args).await,
             Command::Status(args) => status::status(args).await,
             Command::Break(args) => break_lease::break_lease(args).await,
