@@ -18,12 +18,18 @@ fn quorum(settings: &[BlobSettings]) -> QuorumLeaseStore {
     QuorumLeaseStore::from_settings(settings).unwrap()
 }
 
-/// An endpoint where nothing listens: an account that is down.
-fn closed_endpoint() -> String {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    drop(listener);
-    format!("http://127.0.0.1:{port}/devstoreaccount1")
+/// An endpoint where nothing listens: an account that is down, the
+/// `n`-th (from 1) of a test's.
+fn closed_endpoint(n: u16) -> String {
+    // Ports 1 to 9: below the ephemeral range that every server of the
+    // tests binds from, so no other test can come to listen there. A port
+    // picked free and let go could be, once 12 tests run at once: the
+    // account that is down would then answer as someone else's Azurite or
+    // fault proxy.
+    assert!((1..10).contains(&n));
+    let refused = std::net::TcpStream::connect(("127.0.0.1", n));
+    assert!(refused.is_err(), "nothing may listen on 127.0.0.1:{n}");
+    format!("http://127.0.0.1:{n}/devstoreaccount1")
 }
 
 /// An earlier term on the accounts that are up, so that a majority
@@ -71,7 +77,7 @@ async fn a_quorum_with_one_account_down_meets_the_contract() {
     let accounts = three();
     let endpoints = vec![
         accounts[0].endpoint.clone(),
-        closed_endpoint(),
+        closed_endpoint(1),
         accounts[2].endpoint.clone(),
     ];
     let container = azurite::unique_container("quorum-down");
@@ -97,8 +103,8 @@ async fn a_quorum_with_one_account_down_meets_the_contract() {
 async fn each_account_shows_its_own_lease() {
     let accounts = three();
     let mut endpoints: Vec<String> = accounts.iter().map(|a| a.endpoint.clone()).collect();
-    endpoints.push(closed_endpoint());
-    endpoints.push(closed_endpoint());
+    endpoints.push(closed_endpoint(1));
+    endpoints.push(closed_endpoint(2));
     let container = azurite::unique_container("quorum-each");
     let settings = settings_on(&endpoints, &container, "each");
     earlier_term(&settings[..3]).await;
@@ -234,7 +240,7 @@ async fn answering(store: &QuorumLeaseStore, accounts: &[usize]) {
 fn an_account_named_twice_is_refused() {
     let endpoint = "http://127.0.0.1:10000/devstoreaccount1".to_owned();
     let settings = settings_on(
-        &[endpoint.clone(), closed_endpoint(), endpoint],
+        &[endpoint.clone(), closed_endpoint(1), endpoint],
         "leases",
         "twice",
     );

@@ -883,3 +883,25 @@ async fn followers_waiting_on_a_silent_account_do_not_take_the_leaders_term() {
         let _ = run.await.unwrap();
     }
 }
+
+/// With one account down and the lease held on the two others, an
+/// acquire by another id is told the lease is held, whichever of the two
+/// answers first: the answer does not depend on the order the accounts
+/// answered in.
+#[tokio::test(start_paused = true)]
+async fn a_lease_held_on_the_accounts_that_answer_is_held_whatever_their_order() {
+    let accounts = accounts(3);
+    let holder = quorum(&accounts);
+    term(&holder, "first").await.unwrap();
+    let id = LeaseId::new();
+    assert_eq!(holder.acquire(id, D).await.unwrap(), Acquire::Acquired);
+    accounts[0].set_unavailable(true);
+    let stores = Stalling::each(&accounts);
+    stores[2].latency_ms.store(40, Ordering::SeqCst);
+    let other = QuorumLeaseStore::new(stores).unwrap();
+    assert_eq!(
+        other.acquire(LeaseId::new(), D).await.unwrap(),
+        Acquire::Held,
+        "one account down, one held at once, one held 40 ms later"
+    );
+}
