@@ -8,9 +8,12 @@ use tracing::debug;
 
 use tokio::time::Instant;
 
-use super::votes::{no_majority, straggler_grace, Answers, Asking, Vote, Votes};
+use super::rules::{
+    behind_the_stamp, read_decided, read_outcome, vote_carried, vote_stamped, ReadOutcome, Stamped,
+};
+use super::votes::{no_majority, straggler_grace, Answers, Asking, Votes};
 use crate::error::{Error, Result};
-use crate::store::{LeaseId, LeaseInfo, LeaseStore};
+use crate::store::{LeaseId, LeaseStore};
 
 /// The last epoch, and how it was read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,26 +50,6 @@ impl Stamp {
     }
 }
 
-/// How one account's lease blob counts for the read of a new term's
-/// epoch: it carries an epoch, or it has none (never stamped, or it lost
-/// its blob: deleted, recreated, an emulator restarted empty), or it did
-/// not answer.
-fn vote_carried(answer: &Result<Option<LeaseInfo>>) -> Vote {
-    match answer {
-        Ok(Some(info)) if info.epoch > 0 => Vote::Yes,
-        Ok(_) => Vote::No,
-        Err(_) => Vote::Failed,
-    }
-}
-
-/// The read is decided once a majority carries an epoch, once every
-/// account answered, or once neither can happen any more.
-fn read_decided(votes: Votes) -> bool {
-    votes.won()
-        || votes.pending == 0
-        || (votes.yes + votes.pending < votes.majority() && votes.failed > 0)
-}
-
 /// The last epoch any term used: the largest epoch the accounts carry,
 /// read from a majority of accounts that each carry one, or from every
 /// account. An account with no epoch does not count toward that majority:
@@ -90,7 +73,13 @@ pub(super) async fn read_last<S: LeaseStore>(
         "stamp",
         Votes::new(accounts.len()),
         |_, store| Some(store.inspect()),
-        |_, answer| vote_carried(answer),
+        |_, answer| {
+            let epoch = answer
+                .as_ref()
+                .ok()
+                .map(|info| info.as_ref().map_or(0, |i| i.epoch));
+            vote_carried(epoch)
+        },
     );
     let _ = tokio::time::timeout(limit, asking.until(read_decided)).await;
     let (answers, votes) = asking.finish();
@@ -102,14 +91,15 @@ pub(super) async fn read_last<S: LeaseStore>(
         .map(|info| info.epoch)
         .max()
         .unwrap_or(0);
-    if votes.won() || votes.yes + votes.no == votes.n {
-        return Ok(Read {
-            last,
-            from_every_account: !votes.won(),
-        });
-    }
-    if votes.yes + votes.no < votes.majority() {
-        return Err(no_majority("stamp", answers, votes, limit));
+    match read_outcome(votes) {
+        ReadOutcome::Last { from_every_account } => {
+            return Ok(Read {
+                last,
+                from_every_account,
+            })
+        }
+        ReadOutcome::TooFewAnswered => return Err(no_majority("stamp", answers, votes, limit)),
+        ReadOutcome::NoMajorityCarries => {}
     }
     Err(Error::transport(
         "stamp",
@@ -138,10 +128,13 @@ pub(super) async fn stamp_all<S: LeaseStore>(
         "stamp",
         Votes::new(accounts.len()),
         |_, store| Some(stamp.write(store, lease)),
-        |_, answer| match answer {
-            Ok(e) if *e >= epoch => Vote::Yes,
-            Err(Error::LeaseLost(_)) => Vote::No,
-            Ok(_) | Err(_) => Vote::Failed,
+        |_, answer| {
+            let answer = match answer {
+                Ok(e) => Stamped::Carries(*e),
+                Err(Error::LeaseLost(_)) => Stamped::Lost,
+                Err(_) => Stamped::Failed,
+            };
+            vote_stamped(answer, epoch)
         },
     );
     asking.settle(Votes::decided).await;
@@ -163,38 +156,10 @@ pub(super) async fn catch_up<S: LeaseStore>(
     stamp: &Stamp,
 ) -> Result<()> {
     let carried = store.inspect().await?.map_or(0, |info| info.epoch);
-    if carried >= stamp.epoch {
+    if !behind_the_stamp(carried, stamp.epoch) {
         return Ok(());
     }
     let epoch = stamp.write(store, lease).await?;
     debug!(lease = %store.name(), carried, epoch, "account brought up to the term's epoch");
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn votes(yes: usize, no: usize, failed: usize) -> Votes {
-        let mut votes = Votes::new(3);
-        votes.yes = yes;
-        votes.no = no;
-        votes.failed = failed;
-        votes.pending = 3 - yes - no - failed;
-        votes
-    }
-
-    #[test]
-    fn the_read_waits_for_a_majority_carrying_an_epoch_or_for_everyone() {
-        assert!(read_decided(votes(2, 0, 0)));
-        assert!(!read_decided(votes(1, 1, 0)), "the third may carry one");
-        assert!(!read_decided(votes(0, 2, 0)), "the first term needs all");
-        assert!(read_decided(votes(0, 3, 0)));
-        assert!(
-            read_decided(votes(0, 2, 1)),
-            "no first term with one failed"
-        );
-        assert!(read_decided(votes(1, 2, 0)));
-        assert!(read_decided(votes(1, 1, 1)));
-    }
 }
