@@ -580,6 +580,8 @@ impl<S: LeaseStore> LeaseStore for QuorumLeaseStore<S> {
 }
 
 #[cfg(all(test, feature = "testing"))]
+mod lift_tests;
+#[cfg(all(test, feature = "testing"))]
 mod tests;
 #[cfg(all(test, feature = "testing"))]
 mod timeout_tests;

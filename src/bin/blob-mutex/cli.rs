@@ -22,6 +22,14 @@ Examples:
   # A cron job that runs on one host only; the others skip it (exit code 3).
   blob-mutex run --container leases --blob nightly --wait 0 -- ./nightly-report.sh
 
+  # The same from every host's cron, at most once per 20 hours across them all
+  # (the others exit 0 and say they skipped it).
+  blob-mutex run --container leases --blob nightly --once --at-most-every 20h -- ./nightly-report.sh
+
+  # A migration at deploy time, on every host: one runs it, the others exit 0;
+  # later runs with the same key skip it at once.
+  blob-mutex run --container leases --blob schema --once --done-key migrate-v42 -- ./migrate.sh
+
   # A daemon that runs on exactly one host and fails over to another.
   blob-mutex run --container leases --blob scheduler --forever -- ./scheduler --serve
 
@@ -90,6 +98,13 @@ pub(crate) enum Command {
     /// CMD's whole process group is gone. SIGINT, SIGTERM and SIGHUP are
     /// forwarded to CMD; the lease is released after CMD has exited (a
     /// second signal kills CMD at once).
+    ///
+    /// With --once, blob-mutex leads one term and never campaigns again.
+    /// With --done-key or --at-most-every as well, it skips CMD (exit code
+    /// 0, saying so on stderr) when the completion record in the lease blob
+    /// says CMD is not due, and records CMD's success when CMD exits 0 by
+    /// itself; exit code 6 when that record could not be written (the
+    /// lease was lost first: the next run runs CMD again).
     ///
     /// CMD runs in the process group of a small guard process (this program
     /// again) that kills the whole group with SIGKILL at once when blob-mutex
@@ -482,15 +497,45 @@ pub(crate) struct RunArgs {
     /// Give up when not leader within this time: exit code 3 when another
     /// instance holds the lease, 1 (naming the error) when the last attempt
     /// failed, for example storage unreachable. 0 makes exactly one attempt.
-    /// With --forever, bounds only the first term.
-    /// [default: wait as long as it takes]
+    /// With --forever, bounds only the first term. With --done-key or
+    /// --at-most-every, a host that gives up waiting exits 3 without
+    /// knowing whether CMD ran elsewhere: set it longer than CMD takes, or
+    /// leave it out. [default: wait as long as it takes]
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub(crate) wait: Option<Duration>,
     /// Run until stopped by a signal: after CMD exits or the lease is lost,
     /// release, campaign again and restart CMD (after a 5s back-off when CMD
     /// failed), never while a process of the old CMD's group may still run.
+    /// Not with --once.
     #[arg(long)]
     pub(crate) forever: bool,
+    /// Lead one term only: campaign, run CMD once, release, and exit with
+    /// CMD's code (or 4 when the lease was lost). Never campaigns again,
+    /// whatever happens in the term. Needed by --done-key and
+    /// --at-most-every. Not with --forever.
+    #[arg(long)]
+    pub(crate) once: bool,
+    /// With --once: run CMD once per KEY across all hosts. After CMD exits 0
+    /// by itself, the key is recorded in the lease blob's state, under the
+    /// term's lease (storage refuses the write once the lease is gone). A
+    /// later `run --once --done-key KEY` on any host then exits 0 without
+    /// running CMD, saying so on stderr. CMD failing, stopped, or the host
+    /// dying before the record leaves none: the next run runs CMD again.
+    /// Only the last key is kept (a new key replaces it). 1 to 256 bytes,
+    /// no control characters. The record owns the blob's state: CMD gets no
+    /// BLOB_MUTEX_LEASE_ID (no `state put`). One storage account only.
+    #[arg(long, value_name = "KEY")]
+    pub(crate) done_key: Option<String>,
+    /// With --once: run CMD at most once per DURATION across all hosts (a
+    /// job that every host's cron starts). After CMD exits 0 by itself,
+    /// storage's time is recorded in the lease blob's state; a run less
+    /// than DURATION after it, on any host, exits 0 without running CMD,
+    /// saying so on stderr. Measured on storage's clock (in whole seconds),
+    /// never the host's. At least 1s; choose it a little shorter than the
+    /// schedule (20h for a daily job). With --done-key, skips when either
+    /// says so. One storage account only.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub(crate) at_most_every: Option<Duration>,
     /// This host's priority as a preferred successor, any integer. While
     /// another host leads, this one advertises itself beside the lease; a
     /// leader with a lower priority stops its command and hands the lease

@@ -5,13 +5,14 @@ use std::fmt;
 use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
 
-/// Success: `status` found the lease held, `break` broke it, `run`'s command exited 0,
-/// `partitions` found the set.
+/// Success: `status` found the lease held, `break` broke it, `run`'s command exited 0
+/// (or `run --once` skipped it, as its completion record said), `partitions` found the set.
 pub(crate) const OK: u8 = 0;
 /// An error: storage could not be reached, refused the credentials, or failed.
 pub(crate) const ERROR: u8 = 1;
-/// A usage error: a bad flag, an invalid option value or connection string.
-/// (clap uses 2 for its own parse errors too.)
+/// A usage error: a bad flag, an invalid option value or connection string,
+/// a combination of flags `run` refuses. (clap uses 2 for its own parse
+/// errors too.)
 pub(crate) const USAGE: u8 = 2;
 /// `status`: the lease is free. `break`: there was no lease to break.
 /// `run --wait`: the lease was not acquired in time; the command did not run.
@@ -27,6 +28,13 @@ pub(crate) const STATE_REFUSED: u8 = LEASE_LOST;
 /// the kernel) for 5 s; `run` exited without releasing the lease, which
 /// expires on its own, and did not start the command again.
 pub(crate) const UNKILLABLE: u8 = 5;
+/// `run --once` with `--done-key` or `--at-most-every`: the command exited
+/// 0, but its completion record was not written (the lease was lost
+/// before the write, or the write failed). Not 0, because the promise
+/// those flags make is not kept: the next run will run the command again.
+/// Not the command's code nor 4, because the command did its work to the
+/// end. A script that accepts a second run can take 6 as success.
+pub(crate) const UNRECORDED: u8 = 6;
 /// `run`: the command was found but could not be started.
 pub(crate) const CANNOT_EXECUTE: u8 = 126;
 /// `run`: the command was not found.
@@ -36,15 +44,20 @@ pub(crate) const NOT_FOUND: u8 = 127;
 pub(crate) const TABLE: &str = "\
 Exit codes:
   0      success: run's command exited 0; status: the lease is held; break: the lease was broken;
-         partitions: the set exists
+         partitions: the set exists; run --once: the completion record said the command was not
+         due (already done for --done-key, or run within --at-most-every); it did not run
   1      error: storage unreachable, authentication refused, or another failure
-  2      usage: a bad flag, an invalid option value or an invalid connection string
+  2      usage: a bad flag, an invalid option value or an invalid connection string;
+         run: --done-key or --at-most-every without --once, --once with --forever,
+         or a completion record asked of a quorum of accounts
   3      status: the lease is free; break: there was no lease to break;
          run: not leader within --wait (the command did not run);
          partitions: the set has no partitions and no members
   4      run: the lease was lost while the command ran; the command was stopped;
          state put: refused, the lease was lost, broken or passed on (nothing written)
   5      run: the command could not be killed; the lease was left to expire
+  6      run --once: the command exited 0 but its completion record was not written
+         (the lease was lost first); the next run will run it again
   126    run: the command could not be executed
   127    run: the command was not found
   128+N  run: the command died from signal N, or signal N stopped blob-mutex

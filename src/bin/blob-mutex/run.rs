@@ -1,4 +1,7 @@
-//! `blob-mutex run`: campaign for the lease and run a command while leader.
+//! `blob-mutex run`: campaign for the lease and run a command while leader
+//! (with `--once`, for one term: see [`once`]).
+
+mod once;
 
 use std::ffi::OsString;
 use std::io;
@@ -7,7 +10,9 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use anyhow::{anyhow, Result};
-use blob_mutex::{BlobDistributedMutex, CancellationToken, LeaderContext, LeaseStore, StopReason};
+use blob_mutex::{
+    BlobDistributedMutex, CancellationToken, LeaderContext, LeaseStore, OnceOptions, StopReason,
+};
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 use tokio::signal::unix::{signal, SignalKind};
@@ -21,8 +26,11 @@ use crate::{exit, guard};
 
 /// How the run ended; it chooses the exit code.
 enum Outcome {
-    /// The command exited by itself, or after a forwarded signal.
+    /// The command exited by itself.
     Exited(ExitStatus),
+    /// The command exited after a forwarded signal (SIGINT, SIGTERM or
+    /// SIGHUP to `run`).
+    Signalled(ExitStatus),
     /// The lease was lost and the command was stopped; no status when the
     /// library aborted the leader task (the command was killed then).
     Lost(StopReason, Option<ExitStatus>),
@@ -50,6 +58,14 @@ struct Shared {
     /// The command's environment besides the epoch and holder.
     env: Vec<(&'static str, String)>,
     forever: bool,
+    /// `--once`: the library leads one term, and ending the run needs no
+    /// cancellation.
+    once: bool,
+    /// Whether a completion record is kept (`--done-key`,
+    /// `--at-most-every`): it owns the blob's state, so the command gets no
+    /// lease id for `state put`, and only a command that exited 0 by
+    /// itself counts as a success.
+    records: bool,
     /// The library's stop grace: how long the leader task may take to stop.
     grace: Duration,
     token: CancellationToken,
@@ -65,15 +81,19 @@ impl Shared {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Records how the run ended and stops the campaign.
+    /// Records how the run ended and stops the campaign (with `--once`,
+    /// the term's end ends it).
     fn finish(&self, outcome: Outcome) {
         self.state().outcome = Some(outcome);
-        self.token.cancel();
+        if !self.once {
+            self.token.cancel();
+        }
     }
 }
 
 /// Runs `blob-mutex run` and returns its exit code.
 pub(crate) async fn run(args: RunArgs) -> Result<u8> {
+    let once = once::options(&args)?;
     // Several accounts make a quorum; one is the blob store itself.
     let store = match args.target.quorum()? {
         Some(quorum) => Ok(quorum),
@@ -93,6 +113,8 @@ pub(crate) async fn run(args: RunArgs) -> Result<u8> {
         name: args.target.name(),
         env: args.target.command_env(),
         forever: args.forever,
+        once: once.is_some(),
+        records: once.as_ref().is_some_and(once::records),
         grace: options.stop_grace,
         token: CancellationToken::new(),
         state: Mutex::new(State::default()),
@@ -111,12 +133,12 @@ pub(crate) async fn run(args: RunArgs) -> Result<u8> {
         Ok(quorum) => {
             info!(blob = %shared.name, accounts = quorum.len(), "on a quorum of storage accounts");
             let mutex = BlobDistributedMutex::with_store(quorum, options, task)?;
-            campaign(&mutex, &shared, args.wait, limit, endpoint).await
+            campaign(&mutex, &shared, args.wait, limit, endpoint, once).await
         }
         Err(settings) => {
             info!(blob = %shared.name, backend = %settings.backend(), "on one storage account");
             let mutex = BlobDistributedMutex::with_options(settings, options, task)?;
-            campaign(&mutex, &shared, args.wait, limit, endpoint).await
+            campaign(&mutex, &shared, args.wait, limit, endpoint, once).await
         }
     }
 }
@@ -128,6 +150,7 @@ async fn campaign<S: LeaseStore>(
     wait: Option<Duration>,
     limit: Duration,
     endpoint: Option<Endpoint>,
+    once: Option<OnceOptions>,
 ) -> Result<u8> {
     preflight(mutex.store(), limit).await?;
     let signals = tokio::spawn(forward_signals(shared.clone()));
@@ -143,17 +166,28 @@ async fn campaign<S: LeaseStore>(
         }
         std::future::pending::<()>().await;
     };
+    let once_given = once.is_some();
+    let elected = async {
+        match once {
+            None => mutex
+                .run_task_when_mutex_acquired(shared.token.clone())
+                .await
+                .map(|()| None),
+            Some(options) => once::lead_one_term(mutex, shared, options).await.map(Some),
+        }
+    };
     // Serving never ends: the campaign's end ends it.
     let result = tokio::select! {
-        result = mutex.run_task_when_mutex_acquired(shared.token.clone()) => result,
-        () = serving => Ok(()),
+        result = elected => result,
+        () = serving => Ok(None),
     };
     signals.abort();
     // An aborted term's command may not be gone yet: `run` ends only once
     // it is (or exits with the unkillable code).
     shared.groups.settled().await;
     match (result, wait) {
-        (Ok(()), _) => Ok(exit_code(shared)),
+        (Ok(None), _) => Ok(exit_code(shared)),
+        (Ok(Some(outcome)), _) => Ok(once::exit_code(shared, outcome)),
         (Err(blob_mutex::Error::NotAcquired { .. }), _) => {
             eprintln!(
                 "blob-mutex: the lease on {} is held by another instance; gave up waiting",
@@ -165,6 +199,7 @@ async fn campaign<S: LeaseStore>(
         (Err(e), Some(wait)) if e.is_transient() => {
             Err(anyhow::Error::new(e).context(format!("not leader within --wait {wait:?}")))
         }
+        (Err(e), _) if once_given => once::of_error(shared, e),
         (Err(e), _) => Err(e.into()),
     }
 }
@@ -197,7 +232,7 @@ async fn preflight(store: &impl LeaseStore, limit: Duration) -> Result<()> {
 fn exit_code(shared: &Shared) -> u8 {
     let mut state = shared.state();
     match state.outcome.take() {
-        Some(Outcome::Exited(status)) => exit::of_status(status),
+        Some(Outcome::Exited(status) | Outcome::Signalled(status)) => exit::of_status(status),
         Some(Outcome::Lost(reason, status)) => {
             let why = match reason {
                 StopReason::Deadline => "could not be renewed before its deadline",
@@ -241,7 +276,9 @@ async fn lead(ctx: LeaderContext, shared: Arc<Shared>) -> Result<()> {
     // What `blob-mutex state get/put` needs inside the command. The lease id
     // is this holder's own: the command is its process, and it is never printed.
     let mut env = shared.env.clone();
-    env.push((child::LEASE_ID_ENV, ctx.lease_id().to_string()));
+    if !shared.records {
+        env.push((child::LEASE_ID_ENV, ctx.lease_id().to_string()));
+    }
     // No command starts while a process of an earlier term's may still run.
     tokio::select! {
         () = shared.groups.settled() => {}
@@ -360,10 +397,14 @@ enum Ended {
 fn conclude(ctx: &LeaderContext, shared: &Shared, ended: Ended) -> Result<()> {
     let epoch = ctx.epoch();
     match ended {
-        Ended::Stopped(StopReason::Shutdown, status) | Ended::ByItself(status)
+        Ended::ByItself(status) if !shared.forever || shared.token.is_cancelled() => {
+            shared.finish(Outcome::Exited(status));
+            Ok(())
+        }
+        Ended::Stopped(StopReason::Shutdown, status)
             if !shared.forever || shared.token.is_cancelled() =>
         {
-            shared.finish(Outcome::Exited(status));
+            shared.finish(Outcome::Signalled(status));
             Ok(())
         }
         Ended::Stopped(reason, status) if !shared.forever => {

@@ -41,7 +41,8 @@ async fn put(args: StatePutArgs) -> Result<u8> {
         Err(_) => {
             return Err(UsageError(format!(
                 "state put writes under the lease of `blob-mutex run`: run it inside the command \
-                 that `run` started ({LEASE_ID_ENV} is not set)"
+                 that `run` started ({LEASE_ID_ENV} is not set; `run --once` with --done-key or \
+                 --at-most-every sets none, as its completion record owns the state)"
             ))
             .into())
         }

@@ -6,7 +6,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tracing::debug;
 
-use super::epoch::{catch_up, read_last, stamp_all, Stamp};
+use super::epoch::{catch_up, lift, read_last, stamp_all, Stamp};
 use super::votes::{ask, no_majority, straggler_grace, Answers, Asking, Vote, Votes};
 use super::{merge, QuorumLeaseStore, Term, CLEANUP_LIMIT};
 use crate::error::{Error, Result};
@@ -218,10 +218,12 @@ impl<S: LeaseStore> QuorumLeaseStore<S> {
             epoch,
             advertised: advertised.map(str::to_owned),
         };
-        let (answers, votes) = stamp_all(&self.accounts, lease, &stamp, wait).await;
+        let stamped = stamp_all(&self.accounts, lease, &stamp, wait).await;
+        let (answers, votes) = lift(&self.accounts, lease, &stamp, stamped, limit).await;
         // Each account writes at least `epoch`, and more where its own
         // record starts higher (a record made again starts at storage's
-        // clock): the term's epoch is the largest one a majority carries.
+        // clock), lifted to the largest such: the term's epoch is the
+        // largest one a majority carries.
         let epoch = carried_by_majority(&answers, self.majority()).map_or(epoch, |e| e.max(epoch));
         let stamp = Stamp { epoch, ..stamp };
         if let Some(mut term) = self.recall(lease) {

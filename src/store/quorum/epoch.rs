@@ -9,9 +9,10 @@ use tracing::debug;
 use tokio::time::Instant;
 
 use super::rules::{
-    behind_the_stamp, read_decided, read_outcome, vote_carried, vote_stamped, ReadOutcome, Stamped,
+    self, behind_the_stamp, read_decided, read_outcome, vote_carried, vote_stamped, ReadOutcome,
+    Stamped,
 };
-use super::votes::{no_majority, straggler_grace, Answers, Asking, Votes};
+use super::votes::{ask, no_majority, straggler_grace, Answers, Asking, Vote, Votes};
 use crate::error::{Error, Result};
 use crate::store::{LeaseId, LeaseStore};
 
@@ -128,14 +129,7 @@ pub(super) async fn stamp_all<S: LeaseStore>(
         "stamp",
         Votes::new(accounts.len()),
         |_, store| Some(stamp.write(store, lease)),
-        |_, answer| {
-            let answer = match answer {
-                Ok(e) => Stamped::Carries(*e),
-                Err(Error::LeaseLost(_)) => Stamped::Lost,
-                Err(_) => Stamped::Failed,
-            };
-            vote_stamped(answer, epoch)
-        },
+        |_, answer| stamp_vote(answer, epoch),
     );
     asking.settle(Votes::decided).await;
     let grace = if every {
@@ -145,6 +139,75 @@ pub(super) async fn stamp_all<S: LeaseStore>(
     };
     asking.collect_for(grace).await;
     asking.finish()
+}
+
+/// Lifts the accounts that answered a stamp with a smaller epoch than
+/// another account did to that larger epoch, so that every account that
+/// answered carries one epoch for the term. Accounts answer different
+/// epochs when a record started again at storage's clock on some of them
+/// (the first term of a quorum whose stamp straddles a second of storage's
+/// clock, or accounts that lost their blobs) or when one carries a larger
+/// epoch already (left by an attempt that did not win). Without the lift,
+/// the term would take the epoch a majority carries while an account
+/// showed a larger one, and the merged view would name an epoch the term
+/// does not fence with. Only the accounts behind are stamped again, within
+/// `limit`; the answers and votes are counted again as `stamp_all` counts
+/// them, so the caller's rule (the largest epoch a majority carries) then
+/// picks the lifted epoch once a majority carries it.
+pub(super) async fn lift<S: LeaseStore>(
+    accounts: &[(String, S)],
+    lease: LeaseId,
+    stamp: &Stamp,
+    (mut answers, votes): (Answers<u64>, Votes),
+    limit: Duration,
+) -> (Answers<u64>, Votes) {
+    let carried: Vec<Option<u64>> = answers
+        .iter()
+        .map(|a| a.as_ref().and_then(|a| a.as_ref().ok()).copied())
+        .collect();
+    let Some((top, behind)) = rules::lift(&carried) else {
+        return (answers, votes);
+    };
+    let lifted = Stamp {
+        epoch: top,
+        ..stamp.clone()
+    };
+    let again = ask(
+        accounts,
+        "stamp",
+        Votes::new(accounts.len()),
+        |i, store| behind[i].then(|| lifted.write(store, lease)),
+        |_, _| Vote::Yes,
+        |_| false,
+        |_| Duration::ZERO,
+    );
+    let again = tokio::time::timeout(limit, again).await;
+    if let Ok((again, _)) = again {
+        for (answer, redone) in answers.iter_mut().zip(again) {
+            if let Some(redone) = redone {
+                *answer = Some(redone);
+            }
+        }
+    }
+    // The same accounts answered; only what some of them carry changed.
+    let mut recount = Votes {
+        pending: votes.pending,
+        ..Votes::new(accounts.len())
+    };
+    for answer in answers.iter().flatten() {
+        recount.add(stamp_vote(answer, stamp.epoch));
+    }
+    (answers, recount)
+}
+
+/// How one account's answer to a stamp at `epoch` counts.
+fn stamp_vote(answer: &Result<u64>, epoch: u64) -> Vote {
+    let answer = match answer {
+        Ok(e) => Stamped::Carries(*e),
+        Err(Error::LeaseLost(_)) => Stamped::Lost,
+        Err(_) => Stamped::Failed,
+    };
+    vote_stamped(answer, epoch)
 }
 
 /// Brings one account, held under `lease`, up to the term's stamp: reads

@@ -177,6 +177,20 @@ pub(crate) fn carried_by_majority(carried: &[Option<u64>], majority: usize) -> O
     epochs.get(majority.checked_sub(1)?).copied()
 }
 
+/// The lift after a stamp: when the accounts that answered carry different
+/// epochs (a record started again at storage's clock on some, or one
+/// carried a larger epoch already), the largest, and the accounts behind it
+/// to be stamped again at it, so that every account that answered carries
+/// one epoch for the term. `None` when they all carry the same.
+pub(crate) fn lift(carried: &[Option<u64>]) -> Option<(u64, Vec<bool>)> {
+    let top = carried.iter().flatten().copied().max()?;
+    if carried.iter().flatten().all(|e| *e == top) {
+        return None;
+    }
+    let behind = carried.iter().map(|e| e.is_some_and(|e| e < top)).collect();
+    Some((top, behind))
+}
+
 /// Whether an account that carries `carried` must be stamped to carry the
 /// term's `epoch`: only when it is behind, so that an account whose answer
 /// to the stamp was lost is not raised past it.
