@@ -192,11 +192,20 @@ impl AnyCalls {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidOption`] naming `backend` when it is not built in;
-    /// the errors of the SDK's settings otherwise.
+    /// [`Error::InvalidOption`] naming `backend` when it is not built in,
+    /// `transport` when the settings carry a transport for a backend other
+    /// than the official one; the errors of the SDK's settings otherwise.
     pub(crate) fn new(settings: &BlobSettings) -> Result<Self> {
         let backend = settings.backend();
         backend.check_built_in()?;
+        if settings.transport().is_some() && backend != Backend::Official {
+            return Err(Error::invalid(
+                "transport",
+                format!(
+                    "the {backend} backend takes no azure_core 1.x transport: use the official backend, or no transport"
+                ),
+            ));
+        }
         Ok(match backend {
             #[cfg(feature = "official")]
             Backend::Official => AnyCalls::Official(OfficialCalls::new(

@@ -1,12 +1,24 @@
 //! The HTTP client of the official SDK's pipeline and of `azure_identity`
-//! 1.x's credentials: reqwest 0.13 with rustls on ring and the webpki roots
-//! (the SDK's default would build rustls on aws-lc, a C build with cmake),
-//! no decompression, and a pool of kept-alive connections.
+//! 1.x's credentials, unless the caller hands in a transport of its own
+//! ([`BlobSettings::with_transport`](crate::BlobSettings::with_transport)):
+//! reqwest 0.13 with rustls on ring (the SDK's default would build rustls
+//! on aws-lc, a C build with cmake), no decompression, a pool of
+//! kept-alive connections, the proxies of the environment (`HTTPS_PROXY`,
+//! `HTTP_PROXY`, `ALL_PROXY`, `NO_PROXY`, as reqwest reads them), and
+//! server certificates trusted when either the bundled webpki roots or the
+//! platform's store (on Linux the system bundle, or `SSL_CERT_FILE` /
+//! `SSL_CERT_DIR`) vouch for them: a private CA or a TLS-inspecting proxy
+//! is trusted once the host trusts it.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use azure_core::http::Transport;
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::client::WebPkiServerVerifier;
+use rustls::crypto::CryptoProvider;
+use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use rustls::{DigitallySignedStruct, SignatureScheme};
 
 use crate::error::{Cause, Error};
 
@@ -32,24 +44,85 @@ pub(crate) fn transport() -> Result<Transport, Error> {
 }
 
 fn client() -> Result<reqwest::Client, Error> {
-    let roots = rustls::RootCertStore {
-        roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
-    };
     let failed = |e: &dyn std::fmt::Display| Error::Transport {
         operation: "create the HTTP client",
         source: Cause::new(e.to_string()),
     };
-    let tls = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .map_err(|e| failed(&e))?
-    .with_root_certificates(roots)
-    .with_no_client_auth();
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let verifier = EitherRoots::new(&provider).map_err(|e| failed(&e))?;
+    let tls = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| failed(&e))?
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(verifier))
+        .with_no_client_auth();
     reqwest::Client::builder()
         .tls_backend_preconfigured(tls)
         .pool_idle_timeout(POOL_IDLE)
         .pool_max_idle_per_host(POOL_MAX_IDLE)
         .build()
         .map_err(|e| failed(&e))
+}
+
+/// Trusts a server certificate that chains to a bundled webpki root or to
+/// a root of the platform's store. The bundled roots come first (no file
+/// is read); the platform's are read once, when first needed. Signatures
+/// of the handshake are checked as webpki checks them.
+#[derive(Debug)]
+struct EitherRoots {
+    bundled: Arc<WebPkiServerVerifier>,
+    platform: rustls_platform_verifier::Verifier,
+}
+
+impl EitherRoots {
+    fn new(provider: &Arc<CryptoProvider>) -> Result<Self, rustls::Error> {
+        let roots = rustls::RootCertStore {
+            roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
+        };
+        let bundled =
+            WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider.clone())
+                .build()
+                .map_err(|e| rustls::Error::General(e.to_string()))?;
+        let platform = rustls_platform_verifier::Verifier::new(provider.clone())?;
+        Ok(EitherRoots { bundled, platform })
+    }
+}
+
+impl ServerCertVerifier for EitherRoots {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        server_name: &ServerName<'_>,
+        ocsp_response: &[u8],
+        now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        let verify = |verifier: &dyn ServerCertVerifier| {
+            verifier.verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now)
+        };
+        // The platform's answer names what is wrong when neither trusts it.
+        verify(self.bundled.as_ref()).or_else(|_| verify(&self.platform))
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.bundled.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.bundled.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.bundled.supported_verify_schemes()
+    }
 }

@@ -8,6 +8,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use azure_core::credentials::TokenCredential;
+use azure_core::http::Transport;
 
 mod connection_string;
 mod endpoint;
@@ -77,6 +78,8 @@ pub struct BlobSettings {
     container: String,
     blob: String,
     backend: Backend,
+    /// The caller's transport for the official backend, if any.
+    transport: Option<Transport>,
 }
 
 impl BlobSettings {
@@ -220,14 +223,40 @@ impl BlobSettings {
     ///
     /// [`Error::InvalidOption`] when the container or blob name is invalid.
     pub fn for_blob(&self, container: impl Into<String>, blob: impl Into<String>) -> Result<Self> {
-        Self::build(
-            self.account.clone(),
-            self.endpoint.clone(),
-            self.credential.clone(),
-            container.into(),
-            blob.into(),
-        )
-        .map(|settings| settings.with_backend(self.backend))
+        let (container, blob) = (container.into(), blob.into());
+        validate_container(&container)?;
+        validate_blob(&blob)?;
+        Ok(BlobSettings {
+            container,
+            blob,
+            ..self.clone()
+        })
+    }
+
+    /// The same settings with the caller's transport: every request of the
+    /// stores made from them goes through `transport` (an `azure_core` 1.x
+    /// [`Transport`], for example over a `reqwest::Client` the application
+    /// built with its own proxy, roots or user agent, or over an HTTP
+    /// client of its own). Without it, the crate builds one client per
+    /// store: reqwest with rustls on ring, the webpki roots and the
+    /// platform's certificate store, and the proxies of the environment
+    /// (`HTTPS_PROXY`, `HTTP_PROXY`, `ALL_PROXY`, `NO_PROXY`).
+    ///
+    /// The crate's own retries and timeouts still apply: the transport
+    /// sends each request once. A token credential keeps the transport it
+    /// was built with. Only the official backend takes a transport: a store
+    /// made from settings on [`Backend::SdkV021`] that carry one is refused
+    /// with [`Error::InvalidOption`] naming `transport` (that SDK has an
+    /// HTTP client type of its own; it reads the same proxy variables).
+    #[must_use = "the settings are returned by value"]
+    pub fn with_transport(mut self, transport: Transport) -> Self {
+        self.transport = Some(transport);
+        self
+    }
+
+    /// The caller's transport, if the settings carry one.
+    pub(crate) fn transport(&self) -> Option<&Transport> {
+        self.transport.as_ref()
     }
 
     /// The settings of the lease `name` within the set that these settings
@@ -276,6 +305,7 @@ impl BlobSettings {
             container,
             blob,
             backend: Backend::default(),
+            transport: None,
         })
     }
 
@@ -324,6 +354,10 @@ impl fmt::Debug for BlobSettings {
             .field("container", &self.container)
             .field("blob", &self.blob)
             .field("backend", &self.backend)
+            .field(
+                "transport",
+                &self.transport.as_ref().map(|_| "the caller's"),
+            )
             .finish()
     }
 }

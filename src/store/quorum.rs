@@ -5,6 +5,7 @@
 mod calls;
 mod each;
 mod epoch;
+mod hold_off;
 mod identity;
 // The renewal's and the acquire's decisions are used by calls.rs next.
 #[allow(dead_code)]
@@ -17,6 +18,8 @@ use std::fmt;
 use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
+
+use tokio::time::Instant;
 
 use crate::azure::settings::BlobSettings;
 use crate::azure::BlobLeaseManager;
@@ -65,7 +68,12 @@ const TERMS_KEPT: usize = 16;
 ///   are released at once, and the answer is [`Acquire::Held`] when leases
 ///   held by others made a majority impossible, else the accounts' error.
 ///   (A candidate that kept an account while it waited for a silent one
-///   would keep the leader from renewing there.)
+///   would keep the leader from renewing there.) Once a majority granted,
+///   the epoch of every account that answered is read (in the same bounded
+///   call), and an account granted without an epoch while another carries
+///   one is held off (below): when the granted accounts that count are no
+///   majority, the leases granted are released and the answer is
+///   [`Acquire::Held`].
 /// - **renew**: renews every account; an account where the lease is found
 ///   gone (broken, or its blob missing after a restart) counts as lost for
 ///   this renewal (and when the accounts that the last successful renewal
@@ -99,6 +107,60 @@ const TERMS_KEPT: usize = 16;
 /// [`LeaseStore`] contract for the quorum, with no timing assumption beyond
 /// the single-account one (each account's clock runs no faster than the
 /// leader's by more than the drift allowance).
+///
+/// Unless an account forgets: an account whose lease blob is lost
+/// (deleted, recreated, its container recreated, an emulator restarted
+/// empty) loses the leases it granted, and may grant the lease to another
+/// id while a holder's deadline still rests on it. With one account down
+/// past the leader's lease there (its majority is then the two others)
+/// and one of those two restarted empty, a candidate is granted the one
+/// that was down and the one that forgot: a majority, while the leader
+/// leads on until its next renewal finds the lease gone. So a new term
+/// does not count such an account at once (`quorum/hold_off.rs` holds the
+/// rule, a pure function):
+///
+/// 1. Once a majority granted, the acquire reads the epoch of every
+///    account that answered (granted, or held by another id). A granted
+///    account that carries an epoch has not forgotten since a term stamped
+///    it, so a lease of a live holder there would have refused the grant:
+///    it counts.
+/// 2. A granted account without an epoch, while an account read carries
+///    one, counts once this store has seen it without one, in every read
+///    since the first, for the hold-off: 67 s, Azure's longest lease
+///    (60 s) plus that lease times the largest clock drift the options
+///    accept (10 %; this host's clock may run that much faster than the
+///    account's), plus the default safety margin (1 s). A lease it granted
+///    before it forgot was granted before the first read, lasted 60 s of
+///    the account's clock at most, and any holder's deadline that rested on
+///    it came before its end; the store does not know the durations other
+///    instances use, so it takes the longest. A read that finds an epoch,
+///    or the account held by another id (whose holder may stamp it, and it
+///    may forget again), starts the wait over; so does any attempt that
+///    finds it held by another id, majority or not.
+/// 3. When no account read carries an epoch and every granted account
+///    was read (a new quorum), or when every account granted, nothing is
+///    held off: a live holder's majority would have to have forgotten
+///    whole (or its other accounts be down, unread).
+/// 4. A granted account whose read did not answer does not count.
+///
+/// Take a holder A whose deadline rests on a majority S (its last
+/// successful call) and a candidate B whose counted accounts C are a
+/// majority. S and C share an account x. If x carries an epoch, or B held
+/// it off for the hold-off, x did not lose A's lease before A's deadline,
+/// so x granted B only after A's lease there ended: after A's deadline.
+/// What this assumes: fewer than a majority of the accounts forget within
+/// a hold-off, an account of S that B could not read (down) did not
+/// forget either, and an account forgets at most once within a hold-off
+/// unless B sees it held or stamped in between (B's reads cannot tell one
+/// empty blob from the next); with three accounts that is one down and
+/// one forgotten at once. An account rolled back to an older copy of its
+/// blob carries an epoch and is not held off: delete its lease blob, so
+/// that it shows as lost (below). The holder's own renewals, which acquire
+/// an account again and bring it up to the stamp, hold off nothing: the
+/// holder kept its majority. The price: a failover that needs an account restarted empty
+/// waits until a third account can be granted too (the old leader's lease
+/// there expires, or it is back), or for the hold-off, whichever comes
+/// first; with the other accounts healthy it waits for nothing.
 ///
 /// # Why epochs strictly increase
 ///
@@ -162,7 +224,8 @@ const TERMS_KEPT: usize = 16;
 /// epoch matters as much as with one account. Every call costs N requests
 /// (a renewal adds an acquire for an account that came back, and a read
 /// and a stamp for an account not known to carry the term's stamp; a new
-/// term's stamp adds a read of every account).
+/// term's acquire adds a read of every account that answered it, and its
+/// stamp a read of every account).
 ///
 /// Accounts must be independent: [`from_settings`](Self::from_settings)
 /// refuses two settings that name the same account, whatever blob they name
@@ -203,8 +266,16 @@ pub struct QuorumLeaseStore<S: LeaseStore = BlobLeaseManager> {
     /// Each account's label (never a secret) and store.
     accounts: Arc<[(String, S)]>,
     terms: Arc<Mutex<VecDeque<Term>>>,
+    /// Per account: since when this store has seen it without an epoch
+    /// (see [`hold_off`]).
+    missing: Missing,
     request_timeout: Duration,
 }
+
+/// Per account: since when a store has seen the lease without an epoch
+/// there. Shared by the stores of one lease that a lease set makes, one
+/// per attempt.
+type Missing = Arc<Mutex<Vec<Option<Instant>>>>;
 
 /// What the store remembers of a lease id it acquired.
 #[derive(Debug, Clone)]
@@ -255,6 +326,7 @@ impl<S: LeaseStore> Clone for QuorumLeaseStore<S> {
         QuorumLeaseStore {
             accounts: self.accounts.clone(),
             terms: self.terms.clone(),
+            missing: self.missing.clone(),
             request_timeout: self.request_timeout,
         }
     }
@@ -335,9 +407,11 @@ impl<S: LeaseStore> QuorumLeaseStore<S> {
                 ),
             ));
         }
+        let n = accounts.len();
         Ok(QuorumLeaseStore {
             accounts: accounts.into(),
             terms: Arc::default(),
+            missing: Arc::new(Mutex::new(vec![None; n])),
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
         })
     }
@@ -357,6 +431,17 @@ impl<S: LeaseStore> QuorumLeaseStore<S> {
     #[must_use = "the store is returned by value"]
     pub fn with_request_timeout(mut self, timeout: Duration) -> Self {
         self.request_timeout = timeout;
+        self
+    }
+
+    /// The same store with the record of accounts seen without an epoch
+    /// that earlier stores of the same lease kept (one of as many entries).
+    fn sharing_missing(mut self, missing: Missing) -> Self {
+        let n = self.len();
+        let fits = missing.lock().unwrap_or_else(PoisonError::into_inner).len() == n;
+        if fits {
+            self.missing = missing;
+        }
         self
     }
 
@@ -579,6 +664,8 @@ impl<S: LeaseStore> LeaseStore for QuorumLeaseStore<S> {
     }
 }
 
+#[cfg(all(test, feature = "testing"))]
+mod hold_off_tests;
 #[cfg(all(test, feature = "testing"))]
 mod lift_tests;
 #[cfg(all(test, feature = "testing"))]

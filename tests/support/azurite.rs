@@ -53,6 +53,20 @@ impl Azurite {
         }
     }
 
+    /// A new in-memory Azurite on a free port that speaks https only, with
+    /// the certificate and key (PEM files) given: a client must trust
+    /// their CA.
+    pub fn start_https(cert: &std::path::Path, key: &std::path::Path) -> Azurite {
+        let (cert, key) = (cert.display().to_string(), key.display().to_string());
+        let (process, port) = spawn_with(0, None, &["--cert", &cert, "--key", &key]);
+        Azurite {
+            endpoint: format!("https://127.0.0.1:{port}/devstoreaccount1"),
+            port,
+            process: Some(process),
+            location: None,
+        }
+    }
+
     /// A new Azurite that keeps its data in a directory, so that it can be
     /// stopped and started again on the same port with the same blobs.
     pub fn start_persistent() -> Azurite {
@@ -111,8 +125,11 @@ impl Drop for Azurite {
 
 /// The connection string of the development account at `endpoint`.
 pub fn connection_string(endpoint: &str) -> String {
+    let scheme = endpoint
+        .split_once("://")
+        .map_or("http", |(scheme, _)| scheme);
     format!(
-        "DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;AccountKey={DEV_KEY};BlobEndpoint={endpoint};"
+        "DefaultEndpointsProtocol={scheme};AccountName=devstoreaccount1;AccountKey={DEV_KEY};BlobEndpoint={endpoint};"
     )
 }
 
@@ -237,12 +254,17 @@ fn spawn_with(
         .spawn()
         .unwrap_or_else(|e| panic!("cannot start Azurite ({e}). {INSTALL_HINT}"));
     let stdin = child.stdin.take().expect("piped stdin");
-    let marker = "listens on http://127.0.0.1:";
     let started = std::time::Instant::now();
     loop {
         let text = std::fs::read_to_string(&log).unwrap_or_default();
-        if let Some(at) = text.find(marker) {
-            let port: u16 = text[at + marker.len()..]
+        let found = [
+            "listens on http://127.0.0.1:",
+            "listens on https://127.0.0.1:",
+        ]
+        .into_iter()
+        .find_map(|marker| Some(text.find(marker)? + marker.len()));
+        if let Some(at) = found {
+            let port: u16 = text[at..]
                 .lines()
                 .next()
                 .and_then(|p| p.trim().parse().ok())

@@ -27,6 +27,7 @@ pub mod proxy;
 pub mod raw;
 pub mod register;
 pub mod sas;
+pub mod tls;
 pub mod workers;
 
 use std::future::Future;

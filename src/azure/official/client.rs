@@ -35,7 +35,10 @@ pub(super) fn container_client(settings: &OfficialSettings) -> Result<BlobContai
     let options = BlobContainerClientOptions {
         client_options: ClientOptions {
             retry: RetryOptions::none(),
-            transport: Some(crate::azure::http::transport()?),
+            transport: Some(match settings.transport() {
+                Some(transport) => transport.clone(),
+                None => crate::azure::http::transport()?,
+            }),
             per_call_policies,
             ..ClientOptions::default()
         },

@@ -6,7 +6,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use azure_core::credentials::TokenCredential;
-use azure_core::http::Url;
+use azure_core::http::{Transport, Url};
 
 use super::sas::Signer;
 use crate::error::{Error, Result};
@@ -35,6 +35,8 @@ pub struct OfficialSettings {
     credential: Option<Arc<dyn TokenCredential>>,
     /// The signer of SAS tokens, when the settings hold an account key.
     signer: Option<Arc<Signer>>,
+    /// The caller's transport, if any.
+    transport: Option<Transport>,
     container: String,
     blob: String,
 }
@@ -123,6 +125,7 @@ impl OfficialSettings {
         let mut official = Self::from_url(url, settings.blob().to_owned())?;
         official.credential = credential;
         official.signer = signer;
+        official.transport = settings.transport().cloned();
         Ok(official)
     }
 
@@ -132,13 +135,20 @@ impl OfficialSettings {
     ///
     /// [`Error::InvalidOption`] when the blob name is invalid.
     pub fn for_blob(&self, blob: impl Into<String>) -> Result<Self> {
-        Self::build(
-            self.container_url.clone(),
-            self.credential.clone(),
-            self.signer.clone(),
-            self.container.clone(),
-            blob.into(),
-        )
+        let blob = blob.into();
+        validate_blob(&blob)?;
+        Ok(OfficialSettings {
+            blob,
+            ..self.clone()
+        })
+    }
+
+    /// The same settings with the caller's transport (see
+    /// [`BlobSettings::with_transport`]).
+    #[must_use = "the settings are returned by value"]
+    pub fn with_transport(mut self, transport: Transport) -> Self {
+        self.transport = Some(transport);
+        self
     }
 
     fn build(
@@ -153,6 +163,7 @@ impl OfficialSettings {
             container_url,
             credential,
             signer,
+            transport: None,
             container,
             blob,
         })
@@ -198,6 +209,10 @@ impl OfficialSettings {
         self.credential.clone()
     }
 
+    pub(super) fn transport(&self) -> Option<&Transport> {
+        self.transport.as_ref()
+    }
+
     pub(super) fn signer(&self) -> Option<Arc<Signer>> {
         self.signer.clone()
     }
@@ -232,6 +247,10 @@ impl fmt::Debug for OfficialSettings {
             .field("credential", &credential)
             .field("container", &self.container)
             .field("blob", &self.blob)
+            .field(
+                "transport",
+                &self.transport.as_ref().map(|_| "the caller's"),
+            )
             .finish()
     }
 }

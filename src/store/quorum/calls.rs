@@ -1,12 +1,14 @@
 //! Each call of the quorum store: asked of every account concurrently,
 //! decided by a majority of them, and what the accounts' answers count as.
 
+use std::sync::PoisonError;
 use std::time::Duration;
 
 use tokio::time::Instant;
 use tracing::debug;
 
-use super::epoch::{catch_up, lift, read_last, stamp_all, Stamp};
+use super::epoch::{catch_up, lift, read_each, read_last, stamp_all, Stamp};
+use super::hold_off::{self, first_missing, Account, Read, HOLD_OFF};
 use super::votes::{ask, no_majority, straggler_grace, Answers, Asking, Vote, Votes};
 use super::{merge, QuorumLeaseStore, Term, CLEANUP_LIMIT};
 use crate::error::{Error, Result};
@@ -55,6 +57,7 @@ impl<S: LeaseStore> QuorumLeaseStore<S> {
         let start = Instant::now();
         let cap = self.request_timeout / 2;
         let _ = tokio::time::timeout(cap, asking.settle(Votes::decided)).await;
+        let mut reads = None;
         if Votes::won(asking.votes()) {
             // So that the whole term starts on every account that answers
             // like the others, not only at the first renewal.
@@ -62,18 +65,41 @@ impl<S: LeaseStore> QuorumLeaseStore<S> {
             // `Duration::MAX` must not overflow the clock.
             let grace = straggler_grace(start.elapsed());
             let left = cap.saturating_sub(start.elapsed());
-            let _ = tokio::time::timeout(left, asking.collect_for(grace)).await;
+            // Meanwhile, the epochs of the accounts that answered are read
+            // for the hold-off, with what is left of the request timeout
+            // less what a release after a hold-off may take.
+            let answered = asking.answered(Result::is_ok);
+            let limit = self
+                .request_timeout
+                .saturating_sub(start.elapsed())
+                .saturating_sub(CLEANUP_LIMIT.min(self.request_timeout / 2));
+            let (_, read) = tokio::join!(
+                tokio::time::timeout(left, asking.collect_for(grace)),
+                read_each(&self.accounts, &answered, limit),
+            );
+            reads = Some(read);
         }
         let (answers, votes) = asking.finish();
         let granted: Vec<bool> = answers
             .iter()
             .map(|a| matches!(a, Some(Ok(Acquire::Acquired))))
             .collect();
-        if votes.won() {
-            self.remember(Term::new(proposed, duration, granted));
-            return Ok(Acquire::Acquired);
+        self.seen_held(&answers);
+        if let Some(reads) = reads {
+            let counted = self.counted(&answers, &granted, &reads);
+            let count = counted.iter().filter(|c| **c).count();
+            if count >= self.majority() {
+                let mut term = Term::new(proposed, duration, granted);
+                // The deadline rests on the counted accounts only.
+                term.basis = counted;
+                self.remember(term);
+                return Ok(Acquire::Acquired);
+            }
+            debug!(lease = %self.name(), granted = votes.yes, counted = count, "a majority granted, but accounts that forgot the lease are held off; releasing the leases granted");
+        } else {
+            debug!(lease = %self.name(), granted = votes.yes, held = votes.no, failed = votes.failed, "no majority granted; releasing the leases granted");
         }
-        debug!(lease = %self.name(), granted = votes.yes, held = votes.no, failed = votes.failed, "no majority granted; releasing the leases granted");
+        let held_off = votes.won();
         // An account that failed or did not answer may have granted the
         // lease all the same: release there too, without waiting for it.
         let maybe: Vec<bool> = answers
@@ -81,11 +107,47 @@ impl<S: LeaseStore> QuorumLeaseStore<S> {
             .map(|a| !matches!(a, Some(Ok(Acquire::Held))))
             .collect();
         self.release_on(proposed, &maybe, &granted).await;
-        if votes.lost() {
+        if held_off || votes.lost() {
             Ok(Acquire::Held)
         } else {
             Err(no_majority("acquire", answers, votes, self.request_timeout))
         }
+    }
+
+    /// Starts the wait over on the accounts an attempt found held by
+    /// another id, majority or not: their holder may stamp them, and they
+    /// may forget again.
+    fn seen_held(&self, answers: &Answers<Acquire>) {
+        let now = Instant::now();
+        let mut missing = self.missing.lock().unwrap_or_else(PoisonError::into_inner);
+        for (since, answer) in missing.iter_mut().zip(answers) {
+            let held = matches!(answer, Some(Ok(Acquire::Held)));
+            *since = first_missing(*since, Read::Unread, held, now);
+        }
+    }
+
+    /// The granted accounts whose grant counts toward a new majority
+    /// ([`hold_off::counted`]), from the epochs read; this store's record of
+    /// the accounts seen without one is brought up to date.
+    fn counted(&self, answers: &Answers<Acquire>, granted: &[bool], reads: &[Read]) -> Vec<bool> {
+        let now = Instant::now();
+        let mut missing = self.missing.lock().unwrap_or_else(PoisonError::into_inner);
+        let accounts: Vec<Account> = reads
+            .iter()
+            .zip(missing.iter_mut())
+            .enumerate()
+            .map(|(i, (read, since))| {
+                let held_by_another = matches!(answers[i], Some(Ok(Acquire::Held)));
+                *since = first_missing(*since, *read, held_by_another, now);
+                Account {
+                    granted: granted[i],
+                    read: *read,
+                    missing_for: since.map_or(Duration::ZERO, |s| now.saturating_duration_since(s)),
+                }
+            })
+            .collect();
+        drop(missing);
+        hold_off::counted(&accounts, HOLD_OFF)
     }
 
     pub(super) async fn renew_quorum(&self, lease: LeaseId) -> Result<()> {

@@ -8,13 +8,14 @@ use tracing::debug;
 
 use tokio::time::Instant;
 
+use super::hold_off::Read as Seen;
 use super::rules::{
     self, behind_the_stamp, read_decided, read_outcome, vote_carried, vote_stamped, ReadOutcome,
     Stamped,
 };
 use super::votes::{ask, no_majority, straggler_grace, Answers, Asking, Vote, Votes};
 use crate::error::{Error, Result};
-use crate::store::{LeaseId, LeaseStore};
+use crate::store::{LeaseId, LeaseInfo, LeaseStore};
 
 /// The last epoch, and how it was read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -49,6 +50,11 @@ impl Stamp {
             None => store.stamp_at_least(lease, &self.holder, self.epoch).await,
         }
     }
+}
+
+/// The epoch an inspection answered (0 for none), `None` when it failed.
+fn epoch_of(answer: &Result<Option<LeaseInfo>>) -> Option<u64> {
+    answer.as_ref().ok().map(|info| info.as_ref().map_or(0, |i| i.epoch))
 }
 
 /// The last epoch any term used: the largest epoch the accounts carry,
@@ -110,6 +116,33 @@ pub(super) async fn read_last<S: LeaseStore>(
             votes.n, votes.yes, votes.no, votes.failed
         ),
     ))
+}
+
+/// Reads the epoch of each account marked in `which`, all at once, for at
+/// most `limit`: whether it carries one, has none, or did not answer
+/// ([`Seen::Unread`], as every account not marked).
+pub(super) async fn read_each<S: LeaseStore>(
+    accounts: &[(String, S)],
+    which: &[bool],
+    limit: Duration,
+) -> Vec<Seen> {
+    let mut asking = Asking::new(
+        accounts,
+        "acquire",
+        Votes::new(accounts.len()),
+        |i, store| which[i].then(|| store.inspect()),
+        |_, answer| vote_carried(epoch_of(answer)),
+    );
+    let _ = tokio::time::timeout(limit, asking.until(|v| v.pending == 0)).await;
+    let (answers, _) = asking.finish();
+    answers
+        .iter()
+        .map(|answer| match answer {
+            Some(Ok(Some(info))) if info.epoch > 0 => Seen::Carries,
+            Some(Ok(_)) => Seen::Missing,
+            Some(Err(_)) | None => Seen::Unread,
+        })
+        .collect()
 }
 
 /// Stamps the term on every account, its epoch as the floor; the

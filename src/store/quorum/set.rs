@@ -10,7 +10,7 @@ use std::time::Duration;
 use futures_util::future::join_all;
 
 use super::votes::{ask_all, majority, no_majority};
-use super::{merge, vote_ok, QuorumLeaseStore, MAX_QUORUM_ACCOUNTS};
+use super::{merge, vote_ok, Missing, QuorumLeaseStore, MAX_QUORUM_ACCOUNTS};
 use crate::azure::settings::BlobSettings;
 use crate::azure::BlobLeaseSetStore;
 use crate::bounded::bounded;
@@ -34,6 +34,11 @@ pub struct QuorumLeaseSetStore<S: LeaseSetStore = BlobLeaseSetStore> {
     /// follows it: an account collects from what it listed itself, since
     /// staleness is judged by each blob's own `ETag`.
     last_listings: Arc<Mutex<Vec<Option<Listing>>>>,
+    /// By lease name: the accounts each lease's stores have seen without
+    /// an epoch, kept across the stores [`LeaseSetStore::lease`] makes (one
+    /// per attempt), so that a hold-off can end. Only leases with an
+    /// account seen so, or a store in use, are kept.
+    missing: Arc<Mutex<BTreeMap<String, Missing>>>,
 }
 
 /// One account's listing: lease names with what it says of each.
@@ -45,6 +50,7 @@ impl<S: LeaseSetStore> Clone for QuorumLeaseSetStore<S> {
             sets: self.sets.clone(),
             request_timeout: self.request_timeout,
             last_listings: self.last_listings.clone(),
+            missing: self.missing.clone(),
         }
     }
 }
@@ -99,6 +105,7 @@ impl<S: LeaseSetStore> QuorumLeaseSetStore<S> {
             sets: sets.into(),
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
             last_listings: Arc::default(),
+            missing: Arc::default(),
         })
     }
 
@@ -161,7 +168,21 @@ impl<S: LeaseSetStore> LeaseSetStore for QuorumLeaseSetStore<S> {
             .iter()
             .map(|(label, set)| Ok((label.clone(), set.lease(name)?)))
             .collect::<Result<Vec<_>>>()?;
-        Ok(QuorumLeaseStore::with_labels(leases)?.with_request_timeout(self.request_timeout))
+        let store =
+            QuorumLeaseStore::with_labels(leases)?.with_request_timeout(self.request_timeout);
+        let mut missing = self.missing.lock().unwrap_or_else(PoisonError::into_inner);
+        missing.retain(|_, seen| {
+            Arc::strong_count(seen) > 1
+                || seen
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .iter()
+                    .any(Option::is_some)
+        });
+        let seen = missing
+            .entry(name.to_owned())
+            .or_insert_with(|| store.missing.clone());
+        Ok(store.sharing_missing(seen.clone()))
     }
 
     fn list(&self, prefix: &str) -> impl Future<Output = Result<Vec<(String, LeaseInfo)>>> + Send {

@@ -164,6 +164,15 @@ where
         self.votes
     }
 
+    /// Per account: whether it has answered so far with an answer that
+    /// `which` picks.
+    pub(crate) fn answered(&self, which: impl Fn(&Result<T>) -> bool) -> Vec<bool> {
+        self.answers
+            .iter()
+            .map(|a| a.as_ref().is_some_and(&which))
+            .collect()
+    }
+
     /// The answers and their count; the calls still pending are dropped.
     pub(crate) fn finish(self) -> (Answers<T>, Votes) {
         (self.answers, self.votes)
