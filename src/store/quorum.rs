@@ -7,8 +7,6 @@ mod each;
 mod epoch;
 mod hold_off;
 mod identity;
-// The renewal's and the acquire's decisions are used by calls.rs next.
-#[allow(dead_code)]
 mod rules;
 mod set;
 mod votes;
@@ -32,6 +30,7 @@ use self::calls::vote_ok;
 pub use self::each::{AccountLease, Holding};
 use self::epoch::Stamp;
 use self::identity::check_accounts;
+use self::rules::Standing;
 pub use self::set::QuorumLeaseSetStore;
 use self::votes::{ask_all, majority, Answers, Votes};
 
@@ -282,42 +281,21 @@ type Missing = Arc<Mutex<Vec<Option<Instant>>>>;
 struct Term {
     id: LeaseId,
     duration: Duration,
-    /// Per account: whether the lease was last known held there.
-    held: Vec<bool>,
     /// The term's stamp, once it stamped under this id.
     stamp: Option<Stamp>,
-    /// Per account: whether it is known to carry the stamp, under a lease
-    /// held without a break since it was stamped or brought up to date.
-    current: Vec<bool>,
-    /// Per account: whether it granted or renewed the lease in the last
-    /// call that won a majority. The caller's deadline rests on these
-    /// leases: each lasts until that call was made plus the duration.
-    basis: Vec<bool>,
-    /// Per account: whether the lease was found gone there since that
-    /// call (broken, or the account lost it: restarted empty).
-    gone: Vec<bool>,
+    /// Where the term stands on each account (held, known to carry the
+    /// stamp, the deadline's basis, found gone since).
+    standing: Standing,
 }
 
 impl Term {
-    fn new(id: LeaseId, duration: Duration, held: Vec<bool>) -> Self {
-        let n = held.len();
+    fn new(id: LeaseId, duration: Duration, standing: Standing) -> Self {
         Term {
             id,
             duration,
-            basis: held.clone(),
-            held,
             stamp: None,
-            current: vec![false; n],
-            gone: vec![false; n],
+            standing,
         }
-    }
-
-    /// Whether the leases the deadline rests on, less those found gone,
-    /// are still a majority. When they are not, the deadline no longer
-    /// holds: another candidate may already have won a majority with the
-    /// accounts that lost the lease.
-    fn basis_holds(&self) -> bool {
-        rules::basis_holds(&self.basis, &self.gone)
     }
 }
 

@@ -54,7 +54,10 @@ impl Stamp {
 
 /// The epoch an inspection answered (0 for none), `None` when it failed.
 fn epoch_of(answer: &Result<Option<LeaseInfo>>) -> Option<u64> {
-    answer.as_ref().ok().map(|info| info.as_ref().map_or(0, |i| i.epoch))
+    answer
+        .as_ref()
+        .ok()
+        .map(|info| info.as_ref().map_or(0, |i| i.epoch))
 }
 
 /// The last epoch any term used: the largest epoch the accounts carry,
@@ -223,13 +226,14 @@ pub(super) async fn lift<S: LeaseStore>(
         }
     }
     // The same accounts answered; only what some of them carry changed.
-    let mut recount = Votes {
+    let recount = Votes::of(
+        accounts.len(),
+        answers.iter().flatten().map(|a| stamp_vote(a, stamp.epoch)),
+    );
+    let recount = Votes {
         pending: votes.pending,
-        ..Votes::new(accounts.len())
+        ..recount
     };
-    for answer in answers.iter().flatten() {
-        recount.add(stamp_vote(answer, stamp.epoch));
-    }
     (answers, recount)
 }
 

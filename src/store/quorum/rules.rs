@@ -266,11 +266,12 @@ pub(crate) struct Standing {
 }
 
 impl Standing {
-    /// A term just acquired on the accounts `granted`.
-    pub(crate) fn new(granted: Vec<bool>) -> Self {
+    /// A term just acquired on the accounts `granted`, whose deadline rests
+    /// on the accounts `basis` (those of them that count).
+    pub(crate) fn new(granted: Vec<bool>, basis: Vec<bool>) -> Self {
         let n = granted.len();
         Standing {
-            basis: granted.clone(),
+            basis,
             held: granted,
             current: vec![false; n],
             gone: vec![false; n],
@@ -359,26 +360,36 @@ impl Acquired {
 /// What an acquire decides from its answers.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum AcquireOutcome {
-    /// A majority granted: the term's standing starts on the accounts that
-    /// granted.
+    /// The accounts that count (see `hold_off::counted`) are a majority:
+    /// the term's standing starts on the accounts that granted, its
+    /// deadline resting on those that count.
     Won(Standing),
-    /// No majority granted: the lease is given back on `release` (every
-    /// account that granted, failed or stayed silent, since it may have
-    /// granted), and the answer is "held" when leases held under other ids
-    /// made a majority impossible (`held`), else the accounts' error.
+    /// No majority granted, or too few of the granted accounts count: the
+    /// lease is given back on `release` (every account that granted,
+    /// failed or stayed silent, since it may have granted), and the answer
+    /// is "held" when leases held under other ids made a majority
+    /// impossible or accounts were held off (`held`), else the accounts'
+    /// error.
     Refused { release: Vec<bool>, held: bool },
 }
 
-/// Decides an acquire from each account's answer and their count.
-pub(crate) fn acquire_outcome(answers: &[Acquired], votes: Votes) -> AcquireOutcome {
-    if votes.won() {
-        return AcquireOutcome::Won(Standing::new(
-            answers.iter().map(|a| *a == Acquired::Granted).collect(),
-        ));
+/// Decides an acquire from each account's answer, their count, and, once
+/// a majority granted, which granted accounts count toward the new term's
+/// majority (`counted`, from the hold-off's reads).
+pub(crate) fn acquire_outcome(
+    answers: &[Acquired],
+    votes: Votes,
+    counted: Option<&[bool]>,
+) -> AcquireOutcome {
+    if let Some(counted) = counted {
+        if counted.iter().filter(|c| **c).count() >= votes.majority() {
+            let granted = answers.iter().map(|a| *a == Acquired::Granted).collect();
+            return AcquireOutcome::Won(Standing::new(granted, counted.to_vec()));
+        }
     }
     AcquireOutcome::Refused {
         release: answers.iter().map(|a| *a != Acquired::Held).collect(),
-        held: votes.lost(),
+        held: votes.won() || votes.lost(),
     }
 }
 
@@ -457,7 +468,7 @@ mod tests {
 
     #[test]
     fn a_renewal_that_finds_a_lease_of_its_basis_gone_without_a_majority_is_lost() {
-        let mut standing = Standing::new(vec![false, true, true]);
+        let mut standing = Standing::new(vec![false, true, true], vec![false, true, true]);
         let answers = [
             Renewed::Failed,
             Renewed::Gone,
@@ -465,7 +476,7 @@ mod tests {
         ];
         let votes = Votes::of(3, answers.iter().map(|a| a.vote()));
         assert_eq!(standing.renewed(&answers, votes), RenewOutcome::BasisGone);
-        let mut standing = Standing::new(vec![true, true, true]);
+        let mut standing = Standing::new(vec![true; 3], vec![true; 3]);
         assert_eq!(standing.renewed(&answers, votes), RenewOutcome::NoMajority);
     }
 
@@ -474,11 +485,27 @@ mod tests {
         let answers = [Acquired::Granted, Acquired::Held, Acquired::Failed];
         let votes = Votes::of(3, answers.iter().map(|a| a.vote()));
         assert_eq!(
-            acquire_outcome(&answers, votes),
+            acquire_outcome(&answers, votes, None),
             AcquireOutcome::Refused {
                 release: vec![true, false, true],
                 held: false
             }
         );
+        let answers = [Acquired::Granted, Acquired::Held, Acquired::Granted];
+        let votes = Votes::of(3, answers.iter().map(|a| a.vote()));
+        assert_eq!(
+            acquire_outcome(&answers, votes, Some(&[true, false, false])),
+            AcquireOutcome::Refused {
+                release: vec![true, false, true],
+                held: true
+            },
+            "held off"
+        );
+        let AcquireOutcome::Won(standing) =
+            acquire_outcome(&answers, votes, Some(&[true, false, true]))
+        else {
+            panic!("a majority counts");
+        };
+        assert_eq!(standing.basis, [true, false, true]);
     }
 }
