@@ -647,6 +647,8 @@ mod hold_off_tests;
 #[cfg(all(test, feature = "testing"))]
 mod lift_tests;
 #[cfg(all(test, feature = "testing"))]
+mod own_term_tests;
+#[cfg(all(test, feature = "testing"))]
 mod tests;
 #[cfg(all(test, feature = "testing"))]
 mod timeout_tests;

@@ -119,6 +119,20 @@ impl<S: LeaseStore> QuorumLeaseStore<S> {
         }
     }
 
+    /// Starts the wait over on the accounts this store's own term stamped,
+    /// renewed or brought up to its stamp: they carried an epoch, or its
+    /// lease, since any earlier read found them without one, so what was
+    /// seen before says nothing of a lease they grant after the term.
+    fn seen_in_term(&self, which: &[bool]) {
+        let now = Instant::now();
+        let mut missing = self.missing.lock().unwrap_or_else(PoisonError::into_inner);
+        for (since, seen) in missing.iter_mut().zip(which) {
+            if *seen {
+                *since = first_missing(*since, Read::Carries, false, now);
+            }
+        }
+    }
+
     /// The granted accounts whose grant counts toward a new majority
     /// ([`hold_off::counted`]), from the epochs read; this store's record of
     /// the accounts seen without one is brought up to date.
@@ -164,6 +178,11 @@ impl<S: LeaseStore> QuorumLeaseStore<S> {
             let renewed: Vec<Renewed> = answers.iter().map(|a| renewed(a.as_ref())).collect();
             // An account not heard from may have lost the blob and been
             // leased again: it is read again at the next renewal.
+            let kept: Vec<bool> = renewed
+                .iter()
+                .map(|r| *r == Renewed::Held { again: false })
+                .collect();
+            self.seen_in_term(&kept);
             match term.standing.renewed(&renewed, votes) {
                 RenewOutcome::Renewed => {
                     self.catch_up_all(lease, &mut term, &renewed, start).await;
@@ -226,6 +245,7 @@ impl<S: LeaseStore> QuorumLeaseStore<S> {
                 *current = true;
             }
         }
+        self.seen_in_term(&term.standing.current);
     }
 
     /// Reads the last epoch from a majority that carries one, then stamps
@@ -264,6 +284,7 @@ impl<S: LeaseStore> QuorumLeaseStore<S> {
             .iter()
             .map(|a| a.as_ref().and_then(|a| a.as_ref().ok()).copied())
             .collect();
+        self.seen_in_term(&carried.iter().map(Option::is_some).collect::<Vec<_>>());
         let epoch = carried_by_majority(&carried, self.majority()).map_or(epoch, |e| e.max(epoch));
         let stamp = Stamp { epoch, ..stamp };
         if let Some(mut term) = self.recall(lease) {
