@@ -22,12 +22,12 @@ pub(crate) struct Report {
 }
 
 /// Explores every reachable state of `model` breadth first on two threads;
-/// with `first_failure`, stops at the first property that fails.
-pub(crate) fn check(model: Quorum, first_failure: bool) -> Report {
+/// with `until`, stops once that property fails.
+pub(crate) fn check(model: Quorum, until: Option<&'static str>) -> Report {
     let start = Instant::now();
     let mut builder = model.clone().checker().threads(2).symmetry();
-    if first_failure {
-        builder = builder.finish_when(HasDiscoveries::AnyFailures);
+    if let Some(property) = until {
+        builder = builder.finish_when(HasDiscoveries::AnyOf([property].into()));
     }
     let checker = builder.spawn_bfs().join();
     let mut failures = Vec::new();

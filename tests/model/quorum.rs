@@ -3,13 +3,15 @@
 //! crate's own decisions (`rules`), time as ticks, and faults from a budget.
 
 use std::fmt::Write as _;
+use std::time::Duration;
 
 use stateright::{Model, Property, Representative};
 
+use crate::hold_off::{self, first_missing, Read};
 use crate::rules::{
-    acquire_outcome, behind_the_stamp, carried_by_majority, next_epoch, read_outcome, vote_carried,
-    vote_stamped, AcquireOutcome, Acquired, ReadOutcome, RenewOutcome, Renewed, Stamped, Standing,
-    Vote, Votes,
+    acquire_outcome, behind_the_stamp, carried_by_majority, lift, majority, next_epoch,
+    read_outcome, vote_carried, vote_stamped, AcquireOutcome, Acquired, ReadOutcome, RenewOutcome,
+    Renewed, Stamped, Standing, Vote, Votes,
 };
 
 /// A lease id: the instance that proposed it and its campaign round.
@@ -20,18 +22,19 @@ pub(crate) type Id = (usize, u8);
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[allow(clippy::struct_excessive_bools)] // one switch per planted defect
 pub(crate) struct Defects {
-    /// A renewal that acquires an account again does not bring it up to
-    /// the term's stamp.
-    pub(crate) no_catch_up: bool,
     /// Majorities counted over the accounts that answered, not over the
     /// accounts configured.
     pub(crate) majority_of_answers: bool,
-    /// A renewal that finds the lease expired counts as a success (without
-    /// checking whose lease it is, and without renewing it).
-    pub(crate) expired_renewal_counts: bool,
     /// The renewal rule before the basis: a lease found gone on an account
     /// the deadline rests on ends nothing unless a majority refused.
     pub(crate) no_basis_rule: bool,
+    /// A new term counts every account that granted, an account found
+    /// empty at once (no hold-off).
+    pub(crate) no_hold_off: bool,
+    /// The hold-off's record kept across the instance's own term: an
+    /// account it saw empty before its term stamped it counts as empty
+    /// since then.
+    pub(crate) stale_hold_off: bool,
 }
 
 /// How many faults of each kind may happen in one run.
@@ -68,6 +71,9 @@ pub(crate) struct Config {
     pub(crate) margin: u8,
     /// The renew interval, in ticks.
     pub(crate) renew: u8,
+    /// The hold-off of an account found without an epoch: the longest
+    /// lease plus its drift allowance, as the crate's `HOLD_OFF`.
+    pub(crate) hold_off: u8,
     /// The last tick explored.
     pub(crate) horizon: u8,
     /// After the last fault, a leader acts within this many ticks.
@@ -89,8 +95,9 @@ impl Config {
             drift: 1,
             margin: 2,
             renew: 2,
-            horizon: 12,
-            bound: 9,
+            hold_off: 5,
+            horizon: 10,
+            bound: 3,
             faults: Faults {
                 wipes: 1,
                 outages: 1,
@@ -121,6 +128,9 @@ pub(crate) struct Instance {
     pub(crate) term: Option<Term>,
     /// The first tick at which it campaigns again.
     pub(crate) wait_until: u8,
+    /// Per account: the tick since which it has seen it without an epoch
+    /// (the hold-off's record).
+    pub(crate) missing: Vec<Option<u8>>,
     /// Crashed for good.
     pub(crate) crashed: bool,
     /// Frozen: takes no step.
@@ -156,6 +166,10 @@ pub(crate) struct State {
     pub(crate) down: u16,
     /// The faults still to come.
     pub(crate) left: Faults,
+    /// The accounts restarted empty that no term has held since (by a
+    /// renewal that won, or a new term's stamp): the quorum's assumption
+    /// is that these stay fewer than a majority.
+    pub(crate) unheld: u16,
     /// The tick of the last fault.
     pub(crate) last_fault: u8,
     /// Whether a leader acted since the last fault.
@@ -214,6 +228,19 @@ pub(crate) enum Call {
     Read,
     /// The stamp (of a new term, or a catch-up).
     Stamp,
+}
+
+trait Carries {
+    fn carries(&self) -> Option<u64>;
+}
+
+impl Carries for Stamped {
+    fn carries(&self) -> Option<u64> {
+        match self {
+            Stamped::Carries(e) => Some(*e),
+            Stamped::Lost | Stamped::Failed => None,
+        }
+    }
 }
 
 /// The model: a configuration.
@@ -294,6 +321,7 @@ impl Quorum {
             }
             Action::Wipe(a) => {
                 s.left.wipes -= 1;
+                s.unheld |= 1 << a;
                 s.accounts[a] = Account {
                     lease: None,
                     epoch: 0,
@@ -389,9 +417,14 @@ impl Quorum {
             .collect();
         let votes = self.votes(answers.iter().map(|a| a.vote()));
         let _ = write!(log, "i{i} acquires {}", show(&answers));
-        match acquire_outcome(&answers, votes) {
+        for (a, answer) in answers.iter().enumerate() {
+            let since = &mut s.instances[i].missing[a];
+            *since = first_missing(*since, Read::Unread, *answer == Acquired::Held, t);
+        }
+        let counted = votes.won().then(|| self.counted(s, i, &answers, lose, log));
+        match acquire_outcome(&answers, votes, counted.as_deref()) {
             AcquireOutcome::Refused { release, .. } => {
-                let _ = write!(log, ": no majority, gives back what it may hold");
+                let _ = write!(log, ": no majority counts, gives back what it may hold");
                 self.release_on(s, id, &release);
                 s.instances[i].wait_until = t + 1;
             }
@@ -400,6 +433,64 @@ impl Quorum {
                 self.stamp_term(s, i, standing, lose, log);
             }
         }
+    }
+
+    /// The crate's record of accounts seen without an epoch starts over on
+    /// those its own term stamped, renewed or brought up to date.
+    fn seen_in_term(&self, s: &mut State, i: usize, which: &[bool]) {
+        if self.0.defects.stale_hold_off {
+            return;
+        }
+        let t = s.t;
+        for (since, seen) in s.instances[i].missing.iter_mut().zip(which) {
+            if *seen {
+                *since = first_missing(*since, Read::Carries, false, t);
+            }
+        }
+    }
+
+    /// Reads the epochs of the accounts that answered the acquire, keeps
+    /// the instance's record of those seen without one, and decides which
+    /// granted accounts count (the crate's hold-off).
+    fn counted(
+        &self,
+        s: &mut State,
+        i: usize,
+        answers: &[Acquired],
+        lose: Option<(Call, usize)>,
+        log: &mut String,
+    ) -> Vec<bool> {
+        let t = s.t;
+        let accounts: Vec<hold_off::Account> = (0..self.0.accounts)
+            .map(|a| {
+                let answered = answers[a] != Acquired::Failed && s.down & (1 << a) == 0;
+                let read = match s.accounts[a].epoch {
+                    _ if !answered || Self::answer_lost(lose, Call::Read, a) => Read::Unread,
+                    0 => Read::Missing,
+                    _ => Read::Carries,
+                };
+                let held = answers[a] == Acquired::Held;
+                let since = &mut s.instances[i].missing[a];
+                *since = first_missing(*since, read, held, t);
+                // Measured on the candidate's clock, which may run `drift`
+                // ahead over the wait.
+                let ticks = since.map_or(0, |since| t - since + self.0.drift);
+                hold_off::Account {
+                    granted: answers[a] == Acquired::Granted,
+                    read,
+                    missing_for: Duration::from_secs(ticks.into()),
+                }
+            })
+            .collect();
+        let counted = if self.0.defects.no_hold_off {
+            accounts.iter().map(|a| a.granted).collect()
+        } else {
+            hold_off::counted(&accounts, Duration::from_secs(self.0.hold_off.into()))
+        };
+        if counted != accounts.iter().map(|a| a.granted).collect::<Vec<_>>() {
+            let _ = write!(log, ", counts only {}", show(&counted));
+        }
+        counted
     }
 
     /// Reads the last epoch and stamps the next; the term starts acting
@@ -441,20 +532,33 @@ impl Quorum {
                 }
             })
             .collect();
-        let votes = self.votes(answers.iter().map(|a| vote_stamped(*a, epoch)));
-        let carried: Vec<Option<u64>> = answers
-            .iter()
-            .map(|a| match a {
-                Stamped::Carries(e) => Some(*e),
-                _ => None,
-            })
-            .collect();
+        let mut answers = answers;
         let _ = write!(log, ", stamps {epoch}: {}", show(&answers));
+        let carried: Vec<Option<u64>> = answers.iter().map(Carries::carries).collect();
+        if let Some((top, behind)) = lift(&carried) {
+            // Every account that answered is lifted to the largest epoch.
+            let _ = write!(log, ", lifts to {top}");
+            for a in (0..self.0.accounts).filter(|a| behind[*a]) {
+                answers[a] = self.stamp(&mut s.accounts[a], id, top, t);
+            }
+        }
+        let votes = self.votes(answers.iter().map(|a| vote_stamped(*a, epoch)));
+        let carried: Vec<Option<u64>> = answers.iter().map(Carries::carries).collect();
         if !votes.won() {
             let _ = write!(log, ", no majority: gives the lease back");
             self.give_up(s, i);
             return;
         }
+        for (a, c) in carried.iter().enumerate() {
+            if c.is_some() {
+                s.unheld &= !(1 << a);
+            }
+        }
+        self.seen_in_term(
+            s,
+            i,
+            &carried.iter().map(Option::is_some).collect::<Vec<_>>(),
+        );
         let epoch = carried_by_majority(&carried, votes.majority()).map_or(epoch, |e| e.max(epoch));
         standing.stamped(
             carried
@@ -498,6 +602,11 @@ impl Quorum {
             })
             .collect();
         let votes = self.votes(answers.iter().map(|a| a.vote()));
+        let kept: Vec<bool> = answers
+            .iter()
+            .map(|r| *r == Renewed::Held { again: false })
+            .collect();
+        self.seen_in_term(s, i, &kept);
         let mut outcome = term.standing.renewed(&answers, votes);
         if self.0.defects.no_basis_rule && outcome == RenewOutcome::BasisGone {
             outcome = RenewOutcome::NoMajority;
@@ -505,10 +614,16 @@ impl Quorum {
         let _ = write!(log, "i{i} renews {}: {outcome:?}", show(&answers));
         match outcome {
             RenewOutcome::Renewed => {
+                for (a, answer) in answers.iter().enumerate() {
+                    if *answer == (Renewed::Held { again: true }) {
+                        s.unheld &= !(1 << a);
+                    }
+                }
                 term.deadline = self.deadline(t);
                 term.renew_at = t + self.0.renew;
                 let _ = write!(log, ", leads until tick {}", term.deadline);
                 self.catch_up(s, id, &mut term, &answers, lose, log);
+                self.seen_in_term(s, i, &term.standing.current);
                 s.instances[i].term = Some(term);
             }
             RenewOutcome::NoMajority => {
@@ -534,12 +649,7 @@ impl Quorum {
         lose: Option<(Call, usize)>,
         log: &mut String,
     ) {
-        let mut behind = term.standing.behind(answers);
-        if self.0.defects.no_catch_up {
-            for (b, answer) in behind.iter_mut().zip(answers) {
-                *b &= *answer != Renewed::Held { again: true };
-            }
-        }
+        let behind = term.standing.behind(answers);
         for a in (0..self.0.accounts).filter(|a| behind[*a]) {
             if Self::answer_lost(lose, Call::Read, a) {
                 continue;
@@ -575,9 +685,6 @@ impl Quorum {
             // Azure renews an expired lease when nobody else took it.
             Some((holder, _)) if holder == id => {
                 account.lease = Some((id, self.expires(t)));
-                Renewed::Held { again: false }
-            }
-            Some((_, expires)) if self.0.defects.expired_renewal_counts && t >= expires => {
                 Renewed::Held { again: false }
             }
             _ => Renewed::Gone,
@@ -666,6 +773,7 @@ impl Model for Quorum {
                     round: 0,
                     term: None,
                     wait_until: 0,
+                    missing: vec![None; c.accounts],
                     crashed: false,
                     frozen: false,
                 };
@@ -674,6 +782,7 @@ impl Model for Quorum {
             moved: 0,
             down: 0,
             left: c.faults,
+            unheld: 0,
             last_fault: 0,
             led_since_fault: false,
             register: 0,
@@ -722,7 +831,8 @@ impl Model for Quorum {
             return;
         }
         for a in 0..c.accounts {
-            if state.left.wipes > 0 {
+            let unheld = (state.unheld | 1 << a).count_ones() as usize;
+            if state.left.wipes > 0 && unheld < majority(c.accounts) {
                 actions.push(Action::Wipe(a));
             }
             if state.down & (1 << a) != 0 {
