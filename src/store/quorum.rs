@@ -135,7 +135,8 @@ const TERMS_KEPT: usize = 16;
 ///    instances use, so it takes the longest. A read that finds an epoch,
 ///    or the account held by another id (whose holder may stamp it, and it
 ///    may forget again), starts the wait over; so does any attempt that
-///    finds it held by another id, majority or not.
+///    finds it held by another id, majority or not, and this store's own
+///    term stamping it, renewing there, or bringing it up to its stamp.
 /// 3. When no account read carries an epoch and every granted account
 ///    was read (a new quorum), or when every account granted, nothing is
 ///    held off: a live holder's majority would have to have forgotten
