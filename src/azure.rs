@@ -39,6 +39,8 @@ pub(crate) mod collect;
 #[cfg(any(feature = "official", feature = "sdk-v021"))]
 mod compat;
 #[cfg(feature = "azure_identity")]
+pub(crate) mod credential_options;
+#[cfg(feature = "azure_identity")]
 pub(crate) mod default_credential;
 #[cfg(any(feature = "official", feature = "azure_identity"))]
 pub(crate) mod http;

@@ -24,7 +24,7 @@ use tokio::sync::{watch, Notify};
 use tokio::task::{JoinError, JoinHandle};
 use tokio::time::{sleep, sleep_until, Instant};
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, error, trace, warn};
+use tracing::{debug, error, info_span, trace, warn, Instrument, Span};
 
 use crate::backoff::{backoff, Jitter};
 use crate::bounded::bounded;
@@ -165,6 +165,17 @@ pub(crate) struct Engine<'a, S> {
 
 impl<S: LeaseStore> Engine<'_, S> {
     pub(crate) async fn run(&self, token: CancellationToken) -> Result<()> {
+        self.campaign_all(token).instrument(self.span()).await
+    }
+
+    /// The span of everything this engine does: the lease (as its store
+    /// names it) and the holder, so that the lines of two mutexes in one
+    /// process are told apart.
+    pub(crate) fn span(&self) -> Span {
+        info_span!("lease", lease = %self.store.name(), holder = %self.holder)
+    }
+
+    async fn campaign_all(&self, token: CancellationToken) -> Result<()> {
         let mut jitter = Jitter::new(self.options.jitter_seed, self.options.acquire_jitter);
         debug!(holder = %self.holder, "campaign started");
         let result = self.campaign(&token, &mut jitter).await;
@@ -188,6 +199,10 @@ impl<S: LeaseStore> Engine<'_, S> {
     /// A failed acquire attempt, a fatal error of the term, or
     /// [`Error::TaskNotStopped`].
     pub(crate) async fn lead_once(&self, token: &CancellationToken) -> Result<bool> {
+        self.lead_once_here(token).instrument(self.span()).await
+    }
+
+    async fn lead_once_here(&self, token: &CancellationToken) -> Result<bool> {
         self.lingering.settle(ABORT_WAIT).await?;
         let mut jitter = Jitter::new(self.options.jitter_seed, self.options.acquire_jitter);
         // A partition's term never advertises nor hands over.
@@ -416,6 +431,23 @@ impl<S: LeaseStore> Engine<'_, S> {
             Ok(epoch) => epoch,
             Err(over) => return over,
         };
+        // Everything of the term, its tasks included (they are spawned in
+        // the span current then), is in a span that names its epoch.
+        self.lead_term(lease, deadline, epoch, first_renewal, token)
+            .instrument(info_span!("term", epoch))
+            .await
+    }
+
+    /// The term of `epoch`, once stamped: run the task, keep renewing, stop
+    /// the term's tasks, report, release.
+    async fn lead_term(
+        &self,
+        lease: LeaseId,
+        deadline: Arc<Deadline>,
+        epoch: u64,
+        first_renewal: Duration,
+        token: &CancellationToken,
+    ) -> Result<Term> {
         let child = token.child_token();
         // Dropping `tasks` (with this future) cancels and aborts the term's work.
         let tasks = TermTasks::new(epoch, child.clone());

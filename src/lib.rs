@@ -48,6 +48,9 @@ mod store;
 pub use azure::collect::Collection;
 #[cfg(feature = "azure_identity")]
 #[cfg_attr(docsrs, doc(cfg(feature = "azure_identity")))]
+pub use azure::credential_options::credential_options;
+#[cfg(feature = "azure_identity")]
+#[cfg_attr(docsrs, doc(cfg(feature = "azure_identity")))]
 pub use azure::default_credential::default_credential;
 #[cfg(feature = "official")]
 #[cfg_attr(docsrs, doc(cfg(feature = "official")))]

@@ -33,17 +33,17 @@ use blob_mutex::guide::{
 };
 #[allow(unused_imports)]
 use blob_mutex::{
-    conformance, default_credential, guide, AccountLease, Acquire, Backend, BlobDistributedMutex,
-    BlobLeaseManager, BlobLeaseSet, BlobLeaseSetStore, BlobSettings, BoxError, CancellationToken,
-    Candidate, Cause, Collection, Error, Heartbeat, Holding, Leader, LeaderContext, Leadership,
-    LeaseId, LeaseInfo, LeaseSetOptions, LeaseSetStore, LeaseState, LeaseStore,
-    MemoryLeaseSetStore, MemoryLeaseStore, MutexGuard, MutexOptions, OfficialLeaseManager,
-    OfficialLeaseSetStore, OfficialSettings, OnceOptions, OnceOutcome, PartitionContext,
-    PartitionReport, QuorumLeaseSetStore, QuorumLeaseStore, Result, SdkV021LeaseManager,
-    SdkV021LeaseSetStore, SkipReason, StopReason, Strategy, TaskStop, TermReport, TryAcquire,
-    ACQUIRED_AT_KEY, ADVERTISED_KEY, AZURITE_ACCOUNT, AZURITE_ENDPOINT, DONE_KEY_MAX, EPOCH_KEY,
-    FAIL_STOP_EXIT_CODE, HOLDER_KEY, MAX_ADVERTISED_LEN, MAX_QUORUM_ACCOUNTS, MAX_STATE_LEN,
-    MEMBER_KEY, PRIORITY_KEY, PROPOSED_KEY, STOP_SLACK,
+    conformance, credential_options, default_credential, guide, AccountLease, Acquire, Backend,
+    BlobDistributedMutex, BlobLeaseManager, BlobLeaseSet, BlobLeaseSetStore, BlobSettings,
+    BoxError, CancellationToken, Candidate, Cause, Collection, Error, Heartbeat, Holding, Leader,
+    LeaderContext, Leadership, LeaseId, LeaseInfo, LeaseSetOptions, LeaseSetStore, LeaseState,
+    LeaseStore, MemoryLeaseSetStore, MemoryLeaseStore, MutexGuard, MutexOptions,
+    OfficialLeaseManager, OfficialLeaseSetStore, OfficialSettings, OnceOptions, OnceOutcome,
+    PartitionContext, PartitionReport, QuorumLeaseSetStore, QuorumLeaseStore, Result,
+    SdkV021LeaseManager, SdkV021LeaseSetStore, SkipReason, StopReason, Strategy, TaskStop,
+    TermReport, TryAcquire, ACQUIRED_AT_KEY, ADVERTISED_KEY, AZURITE_ACCOUNT, AZURITE_ENDPOINT,
+    DONE_KEY_MAX, EPOCH_KEY, FAIL_STOP_EXIT_CODE, HOLDER_KEY, MAX_ADVERTISED_LEN,
+    MAX_QUORUM_ACCOUNTS, MAX_STATE_LEN, MEMBER_KEY, PRIORITY_KEY, PROPOSED_KEY, STOP_SLACK,
 };
 
 /// The items named above.
@@ -129,6 +129,7 @@ const NAMED: &[&str] = &[
     "blob_mutex::conformance::stamp_needs_the_lease_and_epochs_increase",
     "blob_mutex::conformance::state_is_kept_across_terms_with_the_metadata",
     "blob_mutex::conformance::state_writes_land_only_under_the_lease",
+    "blob_mutex::credential_options",
     "blob_mutex::default_credential",
     "blob_mutex::guide",
     "blob_mutex::guide::backends",

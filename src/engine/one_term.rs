@@ -5,6 +5,7 @@
 
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use super::{Engine, Limits, Term};
 use crate::backoff::Jitter;
@@ -37,6 +38,12 @@ impl<S: LeaseStore> Engine<'_, S> {
         token: &CancellationToken,
         attempts: Attempts,
     ) -> Result<bool> {
+        self.one_term_here(token, attempts)
+            .instrument(self.span())
+            .await
+    }
+
+    async fn one_term_here(&self, token: &CancellationToken, attempts: Attempts) -> Result<bool> {
         self.lingering.settle(ABORT_WAIT).await?;
         let mut jitter = Jitter::new(self.options.jitter_seed, self.options.acquire_jitter);
         let now = Instant::now();

@@ -12,7 +12,7 @@ use std::task::{Context, Poll};
 use tokio::task::{AbortHandle, JoinHandle};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use tracing::error;
+use tracing::{error, Instrument};
 
 use crate::engine::leadership::StopReason;
 use crate::error::{BoxError, Chain};
@@ -196,7 +196,9 @@ impl Shared {
             handle.abort();
             return handle;
         }
-        let handle = self.tracker.spawn(future);
+        // In the span current where it is spawned: the term's for the
+        // leader task, the caller's for a sub-task.
+        let handle = self.tracker.spawn(future.in_current_span());
         inner.aborts.retain(|task| !task.is_finished());
         inner.aborts.push(handle.abort_handle());
         handle

@@ -1,6 +1,6 @@
 //! The election loop's timing, against an in-memory lease store with paused time.
 //!
-//! Long (about 800 lines): one scenario per test, each with its own in-memory
+//! One scenario per test, each with its own in-memory
 //! store and clock; the scenarios of a term's end are in `tests/term.rs`.
 
 use std::collections::VecDeque;

@@ -57,8 +57,21 @@ impl Azurite {
     /// the certificate and key (PEM files) given: a client must trust
     /// their CA.
     pub fn start_https(cert: &std::path::Path, key: &std::path::Path) -> Azurite {
+        Self::start_https_with_args(cert, key, &[])
+    }
+
+    /// [`Azurite::start_https`] with extra command line arguments, such as
+    /// `--oauth basic` (bearer tokens accepted, their audience, issuer and
+    /// lifetime checked, not their signature).
+    pub fn start_https_with_args(
+        cert: &std::path::Path,
+        key: &std::path::Path,
+        extra: &[&str],
+    ) -> Azurite {
         let (cert, key) = (cert.display().to_string(), key.display().to_string());
-        let (process, port) = spawn_with(0, None, &["--cert", &cert, "--key", &key]);
+        let mut args = vec!["--cert", cert.as_str(), "--key", key.as_str()];
+        args.extend_from_slice(extra);
+        let (process, port) = spawn_with(0, None, &args);
         Azurite {
             endpoint: format!("https://127.0.0.1:{port}/devstoreaccount1"),
             port,

@@ -39,6 +39,10 @@ pub(crate) const CONTAINER_ENV: &str = "BLOB_MUTEX_CONTAINER";
 pub(crate) const BLOB_ENV: &str = "BLOB_MUTEX_BLOB";
 /// Set to `true` when `run` was given `--dev` (Azurite's default account).
 pub(crate) const DEV_ENV: &str = "BLOB_MUTEX_DEV";
+/// The account URL `run` was given (`--account-url`), without a container.
+pub(crate) const ACCOUNT_URL_ENV: &str = "BLOB_MUTEX_ACCOUNT_URL";
+/// How `run` signed in to it (`--auth`).
+pub(crate) const AUTH_ENV: &str = "BLOB_MUTEX_AUTH";
 
 /// The most by which SIGKILL comes before the end of the stop, so that the
 /// command is gone before the library would abort the leader task.

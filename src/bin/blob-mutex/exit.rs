@@ -11,8 +11,8 @@ pub(crate) const OK: u8 = 0;
 /// An error: storage could not be reached, refused the credentials, or failed.
 pub(crate) const ERROR: u8 = 1;
 /// A usage error: a bad flag, an invalid option value or connection string,
-/// a combination of flags `run` refuses. (clap uses 2 for its own parse
-/// errors too.)
+/// a combination of flags `run` refuses, a credential of `--auth` that
+/// cannot get a token at start. (clap uses 2 for its own parse errors too.)
 pub(crate) const USAGE: u8 = 2;
 /// `status`: the lease is free. `break`: there was no lease to break.
 /// `run --wait`: the lease was not acquired in time; the command did not run.
@@ -48,8 +48,9 @@ Exit codes:
          due (already done for --done-key, or run within --at-most-every); it did not run
   1      error: storage unreachable, authentication refused, or another failure
   2      usage: a bad flag, an invalid option value or an invalid connection string;
-         run: --done-key or --at-most-every without --once, --once with --forever,
-         or a completion record asked of a quorum of accounts
+         --auth: the credential could not get a token at start (within 10s), or its
+         settings are missing; run: --done-key or --at-most-every without --once,
+         --once with --forever, or a completion record asked of a quorum of accounts
   3      status: the lease is free; break: there was no lease to break;
          run: not leader within --wait (the command did not run);
          partitions: the set has no partitions and no members

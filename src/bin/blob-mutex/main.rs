@@ -4,6 +4,15 @@
 //!
 //! Run `blob-mutex --help` (and `blob-mutex <command> --help`) for the
 //! commands, examples and exit codes.
+//!
+//! Unix only: `run` puts its command in a process group of its own, with
+//! a guard process, and stops it with signals.
+
+#[cfg(not(unix))]
+compile_error!(
+    "the blob-mutex command (feature `cli`) runs on Unix only: it manages its command's process \
+     group with signals; the library builds everywhere without the `cli` feature"
+);
 
 mod break_lease;
 mod child;
@@ -15,6 +24,7 @@ mod logs;
 mod partitions;
 mod recorder;
 mod run;
+mod signin;
 mod state;
 mod status;
 
@@ -55,8 +65,10 @@ fn main() -> ExitCode {
             return ExitCode::from(exit::ERROR);
         }
     };
+    let mut command = cli.command;
     let result = runtime.block_on(async {
-        match cli.command {
+        command.sign_in().await?;
+        match command {
             Command::Run(args) => run::run(args).await,
             Command::Status(args) => status::status(args).await,
             Command::Break(args) => break_lease::break_lease(args).await,

@@ -18,7 +18,9 @@ pub(crate) async fn state(command: StateCommand) -> Result<u8> {
 }
 
 async fn get(args: StateGetArgs) -> Result<u8> {
-    let manager = args.target.target().lease_manager()?;
+    let mut target = args.target.target();
+    target.sign_in().await?;
+    let manager = target.lease_manager()?;
     let state = manager.read_state().await?;
     if let Some(path) = &args.output {
         std::fs::write(path, &state).with_context(|| format!("cannot write {}", path.display()))?;
@@ -48,7 +50,8 @@ async fn put(args: StatePutArgs) -> Result<u8> {
         }
     };
     let state = read_input(&args)?;
-    let target = args.target.target();
+    let mut target = args.target.target();
+    target.sign_in().await?;
     let manager = target.lease_manager()?;
     match manager.write_state(lease, &state).await {
         Ok(()) => Ok(exit::OK),

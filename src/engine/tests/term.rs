@@ -1,7 +1,7 @@
 //! How a term ends: dropped campaigns, sub-tasks, reports, pauses and the
 //! boundary values of the stop timeline.
 //!
-//! Long (about 850 lines): one scenario per test, each with its own in-memory
+//! One scenario per test, each with its own in-memory
 //! store and paused clock.
 
 // Instants of one paused clock, subtracted in the order they happened; an

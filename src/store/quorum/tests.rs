@@ -1,6 +1,6 @@
 //! The quorum store against in-memory accounts, with paused time.
 //!
-//! Long (about 810 lines): one scenario per test, each with its own in-memory
+//! One scenario per test, each with its own in-memory
 //! accounts and paused clock.
 
 use std::future::Future;

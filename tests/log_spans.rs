@@ -1,0 +1,101 @@
+//! Logs that name the lease: two mutexes in one process, with the same
+//! default holder, each write every line of their campaign, their terms,
+//! their leader tasks and the tasks those spawn inside a span that names
+//! their lease (and, within a term, its epoch).
+
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use blob_mutex::{
+    BlobDistributedMutex, CancellationToken, LeaderContext, MemoryLeaseStore, MutexOptions,
+};
+use tracing_subscriber::fmt::MakeWriter;
+
+/// Every line the subscriber wrote.
+#[derive(Clone, Default)]
+struct Lines(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Lines {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> MakeWriter<'a> for Lines {
+    type Writer = Lines;
+    fn make_writer(&'a self) -> Self::Writer {
+        self.clone()
+    }
+}
+
+/// A mutex on `lease` whose task logs, spawns a sub-task that logs, and
+/// ends.
+fn mutex(lease: &str) -> BlobDistributedMutex<MemoryLeaseStore> {
+    BlobDistributedMutex::with_store(
+        MemoryLeaseStore::new(lease),
+        MutexOptions::default(),
+        |ctx: LeaderContext| async move {
+            tracing::info!("the task works");
+            ctx.spawn(async {
+                tracing::info!("a sub-task works");
+                Ok::<(), blob_mutex::Error>(())
+            })
+            .await
+            .unwrap();
+            Ok::<(), blob_mutex::Error>(())
+        },
+    )
+    .unwrap()
+}
+
+#[tokio::test(start_paused = true)]
+async fn every_line_of_two_mutexes_names_its_lease() {
+    let lines = Lines::default();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(lines.clone())
+        .with_max_level(tracing::Level::DEBUG)
+        .with_ansi(false)
+        .finish();
+    let _default = tracing::subscriber::set_default(subscriber);
+
+    let (alpha, beta) = (mutex("alpha/lock"), mutex("beta/lock"));
+    assert_eq!(alpha.holder(), beta.holder(), "one default holder");
+    let token = CancellationToken::new();
+    let stop = token.clone();
+    let (a, b, ()) = tokio::join!(
+        alpha.run_task_when_mutex_acquired(token.clone()),
+        beta.run_task_when_mutex_acquired(token.clone()),
+        async move {
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            stop.cancel();
+        }
+    );
+    a.unwrap();
+    b.unwrap();
+
+    let text = String::from_utf8(lines.0.lock().unwrap().clone()).unwrap();
+    let ours: Vec<&str> = text.lines().filter(|l| l.contains("blob_mutex")).collect();
+    assert!(ours.len() > 10, "{text}");
+    for line in &ours {
+        assert!(
+            line.contains("lease{lease=alpha/lock") || line.contains("lease{lease=beta/lock"),
+            "a line that names no lease: {line}"
+        );
+    }
+    for lease in ["alpha/lock", "beta/lock"] {
+        for said in ["the task works", "a sub-task works"] {
+            assert!(
+                text.lines()
+                    .any(|l| l.contains(&format!("lease{{lease={lease}"))
+                        && l.contains(":term{epoch=")
+                        && l.contains(said)),
+                "no line {said:?} in a term of {lease}: {text}"
+            );
+        }
+    }
+}
