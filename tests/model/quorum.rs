@@ -318,6 +318,9 @@ impl Quorum {
                     Plan::Renew => self.renew(&mut s, instance, lose, &mut log),
                     Plan::Campaign => self.campaign(&mut s, instance, lose, &mut log),
                 }
+                if let Some((call, a)) = lose {
+                    let _ = write!(log, " (a{a}'s answer to the {call:?} call lost)");
+                }
             }
             Action::Wipe(a) => {
                 s.left.wipes -= 1;
