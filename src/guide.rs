@@ -10,6 +10,7 @@
 //! | [Partitions](partitions) | many leases shared among instances: [`BlobLeaseSet`](crate::BlobLeaseSet) |
 //! | [Planned handover](handover) | handing the lease to a preferred successor, for rolling upgrades |
 //! | [A quorum of storage accounts](quorum) | leading on a majority of 3 or 5 accounts, and its safety argument |
+//! | [The model checker](model) | every interleaving of the quorum's decisions in small configurations, what it found, how to run it |
 //! | [Leader state](state) | state kept in the lease blob, whose writes storage fences |
 //! | [Testing](testing) | testing your leader code and other lease stores, Azurite, this crate's tests |
 //! | [Metrics and operations](operations) | metrics, the health endpoint, least privilege, stale blobs, benchmarks |
@@ -37,6 +38,7 @@ macro_rules! links {
             "[guide-set-names]: crate::guide::partitions#names-a-set-owns\n",
             "[guide-handover]: crate::guide::handover\n",
             "[guide-quorum]: crate::guide::quorum\n",
+            "[guide-model]: crate::guide::model\n",
             "[guide-state]: crate::guide::state\n",
             "[guide-shapes]: crate::guide::shapes\n",
             "[guide-cli]: crate::guide::cli\n",
@@ -70,6 +72,7 @@ chapter!(guarantees, "guarantees.md");
 chapter!(partitions, "partitions.md");
 chapter!(handover, "handover.md");
 chapter!(quorum, "quorum.md");
+chapter!(model, "model.md");
 chapter!(state, "state.md");
 chapter!(testing, "testing.md");
 chapter!(operations, "operations.md");

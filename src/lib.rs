@@ -14,6 +14,7 @@
 #![doc = "[guide-partitions]: crate::guide::partitions"]
 #![doc = "[guide-handover]: crate::guide::handover"]
 #![doc = "[guide-quorum]: crate::guide::quorum"]
+#![doc = "[guide-model]: crate::guide::model"]
 #![doc = "[guide-state]: crate::guide::state"]
 #![doc = "[guide-testing]: crate::guide::testing"]
 #![doc = "[guide-operations]: crate::guide::operations"]

@@ -28,8 +28,8 @@ use blob_mutex::conformance::{
 };
 #[allow(unused_imports)]
 use blob_mutex::guide::{
-    backends, cli, election, guarantees, handover, operations, options, partitions, quorum, shapes,
-    state, testing,
+    backends, cli, election, guarantees, handover, model, operations, options, partitions, quorum,
+    shapes, state, testing,
 };
 #[allow(unused_imports)]
 use blob_mutex::{
@@ -137,6 +137,7 @@ const NAMED: &[&str] = &[
     "blob_mutex::guide::election",
     "blob_mutex::guide::guarantees",
     "blob_mutex::guide::handover",
+    "blob_mutex::guide::model",
     "blob_mutex::guide::operations",
     "blob_mutex::guide::options",
     "blob_mutex::guide::partitions",

@@ -7,6 +7,7 @@ mod each;
 mod epoch;
 mod hold_off;
 mod identity;
+mod rules;
 mod set;
 mod votes;
 
@@ -29,6 +30,7 @@ use self::calls::vote_ok;
 pub use self::each::{AccountLease, Holding};
 use self::epoch::Stamp;
 use self::identity::check_accounts;
+use self::rules::Standing;
 pub use self::set::QuorumLeaseSetStore;
 use self::votes::{ask_all, majority, Answers, Votes};
 
@@ -133,7 +135,8 @@ const TERMS_KEPT: usize = 16;
 ///    instances use, so it takes the longest. A read that finds an epoch,
 ///    or the account held by another id (whose holder may stamp it, and it
 ///    may forget again), starts the wait over; so does any attempt that
-///    finds it held by another id, majority or not.
+///    finds it held by another id, majority or not, and this store's own
+///    term stamping it, renewing there, or bringing it up to its stamp.
 /// 3. When no account read carries an epoch and every granted account
 ///    was read (a new quorum), or when every account granted, nothing is
 ///    held off: a live holder's majority would have to have forgotten
@@ -279,48 +282,21 @@ type Missing = Arc<Mutex<Vec<Option<Instant>>>>;
 struct Term {
     id: LeaseId,
     duration: Duration,
-    /// Per account: whether the lease was last known held there.
-    held: Vec<bool>,
     /// The term's stamp, once it stamped under this id.
     stamp: Option<Stamp>,
-    /// Per account: whether it is known to carry the stamp, under a lease
-    /// held without a break since it was stamped or brought up to date.
-    current: Vec<bool>,
-    /// Per account: whether it granted or renewed the lease in the last
-    /// call that won a majority. The caller's deadline rests on these
-    /// leases: each lasts until that call was made plus the duration.
-    basis: Vec<bool>,
-    /// Per account: whether the lease was found gone there since that
-    /// call (broken, or the account lost it: restarted empty).
-    gone: Vec<bool>,
+    /// Where the term stands on each account (held, known to carry the
+    /// stamp, the deadline's basis, found gone since).
+    standing: Standing,
 }
 
 impl Term {
-    fn new(id: LeaseId, duration: Duration, held: Vec<bool>) -> Self {
-        let n = held.len();
+    fn new(id: LeaseId, duration: Duration, standing: Standing) -> Self {
         Term {
             id,
             duration,
-            basis: held.clone(),
-            held,
             stamp: None,
-            current: vec![false; n],
-            gone: vec![false; n],
+            standing,
         }
-    }
-
-    /// Whether the leases the deadline rests on, less those found gone,
-    /// are still a majority. When they are not, the deadline no longer
-    /// holds: another candidate may already have won a majority with the
-    /// accounts that lost the lease.
-    fn basis_holds(&self) -> bool {
-        let left = self
-            .basis
-            .iter()
-            .zip(&self.gone)
-            .filter(|(basis, gone)| **basis && !**gone)
-            .count();
-        left >= majority(self.basis.len())
     }
 }
 
@@ -671,6 +647,8 @@ impl<S: LeaseStore> LeaseStore for QuorumLeaseStore<S> {
 mod hold_off_tests;
 #[cfg(all(test, feature = "testing"))]
 mod lift_tests;
+#[cfg(all(test, feature = "testing"))]
+mod own_term_tests;
 #[cfg(all(test, feature = "testing"))]
 mod tests;
 #[cfg(all(test, feature = "testing"))]

@@ -9,6 +9,10 @@ use tracing::debug;
 
 use super::epoch::{catch_up, lift, read_each, read_last, stamp_all, Stamp};
 use super::hold_off::{self, first_missing, Account, Read, HOLD_OFF};
+use super::rules::{
+    acquire_outcome, carried_by_majority, next_epoch, AcquireOutcome, Acquired, RenewOutcome,
+    Renewed, Standing,
+};
 use super::votes::{ask, no_majority, straggler_grace, Answers, Asking, Vote, Votes};
 use super::{merge, QuorumLeaseStore, Term, CLEANUP_LIMIT};
 use crate::error::{Error, Result};
@@ -43,11 +47,7 @@ impl<S: LeaseStore> QuorumLeaseStore<S> {
             "acquire",
             Votes::new(self.len()),
             |_, store| Some(store.acquire(proposed, duration)),
-            |_, answer: &Result<Acquire>| match answer {
-                Ok(Acquire::Acquired) => Vote::Yes,
-                Ok(Acquire::Held) => Vote::No,
-                Err(_) => Vote::Failed,
-            },
+            |_, answer: &Result<Acquire>| acquired(Some(answer)).vote(),
         );
         // An attempt left undecided by silent accounts gives up on them
         // soon after the others answered (and at the cap at the latest, in
@@ -80,34 +80,27 @@ impl<S: LeaseStore> QuorumLeaseStore<S> {
             reads = Some(read);
         }
         let (answers, votes) = asking.finish();
-        let granted: Vec<bool> = answers
-            .iter()
-            .map(|a| matches!(a, Some(Ok(Acquire::Acquired))))
-            .collect();
+        let each: Vec<Acquired> = answers.iter().map(|a| acquired(a.as_ref())).collect();
+        let granted: Vec<bool> = each.iter().map(|a| *a == Acquired::Granted).collect();
         self.seen_held(&answers);
-        if let Some(reads) = reads {
-            let counted = self.counted(&answers, &granted, &reads);
-            let count = counted.iter().filter(|c| **c).count();
-            if count >= self.majority() {
-                let mut term = Term::new(proposed, duration, granted);
-                // The deadline rests on the counted accounts only.
-                term.basis = counted;
-                self.remember(term);
+        let counted = reads.map(|reads| self.counted(&answers, &granted, &reads));
+        // The deadline rests on the counted accounts only.
+        let (release, held) = match acquire_outcome(&each, votes, counted.as_deref()) {
+            AcquireOutcome::Won(standing) => {
+                self.remember(Term::new(proposed, duration, standing));
                 return Ok(Acquire::Acquired);
             }
-            debug!(lease = %self.name(), granted = votes.yes, counted = count, "a majority granted, but accounts that forgot the lease are held off; releasing the leases granted");
+            AcquireOutcome::Refused { release, held } => (release, held),
+        };
+        if votes.won() {
+            debug!(lease = %self.name(), granted = votes.yes, "a majority granted, but accounts that forgot the lease are held off; releasing the leases granted");
         } else {
             debug!(lease = %self.name(), granted = votes.yes, held = votes.no, failed = votes.failed, "no majority granted; releasing the leases granted");
         }
-        let held_off = votes.won();
         // An account that failed or did not answer may have granted the
         // lease all the same: release there too, without waiting for it.
-        let maybe: Vec<bool> = answers
-            .iter()
-            .map(|a| !matches!(a, Some(Ok(Acquire::Held))))
-            .collect();
-        self.release_on(proposed, &maybe, &granted).await;
-        if held_off || votes.lost() {
+        self.release_on(proposed, &release, &granted).await;
+        if held {
             Ok(Acquire::Held)
         } else {
             Err(no_majority("acquire", answers, votes, self.request_timeout))
@@ -123,6 +116,20 @@ impl<S: LeaseStore> QuorumLeaseStore<S> {
         for (since, answer) in missing.iter_mut().zip(answers) {
             let held = matches!(answer, Some(Ok(Acquire::Held)));
             *since = first_missing(*since, Read::Unread, held, now);
+        }
+    }
+
+    /// Starts the wait over on the accounts this store's own term stamped,
+    /// renewed or brought up to its stamp: they carried an epoch, or its
+    /// lease, since any earlier read found them without one, so what was
+    /// seen before says nothing of a lease they grant after the term.
+    fn seen_in_term(&self, which: &[bool]) {
+        let now = Instant::now();
+        let mut missing = self.missing.lock().unwrap_or_else(PoisonError::into_inner);
+        for (since, seen) in missing.iter_mut().zip(which) {
+            if *seen {
+                *since = first_missing(*since, Read::Carries, false, now);
+            }
         }
     }
 
@@ -158,36 +165,30 @@ impl<S: LeaseStore> QuorumLeaseStore<S> {
             "renew",
             Votes::new(self.len()),
             |i, store| {
-                let again = term.as_ref().map(|t| (t.duration, t.held[i]));
+                let again = term.as_ref().map(|t| (t.duration, t.standing.held[i]));
                 Some(renew_or_acquire(store, lease, again))
             },
-            |_, answer| vote_held(answer),
+            |_, answer| renewed(Some(answer)).vote(),
             Votes::decided,
             straggler_grace,
         )
         .await;
         let mut basis_gone = false;
         if let Some(mut term) = term {
-            for (i, answer) in answers.iter().enumerate() {
-                match answer {
-                    Some(Ok(_)) => term.held[i] = true,
-                    Some(Err(Error::LeaseLost(_))) => {
-                        term.held[i] = false;
-                        term.gone[i] = true;
-                    }
-                    _ => {}
+            let renewed: Vec<Renewed> = answers.iter().map(|a| renewed(a.as_ref())).collect();
+            // An account not heard from may have lost the blob and been
+            // leased again: it is read again at the next renewal.
+            let kept: Vec<bool> = renewed
+                .iter()
+                .map(|r| *r == Renewed::Held { again: false })
+                .collect();
+            self.seen_in_term(&kept);
+            match term.standing.renewed(&renewed, votes) {
+                RenewOutcome::Renewed => {
+                    self.catch_up_all(lease, &mut term, &renewed, start).await;
                 }
-                // Known to carry the stamp only under a lease held since:
-                // an account not heard from may have lost the blob and been
-                // leased again. It is read again at the next renewal.
-                term.current[i] &= matches!(answer, Some(Ok(false)));
-            }
-            if votes.won() {
-                term.basis = answers.iter().map(|a| matches!(a, Some(Ok(_)))).collect();
-                term.gone.fill(false);
-                self.catch_up_all(lease, &mut term, &answers, start).await;
-            } else {
-                basis_gone = !term.basis_holds();
+                RenewOutcome::BasisGone => basis_gone = true,
+                RenewOutcome::Lost | RenewOutcome::NoMajority => {}
             }
             self.remember(term);
         }
@@ -218,17 +219,13 @@ impl<S: LeaseStore> QuorumLeaseStore<S> {
         &self,
         lease: LeaseId,
         term: &mut Term,
-        renewed: &Answers<bool>,
+        renewed: &[Renewed],
         start: Instant,
     ) {
         let Some(stamp) = term.stamp.clone() else {
             return;
         };
-        let behind: Vec<bool> = renewed
-            .iter()
-            .zip(&term.current)
-            .map(|(answer, current)| matches!(answer, Some(Ok(_))) && !current)
-            .collect();
+        let behind = term.standing.behind(renewed);
         if !behind.contains(&true) {
             return;
         }
@@ -243,11 +240,12 @@ impl<S: LeaseStore> QuorumLeaseStore<S> {
         let limit = CLEANUP_LIMIT.min(left);
         let _ = tokio::time::timeout(limit, asking.until(|v| v.pending == 0)).await;
         let (answers, _) = asking.finish();
-        for (current, answer) in term.current.iter_mut().zip(&answers) {
+        for (current, answer) in term.standing.current.iter_mut().zip(&answers) {
             if matches!(answer, Some(Ok(()))) {
                 *current = true;
             }
         }
+        self.seen_in_term(&term.standing.current);
     }
 
     /// Reads the last epoch from a majority that carries one, then stamps
@@ -267,13 +265,9 @@ impl<S: LeaseStore> QuorumLeaseStore<S> {
             Ok(read) => read,
             Err(e) => return Err(self.lost_or(lease, e).await),
         };
-        let epoch = read
-            .last
-            .checked_add(1)
-            .ok_or_else(|| Error::InvalidEpoch {
-                found: read.last.to_string(),
-            })?
-            .max(floor);
+        let epoch = next_epoch(read.last, floor).ok_or_else(|| Error::InvalidEpoch {
+            found: read.last.to_string(),
+        })?;
         let wait = (read.from_every_account, limit);
         let stamp = Stamp {
             holder: holder.to_owned(),
@@ -286,16 +280,23 @@ impl<S: LeaseStore> QuorumLeaseStore<S> {
         // record starts higher (a record made again starts at storage's
         // clock), lifted to the largest such: the term's epoch is the
         // largest one a majority carries.
-        let epoch = carried_by_majority(&answers, self.majority()).map_or(epoch, |e| e.max(epoch));
+        let carried: Vec<Option<u64>> = answers
+            .iter()
+            .map(|a| a.as_ref().and_then(|a| a.as_ref().ok()).copied())
+            .collect();
+        self.seen_in_term(&carried.iter().map(Option::is_some).collect::<Vec<_>>());
+        let epoch = carried_by_majority(&carried, self.majority()).map_or(epoch, |e| e.max(epoch));
         let stamp = Stamp { epoch, ..stamp };
         if let Some(mut term) = self.recall(lease) {
             // An account that answered more than the epoch carried a larger
             // one already (left by an attempt that did not win): it carries
             // at least the term's epoch, which is all the next read needs.
-            term.current = answers
-                .iter()
-                .map(|a| matches!(a, Some(Ok(e)) if *e >= epoch))
-                .collect();
+            term.standing.stamped(
+                carried
+                    .iter()
+                    .map(|e| e.is_some_and(|e| e >= epoch))
+                    .collect(),
+            );
             term.stamp = votes.won().then_some(stamp);
             self.remember(term);
         }
@@ -370,8 +371,9 @@ impl<S: LeaseStore> QuorumLeaseStore<S> {
         if votes.won() {
             if let Some(term) = self.forget(from).or_else(|| self.recall(to)) {
                 // The new id's term has not stamped yet.
-                let held = answers.iter().map(|a| matches!(a, Some(Ok(())))).collect();
-                self.remember(Term::new(to, term.duration, held));
+                let held: Vec<bool> = answers.iter().map(|a| matches!(a, Some(Ok(())))).collect();
+                let standing = Standing::new(held.clone(), held);
+                self.remember(Term::new(to, term.duration, standing));
             }
             Ok(())
         } else if votes.lost() {
@@ -435,6 +437,25 @@ pub(super) fn vote_ok<T>(answer: &Result<T>) -> Vote {
     }
 }
 
+/// One account's answer to an acquire, `None` when it did not answer.
+fn acquired(answer: Option<&Result<Acquire>>) -> Acquired {
+    match answer {
+        Some(Ok(Acquire::Acquired)) => Acquired::Granted,
+        Some(Ok(Acquire::Held)) => Acquired::Held,
+        Some(Err(_)) | None => Acquired::Failed,
+    }
+}
+
+/// One account's answer to a renewal (whether it acquired the lease
+/// again), `None` when it did not answer.
+fn renewed(answer: Option<&Result<bool>>) -> Renewed {
+    match answer {
+        Some(Ok(again)) => Renewed::Held { again: *again },
+        Some(Err(Error::LeaseLost(_))) => Renewed::Gone,
+        Some(Err(_)) | None => Renewed::Failed,
+    }
+}
+
 /// A call that needs the lease: done, lost there, or failed.
 fn vote_held<T>(answer: &Result<T>) -> Vote {
     match answer {
@@ -449,15 +470,4 @@ fn lost(operation: &str, votes: Votes) -> Error {
         "{operation}: the lease is not held under this id on {} of the {} accounts",
         votes.no, votes.n
     ))
-}
-
-/// The largest epoch that a majority of the accounts answered a stamp with
-/// (each carries it or more); `None` without a majority of answers.
-fn carried_by_majority(answers: &Answers<u64>, majority: usize) -> Option<u64> {
-    let mut epochs: Vec<u64> = answers
-        .iter()
-        .filter_map(|a| a.as_ref()?.as_ref().ok().copied())
-        .collect();
-    epochs.sort_unstable_by(|a, b| b.cmp(a));
-    epochs.get(majority.checked_sub(1)?).copied()
 }

@@ -9,6 +9,10 @@ use tracing::debug;
 use tokio::time::Instant;
 
 use super::hold_off::Read as Seen;
+use super::rules::{
+    self, behind_the_stamp, read_decided, read_outcome, vote_carried, vote_stamped, ReadOutcome,
+    Stamped,
+};
 use super::votes::{ask, no_majority, straggler_grace, Answers, Asking, Vote, Votes};
 use crate::error::{Error, Result};
 use crate::store::{LeaseId, LeaseInfo, LeaseStore};
@@ -48,24 +52,12 @@ impl Stamp {
     }
 }
 
-/// How one account's lease blob counts for the read of a new term's
-/// epoch: it carries an epoch, or it has none (never stamped, or it lost
-/// its blob: deleted, recreated, an emulator restarted empty), or it did
-/// not answer.
-fn vote_carried(answer: &Result<Option<LeaseInfo>>) -> Vote {
-    match answer {
-        Ok(Some(info)) if info.epoch > 0 => Vote::Yes,
-        Ok(_) => Vote::No,
-        Err(_) => Vote::Failed,
-    }
-}
-
-/// The read is decided once a majority carries an epoch, once every
-/// account answered, or once neither can happen any more.
-fn read_decided(votes: Votes) -> bool {
-    votes.won()
-        || votes.pending == 0
-        || (votes.yes + votes.pending < votes.majority() && votes.failed > 0)
+/// The epoch an inspection answered (0 for none), `None` when it failed.
+fn epoch_of(answer: &Result<Option<LeaseInfo>>) -> Option<u64> {
+    answer
+        .as_ref()
+        .ok()
+        .map(|info| info.as_ref().map_or(0, |i| i.epoch))
 }
 
 /// The last epoch any term used: the largest epoch the accounts carry,
@@ -91,7 +83,13 @@ pub(super) async fn read_last<S: LeaseStore>(
         "stamp",
         Votes::new(accounts.len()),
         |_, store| Some(store.inspect()),
-        |_, answer| vote_carried(answer),
+        |_, answer| {
+            let epoch = answer
+                .as_ref()
+                .ok()
+                .map(|info| info.as_ref().map_or(0, |i| i.epoch));
+            vote_carried(epoch)
+        },
     );
     let _ = tokio::time::timeout(limit, asking.until(read_decided)).await;
     let (answers, votes) = asking.finish();
@@ -103,14 +101,15 @@ pub(super) async fn read_last<S: LeaseStore>(
         .map(|info| info.epoch)
         .max()
         .unwrap_or(0);
-    if votes.won() || votes.yes + votes.no == votes.n {
-        return Ok(Read {
-            last,
-            from_every_account: !votes.won(),
-        });
-    }
-    if votes.yes + votes.no < votes.majority() {
-        return Err(no_majority("stamp", answers, votes, limit));
+    match read_outcome(votes) {
+        ReadOutcome::Last { from_every_account } => {
+            return Ok(Read {
+                last,
+                from_every_account,
+            })
+        }
+        ReadOutcome::TooFewAnswered => return Err(no_majority("stamp", answers, votes, limit)),
+        ReadOutcome::NoMajorityCarries => {}
     }
     Err(Error::transport(
         "stamp",
@@ -135,7 +134,7 @@ pub(super) async fn read_each<S: LeaseStore>(
         "acquire",
         Votes::new(accounts.len()),
         |i, store| which[i].then(|| store.inspect()),
-        |_, answer| vote_carried(answer),
+        |_, answer| vote_carried(epoch_of(answer)),
     );
     let _ = tokio::time::timeout(limit, asking.until(|v| v.pending == 0)).await;
     let (answers, _) = asking.finish();
@@ -198,21 +197,17 @@ pub(super) async fn lift<S: LeaseStore>(
     (mut answers, votes): (Answers<u64>, Votes),
     limit: Duration,
 ) -> (Answers<u64>, Votes) {
-    let answered = |a: &Option<Result<u64>>| a.as_ref().and_then(|a| a.as_ref().ok()).copied();
-    let Some(top) = answers.iter().filter_map(answered).max() else {
+    let carried: Vec<Option<u64>> = answers
+        .iter()
+        .map(|a| a.as_ref().and_then(|a| a.as_ref().ok()).copied())
+        .collect();
+    let Some((top, behind)) = rules::lift(&carried) else {
         return (answers, votes);
     };
-    if answers.iter().filter_map(answered).all(|e| e == top) {
-        return (answers, votes);
-    }
     let lifted = Stamp {
         epoch: top,
         ..stamp.clone()
     };
-    let behind: Vec<bool> = answers
-        .iter()
-        .map(|a| answered(a).is_some_and(|e| e < top))
-        .collect();
     let again = ask(
         accounts,
         "stamp",
@@ -231,23 +226,25 @@ pub(super) async fn lift<S: LeaseStore>(
         }
     }
     // The same accounts answered; only what some of them carry changed.
-    let mut recount = Votes {
+    let recount = Votes::of(
+        accounts.len(),
+        answers.iter().flatten().map(|a| stamp_vote(a, stamp.epoch)),
+    );
+    let recount = Votes {
         pending: votes.pending,
-        ..Votes::new(accounts.len())
+        ..recount
     };
-    for answer in answers.iter().flatten() {
-        recount.add(stamp_vote(answer, stamp.epoch));
-    }
     (answers, recount)
 }
 
 /// How one account's answer to a stamp at `epoch` counts.
 fn stamp_vote(answer: &Result<u64>, epoch: u64) -> Vote {
-    match answer {
-        Ok(e) if *e >= epoch => Vote::Yes,
-        Err(Error::LeaseLost(_)) => Vote::No,
-        Ok(_) | Err(_) => Vote::Failed,
-    }
+    let answer = match answer {
+        Ok(e) => Stamped::Carries(*e),
+        Err(Error::LeaseLost(_)) => Stamped::Lost,
+        Err(_) => Stamped::Failed,
+    };
+    vote_stamped(answer, epoch)
 }
 
 /// Brings one account, held under `lease`, up to the term's stamp: reads
@@ -259,38 +256,10 @@ pub(super) async fn catch_up<S: LeaseStore>(
     stamp: &Stamp,
 ) -> Result<()> {
     let carried = store.inspect().await?.map_or(0, |info| info.epoch);
-    if carried >= stamp.epoch {
+    if !behind_the_stamp(carried, stamp.epoch) {
         return Ok(());
     }
     let epoch = stamp.write(store, lease).await?;
     debug!(lease = %store.name(), carried, epoch, "account brought up to the term's epoch");
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn votes(yes: usize, no: usize, failed: usize) -> Votes {
-        let mut votes = Votes::new(3);
-        votes.yes = yes;
-        votes.no = no;
-        votes.failed = failed;
-        votes.pending = 3 - yes - no - failed;
-        votes
-    }
-
-    #[test]
-    fn the_read_waits_for_a_majority_carrying_an_epoch_or_for_everyone() {
-        assert!(read_decided(votes(2, 0, 0)));
-        assert!(!read_decided(votes(1, 1, 0)), "the third may carry one");
-        assert!(!read_decided(votes(0, 2, 0)), "the first term needs all");
-        assert!(read_decided(votes(0, 3, 0)));
-        assert!(
-            read_decided(votes(0, 2, 1)),
-            "no first term with one failed"
-        );
-        assert!(read_decided(votes(1, 2, 0)));
-        assert!(read_decided(votes(1, 1, 1)));
-    }
 }

@@ -11,81 +11,7 @@ use tracing::debug;
 
 use crate::error::{Chain, Error, Result};
 
-/// How one account's answer counts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Vote {
-    /// What the call wanted: granted, renewed, stamped, released.
-    Yes,
-    /// A definitive refusal: held by another id, or lost.
-    No,
-    /// No answer that says anything: a transient or fatal error.
-    Failed,
-}
-
-/// The answers counted so far, out of `n` accounts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Votes {
-    pub(crate) n: usize,
-    pub(crate) yes: usize,
-    pub(crate) no: usize,
-    pub(crate) failed: usize,
-    /// Accounts asked that have not answered yet.
-    pub(crate) pending: usize,
-}
-
-impl Votes {
-    pub(crate) fn new(n: usize) -> Self {
-        Votes {
-            n,
-            yes: 0,
-            no: 0,
-            failed: 0,
-            pending: 0,
-        }
-    }
-
-    /// The smallest number of accounts that is more than half of them.
-    pub(crate) fn majority(self) -> usize {
-        majority(self.n)
-    }
-
-    pub(crate) fn add(&mut self, vote: Vote) {
-        match vote {
-            Vote::Yes => self.yes += 1,
-            Vote::No => self.no += 1,
-            Vote::Failed => self.failed += 1,
-        }
-    }
-
-    /// A majority said yes.
-    pub(crate) fn won(self) -> bool {
-        self.yes >= self.majority()
-    }
-
-    /// Definitive refusals alone leave no majority that could say yes.
-    pub(crate) fn lost(self) -> bool {
-        self.no > self.n - self.majority()
-    }
-
-    /// Refusals and failures together leave no majority that could say yes.
-    pub(crate) fn hopeless(self) -> bool {
-        self.no + self.failed > self.n - self.majority()
-    }
-
-    /// The call's outcome cannot change any more: won, lost, or hopeless
-    /// with too few accounts left to answer for it to become lost (so that
-    /// a definitive loss is not reported as a failure because the failures
-    /// happened to answer first).
-    pub(crate) fn decided(self) -> bool {
-        let could_be_lost = self.no + self.pending > self.n - self.majority();
-        self.won() || self.lost() || (self.hopeless() && !could_be_lost)
-    }
-}
-
-/// The smallest number of `n` accounts that is more than half of them.
-pub(crate) fn majority(n: usize) -> usize {
-    n / 2 + 1
-}
+pub(crate) use super::rules::{majority, Vote, Votes};
 
 /// Each account's answer, `None` for the accounts not asked or not yet
 /// answered when the call was decided.
@@ -315,40 +241,6 @@ mod tests {
             failed,
             pending: n - yes - no - failed,
         }
-    }
-
-    #[test]
-    fn majorities() {
-        assert_eq!(
-            [1, 2, 3, 4, 5, 9].map(majority),
-            [1, 2, 2, 3, 3, 5],
-            "more than half"
-        );
-    }
-
-    #[test]
-    fn decided_as_soon_as_the_outcome_is_fixed() {
-        assert!(count(3, 2, 0, 0).won());
-        assert!(!count(3, 1, 0, 1).decided(), "the third account decides");
-        assert!(count(3, 1, 0, 2).hopeless());
-        assert!(!count(3, 1, 0, 2).lost(), "failures are not refusals");
-        assert!(count(3, 0, 2, 0).lost());
-        assert!(count(3, 1, 1, 1).hopeless());
-        assert!(
-            count(3, 0, 0, 2).decided(),
-            "one refusal more could not make it a loss"
-        );
-        assert!(count(3, 0, 1, 2).decided());
-        assert!(
-            !count(5, 0, 1, 2).decided(),
-            "two refusals more would make it a loss"
-        );
-        assert!(!count(5, 2, 1, 1).decided());
-        assert!(count(5, 2, 2, 1).hopeless());
-        assert!(
-            count(4, 1, 2, 0).lost(),
-            "two of four refusing leaves no three"
-        );
     }
 
     #[test]

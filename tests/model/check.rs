@@ -1,0 +1,149 @@
+//! Runs the checker on a configuration and reads its answer: the figures,
+//! whether every reachable state was explored, and counterexamples as
+//! readable traces.
+
+use std::time::{Duration, Instant};
+
+use stateright::{Checker, HasDiscoveries, Model, Path};
+
+use crate::quorum::{Action, Quorum, State};
+
+/// What one run of the checker found.
+pub(crate) struct Report {
+    model: Quorum,
+    /// States visited, and the distinct ones among them.
+    pub(crate) states: usize,
+    pub(crate) unique: usize,
+    pub(crate) elapsed: Duration,
+    /// Every reachable state was explored.
+    pub(crate) done: bool,
+    failures: Vec<(&'static str, Path<State, Action>)>,
+    examples: Vec<&'static str>,
+}
+
+/// Explores every reachable state of `model` breadth first on two threads;
+/// with `until`, stops once that property fails.
+pub(crate) fn check(model: Quorum, until: Option<&'static str>) -> Report {
+    let start = Instant::now();
+    let mut builder = model.clone().checker().threads(2).symmetry();
+    if let Some(property) = until {
+        builder = builder.finish_when(HasDiscoveries::AnyOf([property].into()));
+    }
+    let checker = builder.spawn_bfs().join();
+    let mut failures = Vec::new();
+    let mut examples = Vec::new();
+    for property in model.properties() {
+        let Some(path) = checker.discovery(property.name) else {
+            continue;
+        };
+        if property.expectation.discovery_is_failure() {
+            failures.push((property.name, path));
+        } else {
+            examples.push(property.name);
+        }
+    }
+    Report {
+        states: checker.state_count(),
+        unique: checker.unique_state_count(),
+        elapsed: start.elapsed(),
+        done: checker.is_done(),
+        failures,
+        examples,
+        model,
+    }
+}
+
+impl Report {
+    /// Prints the figures (run with `--nocapture` to see them).
+    pub(crate) fn print(&self, name: &str) {
+        println!(
+            "{name}: {} states ({} distinct) in {:.1} s, {}",
+            self.states,
+            self.unique,
+            self.elapsed.as_secs_f64(),
+            if self.done {
+                "every reachable state explored"
+            } else {
+                "NOT complete"
+            }
+        );
+    }
+
+    /// Every reachable state was explored and no property failed; the
+    /// examples (a leader at all) were found.
+    pub(crate) fn assert_complete_and_safe(&self) {
+        for (name, path) in &self.failures {
+            println!("{name} fails:");
+            for line in trace(&self.model, path) {
+                println!("  {line}");
+            }
+        }
+        assert!(self.done, "the checker did not explore every state");
+        assert!(
+            self.failures.is_empty(),
+            "properties failed: {:?}",
+            self.failures.iter().map(|(n, _)| n).collect::<Vec<_>>()
+        );
+        assert!(
+            self.examples.contains(&"a leader"),
+            "no state has a leader: the model is vacuous"
+        );
+    }
+
+    /// The counterexample to `property`, which must have been found.
+    pub(crate) fn found(self, property: &str) -> Found {
+        let found: Vec<&str> = self.failures.iter().map(|(n, _)| *n).collect();
+        let Some((_, path)) = self.failures.iter().find(|(name, _)| *name == property) else {
+            panic!("{property} not found (found: {found:?})");
+        };
+        Found {
+            property: property.to_owned(),
+            trace: trace(&self.model, path),
+            states: self.unique,
+            elapsed: self.elapsed,
+        }
+    }
+}
+
+/// A counterexample.
+pub(crate) struct Found {
+    pub(crate) property: String,
+    /// What happened, one step a line.
+    pub(crate) trace: Vec<String>,
+    /// Distinct states explored before it was found.
+    pub(crate) states: usize,
+    pub(crate) elapsed: Duration,
+}
+
+impl Found {
+    /// Prints the counterexample.
+    pub(crate) fn print(&self, name: &str) {
+        println!(
+            "{name}: \"{}\" fails after {} steps ({} states, {:.1} s):",
+            self.property,
+            self.trace.len(),
+            self.states,
+            self.elapsed.as_secs_f64()
+        );
+        for line in &self.trace {
+            println!("  {line}");
+        }
+    }
+}
+
+/// The steps of `path`, each as what happened at which tick (the ticks are
+/// left out, but for the writes of the leaders' work at their end).
+fn trace(model: &Quorum, path: &Path<State, Action>) -> Vec<String> {
+    let mut lines = Vec::new();
+    for (state, action) in path.clone().into_vec() {
+        let Some(action) = action else { continue };
+        let Some((_, log)) = model.apply(&state, action) else {
+            continue;
+        };
+        if action == Action::Tick && !log.contains("write") {
+            continue;
+        }
+        lines.push(format!("t={}: {log}", state.t));
+    }
+    lines
+}

@@ -1,0 +1,130 @@
+//! The model checker: every interleaving of small configurations of the
+//! quorum, on the crate's own decisions (`src/store/quorum/rules.rs`,
+//! compiled here as it is), checked to completion; and the planted defects,
+//! each found with a counterexample printed step by step. See the guide's
+//! chapter on the model (docs/guide/model.md).
+
+// The decisions the quorum store runs, the same file.
+#[path = "../../src/store/quorum/rules.rs"]
+#[allow(dead_code, unreachable_pub)]
+mod rules;
+
+// The hold-off of a new term, the same file.
+#[path = "../../src/store/quorum/hold_off.rs"]
+#[allow(dead_code, unreachable_pub)]
+mod hold_off;
+
+mod check;
+mod quorum;
+
+use check::{check, Found};
+use quorum::{Config, Defects, Quorum};
+
+#[test]
+fn three_instances_on_three_accounts_keep_every_promise_in_every_interleaving() {
+    let report = check(Quorum(Config::three_by_three()), None);
+    report.print("3 instances × 3 accounts");
+    report.assert_complete_and_safe();
+}
+
+#[test]
+fn an_account_restarted_empty_while_another_is_down_lets_a_second_leader_in_without_a_hold_off() {
+    let defects = Defects {
+        no_hold_off: true,
+        ..Defects::default()
+    };
+    let found = planted(defects, |_| {}, "one leader at a time");
+    found.print("no hold-off for an account found empty");
+}
+
+fn planted(defects: Defects, tweak: impl FnOnce(&mut Config), property: &'static str) -> Found {
+    let mut config = Config::three_by_three();
+    config.defects = defects;
+    tweak(&mut config);
+    check(Quorum(config), Some(property)).found(property)
+}
+
+#[test]
+fn a_hold_off_record_kept_across_the_instances_own_term_lets_two_leaders_overlap() {
+    let defects = Defects {
+        stale_hold_off: true,
+        ..Defects::default()
+    };
+    let found = planted(defects, |_| {}, "one leader at a time");
+    found.print("the hold-off's record kept across the own term");
+}
+
+#[test]
+fn a_margin_smaller_than_twice_the_drift_lets_two_leaders_overlap() {
+    let found = planted(
+        Defects::default(),
+        frozen(|c| c.margin = 1),
+        "one leader at a time",
+    );
+    found.print("margin 1 < 2 × drift 1");
+}
+
+#[test]
+fn a_majority_of_the_accounts_that_answered_lets_two_leaders_overlap() {
+    let defects = Defects {
+        majority_of_answers: true,
+        ..Defects::default()
+    };
+    let found = planted(defects, |_| {}, "one leader at a time");
+    found.print("a majority of the accounts that answered");
+}
+
+/// Two instances, one of which may freeze (a leader frozen stays counted
+/// as acting until its deadline, as the crate's rule says).
+fn frozen(tweak: impl FnOnce(&mut Config)) -> impl FnOnce(&mut Config) {
+    |c| {
+        c.instances = 2;
+        c.faults.freezes = 1;
+        tweak(c);
+    }
+}
+
+#[test]
+fn the_renewal_rule_before_the_basis_lets_two_leaders_overlap() {
+    // Before the basis, there was no hold-off either.
+    let defects = Defects {
+        no_basis_rule: true,
+        no_hold_off: true,
+        ..Defects::default()
+    };
+    let found = planted(defects, |_| {}, "one leader at a time");
+    found.print("the renewal rule before the basis");
+}
+
+/// A configuration from the environment (`BLOB_MUTEX_MODEL`, as
+/// `instances=3,accounts=5,horizon=8`), for `scripts/model`; by default
+/// 2 instances × 3 accounts to a horizon of 8 ticks.
+#[test]
+fn the_configuration_named_by_the_environment_keeps_every_promise() {
+    let mut config = Config::three_by_three();
+    config.instances = 2;
+    config.horizon = 8;
+    let named = std::env::var("BLOB_MUTEX_MODEL").unwrap_or_default();
+    for pair in named.split(',').filter(|p| !p.is_empty()) {
+        let (key, value) = pair.split_once('=').expect("key=value");
+        let value: u8 = value.parse().expect("a number");
+        match key {
+            "instances" => config.instances = value.into(),
+            "accounts" => config.accounts = value.into(),
+            "horizon" => config.horizon = value,
+            "lease" => config.lease = value,
+            "renew" => config.renew = value,
+            "hold_off" => config.hold_off = value,
+            "bound" => config.bound = value,
+            "wipes" => config.faults.wipes = value,
+            "outages" => config.faults.outages = value,
+            "losses" => config.faults.losses = value,
+            "crashes" => config.faults.crashes = value,
+            "freezes" => config.faults.freezes = value,
+            other => panic!("unknown setting {other}"),
+        }
+    }
+    let report = check(Quorum(config.clone()), None);
+    report.print(&format!("{config:?}"));
+    report.assert_complete_and_safe();
+}

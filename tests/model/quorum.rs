@@ -1,0 +1,939 @@
+//! The quorum of accounts as a state machine: accounts as lease tables with
+//! Azure's semantics, instances that campaign, stamp, renew and stop with the
+//! crate's own decisions (`rules`), time as ticks, and faults from a budget.
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use stateright::{Model, Property, Representative};
+
+use crate::hold_off::{self, first_missing, Read};
+use crate::rules::{
+    acquire_outcome, behind_the_stamp, carried_by_majority, lift, majority, next_epoch,
+    read_outcome, vote_carried, vote_stamped, AcquireOutcome, Acquired, ReadOutcome, RenewOutcome,
+    Renewed, Stamped, Standing, Vote, Votes,
+};
+
+/// A lease id: the instance that proposed it and its campaign round.
+pub(crate) type Id = (usize, u8);
+
+/// Known-wrong variants of the decisions, each of which the checker must
+/// find. The running code has none of them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[allow(clippy::struct_excessive_bools)] // one switch per planted defect
+pub(crate) struct Defects {
+    /// Majorities counted over the accounts that answered, not over the
+    /// accounts configured.
+    pub(crate) majority_of_answers: bool,
+    /// The renewal rule before the basis: a lease found gone on an account
+    /// the deadline rests on ends nothing unless a majority refused.
+    pub(crate) no_basis_rule: bool,
+    /// A new term counts every account that granted, an account found
+    /// empty at once (no hold-off).
+    pub(crate) no_hold_off: bool,
+    /// The hold-off's record kept across the instance's own term: an
+    /// account it saw empty before its term stamped it counts as empty
+    /// since then.
+    pub(crate) stale_hold_off: bool,
+}
+
+/// How many faults of each kind may happen in one run.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub(crate) struct Faults {
+    /// Accounts restarted empty (or whose lease blob is lost): no lease, no
+    /// epoch.
+    pub(crate) wipes: u8,
+    /// Outages of one account: every request to it lost, from a tick until
+    /// it comes back.
+    pub(crate) outages: u8,
+    /// Answers lost: the account applied the request, the instance never
+    /// learns its outcome.
+    pub(crate) losses: u8,
+    /// Instances that crash for good.
+    pub(crate) crashes: u8,
+    /// Instances frozen from a tick to a later one (a paused process).
+    pub(crate) freezes: u8,
+}
+
+/// One configuration of the model.
+#[derive(Debug, Clone)]
+pub(crate) struct Config {
+    /// Instances campaigning.
+    pub(crate) instances: usize,
+    /// Accounts of the quorum.
+    pub(crate) accounts: usize,
+    /// The lease duration D, in ticks.
+    pub(crate) lease: u8,
+    /// The drift allowance: over a lease, an account's clock may run this
+    /// many ticks ahead of real time and an instance's this many behind.
+    pub(crate) drift: u8,
+    /// The safety margin: the deadline is the send time + D − margin.
+    pub(crate) margin: u8,
+    /// The renew interval, in ticks.
+    pub(crate) renew: u8,
+    /// The hold-off of an account found without an epoch: the longest
+    /// lease plus its drift allowance, as the crate's `HOLD_OFF`.
+    pub(crate) hold_off: u8,
+    /// The last tick explored.
+    pub(crate) horizon: u8,
+    /// After the last fault, a leader acts within this many ticks.
+    pub(crate) bound: u8,
+    /// The fault budget.
+    pub(crate) faults: Faults,
+    /// Planted defects (none for the running code's decisions).
+    pub(crate) defects: Defects,
+}
+
+impl Config {
+    /// 3 instances × 3 accounts: one account restarted empty, one down for
+    /// a while, any one answer lost, one crash.
+    pub(crate) fn three_by_three() -> Self {
+        Config {
+            instances: 3,
+            accounts: 3,
+            lease: 4,
+            drift: 1,
+            margin: 2,
+            renew: 2,
+            hold_off: 5,
+            horizon: 10,
+            bound: 3,
+            faults: Faults {
+                wipes: 1,
+                outages: 1,
+                losses: 1,
+                crashes: 1,
+                freezes: 0,
+            },
+            defects: Defects::default(),
+        }
+    }
+}
+
+/// One account's lease table and blob.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) struct Account {
+    /// The lease: its id and the tick at which the account expires it.
+    pub(crate) lease: Option<(Id, u8)>,
+    /// The epoch stamped on the blob; 0 when none (never stamped, or lost).
+    pub(crate) epoch: u64,
+}
+
+/// One instance.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(crate) struct Instance {
+    /// The current campaign round: a new lease id per term.
+    pub(crate) round: u8,
+    /// Leading a term, if it is.
+    pub(crate) term: Option<Term>,
+    /// The first tick at which it campaigns again.
+    pub(crate) wait_until: u8,
+    /// Per account: the tick since which it has seen it without an epoch
+    /// (the hold-off's record).
+    pub(crate) missing: Vec<Option<u8>>,
+    /// Crashed for good.
+    pub(crate) crashed: bool,
+    /// Frozen: takes no step.
+    pub(crate) frozen: bool,
+}
+
+/// A term an instance leads.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(crate) struct Term {
+    /// The term's standing on each account (the crate's bookkeeping).
+    pub(crate) standing: Standing,
+    /// The term's epoch.
+    pub(crate) epoch: u64,
+    /// The real tick at which its task has stopped at the latest: its local
+    /// deadline, on a clock that runs `drift` behind.
+    pub(crate) deadline: u8,
+    /// The tick of its next renewal.
+    pub(crate) renew_at: u8,
+}
+
+/// The whole system at one instant.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) struct State {
+    /// Real time, in ticks.
+    pub(crate) t: u8,
+    /// The accounts.
+    pub(crate) accounts: Vec<Account>,
+    /// The instances.
+    pub(crate) instances: Vec<Instance>,
+    /// The instances that took their step in this tick (a bit each).
+    pub(crate) moved: u16,
+    /// The accounts down (a bit each).
+    pub(crate) down: u16,
+    /// The faults still to come.
+    pub(crate) left: Faults,
+    /// The accounts restarted empty that no term has held since (by a
+    /// renewal that won, or a new term's stamp): the quorum's assumption
+    /// is that these stay fewer than a majority.
+    pub(crate) unheld: u16,
+    /// The tick of the last fault.
+    pub(crate) last_fault: u8,
+    /// Whether a leader acted since the last fault.
+    pub(crate) led_since_fault: bool,
+    /// The fenced register: the largest epoch written.
+    pub(crate) register: u64,
+    /// The largest epoch of a term that acted, and its lease id.
+    pub(crate) newest: Option<(u64, Id)>,
+    /// A term started with an epoch not above an earlier term's.
+    pub(crate) epoch_went_back: bool,
+    /// A write of a term that a newer one deposed was accepted.
+    pub(crate) deposed_write: bool,
+}
+
+impl State {
+    /// The instances whose task may be acting at this instant.
+    pub(crate) fn acting(&self) -> impl Iterator<Item = usize> + '_ {
+        self.instances.iter().enumerate().filter_map(|(i, inst)| {
+            let term = inst.term.as_ref()?;
+            (!inst.crashed && self.t < term.deadline).then_some(i)
+        })
+    }
+}
+
+/// What can happen next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Action {
+    /// An instance takes its step of this tick; `lose` names a call of it
+    /// and the account whose answer is lost.
+    Step {
+        instance: usize,
+        lose: Option<(Call, usize)>,
+    },
+    /// Time advances one tick.
+    Tick,
+    /// An account restarts empty.
+    Wipe(usize),
+    /// An account goes down.
+    Down(usize),
+    /// An account comes back.
+    Up(usize),
+    /// An instance crashes.
+    Crash(usize),
+    /// An instance freezes.
+    Freeze(usize),
+    /// An instance wakes.
+    Thaw(usize),
+}
+
+/// The calls of one step, whose answer from one account may be lost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Call {
+    /// The acquire or the renewal.
+    Lease,
+    /// The read of the epochs.
+    Read,
+    /// The stamp (of a new term, or a catch-up).
+    Stamp,
+}
+
+trait Carries {
+    fn carries(&self) -> Option<u64>;
+}
+
+impl Carries for Stamped {
+    fn carries(&self) -> Option<u64> {
+        match self {
+            Stamped::Carries(e) => Some(*e),
+            Stamped::Lost | Stamped::Failed => None,
+        }
+    }
+}
+
+/// The model: a configuration.
+#[derive(Debug, Clone)]
+pub(crate) struct Quorum(pub Config);
+
+impl Quorum {
+    fn votes(&self, votes: impl IntoIterator<Item = Vote> + Clone) -> Votes {
+        let n = if self.0.defects.majority_of_answers {
+            votes
+                .clone()
+                .into_iter()
+                .filter(|v| *v != Vote::Failed)
+                .count()
+        } else {
+            self.0.accounts
+        };
+        Votes::of(n, votes)
+    }
+
+    fn expires(&self, t: u8) -> u8 {
+        // The account's clock runs `drift` ahead: the lease lasts D − drift.
+        t + self.0.lease - self.0.drift
+    }
+
+    fn deadline(&self, sent: u8) -> u8 {
+        // The crate's rule, sent + D − margin on the instance's clock, which
+        // runs `drift` behind real time.
+        sent + self.0.lease - self.0.margin + self.0.drift
+    }
+
+    /// The step an instance takes now, or `None` when it has nothing to
+    /// do that another could see (or cannot step).
+    fn plan(state: &State, i: usize) -> Option<Plan> {
+        let inst = &state.instances[i];
+        if inst.crashed || inst.frozen || state.moved & (1 << i) != 0 {
+            return None;
+        }
+        match &inst.term {
+            Some(term) if state.t >= term.deadline => Some(Plan::Stop),
+            Some(term) if state.t >= term.renew_at => Some(Plan::Renew),
+            None if state.t >= inst.wait_until => Some(Plan::Campaign),
+            // Working or waiting: nothing another instance could see
+            // before the tick (an acting leader's work is written then).
+            Some(_) | None => None,
+        }
+    }
+
+    /// Applies `action`, and says what happened.
+    pub(crate) fn apply(&self, state: &State, action: Action) -> Option<(State, String)> {
+        let mut s = state.clone();
+        let mut log = String::new();
+        match action {
+            Action::Tick => {
+                // Every acting leader works (writes) in the tick that ends.
+                let _ = write!(log, "tick {} ends", s.t);
+                for i in 0..s.instances.len() {
+                    self.write(&mut s, i, &mut log);
+                }
+                s.t += 1;
+                s.moved = 0;
+            }
+            Action::Step { instance, lose } => {
+                s.moved |= 1 << instance;
+                if lose.is_some() {
+                    s.left.losses -= 1;
+                    s.last_fault = s.t;
+                    s.led_since_fault = false;
+                }
+                match Self::plan(state, instance)? {
+                    Plan::Stop => {
+                        let _ = write!(log, "i{instance} reaches its deadline and stops; ");
+                        self.end_term(&mut s, instance, lose, &mut log);
+                    }
+                    Plan::Renew => self.renew(&mut s, instance, lose, &mut log),
+                    Plan::Campaign => self.campaign(&mut s, instance, lose, &mut log),
+                }
+                if let Some((call, a)) = lose {
+                    let _ = write!(log, " (a{a}'s answer to the {call:?} call lost)");
+                }
+            }
+            Action::Wipe(a) => {
+                s.left.wipes -= 1;
+                s.unheld |= 1 << a;
+                s.accounts[a] = Account {
+                    lease: None,
+                    epoch: 0,
+                };
+                let _ = write!(log, "account a{a} restarts empty");
+                fault(&mut s);
+            }
+            Action::Down(a) => {
+                s.left.outages -= 1;
+                s.down |= 1 << a;
+                let _ = write!(log, "account a{a} goes down");
+                fault(&mut s);
+            }
+            Action::Up(a) => {
+                s.down &= !(1 << a);
+                let _ = write!(log, "account a{a} comes back");
+                fault(&mut s);
+            }
+            Action::Crash(i) => {
+                s.left.crashes -= 1;
+                s.instances[i].crashed = true;
+                let _ = write!(log, "i{i} crashes");
+                fault(&mut s);
+            }
+            Action::Freeze(i) => {
+                s.left.freezes -= 1;
+                s.instances[i].frozen = true;
+                let _ = write!(log, "i{i} freezes");
+                fault(&mut s);
+            }
+            Action::Thaw(i) => {
+                s.instances[i].frozen = false;
+                let _ = write!(log, "i{i} wakes");
+                fault(&mut s);
+            }
+        }
+        if s.acting().next().is_some() {
+            s.led_since_fault = true;
+        }
+        Some((s, log))
+    }
+
+    /// An acting leader writes a unit of work to the fenced register.
+    fn write(&self, s: &mut State, i: usize, log: &mut String) {
+        if !s.acting().any(|a| a == i) {
+            return;
+        }
+        let Some(term) = &s.instances[i].term else {
+            return;
+        };
+        let epoch = term.epoch;
+        if epoch >= s.register {
+            s.register = epoch;
+            let id = (i, s.instances[i].round);
+            if s.newest.is_some_and(|(_, newest)| newest != id) {
+                s.deposed_write = true;
+                let _ = write!(
+                    log,
+                    "; i{i}'s write at epoch {epoch} is accepted though a newer term acted"
+                );
+            }
+        } else {
+            let _ = write!(log, "; i{i}'s write at epoch {epoch} is refused");
+        }
+        let _ = self;
+    }
+
+    fn answer_lost(lose: Option<(Call, usize)>, call: Call, a: usize) -> bool {
+        lose == Some((call, a))
+    }
+
+    fn campaign(&self, s: &mut State, i: usize, lose: Option<(Call, usize)>, log: &mut String) {
+        let (t, id) = (s.t, (i, s.instances[i].round));
+        let answers: Vec<Acquired> = (0..self.0.accounts)
+            .map(|a| {
+                if s.down & (1 << a) != 0 {
+                    return Acquired::Failed;
+                }
+                let account = &mut s.accounts[a];
+                let answer = match account.lease {
+                    Some((holder, expires)) if holder != id && t < expires => Acquired::Held,
+                    _ => {
+                        account.lease = Some((id, self.expires(t)));
+                        Acquired::Granted
+                    }
+                };
+                if Self::answer_lost(lose, Call::Lease, a) {
+                    Acquired::Failed
+                } else {
+                    answer
+                }
+            })
+            .collect();
+        let votes = self.votes(answers.iter().map(|a| a.vote()));
+        let _ = write!(log, "i{i} acquires {}", show(&answers));
+        for (a, answer) in answers.iter().enumerate() {
+            let since = &mut s.instances[i].missing[a];
+            *since = first_missing(*since, Read::Unread, *answer == Acquired::Held, t);
+        }
+        let counted = votes.won().then(|| self.counted(s, i, &answers, lose, log));
+        match acquire_outcome(&answers, votes, counted.as_deref()) {
+            AcquireOutcome::Refused { release, .. } => {
+                let _ = write!(log, ": no majority counts, gives back what it may hold");
+                self.release_on(s, id, &release);
+                s.instances[i].wait_until = t + 1;
+            }
+            AcquireOutcome::Won(standing) => {
+                let _ = write!(log, ": won; ");
+                self.stamp_term(s, i, standing, lose, log);
+            }
+        }
+    }
+
+    /// The crate's record of accounts seen without an epoch starts over on
+    /// those its own term stamped, renewed or brought up to date.
+    fn seen_in_term(&self, s: &mut State, i: usize, which: &[bool]) {
+        if self.0.defects.stale_hold_off {
+            return;
+        }
+        let t = s.t;
+        for (since, seen) in s.instances[i].missing.iter_mut().zip(which) {
+            if *seen {
+                *since = first_missing(*since, Read::Carries, false, t);
+            }
+        }
+    }
+
+    /// Reads the epochs of the accounts that answered the acquire, keeps
+    /// the instance's record of those seen without one, and decides which
+    /// granted accounts count (the crate's hold-off).
+    fn counted(
+        &self,
+        s: &mut State,
+        i: usize,
+        answers: &[Acquired],
+        lose: Option<(Call, usize)>,
+        log: &mut String,
+    ) -> Vec<bool> {
+        let t = s.t;
+        let accounts: Vec<hold_off::Account> = (0..self.0.accounts)
+            .map(|a| {
+                let answered = answers[a] != Acquired::Failed && s.down & (1 << a) == 0;
+                let read = match s.accounts[a].epoch {
+                    _ if !answered || Self::answer_lost(lose, Call::Read, a) => Read::Unread,
+                    0 => Read::Missing,
+                    _ => Read::Carries,
+                };
+                let held = answers[a] == Acquired::Held;
+                let since = &mut s.instances[i].missing[a];
+                *since = first_missing(*since, read, held, t);
+                // Measured on the candidate's clock, which may run `drift`
+                // ahead over the wait.
+                let ticks = since.map_or(0, |since| t - since + self.0.drift);
+                hold_off::Account {
+                    granted: answers[a] == Acquired::Granted,
+                    read,
+                    missing_for: Duration::from_secs(ticks.into()),
+                }
+            })
+            .collect();
+        let counted = if self.0.defects.no_hold_off {
+            accounts.iter().map(|a| a.granted).collect()
+        } else {
+            hold_off::counted(&accounts, Duration::from_secs(self.0.hold_off.into()))
+        };
+        if counted != accounts.iter().map(|a| a.granted).collect::<Vec<_>>() {
+            let _ = write!(log, ", counts only {}", show(&counted));
+        }
+        counted
+    }
+
+    /// Reads the last epoch and stamps the next; the term starts acting
+    /// when a majority carries it, else the lease is given back.
+    fn stamp_term(
+        &self,
+        s: &mut State,
+        i: usize,
+        mut standing: Standing,
+        lose: Option<(Call, usize)>,
+        log: &mut String,
+    ) {
+        let (t, id) = (s.t, (i, s.instances[i].round));
+        let read: Vec<Option<u64>> = (0..self.0.accounts)
+            .map(|a| {
+                let answered = s.down & (1 << a) == 0 && !Self::answer_lost(lose, Call::Read, a);
+                answered.then_some(s.accounts[a].epoch)
+            })
+            .collect();
+        let votes = self.votes(read.iter().map(|e| vote_carried(*e)));
+        let last = read.iter().flatten().max().copied().unwrap_or(0);
+        let _ = write!(log, "reads epochs {}", show(&read));
+        let ReadOutcome::Last { .. } = read_outcome(votes) else {
+            let _ = write!(log, ", undecided: gives the lease back");
+            self.give_up(s, i);
+            return;
+        };
+        let epoch = next_epoch(last, 0).unwrap_or(u64::MAX);
+        let answers: Vec<Stamped> = (0..self.0.accounts)
+            .map(|a| {
+                if s.down & (1 << a) != 0 {
+                    return Stamped::Failed;
+                }
+                let answer = self.stamp(&mut s.accounts[a], id, epoch, t);
+                if Self::answer_lost(lose, Call::Stamp, a) {
+                    Stamped::Failed
+                } else {
+                    answer
+                }
+            })
+            .collect();
+        let mut answers = answers;
+        let _ = write!(log, ", stamps {epoch}: {}", show(&answers));
+        let carried: Vec<Option<u64>> = answers.iter().map(Carries::carries).collect();
+        if let Some((top, behind)) = lift(&carried) {
+            // Every account that answered is lifted to the largest epoch.
+            let _ = write!(log, ", lifts to {top}");
+            for a in (0..self.0.accounts).filter(|a| behind[*a]) {
+                answers[a] = self.stamp(&mut s.accounts[a], id, top, t);
+            }
+        }
+        let votes = self.votes(answers.iter().map(|a| vote_stamped(*a, epoch)));
+        let carried: Vec<Option<u64>> = answers.iter().map(Carries::carries).collect();
+        if !votes.won() {
+            let _ = write!(log, ", no majority: gives the lease back");
+            self.give_up(s, i);
+            return;
+        }
+        for (a, c) in carried.iter().enumerate() {
+            if c.is_some() {
+                s.unheld &= !(1 << a);
+            }
+        }
+        self.seen_in_term(
+            s,
+            i,
+            &carried.iter().map(Option::is_some).collect::<Vec<_>>(),
+        );
+        let epoch = carried_by_majority(&carried, votes.majority()).map_or(epoch, |e| e.max(epoch));
+        standing.stamped(
+            carried
+                .iter()
+                .map(|c| c.is_some_and(|e| e >= epoch))
+                .collect(),
+        );
+        let _ = write!(
+            log,
+            "; leads at epoch {epoch} until tick {}",
+            self.deadline(t)
+        );
+        if s.newest.is_some_and(|(newest, _)| epoch <= newest) {
+            s.epoch_went_back = true;
+        }
+        s.newest = Some((epoch, id));
+        s.instances[i].term = Some(Term {
+            standing,
+            epoch,
+            deadline: self.deadline(t),
+            renew_at: t + self.0.renew,
+        });
+    }
+
+    fn renew(&self, s: &mut State, i: usize, lose: Option<(Call, usize)>, log: &mut String) {
+        let (t, id) = (s.t, (i, s.instances[i].round));
+        let Some(mut term) = s.instances[i].term.take() else {
+            return;
+        };
+        let answers: Vec<Renewed> = (0..self.0.accounts)
+            .map(|a| {
+                if s.down & (1 << a) != 0 {
+                    return Renewed::Failed;
+                }
+                let answer = self.renew_one(&mut s.accounts[a], id, term.standing.held[a], t);
+                if Self::answer_lost(lose, Call::Lease, a) {
+                    Renewed::Failed
+                } else {
+                    answer
+                }
+            })
+            .collect();
+        let votes = self.votes(answers.iter().map(|a| a.vote()));
+        let kept: Vec<bool> = answers
+            .iter()
+            .map(|r| *r == Renewed::Held { again: false })
+            .collect();
+        self.seen_in_term(s, i, &kept);
+        let mut outcome = term.standing.renewed(&answers, votes);
+        if self.0.defects.no_basis_rule && outcome == RenewOutcome::BasisGone {
+            outcome = RenewOutcome::NoMajority;
+        }
+        let _ = write!(log, "i{i} renews {}: {outcome:?}", show(&answers));
+        match outcome {
+            RenewOutcome::Renewed => {
+                for (a, answer) in answers.iter().enumerate() {
+                    if *answer == (Renewed::Held { again: true }) {
+                        s.unheld &= !(1 << a);
+                    }
+                }
+                term.deadline = self.deadline(t);
+                term.renew_at = t + self.0.renew;
+                let _ = write!(log, ", leads until tick {}", term.deadline);
+                self.catch_up(s, id, &mut term, &answers, lose, log);
+                self.seen_in_term(s, i, &term.standing.current);
+                s.instances[i].term = Some(term);
+            }
+            RenewOutcome::NoMajority => {
+                term.renew_at = t + 1;
+                s.instances[i].term = Some(term);
+            }
+            RenewOutcome::Lost | RenewOutcome::BasisGone => {
+                let _ = write!(log, ", stops; ");
+                s.instances[i].term = Some(term);
+                self.end_term(s, i, None, log);
+            }
+        }
+    }
+
+    /// Brings the accounts just held that are not known to carry the
+    /// term's stamp up to it: read, and stamped when behind.
+    fn catch_up(
+        &self,
+        s: &mut State,
+        id: Id,
+        term: &mut Term,
+        answers: &[Renewed],
+        lose: Option<(Call, usize)>,
+        log: &mut String,
+    ) {
+        let behind = term.standing.behind(answers);
+        for a in (0..self.0.accounts).filter(|a| behind[*a]) {
+            if Self::answer_lost(lose, Call::Read, a) {
+                continue;
+            }
+            let carried = s.accounts[a].epoch;
+            if behind_the_stamp(carried, term.epoch) {
+                let answer = self.stamp(&mut s.accounts[a], id, term.epoch, s.t);
+                if Self::answer_lost(lose, Call::Stamp, a) {
+                    continue;
+                }
+                if let Stamped::Carries(_) = answer {
+                    let _ = write!(log, ", brings a{a} up to {}", term.epoch);
+                    term.standing.current[a] = true;
+                }
+            } else {
+                term.standing.current[a] = true;
+            }
+        }
+    }
+
+    fn renew_one(&self, account: &mut Account, id: Id, held: bool, t: u8) -> Renewed {
+        if !held {
+            // Acquired again under the same id.
+            return match account.lease {
+                Some((holder, expires)) if holder != id && t < expires => Renewed::Gone,
+                _ => {
+                    account.lease = Some((id, self.expires(t)));
+                    Renewed::Held { again: true }
+                }
+            };
+        }
+        match account.lease {
+            // Azure renews an expired lease when nobody else took it.
+            Some((holder, _)) if holder == id => {
+                account.lease = Some((id, self.expires(t)));
+                Renewed::Held { again: false }
+            }
+            _ => Renewed::Gone,
+        }
+    }
+
+    /// A stamp under `id` at `floor`: the stored epoch + 1, at least
+    /// `floor`, when the lease is held under `id` and not expired.
+    fn stamp(&self, account: &mut Account, id: Id, floor: u64, t: u8) -> Stamped {
+        let _ = self;
+        match account.lease {
+            Some((holder, expires)) if holder == id && t < expires => {
+                account.epoch = next_epoch(account.epoch, floor).unwrap_or(u64::MAX);
+                Stamped::Carries(account.epoch)
+            }
+            _ => Stamped::Lost,
+        }
+    }
+
+    fn release_on(&self, s: &mut State, id: Id, which: &[bool]) {
+        for a in (0..self.0.accounts).filter(|a| which[*a] && s.down & (1 << a) == 0) {
+            if s.accounts[a].lease.is_some_and(|(holder, _)| holder == id) {
+                s.accounts[a].lease = None;
+            }
+        }
+        let _ = self;
+    }
+
+    /// The term is over: the task stopped, the lease is released, and the
+    /// instance campaigns again after a pause, under a new id.
+    fn end_term(&self, s: &mut State, i: usize, _lose: Option<(Call, usize)>, log: &mut String) {
+        s.instances[i].term = None;
+        let _ = write!(log, "releases");
+        self.give_up(s, i);
+    }
+
+    fn give_up(&self, s: &mut State, i: usize) {
+        let id = (i, s.instances[i].round);
+        self.release_on(s, id, &vec![true; self.0.accounts]);
+        let inst = &mut s.instances[i];
+        inst.term = None;
+        inst.round += 1;
+        inst.wait_until = s.t + 1;
+    }
+}
+
+fn fault(s: &mut State) {
+    s.last_fault = s.t;
+    s.led_since_fault = false;
+}
+
+/// An instance's step, from its state and the time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Plan {
+    Stop,
+    Renew,
+    Campaign,
+}
+
+fn show<T: std::fmt::Debug>(answers: &[T]) -> String {
+    let each: Vec<String> = answers
+        .iter()
+        .enumerate()
+        .map(|(a, answer)| format!("a{a} {answer:?}"))
+        .collect();
+    format!("[{}]", each.join(", "))
+}
+
+impl Model for Quorum {
+    type State = State;
+    type Action = Action;
+
+    fn init_states(&self) -> Vec<State> {
+        let c = &self.0;
+        vec![State {
+            t: 0,
+            accounts: vec![
+                Account {
+                    lease: None,
+                    epoch: 0
+                };
+                c.accounts
+            ],
+            instances: vec![
+                Instance {
+                    round: 0,
+                    term: None,
+                    wait_until: 0,
+                    missing: vec![None; c.accounts],
+                    crashed: false,
+                    frozen: false,
+                };
+                c.instances
+            ],
+            moved: 0,
+            down: 0,
+            left: c.faults,
+            unheld: 0,
+            last_fault: 0,
+            led_since_fault: false,
+            register: 0,
+            newest: None,
+            epoch_went_back: false,
+            deposed_write: false,
+        }]
+    }
+
+    fn actions(&self, state: &State, actions: &mut Vec<Action>) {
+        let c = &self.0;
+        if state.t >= c.horizon {
+            return;
+        }
+        let mut all_moved = true;
+        for i in 0..c.instances {
+            let Some(plan) = Self::plan(state, i) else {
+                continue;
+            };
+            all_moved = false;
+            actions.push(Action::Step {
+                instance: i,
+                lose: None,
+            });
+            if state.left.losses == 0 {
+                continue;
+            }
+            let calls: &[Call] = match plan {
+                Plan::Campaign | Plan::Renew => &[Call::Lease, Call::Read, Call::Stamp],
+                Plan::Stop => &[],
+            };
+            for &call in calls {
+                for a in (0..c.accounts).filter(|a| state.down & (1 << a) == 0) {
+                    actions.push(Action::Step {
+                        instance: i,
+                        lose: Some((call, a)),
+                    });
+                }
+            }
+        }
+        if all_moved {
+            actions.push(Action::Tick);
+        }
+        // Faults come between ticks, before any instance's step.
+        if state.moved != 0 {
+            return;
+        }
+        for a in 0..c.accounts {
+            let unheld = (state.unheld | 1 << a).count_ones() as usize;
+            if state.left.wipes > 0 && unheld < majority(c.accounts) {
+                actions.push(Action::Wipe(a));
+            }
+            if state.down & (1 << a) != 0 {
+                actions.push(Action::Up(a));
+            } else if state.left.outages > 0 && state.down == 0 {
+                actions.push(Action::Down(a));
+            }
+        }
+        for (i, inst) in state.instances.iter().enumerate() {
+            if inst.crashed {
+                continue;
+            }
+            // A follower's crash only takes a competitor away: the leaders'
+            // crashes are the ones that leave leases behind.
+            if state.left.crashes > 0 && inst.term.is_some() {
+                actions.push(Action::Crash(i));
+            }
+            if inst.frozen {
+                actions.push(Action::Thaw(i));
+            } else if state.left.freezes > 0 {
+                actions.push(Action::Freeze(i));
+            }
+        }
+    }
+
+    fn next_state(&self, state: &State, action: Action) -> Option<State> {
+        self.apply(state, action).map(|(s, _)| s)
+    }
+
+    fn properties(&self) -> Vec<Property<Self>> {
+        vec![
+            Property::always("one leader at a time", |_, s: &State| {
+                s.acting().count() <= 1
+            }),
+            Property::always("epochs strictly increase", |_, s: &State| {
+                !s.epoch_went_back
+            }),
+            Property::always("no write of a deposed term accepted", |_, s: &State| {
+                !s.deposed_write
+            }),
+            Property::always(
+                "a leader within the bound after the last fault",
+                |m: &Quorum, s: &State| {
+                    let settled = s.down == 0 && s.instances.iter().all(|i| !i.frozen);
+                    !settled || s.led_since_fault || s.t < s.last_fault + m.0.bound
+                },
+            ),
+            Property::sometimes("a leader", |_, s: &State| s.acting().next().is_some()),
+        ]
+    }
+}
+
+/// Instances are interchangeable: a state with two of them swapped (their
+/// lease ids and marks renamed) is the same state for every property.
+impl Representative for State {
+    fn representative(&self) -> Self {
+        let n = self.instances.len();
+        let key = |i: usize| {
+            let leases: Vec<(usize, u8, u8)> = self
+                .accounts
+                .iter()
+                .enumerate()
+                .filter_map(|(a, account)| match account.lease {
+                    Some(((holder, round), expires)) if holder == i => Some((a, round, expires)),
+                    _ => None,
+                })
+                .collect();
+            let newest = self
+                .newest
+                .map(|(e, (holder, r))| (holder == i).then_some((e, r)));
+            (
+                &self.instances[i],
+                self.moved & (1 << i) != 0,
+                leases,
+                newest,
+            )
+        };
+        let mut order: Vec<usize> = (0..n).collect();
+        order.sort_by(|a, b| key(*a).cmp(&key(*b)));
+        let mut renamed = vec![0; n];
+        for (new, old) in order.iter().enumerate() {
+            renamed[*old] = new;
+        }
+        let rename = |(i, round): Id| (renamed[i], round);
+        let mut s = self.clone();
+        s.instances = order
+            .iter()
+            .map(|old| self.instances[*old].clone())
+            .collect();
+        s.moved = order
+            .iter()
+            .enumerate()
+            .filter(|(_, old)| self.moved & (1 << **old) != 0)
+            .fold(0, |bits, (new, _)| bits | 1 << new);
+        for account in &mut s.accounts {
+            account.lease = account.lease.map(|(id, expires)| (rename(id), expires));
+        }
+        s.newest = s.newest.map(|(e, id)| (e, rename(id)));
+        s
+    }
+}
