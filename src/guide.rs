@@ -42,6 +42,7 @@ macro_rules! links {
             "[guide-state]: crate::guide::state\n",
             "[guide-shapes]: crate::guide::shapes\n",
             "[guide-cli]: crate::guide::cli\n",
+            "[guide-entra]: crate::guide::cli#sign-in-with-microsoft-entra-id\n",
             "[guide-operations]: crate::guide::operations\n",
             "[guide-metrics]: crate::guide::operations#metrics\n",
             "[guide-logs]: crate::guide::operations#logs\n",
