@@ -394,10 +394,11 @@ pub(crate) fn acquire_outcome(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn count(n: usize, yes: usize, no: usize, failed: usize) -> Votes {
+    /// The count of `n` accounts with these answers, the rest pending.
+    pub(crate) fn count(n: usize, yes: usize, no: usize, failed: usize) -> Votes {
         Votes {
             n,
             yes,

@@ -231,17 +231,8 @@ pub(crate) fn no_majority<T>(
 
 #[cfg(test)]
 mod tests {
+    use super::super::rules::tests::count;
     use super::*;
-
-    fn count(n: usize, yes: usize, no: usize, failed: usize) -> Votes {
-        Votes {
-            n,
-            yes,
-            no,
-            failed,
-            pending: n - yes - no - failed,
-        }
-    }
 
     #[test]
     fn no_answer_from_any_account_is_a_time_out() {
