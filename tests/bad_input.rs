@@ -1,6 +1,6 @@
 //! Bad input gives a clear error, never a silent retry loop or a leaked secret.
 
-mod support;
+use blob_mutex_testkit as support;
 
 use std::time::Duration;
 

@@ -2,7 +2,7 @@
 //! each one that holds a violation is caught, by the rule that names it.
 //! (No storage: these judge records, not processes.)
 
-mod support;
+use blob_mutex_testkit as support;
 
 use std::time::Duration;
 

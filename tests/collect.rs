@@ -10,7 +10,7 @@
 // still supported: their tests stay.
 #![allow(deprecated)]
 
-mod support;
+use blob_mutex_testkit as support;
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;

@@ -3,7 +3,7 @@
 //! not, and a second instance on the same blob leads only after that, once
 //! the lease left to expire has expired.
 
-mod support;
+use blob_mutex_testkit as support;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

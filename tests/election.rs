@@ -1,7 +1,7 @@
 //! Elections on a real Azurite: creation, exclusion, handover, expiry,
 //! outside breaks, and tasks that finish or panic.
 
-mod support;
+use blob_mutex_testkit as support;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};

@@ -4,7 +4,7 @@
 //! quorum, on this run's backend.
 #![cfg(feature = "official")] // the deletes go through the official SDK's own client
 
-mod support;
+use blob_mutex_testkit as support;
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 

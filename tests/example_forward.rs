@@ -4,7 +4,7 @@
 //! (SIGKILL: its lease is left to expire) a follower redirects to the new
 //! leader within the lease plus one poll.
 
-mod support;
+use blob_mutex_testkit as support;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};

@@ -3,7 +3,7 @@
 //! order, from each; on both backends. The lease-set example
 //! (`examples/partitions.rs`) on the official SDK's backend.
 
-mod support;
+use blob_mutex_testkit as support;
 
 use std::process::Command;
 use std::time::Duration;

@@ -1,7 +1,7 @@
 //! The history analysis of the multi-process runner, on synthetic records:
 //! overlap, gaps, epochs, and parsing the workers' lines.
 
-mod support;
+use blob_mutex_testkit as support;
 
 use std::time::Duration;
 

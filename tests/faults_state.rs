@@ -8,7 +8,7 @@
 // they happened.
 #![allow(clippy::unchecked_time_subtraction)]
 
-mod support;
+use blob_mutex_testkit as support;
 
 use std::time::Duration;
 

@@ -6,7 +6,7 @@
 // they happened; an underflow would be a test failure anyway.
 #![allow(clippy::unchecked_time_subtraction)]
 
-mod support;
+use blob_mutex_testkit as support;
 
 use std::time::{Duration, Instant};
 

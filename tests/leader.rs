@@ -24,8 +24,7 @@ use tokio::time::Instant;
 
 // Only this part of the support module: the rest needs Azurite.
 #[allow(unreachable_pub)]
-#[path = "support/owners.rs"]
-mod owners;
+use blob_mutex_testkit::owners;
 
 /// The set's default balance interval, and how long its instances may take
 /// to list every owner (paused time).

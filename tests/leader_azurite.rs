@@ -6,7 +6,7 @@
 //! account standing in for three: `with_labels`, which `from_settings`
 //! refuses for counting one account thrice).
 
-mod support;
+use blob_mutex_testkit as support;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,7 +1,7 @@
 //! `BlobLeaseManager` against a real Azurite: every lease action and the
 //! create-if-missing rule.
 
-mod support;
+use blob_mutex_testkit as support;
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};

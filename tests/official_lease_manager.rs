@@ -7,7 +7,7 @@
 #![allow(deprecated)]
 #![cfg(feature = "official")]
 
-mod support;
+use blob_mutex_testkit as support;
 
 use std::time::Duration;
 

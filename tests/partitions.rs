@@ -4,7 +4,7 @@
 
 #[path = "support/faulty.rs"]
 mod faulty;
-mod support;
+use blob_mutex_testkit as support;
 
 use std::collections::BTreeMap;
 use std::future::Future;

@@ -3,7 +3,7 @@
 //! install its own afterwards, and the stores keep working.
 #![cfg(feature = "official")] // rustls is the official backend's dependency
 
-mod support;
+use blob_mutex_testkit as support;
 
 use std::time::Duration;
 

@@ -2,7 +2,7 @@
 //! lease-store contract, with every account up and with one down, and what
 //! each account shows.
 
-mod support;
+use blob_mutex_testkit as support;
 
 use blob_mutex::{
     conformance, Acquire, BlobLeaseManager, BlobSettings, Error, LeaseId, LeaseState, LeaseStore,

@@ -3,7 +3,7 @@
 //! steps and releases; with the lease held elsewhere it says the lease is
 //! busy and fails.
 
-mod support;
+use blob_mutex_testkit as support;
 
 use std::process::Output;
 use std::time::Duration;

@@ -6,7 +6,7 @@
 // still supported: their tests stay.
 #![allow(deprecated)]
 
-mod support;
+use blob_mutex_testkit as support;
 
 use blob_mutex::{conformance, BlobLeaseManager, MemoryLeaseStore};
 use support::azurite;

@@ -2,7 +2,7 @@
 //! cancellation keeps the lease until they were aborted, so the next
 //! leader's work starts only after the last of them.
 
-mod support;
+use blob_mutex_testkit as support;
 
 use std::time::Duration;
 

@@ -4,7 +4,7 @@
 //! the backend that cannot take one refuses it.
 #![cfg(feature = "official")] // the transport is the official backend's
 
-mod support;
+use blob_mutex_testkit as support;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,0 +1,400 @@
+//! `blob-mutex run --once`, with and without a completion record, as
+//! separate processes against Azurite: three hosts deploying a migration
+//! with `--done-key` run it once and all exit 0; hosts whose cron fires
+//! one after the other, or all the time, with `--at-most-every` run the
+//! job once per period, never overlapping; a command that failed, was
+//! stopped by a signal, whose `run` was killed, or whose record could not
+//! be written leaves no record and runs again; bad combinations and a
+//! quorum are refused with code 2.
+//!
+//! The command is a small `sh` script that appends its holder's name to
+//! the test's `ran` file, sleeps a little, and exits with the code given.
+
+use blob_mutex_testkit as support;
+
+use std::path::PathBuf;
+use std::process::{Output, Stdio};
+use std::time::Duration;
+
+use support::azurite::{self, Azurite};
+use tokio::process::Command;
+
+const BIN: &str = env!("CARGO_BIN_EXE_blob-mutex");
+
+/// The command: `$1` the scratch directory, `$2` the exit code, `$3` how
+/// long to sleep after the line is written (`$0` is this binary).
+const SCRIPT: &str = r#"echo "$BLOB_MUTEX_HOLDER" >> "$1/ran"; sleep "$3"; exit "$2""#;
+
+/// A time within which a run on a loaded machine has certainly ended.
+const RUN_LIMIT: Duration = Duration::from_secs(60);
+
+/// One test's container, blob and scratch directory.
+struct Case {
+    container: String,
+    dir: PathBuf,
+}
+
+impl Case {
+    fn new(name: &str) -> Case {
+        let container = azurite::unique_container(&format!("once-{name}"));
+        let dir = std::env::temp_dir().join(format!("blob-mutex-{container}"));
+        std::fs::create_dir_all(&dir).expect("create the test directory");
+        Case { container, dir }
+    }
+
+    /// `blob-mutex run` for `holder` with `flags`, running [`SCRIPT`],
+    /// which exits with `code` after `sleep` seconds.
+    fn run(&self, holder: &str, flags: &[&str], code: i32, sleep: &str) -> Command {
+        self.run_script(holder, flags, SCRIPT, &[&code.to_string(), sleep])
+    }
+
+    /// `blob-mutex run` for `holder` with `flags`, running `script` with
+    /// this binary as `$0`, the scratch directory as `$1`, then `args`.
+    fn run_script(&self, holder: &str, flags: &[&str], script: &str, args: &[&str]) -> Command {
+        let mut command = Command::new(BIN);
+        command
+            .args(["run", "--container", &self.container, "--blob", "lock"])
+            .args(["--holder", holder, "--acquire-retry", "200ms"])
+            .args(flags)
+            .args(["--", "sh", "-c", script, BIN])
+            .arg(&self.dir)
+            .args(args)
+            .env(
+                "AZURE_STORAGE_CONNECTION_STRING",
+                azurite::shared().connection_string(),
+            )
+            .env_remove("RUST_LOG")
+            .stdin(Stdio::null())
+            .kill_on_drop(true);
+        command
+    }
+
+    /// The holders whose command ran, in order.
+    fn ran(&self) -> Vec<String> {
+        std::fs::read_to_string(self.dir.join("ran"))
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_owned)
+            .collect()
+    }
+}
+
+impl Drop for Case {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Runs `command` to its end, within [`RUN_LIMIT`].
+async fn finish(mut command: Command) -> Output {
+    tokio::time::timeout(RUN_LIMIT, command.output())
+        .await
+        .expect("blob-mutex run ended in time")
+        .expect("run blob-mutex")
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+fn said_skipped(output: &Output) -> bool {
+    stderr(output).contains("skipped, the command did not run")
+}
+
+#[tokio::test]
+async fn three_hosts_deploying_together_run_the_migration_once_and_all_exit_0() {
+    let case = Case::new("deploy");
+    let flags = ["--once", "--done-key", "migrate-v1"];
+    let hosts = ["h1", "h2", "h3"];
+    let (a, b, c) = tokio::join!(
+        finish(case.run(hosts[0], &flags, 0, "1")),
+        finish(case.run(hosts[1], &flags, 0, "1")),
+        finish(case.run(hosts[2], &flags, 0, "1")),
+    );
+    let outputs = [a, b, c];
+    for (host, output) in hosts.iter().zip(&outputs) {
+        assert_eq!(output.status.code(), Some(0), "{host}: {}", stderr(output));
+    }
+    assert_eq!(case.ran().len(), 1, "ran: {:?}", case.ran());
+    let skipped: Vec<_> = outputs.iter().filter(|o| said_skipped(o)).collect();
+    assert_eq!(
+        skipped.len(),
+        2,
+        "{:?}",
+        outputs.iter().map(stderr).collect::<Vec<_>>()
+    );
+    assert!(
+        stderr(skipped[0]).contains("\"migrate-v1\" is done"),
+        "{}",
+        stderr(skipped[0])
+    );
+
+    // The next deploy, on every host: nobody runs it.
+    let (a, b, c) = tokio::join!(
+        finish(case.run(hosts[0], &flags, 0, "0")),
+        finish(case.run(hosts[1], &flags, 0, "0")),
+        finish(case.run(hosts[2], &flags, 0, "0")),
+    );
+    let again = [a, b, c];
+    for (host, output) in hosts.iter().zip(&again) {
+        assert_eq!(output.status.code(), Some(0), "{host}: {}", stderr(output));
+        assert!(said_skipped(output), "{host}: {}", stderr(output));
+    }
+    assert_eq!(case.ran().len(), 1, "ran: {:?}", case.ran());
+
+    // A new key runs again.
+    let next = finish(case.run("h2", &["--once", "--done-key", "migrate-v2"], 0, "0")).await;
+    assert_eq!(next.status.code(), Some(0), "{}", stderr(&next));
+    assert_eq!(case.ran().len(), 2, "ran: {:?}", case.ran());
+}
+
+#[tokio::test]
+async fn cron_firing_on_several_hosts_one_after_the_other_runs_the_job_once_per_period() {
+    let case = Case::new("cron");
+    let flags = ["--once", "--at-most-every", "1h"];
+    for host in ["h1", "h2", "h3", "h1"] {
+        let output = finish(case.run(host, &flags, 0, "0")).await;
+        assert_eq!(output.status.code(), Some(0), "{host}: {}", stderr(&output));
+    }
+    assert_eq!(case.ran(), ["h1"]);
+    // A host that makes one attempt only finds the record before it
+    // campaigns: skipped, not "held by another instance".
+    let late = finish(case.run("h3", &[&flags[..], &["--wait", "0"]].concat(), 0, "0")).await;
+    assert_eq!(late.status.code(), Some(0), "{}", stderr(&late));
+    assert!(said_skipped(&late), "{}", stderr(&late));
+    assert!(
+        stderr(&late).contains("on storage's clock, younger than 3600 s"),
+        "{}",
+        stderr(&late)
+    );
+}
+
+#[tokio::test]
+async fn a_failed_command_leaves_no_record_and_the_next_run_runs_it_again() {
+    let case = Case::new("failed");
+    let flags = ["--once", "--done-key", "migrate-v1"];
+    let failed = finish(case.run("h1", &flags, 3, "0")).await;
+    assert_eq!(failed.status.code(), Some(3), "{}", stderr(&failed));
+    assert!(!said_skipped(&failed), "{}", stderr(&failed));
+
+    let retried = finish(case.run("h2", &flags, 0, "0")).await;
+    assert_eq!(retried.status.code(), Some(0), "{}", stderr(&retried));
+    assert!(!said_skipped(&retried), "{}", stderr(&retried));
+    assert_eq!(case.ran(), ["h1", "h2"]);
+
+    let done = finish(case.run("h3", &flags, 0, "0")).await;
+    assert!(said_skipped(&done), "{}", stderr(&done));
+    assert_eq!(case.ran(), ["h1", "h2"]);
+}
+
+#[tokio::test]
+async fn once_without_a_record_exits_with_the_commands_code_and_runs_each_time() {
+    let case = Case::new("plain");
+    let first = finish(case.run("h1", &["--once"], 7, "0")).await;
+    assert_eq!(first.status.code(), Some(7), "{}", stderr(&first));
+    let second = finish(case.run("h2", &["--once"], 0, "0")).await;
+    assert_eq!(second.status.code(), Some(0), "{}", stderr(&second));
+    assert_eq!(case.ran(), ["h1", "h2"]);
+}
+
+#[tokio::test]
+async fn a_success_whose_record_storage_refused_exits_6_and_runs_again() {
+    let case = Case::new("unrecorded");
+    // The command breaks its own lease, then exits 0 at once: the record
+    // is written under a lease that storage no longer honours.
+    let script = format!(
+        r#"echo "$BLOB_MUTEX_HOLDER" >> "$1/ran"; "$0" break --container {} --blob lock >/dev/null"#,
+        case.container
+    );
+    let flags = ["--once", "--done-key", "migrate-v1"];
+    let unrecorded = finish(case.run_script("h1", &flags, &script, &[])).await;
+    assert_eq!(unrecorded.status.code(), Some(6), "{}", stderr(&unrecorded));
+    assert!(
+        stderr(&unrecorded).contains("completion record")
+            && stderr(&unrecorded).contains("run it again"),
+        "{}",
+        stderr(&unrecorded)
+    );
+
+    let next = finish(case.run("h2", &flags, 0, "0")).await;
+    assert_eq!(next.status.code(), Some(0), "{}", stderr(&next));
+    assert!(!said_skipped(&next), "{}", stderr(&next));
+    assert_eq!(case.ran(), ["h1", "h2"]);
+}
+
+#[tokio::test]
+async fn bad_combinations_are_refused_with_code_2_before_anything_runs() {
+    let case = Case::new("usage");
+    for (flags, says) in [
+        (&["--done-key", "k"][..], "--done-key needs --once"),
+        (&["--at-most-every", "1h"], "--at-most-every needs --once"),
+        (
+            &["--once", "--forever"],
+            "--once and --forever exclude each other",
+        ),
+        (
+            &["--once", "--done-key", "k", "--forever"],
+            "exclude each other",
+        ),
+        (
+            &["--once", "--at-most-every", "0"],
+            "--at-most-every: must be at least 1 s",
+        ),
+        (
+            &["--once", "--at-most-every", "500ms"],
+            "--at-most-every: must be at least 1 s",
+        ),
+        (
+            &["--once", "--done-key", ""],
+            "--done-key: must be 1 to 256 bytes",
+        ),
+    ] {
+        let output = finish(case.run("h1", flags, 0, "0")).await;
+        assert_eq!(
+            output.status.code(),
+            Some(2),
+            "{flags:?}: {}",
+            stderr(&output)
+        );
+        assert!(
+            stderr(&output).contains(says),
+            "{flags:?}: {}",
+            stderr(&output)
+        );
+    }
+    assert!(case.ran().is_empty(), "ran: {:?}", case.ran());
+}
+
+#[tokio::test]
+async fn a_quorum_refuses_completion_records_with_code_2_and_says_why() {
+    let case = Case::new("quorum");
+    let others = [Azurite::start(), Azurite::start()];
+    let file = case.dir.join("accounts");
+    let lines: Vec<_> = others.iter().map(Azurite::connection_string).collect();
+    std::fs::write(&file, lines.join("\n")).expect("write the accounts file");
+    let accounts_file = file.display().to_string();
+    for record in [
+        &["--done-key", "migrate-v1"][..],
+        &["--at-most-every", "1h"],
+    ] {
+        let mut flags = vec!["--accounts-file", &accounts_file, "--once"];
+        flags.extend_from_slice(record);
+        let output = finish(case.run("h1", &flags, 0, "0")).await;
+        assert_eq!(
+            output.status.code(),
+            Some(2),
+            "{record:?}: {}",
+            stderr(&output)
+        );
+        assert!(
+            stderr(&output).contains("a quorum of storage accounts keeps no state"),
+            "{record:?}: {}",
+            stderr(&output)
+        );
+    }
+    assert!(case.ran().is_empty(), "ran: {:?}", case.ran());
+}
+
+#[tokio::test]
+async fn a_command_stopped_by_a_signal_leaves_no_record_even_when_it_exits_0() {
+    let case = Case::new("signal");
+    let flags = ["--once", "--done-key", "migrate-v1"];
+    let script = r#"trap 'exit 0' TERM; echo "$BLOB_MUTEX_HOLDER" >> "$1/ran"; sleep 60 & wait"#;
+    let mut run = case
+        .run_script("h1", &flags, script, &[])
+        .spawn()
+        .expect("start run");
+    support::wait_for("the command to start", RUN_LIMIT, || async {
+        (!case.ran().is_empty()).then_some(())
+    })
+    .await;
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(run.id().expect("running")).unwrap());
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).expect("signal run");
+    let status = tokio::time::timeout(RUN_LIMIT, run.wait())
+        .await
+        .expect("run ended in time")
+        .expect("wait for run");
+    assert_eq!(status.code(), Some(0), "the command's own status");
+
+    let next = finish(case.run("h2", &flags, 0, "0")).await;
+    assert_eq!(next.status.code(), Some(0), "{}", stderr(&next));
+    assert!(!said_skipped(&next), "{}", stderr(&next));
+    assert_eq!(case.ran(), ["h1", "h2"]);
+}
+
+/// How many times the job of the cron test has started.
+fn job_starts(case: &Case) -> usize {
+    std::fs::read_to_string(case.dir.join("times"))
+        .unwrap_or_default()
+        .lines()
+        .filter(|line| line.starts_with("start"))
+        .count()
+}
+
+/// One host's cron: `run --once --at-most-every PERIOD` again and again,
+/// 300 ms after the last one ended, each exiting 0, until the job has
+/// started `runs` times (or [`RUN_LIMIT`] has passed).
+async fn cron(case: &Case, host: &str, period: &str, runs: usize) {
+    let flags = ["--once", "--at-most-every", period];
+    let script = r#"echo "start $(date +%s%N)" >> "$1/times"; sleep 0.2; echo "end $(date +%s%N)" >> "$1/times""#;
+    let until = tokio::time::Instant::now() + RUN_LIMIT;
+    while job_starts(case) < runs && tokio::time::Instant::now() < until {
+        let output = finish(case.run_script(host, &flags, script, &[])).await;
+        assert_eq!(output.status.code(), Some(0), "{host}: {}", stderr(&output));
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
+#[tokio::test]
+async fn three_hosts_cron_firing_all_the_time_run_the_job_once_per_period_never_overlapping() {
+    let case = Case::new("cron-often");
+    tokio::join!(
+        cron(&case, "h1", "4s", 3),
+        cron(&case, "h2", "4s", 3),
+        cron(&case, "h3", "4s", 3),
+    );
+    let text = std::fs::read_to_string(case.dir.join("times")).expect("the job ran");
+    let lines: Vec<(&str, u128)> = text
+        .lines()
+        .map(|line| {
+            let (what, at) = line.split_once(' ').expect("what and when");
+            (what, at.parse().expect("nanoseconds"))
+        })
+        .collect();
+    // Never overlapping: starts and ends alternate.
+    for (i, (what, _)) in lines.iter().enumerate() {
+        let expected = if i % 2 == 0 { "start" } else { "end" };
+        assert_eq!(*what, expected, "{text}");
+    }
+    // Due again once the period is over: a third run within the limit.
+    let starts: Vec<u128> = lines.iter().step_by(2).map(|(_, at)| *at).collect();
+    assert!(starts.len() >= 3, "ran {} times: {text}", starts.len());
+    // Storage's clock counts whole seconds: a record written late in its
+    // second makes the next run due up to a second early.
+    for pair in starts.windows(2) {
+        let gap = Duration::from_nanos(u64::try_from(pair[1] - pair[0]).unwrap());
+        assert!(gap >= Duration::from_secs(3), "runs {gap:?} apart: {text}");
+    }
+}
+
+#[tokio::test]
+async fn a_run_killed_mid_command_leaves_no_record_and_the_next_runs_it_once_the_lease_expired() {
+    let case = Case::new("killed");
+    let flags = ["--once", "--done-key", "migrate-v1"];
+    let mut run = case.run("h1", &flags, 0, "60").spawn().expect("start run");
+    support::wait_for("the command to start", RUN_LIMIT, || async {
+        (!case.ran().is_empty()).then_some(())
+    })
+    .await;
+    run.start_kill().expect("SIGKILL run");
+    run.wait().await.expect("wait for run");
+
+    // The lease was not released: the next host waits for it to expire
+    // (15 s), finds no record, and runs the command.
+    let next = finish(case.run("h2", &flags, 0, "0")).await;
+    assert_eq!(next.status.code(), Some(0), "{}", stderr(&next));
+    assert!(!said_skipped(&next), "{}", stderr(&next));
+    assert_eq!(case.ran(), ["h1", "h2"]);
+    let done = finish(case.run("h3", &flags, 0, "0")).await;
+    assert!(said_skipped(&done), "{}", stderr(&done));
+}

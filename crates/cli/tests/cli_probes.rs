@@ -1,0 +1,133 @@
+//! `blob-mutex run --metrics-addr`: the probes answer whatever other
+//! clients do. Idle connections, opened faster than the endpoint would
+//! time them out, cannot keep `/livez` from answering within a kubelet's
+//! 1 s, and a request whose lines end in a bare LF is answered.
+
+use blob_mutex_testkit as support;
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use support::http::{free_addr, get};
+use support::{azurite, wait_for};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::process::{Child, Command};
+use tokio::time::Instant;
+
+const BIN: &str = env!("CARGO_BIN_EXE_blob-mutex");
+/// A kubelet's default probe timeout.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// `blob-mutex run --forever` on the shared Azurite, serving on `addr`, and
+/// live there.
+async fn serving(name: &str, addr: &str) -> Child {
+    let child = Command::new(BIN)
+        .args(["run", "--container", &azurite::unique_container(name)])
+        .args(["--blob", "lock", "--forever", "--metrics-addr", addr])
+        .args(["--", "sleep", "1000"])
+        .env(
+            "AZURE_STORAGE_CONNECTION_STRING",
+            azurite::shared().connection_string(),
+        )
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("start blob-mutex run");
+    // Ready: the endpoint answers, and storage has answered a probe.
+    wait_for(
+        "the endpoint to be ready",
+        Duration::from_secs(30),
+        || async {
+            get(addr, "/readyz")
+                .await
+                .filter(|(status, _)| *status == 200)
+        },
+    )
+    .await;
+    child
+}
+
+/// What `request` gets in answer on a connection of its own, or `None`
+/// when the answer is not complete within [`PROBE_TIMEOUT`].
+async fn exchange(addr: &str, request: &[u8]) -> Option<String> {
+    tokio::time::timeout(PROBE_TIMEOUT, async {
+        let mut stream = TcpStream::connect(addr).await.ok()?;
+        stream.write_all(request).await.ok()?;
+        let mut reply = Vec::new();
+        stream.read_to_end(&mut reply).await.ok()?;
+        Some(String::from_utf8_lossy(&reply).into_owned())
+    })
+    .await
+    .ok()?
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_connections_opened_at_100_a_second_never_delay_livez_past_1s() {
+    let addr = free_addr();
+    let _run = serving("cli-probes-idle", &addr).await;
+    let opening = tokio::spawn({
+        let addr = addr.clone();
+        async move {
+            let mut idle = Vec::new();
+            let mut every = tokio::time::interval(Duration::from_millis(10));
+            for _ in 0..300 {
+                every.tick().await;
+                if let Ok(stream) = TcpStream::connect(&addr).await {
+                    idle.push(stream);
+                }
+            }
+            idle
+        }
+    });
+    let start = Instant::now();
+    let mut probes = Vec::new();
+    let mut every = tokio::time::interval(Duration::from_millis(250));
+    // While they are opened (3 s), and for 2 s after, with every one open.
+    while start.elapsed() < Duration::from_secs(5) {
+        every.tick().await;
+        let sent = Instant::now();
+        let reply = exchange(&addr, b"GET /livez HTTP/1.1\r\nhost: probe\r\n\r\n").await;
+        let took = sent.elapsed();
+        probes.push((sent - start, took));
+        assert!(
+            reply
+                .as_deref()
+                .is_some_and(|r| r.starts_with("HTTP/1.1 200 OK\r\n")),
+            "the probe {:?} into the flood: {reply:?} after {took:?} (earlier: {probes:?})",
+            sent - start
+        );
+    }
+    let idle = opening.await.unwrap();
+    assert!(
+        idle.len() >= 250,
+        "only {} idle connections opened",
+        idle.len()
+    );
+    let slowest = probes.iter().map(|(_, took)| *took).max();
+    eprintln!(
+        "{} probes, the slowest answered in {slowest:?}",
+        probes.len()
+    );
+}
+
+#[tokio::test]
+async fn a_request_whose_lines_end_in_a_bare_lf_is_answered() {
+    let addr = free_addr();
+    let _run = serving("cli-probes-lf", &addr).await;
+    for request in [
+        &b"GET /livez HTTP/1.1\nhost: probe\n\n"[..],
+        b"GET /livez HTTP/1.1\r\nhost: probe\n\n",
+        b"HEAD /readyz HTTP/1.0\n\n",
+    ] {
+        let reply = exchange(&addr, request).await;
+        let shown = String::from_utf8_lossy(request);
+        let reply = reply.unwrap_or_else(|| panic!("{shown:?}: no answer within 1 s"));
+        assert!(
+            reply.starts_with("HTTP/1.1 200 OK\r\n"),
+            "{shown:?}: {reply}"
+        );
+    }
+}

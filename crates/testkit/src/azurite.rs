@@ -1,0 +1,297 @@
+//! Starts a real Azurite blob service for the integration tests.
+//!
+//! Each test process starts its own Azurite on a free port of 127.0.0.1
+//! (`shared()`), unless `BLOB_MUTEX_TEST_AZURITE` names an external blob
+//! endpoint such as `http://127.0.0.1:10000/devstoreaccount1`. Tests that
+//! stop and restart storage start a private one with `Azurite::start_persistent`.
+//!
+//! Azurite runs under `sh`, which kills it when this process's end of its
+//! standard input closes, so no Azurite outlives the test process.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use blob_mutex::BlobSettings;
+
+/// Azurite's well-known development account key (public, documented by Microsoft).
+pub const DEV_KEY: &str =
+    "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==";
+
+const INSTALL_HINT: &str = "Azurite is not installed. Run `scripts/test` (it installs it), or \
+`npm ci --prefix tools/azurite`, or point BLOB_MUTEX_TEST_AZURITE at a running blob endpoint \
+such as http://127.0.0.1:10000/devstoreaccount1.";
+
+/// One Azurite blob service.
+pub struct Azurite {
+    /// `http://127.0.0.1:<port>/devstoreaccount1`.
+    pub endpoint: String,
+    /// The port it listens on.
+    pub port: u16,
+    process: Option<(Child, ChildStdin)>,
+    location: Option<PathBuf>,
+}
+
+impl Azurite {
+    /// A new in-memory Azurite on a free port.
+    pub fn start() -> Azurite {
+        Self::start_with_args(&[])
+    }
+
+    /// A new in-memory Azurite on a free port, started with extra command
+    /// line arguments, such as `--skipApiVersionCheck` for clients newer
+    /// than this Azurite (the Python SDK).
+    pub fn start_with_args(extra: &[&str]) -> Azurite {
+        let (process, port) = spawn_with(0, None, extra);
+        Azurite {
+            endpoint: endpoint(port),
+            port,
+            process: Some(process),
+            location: None,
+        }
+    }
+
+    /// A new in-memory Azurite on a free port that speaks https only, with
+    /// the certificate and key (PEM files) given: a client must trust
+    /// their CA.
+    pub fn start_https(cert: &std::path::Path, key: &std::path::Path) -> Azurite {
+        Self::start_https_with_args(cert, key, &[])
+    }
+
+    /// [`Azurite::start_https`] with extra command line arguments, such as
+    /// `--oauth basic` (bearer tokens accepted, their audience, issuer and
+    /// lifetime checked, not their signature).
+    pub fn start_https_with_args(
+        cert: &std::path::Path,
+        key: &std::path::Path,
+        extra: &[&str],
+    ) -> Azurite {
+        let (cert, key) = (cert.display().to_string(), key.display().to_string());
+        let mut args = vec!["--cert", cert.as_str(), "--key", key.as_str()];
+        args.extend_from_slice(extra);
+        let (process, port) = spawn_with(0, None, &args);
+        Azurite {
+            endpoint: format!("https://127.0.0.1:{port}/devstoreaccount1"),
+            port,
+            process: Some(process),
+            location: None,
+        }
+    }
+
+    /// A new Azurite that keeps its data in a directory, so that it can be
+    /// stopped and started again on the same port with the same blobs.
+    pub fn start_persistent() -> Azurite {
+        let location = std::env::temp_dir().join(format!(
+            "blob-mutex-azurite-{}-{}",
+            std::process::id(),
+            unique_suffix()
+        ));
+        std::fs::create_dir_all(&location).expect("create Azurite data directory");
+        let (process, port) = spawn(0, Some(&location));
+        Azurite {
+            endpoint: endpoint(port),
+            port,
+            process: Some(process),
+            location: Some(location),
+        }
+    }
+
+    /// Stops this Azurite (if this test started it) and waits until it exited.
+    pub fn stop(&mut self) {
+        if let Some((mut child, mut stdin)) = self.process.take() {
+            let _ = stdin.write_all(b"stop\n");
+            drop(stdin);
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts this Azurite again on the same port, with the same data.
+    pub fn restart(&mut self) {
+        self.stop();
+        let (process, _) = spawn(self.port, self.location.as_deref());
+        self.process = Some(process);
+    }
+
+    /// Settings for `container`/`blob` on this Azurite, via a connection string.
+    pub fn settings(&self, container: &str, blob: &str) -> BlobSettings {
+        BlobSettings::from_connection_string(&self.connection_string(), container, blob)
+            .expect("valid test settings")
+            .with_backend(super::backend::current())
+    }
+
+    /// The connection string of this Azurite's development account.
+    pub fn connection_string(&self) -> String {
+        connection_string(&self.endpoint)
+    }
+}
+
+impl Drop for Azurite {
+    fn drop(&mut self) {
+        self.stop();
+        if let Some(location) = &self.location {
+            let _ = std::fs::remove_dir_all(location);
+        }
+    }
+}
+
+/// The connection string of the development account at `endpoint`.
+pub fn connection_string(endpoint: &str) -> String {
+    let scheme = endpoint
+        .split_once("://")
+        .map_or("http", |(scheme, _)| scheme);
+    format!(
+        "DefaultEndpointsProtocol={scheme};AccountName=devstoreaccount1;AccountKey={DEV_KEY};BlobEndpoint={endpoint};"
+    )
+}
+
+/// The Azurite shared by all tests of this process.
+pub fn shared() -> &'static Azurite {
+    static SHARED: OnceLock<Azurite> = OnceLock::new();
+    SHARED.get_or_init(|| match std::env::var("BLOB_MUTEX_TEST_AZURITE") {
+        Ok(endpoint) if !endpoint.is_empty() => Azurite {
+            port: port_of(&endpoint),
+            endpoint,
+            process: None,
+            location: None,
+        },
+        _ => Azurite::start(),
+    })
+}
+
+/// A container name no other test uses: `<prefix>-<pid>-<n>`.
+pub fn unique_container(prefix: &str) -> String {
+    let prefix: String = prefix
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_lowercase()
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    let prefix = prefix.trim_matches('-');
+    let prefix = &prefix[..prefix.len().min(40)];
+    format!(
+        "{}-{}-{}",
+        prefix.trim_end_matches('-'),
+        std::process::id(),
+        unique_suffix()
+    )
+}
+
+fn unique_suffix() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
+fn endpoint(port: u16) -> String {
+    format!("http://127.0.0.1:{port}/devstoreaccount1")
+}
+
+fn port_of(endpoint: &str) -> u16 {
+    endpoint
+        .rsplit_once(':')
+        .and_then(|(_, rest)| rest.split('/').next())
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(10000)
+}
+
+/// The Azurite blob command: `BLOB_MUTEX_AZURITE_BIN`, or the one that
+/// `tools/azurite` installs.
+pub fn azurite_bin() -> PathBuf {
+    if let Ok(bin) = std::env::var("BLOB_MUTEX_AZURITE_BIN") {
+        return PathBuf::from(bin);
+    }
+    let bin = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
+        .join("tools/azurite/node_modules/.bin/azurite-blob");
+    assert!(
+        bin.exists(),
+        "{INSTALL_HINT} (looked for {})",
+        bin.display()
+    );
+    bin
+}
+
+fn spawn(port: u16, location: Option<&std::path::Path>) -> ((Child, ChildStdin), u16) {
+    spawn_with(port, location, &[])
+}
+
+fn spawn_with(
+    port: u16,
+    location: Option<&std::path::Path>,
+    extra: &[&str],
+) -> ((Child, ChildStdin), u16) {
+    let bin = azurite_bin();
+    let mut args = vec![
+        bin.display().to_string(),
+        "--blobHost".into(),
+        "127.0.0.1".into(),
+        "--blobPort".into(),
+        port.to_string(),
+        "--disableTelemetry".into(),
+        "--silent".into(),
+    ];
+    match location {
+        Some(dir) => {
+            args.push("--location".into());
+            args.push(dir.display().to_string());
+        }
+        None => args.push("--inMemoryPersistence".into()),
+    }
+    args.extend(extra.iter().map(|a| (*a).to_owned()));
+    // Azurite writes to a log file, not to a pipe of this process, so that it
+    // never fails on a closed pipe while it shuts down. The shell waits for
+    // Azurite (so it exits, visibly to `try_wait`, if Azurite dies), while a
+    // background reader stops Azurite as soon as this process closes (or
+    // writes to) the shell's standard input, kept on fd 3 because a
+    // background list's own standard input is /dev/null.
+    let log = std::env::temp_dir().join(format!(
+        "blob-mutex-azurite-{}-{}.log",
+        std::process::id(),
+        unique_suffix()
+    ));
+    let script = r#"log=$1; shift; exec 3<&0; "$@" >"$log" 2>&1 </dev/null & pid=$!; (read _ <&3; kill $pid 2>/dev/null) & wait $pid"#;
+    let mut child = Command::new("sh")
+        .arg("-c")
+        .arg(script)
+        .arg("azurite")
+        .arg(&log)
+        .args(&args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start Azurite ({e}). {INSTALL_HINT}"));
+    let stdin = child.stdin.take().expect("piped stdin");
+    let started = std::time::Instant::now();
+    loop {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        let found = [
+            "listens on http://127.0.0.1:",
+            "listens on https://127.0.0.1:",
+        ]
+        .into_iter()
+        .find_map(|marker| Some(text.find(marker)? + marker.len()));
+        if let Some(at) = found {
+            let port: u16 = text[at..]
+                .lines()
+                .next()
+                .and_then(|p| p.trim().parse().ok())
+                .expect("Azurite printed its port");
+            let _ = std::fs::remove_file(&log);
+            return ((child, stdin), port);
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!("Azurite exited ({status}) before it listened: {text}. {INSTALL_HINT}");
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "Azurite did not start within 60 s: {text}. {INSTALL_HINT}"
+        );
+        std::thread::sleep(Duration::from_millis(25));
+    }
+}
