@@ -4,7 +4,6 @@
 #![allow(clippy::doc_markdown)]
 
 use std::ffi::OsString;
-use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Result;
@@ -15,11 +14,12 @@ use blob_mutex::{
 use clap::{ArgAction, Args, Parser, Subcommand};
 
 use crate::child::{ACCOUNT_URL_ENV, AUTH_ENV, BLOB_ENV, CONTAINER_ENV, DEV_ENV};
-use crate::exit::{UsageError, TABLE};
-use crate::signin::{AccountUrl, Auth, UrlAccount};
+use crate::exit::TABLE;
+use crate::signin::Auth;
 
-/// The environment variable of the connection string.
-const CONNECTION_STRING_ENV: &str = "AZURE_STORAGE_CONNECTION_STRING";
+mod account;
+
+pub(crate) use account::Account;
 
 const RUN_EXAMPLES: &str = "\
 Examples:
@@ -189,299 +189,6 @@ impl Command {
     }
 }
 
-/// How to reach the storage account: the flags every command shares.
-#[derive(Debug, Args)]
-// `account_url` is the flag's name, --account-url.
-#[allow(clippy::struct_field_names)]
-pub(crate) struct Account {
-    /// Storage connection string (never printed), or from
-    /// AZURE_STORAGE_CONNECTION_STRING when neither this flag nor
-    /// --account-url is given. Given once per account, several times,
-    /// `run`, `status` and `partitions` use a quorum of the accounts: the
-    /// lease is held while a majority of them is.
-    #[arg(long, value_name = "STRING", action = ArgAction::Append)]
-    connection_string: Vec<String>,
-    /// The storage account by URL, signed in to with --auth (no key or
-    /// secret on the command line): https://<account>.blob.core.windows.net,
-    /// or a container's URL https://<account>.blob.core.windows.net/<container>
-    /// (then --container may be left out). On an IP address or localhost,
-    /// the account is the first path segment: https://127.0.0.1:10000/<account>.
-    #[arg(long, value_name = "URL", env = ACCOUNT_URL_ENV, requires = "auth")]
-    account_url: Option<String>,
-    /// How to sign in to --account-url and to the accounts of --accounts-file
-    /// that name none: managed-identity (the host's managed identity;
-    /// user-assigned with --client-id), workload-identity (AKS:
-    /// AZURE_CLIENT_ID, AZURE_TENANT_ID, AZURE_FEDERATED_TOKEN_FILE),
-    /// service-principal (AZURE_TENANT_ID, AZURE_CLIENT_ID,
-    /// AZURE_CLIENT_SECRET), azure-cli (`az login`), or sas-file:PATH (a SAS
-    /// read from the file PATH at start). The identity needs the role
-    /// Storage Blob Data Contributor. One token is fetched before anything
-    /// else: a credential that cannot get one within 10s exits with code 2,
-    /// saying what to check.
-    #[arg(long, value_name = "KIND", env = AUTH_ENV)]
-    auth: Option<Auth>,
-    /// The client id of the user-assigned managed identity, or of the
-    /// application (workload-identity, service-principal).
-    /// [default: system-assigned identity]
-    #[arg(long, value_name = "ID", env = "AZURE_CLIENT_ID")]
-    client_id: Option<String>,
-    /// A file of storage accounts, one per line, for a quorum of the
-    /// accounts, with any --connection-string or --account-url given: a
-    /// connection string, or an account URL followed by its --auth kind
-    /// (`https://acct2.blob.core.windows.net managed-identity`; the kind of
-    /// --auth when left out). Blank lines and lines starting with # are
-    /// skipped; nothing of it is printed.
-    #[arg(long, value_name = "FILE")]
-    accounts_file: Option<PathBuf>,
-    /// Use Azurite's default account at http://127.0.0.1:10000 (ignores any
-    /// connection string).
-    #[arg(long)]
-    dev: bool,
-    /// The longest any single storage request may take [default: 3s].
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
-    request_timeout: Option<Duration>,
-    /// The storage backend: official (Microsoft's official Azure SDK,
-    /// azure_storage_blob 1.x) or sdk-v021 (the azure_storage_blobs 0.21
-    /// SDK, when built with the feature sdk-v021). Both take the same
-    /// connection strings and keep the same lease blob the same way, so
-    /// hosts on either share one lease. [default: official]
-    #[arg(long, env = Backend::ENV, value_name = "BACKEND", value_parser = parse_backend)]
-    backend: Option<Backend>,
-    /// The accounts, once signed in (see [`Account::sign_in`]).
-    #[arg(skip)]
-    signed_in: Option<Vec<Given>>,
-}
-
-/// One storage account as given: by connection string, or by URL with
-/// the way to sign in to it.
-#[derive(Debug, Clone)]
-enum Given {
-    Connection(String),
-    Url(UrlAccount),
-}
-
-impl Given {
-    fn settings(&self, container: &str, blob: &str, backend: Backend) -> Result<BlobSettings> {
-        let settings = match self {
-            Given::Connection(connection) => {
-                BlobSettings::from_connection_string(connection, container, blob)?
-            }
-            Given::Url(account) => account.settings(container, blob)?,
-        };
-        Ok(settings.with_backend(backend))
-    }
-}
-
-/// A backend's name, as `Backend` reads it.
-fn parse_backend(text: &str) -> Result<Backend, String> {
-    text.parse().map_err(|e: blob_mutex::Error| e.to_string())
-}
-
-impl Account {
-    /// Signs in to every account given by URL: makes its credential and
-    /// gets one token with it (a SAS file is read), each within
-    /// [`FIRST_TOKEN_TIMEOUT`](crate::signin::FIRST_TOKEN_TIMEOUT), all at once. The settings made afterwards
-    /// use these credentials.
-    pub(crate) async fn sign_in(&mut self) -> Result<()> {
-        if self.dev {
-            return Ok(());
-        }
-        let mut given = self.given()?;
-        let signing = given.iter_mut().filter_map(|given| match given {
-            Given::Url(account) => Some(account.sign_in()),
-            Given::Connection(_) => None,
-        });
-        for result in futures_util::future::join_all(signing).await {
-            result?;
-        }
-        self.signed_in = Some(given);
-        Ok(())
-    }
-
-    /// The library's settings for `blob` in `container`.
-    pub(crate) fn settings(&self, container: &str, blob: &str) -> Result<BlobSettings> {
-        if self.dev {
-            return Ok(BlobSettings::azurite(container, blob)?.with_backend(self.backend()));
-        }
-        match self.given()?.as_slice() {
-            [] => Err(UsageError(
-                "no storage account: pass --account-url with --auth, --connection-string, set \
-                 AZURE_STORAGE_CONNECTION_STRING, or use --dev for Azurite"
-                    .to_owned(),
-            )
-            .into()),
-            [one] => one.settings(container, blob, self.backend()),
-            several => Err(UsageError(format!(
-                "this command works on one storage account, not a quorum of {}; \
-                 run, status and partitions work on a quorum",
-                several.len()
-            ))
-            .into()),
-        }
-    }
-
-    /// A quorum of the accounts given, when more than one was (and not
-    /// --dev), over `blob` in `container`.
-    pub(crate) fn quorum(&self, container: &str, blob: &str) -> Result<Option<QuorumLeaseStore>> {
-        let Some(settings) = self.quorum_settings(container, blob)? else {
-            return Ok(None);
-        };
-        Ok(Some(
-            QuorumLeaseStore::from_settings(&settings)?
-                .with_request_timeout(self.request_timeout()),
-        ))
-    }
-
-    /// Each account's settings for `blob` in `container`, when more than
-    /// one account was given (and not --dev).
-    fn quorum_settings(&self, container: &str, blob: &str) -> Result<Option<Vec<BlobSettings>>> {
-        let given = self.given()?;
-        if self.dev || given.len() < 2 {
-            return Ok(None);
-        }
-        let settings = given
-            .iter()
-            .map(|given| given.settings(container, blob, self.backend()))
-            .collect::<Result<Vec<_>>>()?;
-        Ok(Some(settings))
-    }
-
-    /// The accounts of the flags (or the environment) and of the accounts
-    /// file, in that order: the signed-in ones once [`Account::sign_in`]
-    /// ran.
-    fn given(&self) -> Result<Vec<Given>> {
-        if let Some(given) = &self.signed_in {
-            return Ok(given.clone());
-        }
-        let mut given: Vec<Given> = self
-            .connection_strings()
-            .into_iter()
-            .map(Given::Connection)
-            .collect();
-        if let Some(url) = self.account_url()? {
-            let auth = self.auth.clone().ok_or_else(|| {
-                UsageError("--account-url needs --auth to say how to sign in".to_owned())
-            })?;
-            given.push(Given::Url(UrlAccount::new(
-                url,
-                auth,
-                self.client_id.clone(),
-            )));
-        }
-        if let Some(path) = &self.accounts_file {
-            given.extend(self.accounts_file_lines(path)?);
-        }
-        Ok(given)
-    }
-
-    /// The connection strings of the flags, or of the environment when
-    /// neither --connection-string nor --account-url is given.
-    fn connection_strings(&self) -> Vec<String> {
-        if !self.connection_string.is_empty() || self.account_url.is_some() {
-            return self.connection_string.clone();
-        }
-        std::env::var(CONNECTION_STRING_ENV)
-            .ok()
-            .filter(|s| !s.trim().is_empty())
-            .into_iter()
-            .collect()
-    }
-
-    /// The accounts of the accounts file: a connection string, or an
-    /// account URL and the way to sign in to it, per line.
-    fn accounts_file_lines(&self, path: &std::path::Path) -> Result<Vec<Given>> {
-        let text = std::fs::read_to_string(path).map_err(|e| {
-            UsageError(format!(
-                "cannot read --accounts-file {}: {e}",
-                path.display()
-            ))
-        })?;
-        let mut given = Vec::new();
-        for (index, line) in text.lines().enumerate() {
-            let line = line.trim();
-            if line.is_empty() || line.starts_with('#') {
-                continue;
-            }
-            if !(line.starts_with("https://") || line.starts_with("http://")) {
-                given.push(Given::Connection(line.to_owned()));
-                continue;
-            }
-            let bad = |reason: String| {
-                UsageError(format!(
-                    "--accounts-file {} line {}: {reason}",
-                    path.display(),
-                    index + 1
-                ))
-            };
-            let (url, auth) = line
-                .split_once(char::is_whitespace)
-                .map_or((line, None), |(url, auth)| (url, Some(auth.trim())));
-            let url: AccountUrl = url.parse().map_err(bad)?;
-            if url.container.is_some() {
-                return Err(bad(
-                    "an account URL here names the account only; give the container with \
-                     --container"
-                        .to_owned(),
-                )
-                .into());
-            }
-            let auth = match auth {
-                Some(auth) => auth.parse().map_err(bad)?,
-                None => self.auth.clone().ok_or_else(|| {
-                    bad("no way to sign in: add it after the URL, or pass --auth".to_owned())
-                })?,
-            };
-            given.push(Given::Url(UrlAccount::new(
-                url,
-                auth,
-                self.client_id.clone(),
-            )));
-        }
-        Ok(given)
-    }
-
-    /// The container: --container's, or the one --account-url names (a
-    /// usage error when both name one and they differ, or neither does).
-    fn container(&self, flag: Option<&str>) -> Result<String> {
-        let url = self.account_url()?;
-        let from_url = url.as_ref().and_then(|url| url.container.as_deref());
-        match (flag, from_url) {
-            (Some(flag), Some(url)) if flag != url => Err(UsageError(format!(
-                "--container {flag} differs from the container of --account-url ({url})"
-            ))
-            .into()),
-            (Some(name), _) | (None, Some(name)) => Ok(name.to_owned()),
-            (None, None) => Err(UsageError(
-                "no container: pass --container, or a container's URL as --account-url".to_owned(),
-            )
-            .into()),
-        }
-    }
-
-    /// --account-url, parsed here rather than by clap, whose message
-    /// would repeat the value (a SAS pasted into it, say).
-    fn account_url(&self) -> Result<Option<AccountUrl>> {
-        self.account_url
-            .as_deref()
-            .map(|url| {
-                url.parse()
-                    .map_err(|reason| UsageError(format!("--account-url: {reason}")).into())
-            })
-            .transpose()
-    }
-
-    /// The request timeout to use: the flag's value or the library's default.
-    pub(crate) fn request_timeout(&self) -> Duration {
-        self.request_timeout
-            .unwrap_or(MutexOptions::default().request_timeout)
-    }
-
-    /// The backend to use: the flag's (or the environment's) or the library's default.
-    pub(crate) fn backend(&self) -> Backend {
-        self.backend.unwrap_or_default()
-    }
-}
-
 /// Where the lease blob is and how to reach it.
 #[derive(Debug, Args)]
 pub(crate) struct Target {
@@ -535,30 +242,8 @@ impl Target {
         let mut env = vec![
             (CONTAINER_ENV, self.container.clone()),
             (BLOB_ENV, self.blob.clone()),
-            (Backend::ENV, self.account.backend().to_string()),
         ];
-        // A quorum's accounts are not passed on: the leader state lives in
-        // one account, and `state` refuses a quorum.
-        if self.account.dev {
-            env.push((DEV_ENV, "true".to_owned()));
-        } else if let (Some(url), Some(auth), [], None) = (
-            self.account.account_url().ok().flatten(),
-            &self.account.auth,
-            self.account.connection_string.as_slice(),
-            &self.account.accounts_file,
-        ) {
-            env.push((ACCOUNT_URL_ENV, url.endpoint));
-            env.push((AUTH_ENV, auth.to_string()));
-            if let Some(id) = &self.account.client_id {
-                env.push(("AZURE_CLIENT_ID", id.clone()));
-            }
-        } else if let ([connection], None, None) = (
-            self.account.connection_string.as_slice(),
-            &self.account.account_url,
-            &self.account.accounts_file,
-        ) {
-            env.push((CONNECTION_STRING_ENV, connection.clone()));
-        }
+        env.extend(self.account.command_env());
         env
     }
 
@@ -921,23 +606,23 @@ pub(crate) struct PartitionsArgs {
     pub(crate) json: bool,
 }
 
-/// Parses `500ms`, `15s`, `2m`, `1h`, or a bare number of seconds.
+/// Parses a duration in `jiff`'s friendly format (`500ms`, `15s`, `1m30s`,
+/// `1.5s`, `2h 30m`; ISO 8601's `PT15S` too), or a bare number of seconds.
 fn parse_duration(text: &str) -> Result<Duration, String> {
     let text = text.trim();
-    let split = text
-        .find(|c: char| !c.is_ascii_digit())
-        .unwrap_or(text.len());
-    let (number, unit) = text.split_at(split);
-    let bad = || format!("expected a duration such as 500ms, 15s, 2m or 1h, got {text:?}");
-    let value: u64 = number.parse().map_err(|_| bad())?;
-    let duration = match unit.trim() {
-        "ms" => Duration::from_millis(value),
-        "" | "s" => Duration::from_secs(value),
-        "m" | "min" => Duration::from_secs(value.saturating_mul(60)),
-        "h" => Duration::from_secs(value.saturating_mul(3600)),
-        _ => return Err(bad()),
+    let bad = |why: &dyn std::fmt::Display| {
+        format!("expected a duration such as 500ms, 15s, 1m30s or 1.5h, got {text:?} ({why})")
     };
-    Ok(duration)
+    if !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()) {
+        return text.parse().map(Duration::from_secs).map_err(|e| bad(&e));
+    }
+    let signed: jiff::SignedDuration = text.parse().map_err(|e| bad(&e))?;
+    Duration::try_from(signed).map_err(|_| bad(&"a duration cannot be negative"))
+}
+
+/// A backend's name, as `Backend` reads it.
+fn parse_backend(text: &str) -> Result<Backend, String> {
+    text.parse().map_err(|e: blob_mutex::Error| e.to_string())
 }
 
 #[cfg(test)]
@@ -951,70 +636,22 @@ mod tests {
         assert_eq!(parse_duration("15s"), Ok(Duration::from_secs(15)));
         assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
         assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
-        for bad in ["", "s", "1.5s", "-1s", "10 parsecs", "1d"] {
-            assert!(parse_duration(bad).is_err(), "{bad}");
+        assert_eq!(parse_duration("1m30s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
+        assert_eq!(parse_duration("2h 30m"), Ok(Duration::from_secs(9000)));
+        assert_eq!(parse_duration(" 20h "), Ok(Duration::from_secs(72_000)));
+        for bad in [
+            "",
+            "s",
+            "-1s",
+            "1s ago",
+            "10 parsecs",
+            "1.5",
+            "99999999999999999999",
+        ] {
+            let error = parse_duration(bad).expect_err(bad);
+            assert!(error.contains("expected a duration"), "{error}");
         }
-    }
-
-    /// The account of `status` with `args`.
-    fn account(args: &[&str]) -> Account {
-        let mut words = vec!["blob-mutex", "status", "--blob", "b"];
-        words.extend(args);
-        match Cli::try_parse_from(words).expect("parses").command {
-            Command::Status(args) => args.target.account,
-            other => panic!("{other:?}"),
-        }
-    }
-
-    #[test]
-    fn the_accounts_file_takes_connection_strings_and_account_urls() {
-        let path = std::env::temp_dir().join(format!("blob-mutex-accounts-{}", std::process::id()));
-        std::fs::write(
-            &path,
-            "# three accounts\n\
-             DefaultEndpointsProtocol=https;AccountName=one;AccountKey=a2V5;EndpointSuffix=core.windows.net\n\
-             \n\
-             https://two.blob.core.windows.net   sas-file:/run/secrets/two.sas\n\
-             https://three.blob.core.windows.net\n",
-        )
-        .expect("write the file");
-        let file = path.display().to_string();
-        let given = account(&["--accounts-file", &file, "--auth", "managed-identity"])
-            .given()
-            .expect("reads");
-        let described: Vec<String> = given
-            .iter()
-            .map(|given| match given {
-                Given::Connection(_) => "connection".to_owned(),
-                Given::Url(account) => format!("{} {}", account.url.endpoint, account.auth),
-            })
-            .collect();
-        assert_eq!(
-            described,
-            [
-                "connection",
-                "https://two.blob.core.windows.net sas-file:/run/secrets/two.sas",
-                "https://three.blob.core.windows.net managed-identity",
-            ]
-        );
-        // Without --auth, a URL line must name its kind.
-        let error = account(&["--accounts-file", &file]).given().unwrap_err();
-        assert!(error.to_string().contains("line 5"), "{error}");
-        let _ = std::fs::remove_file(&path);
-    }
-
-    #[test]
-    fn the_container_comes_from_the_flag_or_the_account_url() {
-        let url = [
-            "--account-url",
-            "https://a1.blob.core.windows.net/leases",
-            "--auth",
-            "azure-cli",
-        ];
-        assert_eq!(account(&url).container(None).unwrap(), "leases");
-        assert_eq!(account(&url).container(Some("leases")).unwrap(), "leases");
-        assert!(account(&url).container(Some("other")).is_err());
-        assert!(account(&[]).container(None).is_err());
     }
 
     #[test]
