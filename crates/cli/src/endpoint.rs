@@ -185,6 +185,7 @@ impl Endpoint {
         campaign: Campaign,
         request_timeout: Duration,
     ) {
+        let figures = self.figures.clone();
         let probes = Arc::new(Probes::new(self.figures, campaign));
         let cap = connection_cap(open_files_limit());
         debug!(cap, "serving metrics and probes");
@@ -194,10 +195,26 @@ impl Endpoint {
         };
         tokio::join!(
             accept(&self.listener, cap, answer),
-            probe(store, &probes.storage, request_timeout)
+            probe(store, &probes.storage, request_timeout),
+            upkeep(&figures)
         );
     }
 }
+
+/// Folds the histograms' samples into their buckets every
+/// [`UPKEEP_INTERVAL`], so that a process nobody scrapes keeps no growing
+/// list of them.
+async fn upkeep(figures: &Figures) {
+    let mut every = tokio::time::interval(UPKEEP_INTERVAL);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        every.tick().await;
+        figures.upkeep();
+    }
+}
+
+/// How often [`upkeep`] runs.
+const UPKEEP_INTERVAL: Duration = Duration::from_secs(5);
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)

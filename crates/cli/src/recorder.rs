@@ -1,75 +1,64 @@
-//! A small `metrics` recorder that keeps every figure in memory and renders
-//! them in the Prometheus text format, for `run --metrics-addr`: counters and
-//! gauges as they are, histograms as summaries (`_sum` and `_count`, no
-//! quantiles). The library records a handful of figures; no exporter crate
-//! is needed for them.
+//! The `metrics` recorder of `run --metrics-addr`: `metrics-exporter-prometheus`
+//! keeps the figures and renders them in the Prometheus text format
+//! (histograms with buckets), behind a thin layer that notes when a counter
+//! last moved.
 //!
-//! It also notes when a counter last moved: every counter the library keeps
-//! counts a step of the election (an acquire attempt, a renewal that
-//! succeeded or failed, a term's start or end), so that instant is the
-//! campaign's progress signal, which `/livez` reads (see `endpoint`).
+//! Every counter the library keeps counts a step of the election (an
+//! acquire attempt, a renewal that succeeded or failed, a term's start or
+//! end), so the instant one last moved is the campaign's progress signal,
+//! which `/livez` reads (see `endpoint`).
 
-use std::collections::BTreeMap;
-use std::fmt::Write as _;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use metrics::{
-    Counter, CounterFn, Gauge, Histogram, HistogramFn, Key, KeyName, Metadata, Recorder,
-    SharedString, Unit,
+    Counter, CounterFn, Gauge, Histogram, Key, KeyName, Metadata, Recorder, SharedString, Unit,
+};
+use metrics_exporter_prometheus::{
+    Matcher, PrometheusBuilder, PrometheusHandle, PrometheusRecorder,
 };
 use tokio::time::Instant;
 
-/// One figure's series, by name and then by rendered labels.
-type Series<T> = Mutex<BTreeMap<String, BTreeMap<String, Arc<T>>>>;
+/// The buckets of `blob_mutex_renew_seconds`, in seconds: a renewal takes
+/// milliseconds when storage is well and up to the request timeout (3 s by
+/// default) when it is not.
+const RENEW_BUCKETS: [f64; 12] = [
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+];
 
-/// The figures recorded so far; cheap to clone, shared with the recorder.
-#[derive(Clone, Default)]
+/// The figures recorded so far, and the recorder that records them; cheap
+/// to clone.
+#[derive(Clone)]
 pub(crate) struct Figures(Arc<Inner>);
 
-#[derive(Default)]
 struct Inner {
-    counters: Series<AtomicU64>,
-    /// `f64` bits.
-    gauges: Series<AtomicU64>,
-    histograms: Series<Summary>,
+    /// The exporter's recorder, and its handle that renders.
+    recorder: PrometheusRecorder,
+    handle: PrometheusHandle,
     /// When a counter last moved, if one has.
     moved: Mutex<Option<Instant>>,
 }
 
-impl Inner {
-    fn moved(&self) {
-        *lock(&self.moved) = Some(Instant::now());
-    }
-}
-
-/// A counter's handle: adds to its series and notes the move.
+/// A counter's handle: adds to the exporter's counter and notes the move.
 struct Moving {
-    count: Arc<AtomicU64>,
+    counter: Counter,
     figures: Arc<Inner>,
 }
 
 impl CounterFn for Moving {
     fn increment(&self, value: u64) {
-        self.count.fetch_add(value, Ordering::Relaxed);
-        self.figures.moved();
+        self.counter.increment(value);
+        self.figures.note();
     }
 
     fn absolute(&self, value: u64) {
-        self.count.fetch_max(value, Ordering::Relaxed);
-        self.figures.moved();
+        self.counter.absolute(value);
+        self.figures.note();
     }
 }
 
-/// A histogram kept as its sum and count.
-#[derive(Default)]
-struct Summary(Mutex<(f64, u64)>);
-
-impl HistogramFn for Summary {
-    fn record(&self, value: f64) {
-        let mut s = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        s.0 += value;
-        s.1 += 1;
+impl Inner {
+    fn note(&self) {
+        *self.moved.lock().unwrap_or_else(PoisonError::into_inner) = Some(Instant::now());
     }
 }
 
@@ -89,84 +78,68 @@ impl Figures {
     /// When a counter last moved: the last step of the election that the
     /// library counted. `None` before the first.
     pub(crate) fn last_moved(&self) -> Option<Instant> {
-        *lock(&self.0.moved)
+        *self.0.moved.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Every figure in the Prometheus text format (version 0.0.4).
+    /// Every figure in the Prometheus text format (version 0.0.4). Rendering
+    /// also folds the histograms' samples into their buckets, which
+    /// [`Figures::upkeep`] does for a process that nobody scrapes.
     pub(crate) fn render(&self) -> String {
-        let mut out = String::new();
-        for (name, series) in &*lock(&self.0.counters) {
-            let _ = writeln!(out, "# TYPE {name} counter");
-            for (labels, value) in series {
-                let _ = writeln!(out, "{name}{labels} {}", value.load(Ordering::Relaxed));
-            }
-        }
-        for (name, series) in &*lock(&self.0.gauges) {
-            let _ = writeln!(out, "# TYPE {name} gauge");
-            for (labels, value) in series {
-                let value = f64::from_bits(value.load(Ordering::Relaxed));
-                let _ = writeln!(out, "{name}{labels} {value}");
-            }
-        }
-        for (name, series) in &*lock(&self.0.histograms) {
-            let _ = writeln!(out, "# TYPE {name} summary");
-            for (labels, summary) in series {
-                let (sum, count) = *summary.0.lock().unwrap_or_else(PoisonError::into_inner);
-                let _ = writeln!(out, "{name}_sum{labels} {sum}");
-                let _ = writeln!(out, "{name}_count{labels} {count}");
-            }
-        }
-        out
+        self.0.handle.render()
+    }
+
+    /// Folds the histograms' samples into their buckets without rendering.
+    pub(crate) fn upkeep(&self) {
+        self.0.handle.run_upkeep();
     }
 }
 
-fn lock<T>(series: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    series.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-/// The series of `key` in `series`, made on first use.
-fn series<T: Default>(series: &Series<T>, key: &Key) -> Arc<T> {
-    let mut labels = String::new();
-    for (i, label) in key.labels().enumerate() {
-        labels.push(if i == 0 { '{' } else { ',' });
-        let value = label
-            .value()
-            .replace('\\', "\\\\")
-            .replace('"', "\\\"")
-            .replace('\n', "\\n");
-        let _ = write!(labels, "{}=\"{value}\"", label.key());
+impl Default for Figures {
+    /// Figures with nothing recorded yet, not installed.
+    fn default() -> Figures {
+        // Only an empty list of buckets is refused; without them the
+        // histogram would render as a summary.
+        let builder = PrometheusBuilder::new()
+            .set_buckets_for_metric(
+                Matcher::Full("blob_mutex_renew_seconds".to_owned()),
+                &RENEW_BUCKETS,
+            )
+            .unwrap_or_else(|_| PrometheusBuilder::new());
+        let recorder = builder.build_recorder();
+        Figures(Arc::new(Inner {
+            handle: recorder.handle(),
+            recorder,
+            moved: Mutex::new(None),
+        }))
     }
-    if !labels.is_empty() {
-        labels.push('}');
-    }
-    lock(series)
-        .entry(key.name().to_owned())
-        .or_default()
-        .entry(labels)
-        .or_default()
-        .clone()
 }
 
 impl Recorder for Figures {
-    fn describe_counter(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+    fn describe_counter(&self, key: KeyName, unit: Option<Unit>, description: SharedString) {
+        self.0.recorder.describe_counter(key, unit, description);
+    }
 
-    fn describe_gauge(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+    fn describe_gauge(&self, key: KeyName, unit: Option<Unit>, description: SharedString) {
+        self.0.recorder.describe_gauge(key, unit, description);
+    }
 
-    fn describe_histogram(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+    fn describe_histogram(&self, key: KeyName, unit: Option<Unit>, description: SharedString) {
+        self.0.recorder.describe_histogram(key, unit, description);
+    }
 
-    fn register_counter(&self, key: &Key, _: &Metadata<'_>) -> Counter {
+    fn register_counter(&self, key: &Key, metadata: &Metadata<'_>) -> Counter {
         Counter::from_arc(Arc::new(Moving {
-            count: series(&self.0.counters, key),
+            counter: self.0.recorder.register_counter(key, metadata),
             figures: self.0.clone(),
         }))
     }
 
-    fn register_gauge(&self, key: &Key, _: &Metadata<'_>) -> Gauge {
-        Gauge::from_arc(series(&self.0.gauges, key))
+    fn register_gauge(&self, key: &Key, metadata: &Metadata<'_>) -> Gauge {
+        self.0.recorder.register_gauge(key, metadata)
     }
 
-    fn register_histogram(&self, key: &Key, _: &Metadata<'_>) -> Histogram {
-        Histogram::from_arc(series(&self.0.histograms, key))
+    fn register_histogram(&self, key: &Key, metadata: &Metadata<'_>) -> Histogram {
+        self.0.recorder.register_histogram(key, metadata)
     }
 }
 
@@ -175,23 +148,27 @@ mod tests {
     use super::*;
 
     #[test]
-    fn figures_render_in_the_prometheus_text_format() {
+    fn figures_render_in_the_prometheus_text_format_with_buckets() {
         let figures = Figures::default();
         metrics::with_local_recorder(&figures, || {
             let labels = [("container", "c"), ("blob", "a\"b")];
             metrics::counter!("t_total", &labels).increment(2);
             metrics::gauge!("t_is", &labels).set(1.0);
-            metrics::histogram!("t_seconds", &labels).record(0.5);
-            metrics::histogram!("t_seconds", &labels).record(0.25);
+            metrics::histogram!("blob_mutex_renew_seconds", &labels).record(0.02);
+            metrics::histogram!("blob_mutex_renew_seconds", &labels).record(0.3);
         });
         let text = figures.render();
         for line in [
             "# TYPE t_total counter",
             r#"t_total{container="c",blob="a\"b"} 2"#,
             r#"t_is{container="c",blob="a\"b"} 1"#,
-            "# TYPE t_seconds summary",
-            r#"t_seconds_sum{container="c",blob="a\"b"} 0.75"#,
-            r#"t_seconds_count{container="c",blob="a\"b"} 2"#,
+            "# TYPE blob_mutex_renew_seconds histogram",
+            r#"blob_mutex_renew_seconds_bucket{container="c",blob="a\"b",le="0.01"} 0"#,
+            r#"blob_mutex_renew_seconds_bucket{container="c",blob="a\"b",le="0.025"} 1"#,
+            r#"blob_mutex_renew_seconds_bucket{container="c",blob="a\"b",le="0.5"} 2"#,
+            r#"blob_mutex_renew_seconds_bucket{container="c",blob="a\"b",le="+Inf"} 2"#,
+            r#"blob_mutex_renew_seconds_sum{container="c",blob="a\"b"} 0.32"#,
+            r#"blob_mutex_renew_seconds_count{container="c",blob="a\"b"} 2"#,
         ] {
             assert!(text.lines().any(|l| l == line), "{line} not in\n{text}");
         }

@@ -83,6 +83,21 @@ async fn metrics_and_probes_while_leading() {
         "{head:?}"
     );
     assert_eq!(head.body, "");
+
+    // A renewal's duration, as a histogram with buckets.
+    let renewed = wait_for("a renewal's duration", Duration::from_secs(30), || async {
+        let (_, body) = get(&addr, "/metrics").await?;
+        body.lines()
+            .any(|l| l.starts_with("blob_mutex_renew_seconds_bucket{") && l.contains("le=\"+Inf\""))
+            .then_some(body)
+    })
+    .await;
+    assert!(
+        renewed.contains("# TYPE blob_mutex_renew_seconds histogram")
+            && renewed.contains("le=\"0.025\"")
+            && renewed.contains("blob_mutex_renew_seconds_count{"),
+        "{renewed}"
+    );
     child.start_kill().unwrap();
     let _ = child.wait().await;
 }
