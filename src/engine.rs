@@ -38,7 +38,7 @@ use crate::engine::state::Fenced;
 use crate::engine::term_tasks::{Ended, TermTasks};
 use crate::error::{BoxError, Chain, Error, Result};
 use crate::options::{MutexOptions, ABORT_WAIT, STOP_SLACK};
-use crate::store::{Acquire, LeaseId, LeaseStore};
+use crate::store::{Acquire, LeaseId, LeaseStore, StampOptions};
 
 pub(crate) use one_term::Attempts;
 pub(crate) use report::Observer;
@@ -540,9 +540,8 @@ impl<S: LeaseStore> Engine<'_, S> {
     async fn stamp_term(&self, lease: LeaseId) -> Result<u64> {
         match &self.options.advertised {
             Some(value) => {
-                self.store
-                    .stamp_advertised(lease, &self.holder, value, 0)
-                    .await
+                let options = StampOptions::new().with_advertised(value.as_str());
+                self.store.stamp_with(lease, &self.holder, &options).await
             }
             None => self.store.stamp(lease, &self.holder).await,
         }

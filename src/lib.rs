@@ -89,7 +89,7 @@ pub use store::quorum::{
     AccountLease, Holding, QuorumLeaseSetStore, QuorumLeaseStore, MAX_QUORUM_ACCOUNTS,
 };
 pub use store::{
-    Acquire, Candidate, LeaseId, LeaseInfo, LeaseSetStore, LeaseState, LeaseStore,
+    Acquire, Candidate, LeaseId, LeaseInfo, LeaseSetStore, LeaseState, LeaseStore, StampOptions,
     MAX_ADVERTISED_LEN, MAX_STATE_LEN,
 };
 

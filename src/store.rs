@@ -23,6 +23,9 @@ pub mod conformance;
 pub(crate) mod memory;
 pub(crate) mod names;
 pub(crate) mod quorum;
+pub(crate) mod stamp;
+
+pub use stamp::StampOptions;
 
 /// A lease id: a UUID chosen by this crate (a *proposed* lease id), so that a
 /// retried acquire of the same round is idempotent.
@@ -342,6 +345,10 @@ pub trait LeaseStore: Send + Sync + 'static {
     ///
     /// The default implementation calls [`stamp`](Self::stamp) when `floor`
     /// is at most 1 and returns [`Error::Unsupported`] otherwise.
+    #[deprecated(
+        since = "0.2.0",
+        note = "call `stamp_with` with `StampOptions::new().with_floor(floor)`"
+    )]
     fn stamp_at_least(
         &self,
         lease: LeaseId,
@@ -381,6 +388,10 @@ pub trait LeaseStore: Send + Sync + 'static {
     /// The default implementation returns [`Error::Unsupported`]; a mutex
     /// with the option refuses a store whose
     /// [`supports_advertised`](Self::supports_advertised) is `false`.
+    #[deprecated(
+        since = "0.2.0",
+        note = "call `stamp_with` with `StampOptions::new().with_advertised(value).with_floor(floor)`"
+    )]
     fn stamp_advertised(
         &self,
         lease: LeaseId,
@@ -394,8 +405,39 @@ pub trait LeaseStore: Send + Sync + 'static {
         }))
     }
 
-    /// Whether this store keeps what [`stamp_advertised`](Self::stamp_advertised)
-    /// records (rule 10).
+    /// Records `holder` as the holder of a new term under `lease`, as
+    /// `options` say, and returns the term's epoch: `max(stored + 1,
+    /// floor)`, with the advertised value kept for the term. The one stamp
+    /// call the crate makes; [`stamp`](Self::stamp) is it with no options.
+    /// Rules 4, 8 and 10 apply.
+    ///
+    /// The default implementation calls the stamp a store written before
+    /// this method implements: [`stamp`](Self::stamp) with no floor and
+    /// nothing advertised, else `stamp_at_least` or, with a value to
+    /// advertise, `stamp_advertised`.
+    fn stamp_with(
+        &self,
+        lease: LeaseId,
+        holder: &str,
+        options: &StampOptions,
+    ) -> impl Future<Output = Result<u64>> + Send {
+        async move {
+            #[allow(deprecated)]
+            match options.advertised() {
+                Some(value) => {
+                    self.stamp_advertised(lease, holder, value, options.floor())
+                        .await
+                }
+                None if options.floor() > 1 => {
+                    self.stamp_at_least(lease, holder, options.floor()).await
+                }
+                None => self.stamp(lease, holder).await,
+            }
+        }
+    }
+
+    /// Whether this store keeps an advertised value
+    /// ([`StampOptions::with_advertised`], rule 10).
     ///
     /// The default implementation returns `false`.
     fn supports_advertised(&self) -> bool {

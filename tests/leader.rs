@@ -71,6 +71,8 @@ impl LeaseStore for Counting {
     ) -> impl Future<Output = Result<u64, Error>> + Send {
         self.inner.stamp(lease, holder)
     }
+    // A store written before `stamp_with`: the mutex's stamp reaches this
+    // through `stamp_with`'s default.
     fn stamp_advertised(
         &self,
         lease: LeaseId,
@@ -78,6 +80,7 @@ impl LeaseStore for Counting {
         advertised: &str,
         floor: u64,
     ) -> impl Future<Output = Result<u64, Error>> + Send {
+        #[allow(deprecated)]
         self.inner
             .stamp_advertised(lease, holder, advertised, floor)
     }

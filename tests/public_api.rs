@@ -40,9 +40,9 @@ use blob_mutex::{
     LeaseStore, MemoryLeaseSetStore, MemoryLeaseStore, MutexGuard, MutexOptions,
     OfficialLeaseManager, OfficialLeaseSetStore, OfficialSettings, OnceOptions, OnceOutcome,
     PartitionContext, PartitionReport, QuorumLeaseSetStore, QuorumLeaseStore, Result,
-    SdkV021LeaseManager, SdkV021LeaseSetStore, SkipReason, StopReason, Strategy, TaskStop,
-    TermReport, TryAcquire, ACQUIRED_AT_KEY, ADVERTISED_KEY, AZURITE_ACCOUNT, AZURITE_ENDPOINT,
-    DONE_KEY_MAX, EPOCH_KEY, FAIL_STOP_EXIT_CODE, HOLDER_KEY, MAX_ADVERTISED_LEN,
+    SdkV021LeaseManager, SdkV021LeaseSetStore, SkipReason, StampOptions, StopReason, Strategy,
+    TaskStop, TermReport, TryAcquire, ACQUIRED_AT_KEY, ADVERTISED_KEY, AZURITE_ACCOUNT,
+    AZURITE_ENDPOINT, DONE_KEY_MAX, EPOCH_KEY, FAIL_STOP_EXIT_CODE, HOLDER_KEY, MAX_ADVERTISED_LEN,
     MAX_QUORUM_ACCOUNTS, MAX_STATE_LEN, MEMBER_KEY, PRIORITY_KEY, PROPOSED_KEY, STOP_SLACK,
 };
 
@@ -105,6 +105,7 @@ const NAMED: &[&str] = &[
     "blob_mutex::SdkV021LeaseManager",
     "blob_mutex::SdkV021LeaseSetStore",
     "blob_mutex::SkipReason",
+    "blob_mutex::StampOptions",
     "blob_mutex::StopReason",
     "blob_mutex::Strategy",
     "blob_mutex::TaskStop",

@@ -67,13 +67,27 @@ macro_rules! wrapper {
             async fn change(&self, from: LeaseId, to: LeaseId) -> Result<()> {
                 LeaseStore::change(&self.inner, from, to).await
             }
+            async fn stamp_with(
+                &self,
+                lease: LeaseId,
+                holder: &str,
+                options: &$crate::StampOptions,
+            ) -> Result<u64> {
+                self.inner.stamp_with(lease, holder, options).await
+            }
             async fn stamp_at_least(
                 &self,
                 lease: LeaseId,
                 holder: &str,
                 floor: u64,
             ) -> Result<u64> {
-                self.inner.stamp_at_least(lease, holder, floor).await
+                self.inner
+                    .stamp_with(
+                        lease,
+                        holder,
+                        &$crate::StampOptions::new().with_floor(floor),
+                    )
+                    .await
             }
             async fn stamp_advertised(
                 &self,
@@ -82,9 +96,10 @@ macro_rules! wrapper {
                 advertised: &str,
                 floor: u64,
             ) -> Result<u64> {
-                self.inner
-                    .stamp_advertised(lease, holder, advertised, floor)
-                    .await
+                let options = $crate::StampOptions::new()
+                    .with_floor(floor)
+                    .with_advertised(advertised);
+                self.inner.stamp_with(lease, holder, &options).await
             }
             fn supports_advertised(&self) -> bool {
                 self.inner.supports_advertised()

@@ -18,7 +18,9 @@ use crate::azure::settings::BlobSettings;
 use crate::bounded::bounded;
 use crate::error::{Error, Result};
 use crate::options::{lease_seconds, DEFAULT_REQUEST_TIMEOUT};
-use crate::store::{check_advertised, Acquire, Candidate, LeaseId, LeaseInfo, LeaseStore};
+use crate::store::{
+    check_advertised, Acquire, Candidate, LeaseId, LeaseInfo, LeaseStore, StampOptions,
+};
 
 /// Acquires, renews, releases, breaks, changes and inspects the lease on one
 /// blob, through the backend its [`BlobSettings`] name
@@ -292,12 +294,12 @@ impl BlobLeaseManager {
     /// Safe to drop: the epoch may or may not have been written; a new
     /// stamp writes a larger one.
     pub async fn stamp(&self, lease: LeaseId, holder: &str) -> Result<u64> {
-        self.stamp_with(lease, holder, None, 0).await
+        self.stamp_term(lease, holder, None, 0).await
     }
 
     /// The one stamp: the term's record written under `lease`, with the
     /// epoch `max(stored + 1, floor)` and what the holder advertises.
-    pub(crate) async fn stamp_with(
+    pub(crate) async fn stamp_term(
         &self,
         lease: LeaseId,
         holder: &str,
@@ -470,11 +472,20 @@ impl LeaseStore for BlobLeaseManager {
     }
 
     async fn stamp(&self, lease: LeaseId, holder: &str) -> Result<u64> {
-        Box::pin(self.stamp_with(lease, holder, None, 0)).await
+        Box::pin(self.stamp_term(lease, holder, None, 0)).await
+    }
+
+    async fn stamp_with(
+        &self,
+        lease: LeaseId,
+        holder: &str,
+        options: &StampOptions,
+    ) -> Result<u64> {
+        Box::pin(self.stamp_term(lease, holder, options.advertised(), options.floor())).await
     }
 
     async fn stamp_at_least(&self, lease: LeaseId, holder: &str, floor: u64) -> Result<u64> {
-        Box::pin(self.stamp_with(lease, holder, None, floor)).await
+        Box::pin(self.stamp_term(lease, holder, None, floor)).await
     }
 
     async fn stamp_advertised(
@@ -484,7 +495,7 @@ impl LeaseStore for BlobLeaseManager {
         advertised: &str,
         floor: u64,
     ) -> Result<u64> {
-        Box::pin(self.stamp_with(lease, holder, Some(advertised), floor)).await
+        Box::pin(self.stamp_term(lease, holder, Some(advertised), floor)).await
     }
 
     fn supports_advertised(&self) -> bool {

@@ -34,7 +34,8 @@ use std::time::Duration;
 
 use crate::error::Error;
 use crate::store::{
-    Acquire, Candidate, LeaseId, LeaseInfo, LeaseSetStore, LeaseState, LeaseStore, MAX_STATE_LEN,
+    Acquire, Candidate, LeaseId, LeaseInfo, LeaseSetStore, LeaseState, LeaseStore, StampOptions,
+    MAX_STATE_LEN,
 };
 
 /// The lease duration the checks use: the shortest Azure allows.
@@ -93,18 +94,30 @@ pub async fn every_call_is_bounded_when_storage_never_answers<S: LeaseStore>(
     check_bounded("renew", limit, store.renew(id)).await;
     check_bounded("release", limit, store.release(id)).await;
     check_bounded("stamp", limit, store.stamp(id, "silent")).await;
+    let options = StampOptions::new()
+        .with_floor(7)
+        .with_advertised("10.0.0.1:80");
     check_bounded(
-        "stamp at least",
+        "stamp with options",
         limit,
-        store.stamp_at_least(id, "silent", 7),
+        store.stamp_with(id, "silent", &options),
     )
     .await;
-    check_bounded(
-        "stamp advertised",
-        limit,
-        store.stamp_advertised(id, "silent", "10.0.0.1:80", 7),
-    )
-    .await;
+    #[allow(deprecated)]
+    {
+        check_bounded(
+            "stamp at least",
+            limit,
+            store.stamp_at_least(id, "silent", 7),
+        )
+        .await;
+        check_bounded(
+            "stamp advertised",
+            limit,
+            store.stamp_advertised(id, "silent", "10.0.0.1:80", 7),
+        )
+        .await;
+    }
     check_bounded("change", limit, store.change(id, other)).await;
     check_bounded("inspect", limit, store.inspect()).await;
     check_bounded("read state", limit, store.read_state()).await;
@@ -468,18 +481,25 @@ pub async fn stamp_at_least_keeps_epochs_increasing<S: LeaseStore>(a: &S, b: &S)
     let (first, second) = (LeaseId::new(), LeaseId::new());
     ok(a.acquire(first, DURATION).await, "acquire");
     let e1 = ok(a.stamp(first, "a").await, "stamp");
+    let floor = |floor| StampOptions::new().with_floor(floor);
     let e2 = ok(
-        a.stamp_at_least(first, "a", e1 + 10).await,
+        a.stamp_with(first, "a", &floor(e1 + 10)).await,
         "stamp at a floor above the next epoch",
     );
     assert_eq!(e2, e1 + 10, "the floor is the epoch when it is larger");
     let e3 = ok(
-        a.stamp_at_least(first, "a", 1).await,
+        a.stamp_with(first, "a", &floor(1)).await,
         "stamp at a floor below the next epoch",
     );
     assert_eq!(e3, e2 + 1, "a low floor changes nothing");
+    #[allow(deprecated)]
+    let e3 = ok(
+        a.stamp_at_least(first, "a", e3 + 3).await,
+        "stamp at a floor by the former call",
+    );
+    assert_eq!(e3, e2 + 4, "the former call stamps at its floor too");
     assert_lost(
-        &b.stamp_at_least(second, "b", e3 + 5).await,
+        &b.stamp_with(second, "b", &floor(e3 + 5)).await,
         "stamp at a floor under an id that does not hold the lease",
     );
     ok(a.release(first).await, "release");
@@ -506,9 +526,12 @@ pub async fn advertised_values_belong_to_their_term<S: LeaseStore>(a: &S, b: &S)
         let info = info.expect("the lease exists after a stamp");
         (info.holder, info.epoch, info.advertised)
     };
+    let advertising =
+        |value: &str, floor| StampOptions::new().with_advertised(value).with_floor(floor);
     ok(a.acquire(first, DURATION).await, "acquire");
     let e1 = ok(
-        a.stamp_advertised(first, "a", "10.0.0.7:8080", 0).await,
+        a.stamp_with(first, "a", &advertising("10.0.0.7:8080", 0))
+            .await,
         "stamp advertising",
     );
     let seen = shown(ok(b.inspect().await, "inspect by a non-holder"));
@@ -517,7 +540,10 @@ pub async fn advertised_values_belong_to_their_term<S: LeaseStore>(a: &S, b: &S)
         (Some("a".to_owned()), e1, Some("10.0.0.7:8080".to_owned())),
         "the advertised value is read back with the term"
     );
-    match a.stamp_advertised(first, "a", "two\nlines", 0).await {
+    match a
+        .stamp_with(first, "a", &advertising("two\nlines", 0))
+        .await
+    {
         Err(Error::InvalidOption { field, .. }) => assert_eq!(field, "advertised"),
         other => panic!("a value that is no header value must be refused: {other:?}"),
     }
@@ -529,7 +555,8 @@ pub async fn advertised_values_belong_to_their_term<S: LeaseStore>(a: &S, b: &S)
         "acquire by the next holder",
     );
     assert_lost(
-        &a.stamp_advertised(first, "a", "10.0.0.7:8080", 0).await,
+        &a.stamp_with(first, "a", &advertising("10.0.0.7:8080", 0))
+            .await,
         "stamp advertising under an id that does not hold the lease",
     );
     let e2 = ok(b.stamp(second, "b").await, "plain stamp of the next term");
@@ -540,13 +567,24 @@ pub async fn advertised_values_belong_to_their_term<S: LeaseStore>(a: &S, b: &S)
         "a term that advertises nothing shows nothing, not the last term's value"
     );
     let e3 = ok(
-        b.stamp_advertised(second, "b", "b.internal:9", e2 + 5)
+        b.stamp_with(second, "b", &advertising("b.internal:9", e2 + 5))
             .await,
         "stamp advertising at a floor",
     );
     assert_eq!(e3, e2 + 5, "the floor is the epoch when it is larger");
     let seen = shown(ok(a.inspect().await, "inspect after a stamp at a floor"));
     assert_eq!(seen.2.as_deref(), Some("b.internal:9"));
+    #[allow(deprecated)]
+    let e4 = ok(
+        b.stamp_advertised(second, "b", "b.internal:10", 0).await,
+        "stamp advertising by the former call",
+    );
+    let seen = shown(ok(a.inspect().await, "inspect after the former call"));
+    assert_eq!(
+        (seen.1, seen.2.as_deref()),
+        (e4, Some("b.internal:10")),
+        "the former call advertises too"
+    );
     ok(b.release(second).await, "release");
 }
 

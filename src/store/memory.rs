@@ -13,7 +13,7 @@ use crate::options::lease_seconds;
 use crate::store::names::{self, collectable, SetLease};
 use crate::store::{
     check_advertised, check_state_len, Acquire, Candidate, LeaseId, LeaseInfo, LeaseSetStore,
-    LeaseState, LeaseStore,
+    LeaseState, LeaseStore, StampOptions,
 };
 
 /// One lease kept in memory, with the same rules as an Azure blob lease.
@@ -299,7 +299,27 @@ impl LeaseStore for MemoryLeaseStore {
     }
 
     fn stamp(&self, lease: LeaseId, holder: &str) -> impl Future<Output = Result<u64>> + Send {
-        self.stamp_at_least(lease, holder, 0)
+        self.stamp_term(lease, holder, None, 0)
+    }
+
+    fn stamp_with(
+        &self,
+        lease: LeaseId,
+        holder: &str,
+        options: &StampOptions,
+    ) -> impl Future<Output = Result<u64>> + Send {
+        // Checked before the call: the memory store's calls take effect
+        // when made, not when awaited.
+        let advertised = options.advertised();
+        let stamp = advertised.map_or(Ok(()), check_advertised).map(|()| {
+            self.stamp_term(
+                lease,
+                holder,
+                advertised.map(str::to_owned),
+                options.floor(),
+            )
+        });
+        async move { stamp?.await }
     }
 
     fn stamp_at_least(
@@ -318,8 +338,6 @@ impl LeaseStore for MemoryLeaseStore {
         advertised: &str,
         floor: u64,
     ) -> impl Future<Output = Result<u64>> + Send {
-        // Checked before the call: the memory store's calls take effect
-        // when made, not when awaited.
         let stamp = check_advertised(advertised)
             .map(|()| self.stamp_term(lease, holder, Some(advertised.to_owned()), floor));
         async move { stamp?.await }

@@ -24,7 +24,7 @@ use crate::azure::BlobLeaseManager;
 use crate::bounded::bounded;
 use crate::error::{Error, Result};
 use crate::options::DEFAULT_REQUEST_TIMEOUT;
-use crate::store::{Acquire, LeaseId, LeaseInfo, LeaseState, LeaseStore};
+use crate::store::{Acquire, Candidate, LeaseId, LeaseInfo, LeaseState, LeaseStore, StampOptions};
 
 use self::calls::vote_ok;
 pub use self::each::{AccountLease, Holding};
@@ -562,6 +562,7 @@ fn merge(n: usize, found: &[Option<LeaseInfo>]) -> Option<LeaseInfo> {
     Some(info)
 }
 
+#[deny(clippy::missing_trait_methods)]
 impl<S: LeaseStore> LeaseStore for QuorumLeaseStore<S> {
     fn acquire(
         &self,
@@ -586,6 +587,19 @@ impl<S: LeaseStore> LeaseStore for QuorumLeaseStore<S> {
             "stamp",
             self.request_timeout,
             self.stamp_quorum(lease, holder, None, 0),
+        )
+    }
+
+    fn stamp_with(
+        &self,
+        lease: LeaseId,
+        holder: &str,
+        options: &StampOptions,
+    ) -> impl Future<Output = Result<u64>> + Send {
+        bounded(
+            "stamp",
+            self.request_timeout,
+            self.stamp_quorum(lease, holder, options.advertised(), options.floor()),
         )
     }
 
@@ -641,6 +655,47 @@ impl<S: LeaseStore> LeaseStore for QuorumLeaseStore<S> {
         names.dedup();
         format!("quorum-of-{}:{}", self.len(), names.join(","))
     }
+
+    // Leader state and candidates are kept in one place, which a quorum
+    // does not have: it keeps neither, and says so on every call.
+
+    fn read_state(&self) -> impl Future<Output = Result<Vec<u8>>> + Send {
+        unsupported("read state")
+    }
+
+    fn write_state(&self, _: LeaseId, _: &[u8]) -> impl Future<Output = Result<()>> + Send {
+        unsupported("write state")
+    }
+
+    fn supports_candidates(&self) -> bool {
+        false
+    }
+
+    fn advertise(
+        &self,
+        _: LeaseId,
+        _: &Candidate,
+        _: Duration,
+    ) -> impl Future<Output = Result<Acquire>> + Send {
+        unsupported("advertise a candidate")
+    }
+
+    fn keep_advertising(&self, _: LeaseId, _: &str) -> impl Future<Output = Result<()>> + Send {
+        unsupported("advertise a candidate")
+    }
+
+    fn withdraw(&self, _: LeaseId, _: &str) -> impl Future<Output = Result<()>> + Send {
+        unsupported("withdraw a candidate")
+    }
+
+    fn candidates(&self) -> impl Future<Output = Result<Vec<Candidate>>> + Send {
+        unsupported("list candidates")
+    }
+}
+
+/// The answer to a call that a quorum does not support.
+fn unsupported<T>(operation: &'static str) -> std::future::Ready<Result<T>> {
+    std::future::ready(Err(Error::Unsupported { operation }))
 }
 
 #[cfg(all(test, feature = "testing"))]

@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use blob_mutex::{
     Acquire, Candidate, Error, LeaseId, LeaseInfo, LeaseSetStore, LeaseStore, MemoryLeaseSetStore,
+    StampOptions,
 };
 use tokio::time::Instant;
 
@@ -208,7 +209,8 @@ impl Faulty {
                         found: "garbled".to_owned(),
                     });
                 }
-                inner.stamp_at_least(lease, &holder, floor).await
+                let options = StampOptions::new().with_floor(floor);
+                inner.stamp_with(lease, &holder, &options).await
             },
             |_| None,
         )
@@ -263,13 +265,13 @@ impl LeaseStore for Faulty {
         self.stamp_call(lease, holder, 0)
     }
 
-    fn stamp_at_least(
+    fn stamp_with(
         &self,
         lease: LeaseId,
         holder: &str,
-        floor: u64,
+        options: &StampOptions,
     ) -> impl Future<Output = Result<u64, Error>> + Send {
-        self.stamp_call(lease, holder, floor)
+        self.stamp_call(lease, holder, options.floor())
     }
 
     fn inspect(&self) -> impl Future<Output = Result<Option<LeaseInfo>, Error>> + Send {

@@ -15,7 +15,7 @@ use super::rules::{
 };
 use super::votes::{ask, no_majority, straggler_grace, Answers, Asking, Vote, Votes};
 use crate::error::{Error, Result};
-use crate::store::{LeaseId, LeaseInfo, LeaseStore};
+use crate::store::{LeaseId, LeaseInfo, LeaseStore, StampOptions};
 
 /// The last epoch, and how it was read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -41,14 +41,11 @@ impl Stamp {
     /// Stamps one account, held under `lease`, with this term at its epoch
     /// as the floor.
     async fn write<S: LeaseStore>(&self, store: &S, lease: LeaseId) -> Result<u64> {
-        match &self.advertised {
-            Some(value) => {
-                store
-                    .stamp_advertised(lease, &self.holder, value, self.epoch)
-                    .await
-            }
-            None => store.stamp_at_least(lease, &self.holder, self.epoch).await,
+        let mut options = StampOptions::new().with_floor(self.epoch);
+        if let Some(value) = &self.advertised {
+            options = options.with_advertised(value.as_str());
         }
+        store.stamp_with(lease, &self.holder, &options).await
     }
 }
 

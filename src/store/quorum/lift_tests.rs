@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use super::QuorumLeaseStore;
 use crate::error::Result;
-use crate::store::{Acquire, LeaseId, LeaseInfo, LeaseStore};
+use crate::store::{Acquire, LeaseId, LeaseInfo, LeaseStore, StampOptions};
 use crate::MemoryLeaseStore;
 
 const D: Duration = Duration::from_secs(15);
@@ -31,21 +31,22 @@ impl LeaseStore for OwnClock {
     fn release(&self, id: LeaseId) -> impl Future<Output = Result<()>> + Send {
         self.inner.release(id)
     }
-    fn stamp(&self, id: LeaseId, holder: &str) -> impl Future<Output = Result<u64>> + Send {
-        self.stamp_at_least(id, holder, 0)
+    async fn stamp(&self, id: LeaseId, holder: &str) -> Result<u64> {
+        self.stamp_with(id, holder, &StampOptions::new()).await
     }
-    fn stamp_at_least(
+    fn stamp_with(
         &self,
         id: LeaseId,
         holder: &str,
-        floor: u64,
+        options: &StampOptions,
     ) -> impl Future<Output = Result<u64>> + Send {
-        let floor = if self.inner.epoch() == 0 && floor <= 1 {
+        let floor = if self.inner.epoch() == 0 && options.floor() <= 1 {
             self.first
         } else {
-            floor
+            options.floor()
         };
-        self.inner.stamp_at_least(id, holder, floor)
+        let options = options.clone().with_floor(floor);
+        async move { self.inner.stamp_with(id, holder, &options).await }
     }
     fn inspect(&self) -> impl Future<Output = Result<Option<LeaseInfo>>> + Send {
         self.inner.inspect()

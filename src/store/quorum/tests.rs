@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 use super::QuorumLeaseStore;
 use crate::error::{Error, Result};
 use crate::store::conformance;
-use crate::store::{Acquire, LeaseId, LeaseInfo, LeaseState, LeaseStore};
+use crate::store::{Acquire, LeaseId, LeaseInfo, LeaseState, LeaseStore, StampOptions};
 use crate::{BlobDistributedMutex, LeaderContext, MemoryLeaseStore, MutexOptions};
 
 const D: Duration = Duration::from_secs(15);
@@ -218,18 +218,18 @@ impl LeaseStore for Stalling {
     fn release(&self, id: LeaseId) -> impl Future<Output = Result<()>> + Send {
         self.gate(move |s| async move { s.release(id).await })
     }
-    fn stamp(&self, id: LeaseId, holder: &str) -> impl Future<Output = Result<u64>> + Send {
-        self.stamp_at_least(id, holder, 0)
+    async fn stamp(&self, id: LeaseId, holder: &str) -> Result<u64> {
+        self.stamp_with(id, holder, &StampOptions::new()).await
     }
-    fn stamp_at_least(
+    fn stamp_with(
         &self,
         id: LeaseId,
         holder: &str,
-        floor: u64,
+        options: &StampOptions,
     ) -> impl Future<Output = Result<u64>> + Send {
         self.reads_and_stamps.fetch_add(1, Ordering::SeqCst);
-        let holder = holder.to_owned();
-        self.gate(move |s| async move { s.stamp_at_least(id, &holder, floor).await })
+        let (holder, options) = (holder.to_owned(), options.clone());
+        self.gate(move |s| async move { s.stamp_with(id, &holder, &options).await })
     }
     fn inspect(&self) -> impl Future<Output = Result<Option<LeaseInfo>>> + Send {
         self.reads_and_stamps.fetch_add(1, Ordering::SeqCst);
@@ -453,7 +453,10 @@ async fn the_stamp_brings_a_lagging_account_up_to_the_epoch() {
     let accounts = accounts(3);
     let id = LeaseId::new();
     accounts[0].acquire(id, D).await.unwrap();
-    accounts[0].stamp_at_least(id, "old", 7).await.unwrap();
+    accounts[0]
+        .stamp_with(id, "old", &StampOptions::new().with_floor(7))
+        .await
+        .unwrap();
     accounts[0].release(id).await.unwrap();
     let store = quorum(&accounts);
     store.acquire(id, D).await.unwrap();

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use super::{QuorumLeaseSetStore, QuorumLeaseStore};
-use crate::store::{Acquire, LeaseId, LeaseSetStore, LeaseStore};
+use crate::store::{Acquire, LeaseId, LeaseSetStore, LeaseStore, StampOptions};
 use crate::{MemoryLeaseSetStore, MemoryLeaseStore};
 
 const D: Duration = Duration::from_secs(15);
@@ -25,14 +25,10 @@ async fn every_call_returns_with_a_request_timeout_of_duration_max() {
     assert_eq!(other.acquire(next, D).await.unwrap(), Acquire::Held);
     store.renew(id).await.unwrap();
     assert_eq!(store.stamp(id, "a").await.unwrap(), 1);
-    assert_eq!(store.stamp_at_least(id, "a", 5).await.unwrap(), 5);
-    assert_eq!(
-        store
-            .stamp_advertised(id, "a", "10.0.0.1:80", 0)
-            .await
-            .unwrap(),
-        6
-    );
+    let floor = StampOptions::new().with_floor(5);
+    assert_eq!(store.stamp_with(id, "a", &floor).await.unwrap(), 5);
+    let advertising = StampOptions::new().with_advertised("10.0.0.1:80");
+    assert_eq!(store.stamp_with(id, "a", &advertising).await.unwrap(), 6);
     store.change(id, next).await.unwrap();
     store.renew(next).await.unwrap();
     assert!(store.inspect().await.unwrap().is_some());

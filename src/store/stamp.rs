@@ -1,0 +1,62 @@
+//! What a new term's stamp carries besides its holder: the floor under its
+//! epoch and what the holder advertises (see [`LeaseStore::stamp_with`]).
+//!
+//! [`LeaseStore::stamp_with`]: crate::LeaseStore::stamp_with
+
+/// How [`LeaseStore::stamp_with`](crate::LeaseStore::stamp_with) stamps a
+/// new term: the epoch is `max(stored + 1, floor)`, and `advertised`, when
+/// set, is kept beside the holder and epoch for the term.
+///
+/// ```
+/// use blob_mutex::StampOptions;
+///
+/// let options = StampOptions::new().with_floor(8).with_advertised("10.0.0.7:8080");
+/// assert_eq!(options.floor(), 8);
+/// assert_eq!(options.advertised(), Some("10.0.0.7:8080"));
+/// assert_eq!(StampOptions::default().floor(), 0);
+/// ```
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StampOptions {
+    floor: u64,
+    advertised: Option<String>,
+}
+
+impl StampOptions {
+    /// No floor (the stored epoch + 1) and nothing advertised: a plain
+    /// [`stamp`](crate::LeaseStore::stamp).
+    #[must_use]
+    pub fn new() -> StampOptions {
+        StampOptions::default()
+    }
+
+    /// The least epoch the stamp may return (rule 8 of the contract). A
+    /// quorum stamps every account it holds at the largest epoch a majority
+    /// has seen plus one.
+    #[must_use]
+    pub fn with_floor(mut self, floor: u64) -> StampOptions {
+        self.floor = floor;
+        self
+    }
+
+    /// What the term's holder tells the others of itself, such as the
+    /// address at which it takes requests (rule 10 of the contract): at most
+    /// [`MAX_ADVERTISED_LEN`](crate::MAX_ADVERTISED_LEN) bytes of printable
+    /// ASCII, checked by the store before anything is sent.
+    #[must_use]
+    pub fn with_advertised(mut self, advertised: impl Into<String>) -> StampOptions {
+        self.advertised = Some(advertised.into());
+        self
+    }
+
+    /// The least epoch the stamp may return; 0 for none.
+    #[must_use]
+    pub fn floor(&self) -> u64 {
+        self.floor
+    }
+
+    /// What the holder advertises, if anything.
+    #[must_use]
+    pub fn advertised(&self) -> Option<&str> {
+        self.advertised.as_deref()
+    }
+}
