@@ -6,6 +6,10 @@ use std::time::Duration;
 
 use crate::error::{Error, Result};
 
+/// The request timeout of [`MutexOptions`](crate::MutexOptions) and of a
+/// store made without one (a bare [`BlobLeaseManager`](crate::BlobLeaseManager), say).
+pub(crate) const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(3);
+
 /// Runs `call` for at most `limit`; [`Error::Timeout`] naming `operation`
 /// when it runs out (at once for a zero limit, without starting the call).
 pub(crate) async fn bounded<T>(

@@ -2,8 +2,9 @@
 
 use std::time::Duration;
 
+use crate::bounded::DEFAULT_REQUEST_TIMEOUT;
 use crate::error::{Error, Result};
-use crate::store::check_advertised;
+use crate::store::{check_advertised, lease_seconds};
 
 /// Timing and behaviour of a [`BlobDistributedMutex`](crate::BlobDistributedMutex).
 ///
@@ -340,22 +341,6 @@ pub(crate) const FAIL_STOP_SLACK: Duration = Duration::from_millis(200);
 /// `stop_grace`: the abort's wait, and the fail-stop exit's slack.
 pub const STOP_SLACK: Duration = ABORT_WAIT.saturating_add(FAIL_STOP_SLACK);
 
-/// The request timeout of [`MutexOptions`] and of a bare [`BlobLeaseManager`](crate::BlobLeaseManager).
-pub(crate) const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(3);
-
-/// A fixed lease duration in whole seconds from 15 to 60, as Azure takes it.
-/// Checked before any duration reaches the SDK, whose `From<Duration>` for
-/// its lease duration casts to `u8` and wraps anything over 255 s.
-pub(crate) fn lease_seconds(duration: Duration) -> Result<u8> {
-    match u8::try_from(duration.as_secs()) {
-        Ok(s @ 15..=60) if duration.subsec_nanos() == 0 => Ok(s),
-        _ => Err(Error::invalid(
-            "lease_duration",
-            format!("must be whole seconds from 15 to 60, got {duration:?}"),
-        )),
-    }
-}
-
 /// A holder name is stored as blob metadata, so it must be a valid HTTP
 /// header value: printable ASCII.
 pub(crate) fn validate_holder(holder: &str) -> Result<()> {
@@ -503,16 +488,6 @@ mod tests {
         }
         d().with_acquire_timeout(Duration::ZERO).validate().unwrap();
         d().with_failure_backoff(MAX_DURATION).validate().unwrap();
-    }
-
-    #[test]
-    fn lease_seconds_refuses_what_the_sdk_would_wrap() {
-        assert_eq!(lease_seconds(Duration::from_secs(15)).unwrap(), 15);
-        assert_eq!(lease_seconds(Duration::from_secs(60)).unwrap(), 60);
-        for bad in [0, 14, 61, 255, 300] {
-            assert!(lease_seconds(Duration::from_secs(bad)).is_err(), "{bad}");
-        }
-        assert!(lease_seconds(Duration::from_millis(20_500)).is_err());
     }
 
     #[test]

@@ -604,6 +604,19 @@ pub(crate) fn check_state_len(state: &[u8]) -> Result<()> {
 /// every listing of a set.
 pub const MAX_ADVERTISED_LEN: usize = 256;
 
+/// A fixed lease duration in whole seconds from 15 to 60, as Azure takes it.
+/// Checked before any duration reaches the SDK, whose `From<Duration>` for
+/// its lease duration casts to `u8` and wraps anything over 255 s.
+pub(crate) fn lease_seconds(duration: Duration) -> Result<u8> {
+    match u8::try_from(duration.as_secs()) {
+        Ok(s @ 15..=60) if duration.subsec_nanos() == 0 => Ok(s),
+        _ => Err(Error::invalid(
+            "lease_duration",
+            format!("must be whole seconds from 15 to 60, got {duration:?}"),
+        )),
+    }
+}
+
 /// Refuses an advertised value that is empty, longer than
 /// [`MAX_ADVERTISED_LEN`], not printable ASCII (it is an HTTP header value
 /// on Azure), or with spaces at either end (which storage would trim, so
@@ -707,6 +720,16 @@ pub trait LeaseSetStore: Send + Sync + 'static {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn lease_seconds_refuses_what_the_sdk_would_wrap() {
+        assert_eq!(lease_seconds(Duration::from_secs(15)).unwrap(), 15);
+        assert_eq!(lease_seconds(Duration::from_secs(60)).unwrap(), 60);
+        for bad in [0, 14, 61, 255, 300] {
+            assert!(lease_seconds(Duration::from_secs(bad)).is_err(), "{bad}");
+        }
+        assert!(lease_seconds(Duration::from_millis(20_500)).is_err());
+    }
 
     #[test]
     fn advertised_values_are_short_printable_and_untrimmed() {

@@ -18,7 +18,7 @@ use super::protocol::{encode_holder, parse_candidate, HOLDER_KEY, PRIORITY_KEY, 
 use super::set::{delete_stale, delete_unleased, list};
 use super::BlobLeaseManager;
 use crate::error::Result;
-use crate::options::lease_seconds;
+use crate::store::lease_seconds;
 use crate::store::names::{is_record, CANDIDATES};
 use crate::store::{Acquire, Candidate, LeaseId, LeaseState};
 

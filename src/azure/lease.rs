@@ -16,8 +16,9 @@ use crate::azure::protocol::{
 };
 use crate::azure::settings::BlobSettings;
 use crate::bounded::bounded;
+use crate::bounded::DEFAULT_REQUEST_TIMEOUT;
 use crate::error::{Error, Result};
-use crate::options::{lease_seconds, DEFAULT_REQUEST_TIMEOUT};
+use crate::store::lease_seconds;
 use crate::store::{
     check_advertised, Acquire, Candidate, LeaseId, LeaseInfo, LeaseStore, StampOptions,
 };

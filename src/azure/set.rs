@@ -15,8 +15,8 @@ use super::collect::{self, Collection, Collector};
 use super::settings::BlobSettings;
 use super::BlobLeaseManager;
 use crate::bounded::bounded;
+use crate::bounded::DEFAULT_REQUEST_TIMEOUT;
 use crate::error::Result;
-use crate::options::DEFAULT_REQUEST_TIMEOUT;
 use crate::store::names::{collectable, SetLease};
 use crate::store::{LeaseInfo, LeaseSetStore};
 

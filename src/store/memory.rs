@@ -9,7 +9,7 @@ use tokio::time::Instant;
 
 use crate::azure::collect::{Collection, Collector};
 use crate::error::{Error, Result};
-use crate::options::lease_seconds;
+use crate::store::lease_seconds;
 use crate::store::names::{self, collectable, SetLease};
 use crate::store::{
     check_advertised, check_state_len, Acquire, Candidate, LeaseId, LeaseInfo, LeaseSetStore,

@@ -22,8 +22,8 @@ use tokio::time::Instant;
 use crate::azure::settings::BlobSettings;
 use crate::azure::BlobLeaseManager;
 use crate::bounded::bounded;
+use crate::bounded::DEFAULT_REQUEST_TIMEOUT;
 use crate::error::{Error, Result};
-use crate::options::DEFAULT_REQUEST_TIMEOUT;
 use crate::store::{Acquire, Candidate, LeaseId, LeaseInfo, LeaseState, LeaseStore, StampOptions};
 
 use self::calls::vote_ok;

@@ -14,8 +14,8 @@ use super::{merge, vote_ok, Missing, QuorumLeaseStore, MAX_QUORUM_ACCOUNTS};
 use crate::azure::settings::BlobSettings;
 use crate::azure::BlobLeaseSetStore;
 use crate::bounded::bounded;
+use crate::bounded::DEFAULT_REQUEST_TIMEOUT;
 use crate::error::{Error, Result};
-use crate::options::DEFAULT_REQUEST_TIMEOUT;
 use crate::store::{LeaseInfo, LeaseSetStore};
 
 /// A lease set over N independent lease-set stores (storage accounts): each
