@@ -145,7 +145,11 @@ pub struct LeaseInfo {
     pub acquired_at: Option<String>,
     /// The blob's content length in bytes.
     pub content_length: u64,
-    /// The blob's `ETag` (empty for stores that have none).
+    /// The blob's `ETag` (empty for stores that have none): new with every
+    /// write to the blob (a stamp, a state write) and when the blob is made
+    /// again after it was lost; lease calls leave it as it is. A quorum's
+    /// hold-off keeps its record of an account seen without an epoch only
+    /// while the blob shows the `ETag` it first showed.
     pub etag: String,
     /// Whether the lease carries the marker of a lease set's member (on
     /// Azure, the metadata [`MEMBER_KEY`](crate::MEMBER_KEY)), which only a

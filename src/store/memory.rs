@@ -82,6 +82,20 @@ struct State {
     candidates: BTreeMap<String, Record>,
     /// Marked as a lease set's member (see [`LeaseInfo::member`]).
     member: bool,
+    /// The blob's version, shown as its `ETag`: new with every write and
+    /// every creation, as on Azure (lease calls leave it as it is).
+    version: u64,
+}
+
+/// Versions come from one counter for every store, so that a blob made
+/// again after it was lost never shows an `ETag` it showed before.
+static VERSIONS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+impl State {
+    /// Marks a write to the blob (or its creation): a new `ETag`.
+    fn written(&mut self) {
+        self.version = VERSIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
 }
 
 /// One candidate's record: held like a lease, and listed while held.
@@ -112,6 +126,7 @@ impl State {
         info.epoch = self.epoch;
         info.content_length = u64::try_from(self.content.len()).unwrap_or(u64::MAX);
         info.member = self.member;
+        info.etag = format!("\"0x{:X}\"", self.version);
         Some(info)
     }
 }
@@ -172,6 +187,7 @@ impl MemoryLeaseStore {
                     .format(&time::format_description::well_known::Rfc3339)
                     .ok();
                 state.member |= member;
+                state.written();
                 Ok(epoch)
             }
             _ => Err(lost("stamp")),
@@ -260,6 +276,7 @@ impl LeaseStore for MemoryLeaseStore {
             if !state.created {
                 // Like Azure: the member lease creates its blob marked.
                 state.member = member;
+                state.written();
             }
             state.created = true;
             match state.lease {
@@ -461,6 +478,7 @@ impl LeaseStore for MemoryLeaseStore {
         self.call("write state", move |state, now| match state.lease {
             Some(held) if held.id == lease && held.until > now => {
                 state.content = checked?;
+                state.written();
                 Ok(())
             }
             _ => Err(Error::StateWriteRefused(

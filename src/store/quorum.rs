@@ -273,9 +273,9 @@ pub struct QuorumLeaseStore<S: LeaseStore = BlobLeaseManager> {
 }
 
 /// Per account: since when a store has seen the lease without an epoch
-/// there. Shared by the stores of one lease that a lease set makes, one
-/// per attempt.
-type Missing = Arc<Mutex<Vec<Option<Instant>>>>;
+/// there, and the version of the blob (its `ETag`) it saw so. Shared by the
+/// stores of one lease that a lease set makes, one per attempt.
+type Missing = Arc<Mutex<Vec<Option<(Instant, String)>>>>;
 
 /// What the store remembers of a lease id it acquired.
 #[derive(Debug, Clone)]

@@ -8,7 +8,7 @@ use tokio::time::Instant;
 use tracing::debug;
 
 use super::epoch::{catch_up, lift, read_each, read_last, stamp_all, Stamp};
-use super::hold_off::{self, first_missing, Account, Read, HOLD_OFF};
+use super::hold_off::{self, first_missing, on_the_same_blob, Account, Read, HOLD_OFF};
 use super::rules::{
     acquire_outcome, carried_by_majority, next_epoch, AcquireOutcome, Acquired, RenewOutcome,
     Renewed, Standing,
@@ -113,9 +113,12 @@ impl<S: LeaseStore> QuorumLeaseStore<S> {
     fn seen_held(&self, answers: &Answers<Acquire>) {
         let now = Instant::now();
         let mut missing = self.missing.lock().unwrap_or_else(PoisonError::into_inner);
-        for (since, answer) in missing.iter_mut().zip(answers) {
+        for (record, answer) in missing.iter_mut().zip(answers) {
             let held = matches!(answer, Some(Ok(Acquire::Held)));
-            *since = first_missing(*since, Read::Unread, held, now);
+            let since = first_missing(record.as_ref().map(|r| r.0), Read::Unread, held, now);
+            if since.is_none() {
+                *record = None;
+            }
         }
     }
 
@@ -124,11 +127,10 @@ impl<S: LeaseStore> QuorumLeaseStore<S> {
     /// lease, since any earlier read found them without one, so what was
     /// seen before says nothing of a lease they grant after the term.
     fn seen_in_term(&self, which: &[bool]) {
-        let now = Instant::now();
         let mut missing = self.missing.lock().unwrap_or_else(PoisonError::into_inner);
-        for (since, seen) in missing.iter_mut().zip(which) {
+        for (record, seen) in missing.iter_mut().zip(which) {
             if *seen {
-                *since = first_missing(*since, Read::Carries, false, now);
+                *record = None;
             }
         }
     }
@@ -136,16 +138,31 @@ impl<S: LeaseStore> QuorumLeaseStore<S> {
     /// The granted accounts whose grant counts toward a new majority
     /// ([`hold_off::counted`]), from the epochs read; this store's record of
     /// the accounts seen without one is brought up to date.
-    fn counted(&self, answers: &Answers<Acquire>, granted: &[bool], reads: &[Read]) -> Vec<bool> {
+    fn counted(
+        &self,
+        answers: &Answers<Acquire>,
+        granted: &[bool],
+        reads: &[(Read, String)],
+    ) -> Vec<bool> {
         let now = Instant::now();
         let mut missing = self.missing.lock().unwrap_or_else(PoisonError::into_inner);
         let accounts: Vec<Account> = reads
             .iter()
             .zip(missing.iter_mut())
             .enumerate()
-            .map(|(i, (read, since))| {
+            .map(|(i, ((read, version), record))| {
                 let held_by_another = matches!(answers[i], Some(Ok(Acquire::Held)));
-                *since = first_missing(*since, *read, held_by_another, now);
+                let kept = record.as_ref().map(|(since, seen)| (*since, seen.as_str()));
+                let since = match read {
+                    Read::Missing => on_the_same_blob(kept, version),
+                    _ => kept.map(|(since, _)| since),
+                };
+                let since = first_missing(since, *read, held_by_another, now);
+                let version = match (read, record.take()) {
+                    (Read::Missing, _) => version.clone(),
+                    (_, kept) => kept.map(|(_, seen)| seen).unwrap_or_default(),
+                };
+                *record = since.map(|since| (since, version));
                 Account {
                     granted: granted[i],
                     read: *read,

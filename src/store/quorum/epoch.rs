@@ -125,7 +125,7 @@ pub(super) async fn read_each<S: LeaseStore>(
     accounts: &[(String, S)],
     which: &[bool],
     limit: Duration,
-) -> Vec<Seen> {
+) -> Vec<(Seen, String)> {
     let mut asking = Asking::new(
         accounts,
         "acquire",
@@ -138,9 +138,10 @@ pub(super) async fn read_each<S: LeaseStore>(
     answers
         .iter()
         .map(|answer| match answer {
-            Some(Ok(Some(info))) if info.epoch > 0 => Seen::Carries,
-            Some(Ok(_)) => Seen::Missing,
-            Some(Err(_)) | None => Seen::Unread,
+            Some(Ok(Some(info))) if info.epoch > 0 => (Seen::Carries, info.etag.clone()),
+            Some(Ok(Some(info))) => (Seen::Missing, info.etag.clone()),
+            Some(Ok(None)) => (Seen::Missing, String::new()),
+            Some(Err(_)) | None => (Seen::Unread, String::new()),
         })
         .collect()
 }

@@ -46,6 +46,24 @@ pub(crate) fn first_missing<T: Copy>(
     }
 }
 
+/// The record kept of an account seen without an epoch, `since` an instant
+/// and on the blob at `version` (its `ETag`), after a read that found it
+/// without one on the blob at `seen`: the record stands only while the blob
+/// is the one first seen so. Another version means that the blob was
+/// written (a term stamped it) or made anew (lost and created again) since,
+/// unseen by this store between two of its reads: a lease granted there
+/// meanwhile may still hold a live term's deadline, so the wait starts
+/// over. A store that shows no `ETag` (an empty `version`) keeps the record.
+pub(crate) fn on_the_same_blob<T: Copy, V: PartialEq + ?Sized>(
+    record: Option<(T, &V)>,
+    seen: &V,
+) -> Option<T> {
+    match record {
+        Some((since, version)) if version == seen => Some(since),
+        _ => None,
+    }
+}
+
 /// One account as the acquire sees it once a majority granted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Account {

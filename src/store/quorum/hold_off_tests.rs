@@ -296,3 +296,68 @@ async fn the_wait_starts_over_once_the_account_is_seen_held_by_another() {
     accounts[0].renew(foreign).await.unwrap();
     assert_eq!(b.acquire(lease_b, D).await.unwrap(), Acquire::Acquired);
 }
+
+/// A candidate held off on an account that lost its blob, then silent for
+/// longer than the hold-off (frozen, say) while a term acquired and stamped
+/// that account, must not count it at once when it finds it without an
+/// epoch again: the blob it first saw so is not the one it sees now, and
+/// the term's lease there may carry a live deadline until the blob was
+/// lost again. (The model checker's counterexample with freezes.)
+#[tokio::test(start_paused = true)]
+async fn a_candidate_silent_past_the_hold_off_starts_it_over_on_a_blob_made_anew() {
+    let accounts = accounts(3);
+    let (candidate, leader) = (quorum(&accounts), quorum(&accounts));
+    // An old term stamped every account; account 2 then lost its blob, and
+    // another application holds account 1 (for a minute at a time).
+    let old = LeaseId::new();
+    let stamped = quorum(&accounts);
+    assert_eq!(stamped.acquire(old, D).await.unwrap(), Acquire::Acquired);
+    stamped.stamp(old, "old").await.unwrap();
+    stamped.release(old).await.unwrap();
+    accounts[2].lose_blob();
+    let foreign = held_elsewhere(&accounts[1]).await;
+
+    // The candidate is granted {0, 2}, holds off on 2, and falls silent.
+    let first_seen = Instant::now();
+    let lease_c = LeaseId::new();
+    assert_eq!(candidate.acquire(lease_c, D).await.unwrap(), Acquire::Held);
+
+    // The leader waits out its own hold-off and leads on {0, 2}: account 2
+    // carries its epoch.
+    let lease_l = LeaseId::new();
+    while leader.acquire(lease_l, D).await.unwrap() != Acquire::Acquired {
+        advance(Duration::from_secs(1)).await;
+        accounts[1].renew(foreign).await.unwrap();
+    }
+    leader.stamp(lease_l, "leader").await.unwrap();
+    assert!(
+        accounts[2].epoch() > 0,
+        "account 2 carries the leader's epoch"
+    );
+
+    // Right after a renewal, account 0 goes down, account 2 loses its blob
+    // again, and account 1 is let go: the leader's deadline rests on
+    // leases that nobody can see any more.
+    advance(D / 3).await;
+    accounts[1].renew(foreign).await.unwrap();
+    let call = Instant::now();
+    leader.renew(lease_l).await.unwrap();
+    let leader_deadline = deadline(call);
+    accounts[0].set_unavailable(true);
+    accounts[2].lose_blob();
+    accounts[1].release(foreign).await.unwrap();
+    assert!(first_seen.elapsed() > HOLD_OFF, "silent past the hold-off");
+
+    // The candidate wakes and campaigns every second: granted {1, 2}.
+    let acquired = loop {
+        if candidate.acquire(lease_c, D).await.unwrap() == Acquire::Acquired {
+            break Instant::now();
+        }
+        advance(Duration::from_secs(1)).await;
+    };
+    assert!(
+        acquired >= leader_deadline,
+        "the candidate acquired {:?} before the leader's deadline",
+        leader_deadline - acquired
+    );
+}
