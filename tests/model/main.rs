@@ -55,6 +55,16 @@ fn a_hold_off_record_kept_across_the_instances_own_term_lets_two_leaders_overlap
 }
 
 #[test]
+fn a_hold_off_record_kept_whatever_the_blob_lets_a_candidate_frozen_past_it_overlap() {
+    let defects = Defects {
+        any_blob: true,
+        ..Defects::default()
+    };
+    let found = planted(defects, frozen(|_| {}), "one leader at a time");
+    found.print("the hold-off's record kept on a blob made anew");
+}
+
+#[test]
 fn a_margin_smaller_than_twice_the_drift_lets_two_leaders_overlap() {
     let found = planted(
         Defects::default(),

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use stateright::{Model, Property, Representative};
 
-use crate::hold_off::{self, first_missing, Read};
+use crate::hold_off::{self, first_missing, on_the_same_blob, Read};
 use crate::rules::{
     acquire_outcome, behind_the_stamp, carried_by_majority, lift, majority, next_epoch,
     read_outcome, vote_carried, vote_stamped, AcquireOutcome, Acquired, ReadOutcome, RenewOutcome,
@@ -35,6 +35,11 @@ pub(crate) struct Defects {
     /// account it saw empty before its term stamped it counts as empty
     /// since then.
     pub(crate) stale_hold_off: bool,
+    /// The hold-off's record kept whatever blob the account shows (the
+    /// crate before it compared `ETag`s): an account seen empty, stamped
+    /// and lost again while the instance read nothing counts as empty since
+    /// the first read.
+    pub(crate) any_blob: bool,
 }
 
 /// How many faults of each kind may happen in one run.
@@ -117,6 +122,9 @@ pub(crate) struct Account {
     pub(crate) lease: Option<(Id, u8)>,
     /// The epoch stamped on the blob; 0 when none (never stamped, or lost).
     pub(crate) epoch: u64,
+    /// The blob's version (its `ETag`): one more with every stamp, and
+    /// when the blob is lost and made again.
+    pub(crate) version: u8,
 }
 
 /// One instance.
@@ -128,9 +136,9 @@ pub(crate) struct Instance {
     pub(crate) term: Option<Term>,
     /// The first tick at which it campaigns again.
     pub(crate) wait_until: u8,
-    /// Per account: the tick since which it has seen it without an epoch
-    /// (the hold-off's record).
-    pub(crate) missing: Vec<Option<u8>>,
+    /// Per account: the tick since which it has seen it without an epoch,
+    /// and the blob's version then (the hold-off's record).
+    pub(crate) missing: Vec<Option<(u8, u8)>>,
     /// Crashed for good.
     pub(crate) crashed: bool,
     /// Frozen: takes no step.
@@ -328,6 +336,7 @@ impl Quorum {
                 s.accounts[a] = Account {
                     lease: None,
                     epoch: 0,
+                    version: s.accounts[a].version.wrapping_add(1),
                 };
                 let _ = write!(log, "account a{a} restarts empty");
                 fault(&mut s);
@@ -421,8 +430,11 @@ impl Quorum {
         let votes = self.votes(answers.iter().map(|a| a.vote()));
         let _ = write!(log, "i{i} acquires {}", show(&answers));
         for (a, answer) in answers.iter().enumerate() {
-            let since = &mut s.instances[i].missing[a];
-            *since = first_missing(*since, Read::Unread, *answer == Acquired::Held, t);
+            let record = &mut s.instances[i].missing[a];
+            let held = *answer == Acquired::Held;
+            if first_missing(record.map(|r| r.0), Read::Unread, held, t).is_none() {
+                *record = None;
+            }
         }
         let counted = votes.won().then(|| self.counted(s, i, &answers, lose, log));
         match acquire_outcome(&answers, votes, counted.as_deref()) {
@@ -444,10 +456,9 @@ impl Quorum {
         if self.0.defects.stale_hold_off {
             return;
         }
-        let t = s.t;
-        for (since, seen) in s.instances[i].missing.iter_mut().zip(which) {
+        for (record, seen) in s.instances[i].missing.iter_mut().zip(which) {
             if *seen {
-                *since = first_missing(*since, Read::Carries, false, t);
+                *record = None;
             }
         }
     }
@@ -473,8 +484,19 @@ impl Quorum {
                     _ => Read::Carries,
                 };
                 let held = answers[a] == Acquired::Held;
-                let since = &mut s.instances[i].missing[a];
-                *since = first_missing(*since, read, held, t);
+                let version = s.accounts[a].version;
+                let record = &mut s.instances[i].missing[a];
+                let kept = record.as_ref().map(|(since, seen)| (*since, seen));
+                let since = match read {
+                    Read::Missing if !self.0.defects.any_blob => on_the_same_blob(kept, &version),
+                    _ => kept.map(|(since, _)| since),
+                };
+                let since = first_missing(since, read, held, t);
+                let seen = match (read, *record) {
+                    (Read::Missing, _) | (_, None) => version,
+                    (_, Some((_, seen))) => seen,
+                };
+                *record = since.map(|since| (since, seen));
                 // Measured on the candidate's clock, which may run `drift`
                 // ahead over the wait.
                 let ticks = since.map_or(0, |since| t - since + self.0.drift);
@@ -701,6 +723,7 @@ impl Quorum {
         match account.lease {
             Some((holder, expires)) if holder == id && t < expires => {
                 account.epoch = next_epoch(account.epoch, floor).unwrap_or(u64::MAX);
+                account.version = account.version.wrapping_add(1);
                 Stamped::Carries(account.epoch)
             }
             _ => Stamped::Lost,
@@ -767,7 +790,8 @@ impl Model for Quorum {
             accounts: vec![
                 Account {
                     lease: None,
-                    epoch: 0
+                    epoch: 0,
+                    version: 0,
                 };
                 c.accounts
             ],
