@@ -71,6 +71,8 @@ mod fate;
 mod options;
 
 pub use self::options::LeaseSetOptions;
+#[cfg(test)]
+mod balance_tests;
 #[cfg(all(test, feature = "testing"))]
 mod names_tests;
 #[cfg(all(test, feature = "testing"))]
@@ -462,7 +464,9 @@ async fn balance<S: LeaseSetStore>(ctx: LeaderContext, shared: Arc<Shared<S>>) -
             Ok((members, leased)) => {
                 let mine: BTreeSet<String> = claims.keys().cloned().collect();
                 let free = free(&shared.partitions, &mine, &leased);
-                let orphaned = free_since.observe(&free, Instant::now(), grace);
+                let now = Instant::now();
+                let orphaned =
+                    free_since.observe(&free, now, |since| now.duration_since(since) >= grace);
                 let view = View {
                     me: &shared.holder,
                     members: &members,
@@ -471,7 +475,8 @@ async fn balance<S: LeaseSetStore>(ctx: LeaderContext, shared: Arc<Shared<S>>) -
                     leased: &leased,
                     orphaned: &orphaned,
                 };
-                let Plan { claim, release } = plan(&view, options.strategy, &mut random);
+                let Plan { claim, release } =
+                    plan(&view, options.strategy, &mut |n| random.below(n));
                 let most = options.max_releases_per_cycle.unwrap_or(usize::MAX);
                 for partition in release.into_iter().take(most) {
                     debug!(holder = %shared.holder, %partition, "giving a partition up to balance the set");
