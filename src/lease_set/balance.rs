@@ -102,7 +102,7 @@ pub(crate) fn free<'a>(
 
 /// Since when (an instant of the caller's clock, `T`) each listing in a row
 /// has shown a partition free.
-#[derive(Debug)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub(crate) struct FreeSince<T>(BTreeMap<String, T>);
 
 impl<T> Default for FreeSince<T> {

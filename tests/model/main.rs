@@ -14,10 +14,22 @@ mod rules;
 #[allow(dead_code, unreachable_pub)]
 mod hold_off;
 
+// The lease set's balancer, the same file.
+#[path = "../../src/lease_set/balance.rs"]
+#[allow(dead_code, unreachable_pub)]
+mod balance;
+
+// The handover's decisions, the same file.
+#[path = "../../src/engine/handover.rs"]
+#[allow(dead_code, unreachable_pub)]
+mod handover;
+
 mod check;
+mod lease_set;
 mod quorum;
 
 use check::{check, Found};
+use lease_set::{Config as SetConfig, Faults as SetFaults, LeaseSet};
 use quorum::{Config, Defects, Quorum};
 
 #[test]
@@ -127,4 +139,38 @@ fn the_configuration_named_by_the_environment_keeps_every_promise() {
     let report = check(Quorum(config.clone()), None);
     report.print(&format!("{config:?}"));
     report.assert_complete_and_safe();
+}
+
+#[test]
+fn a_lease_set_of_two_instances_and_three_partitions_keeps_every_promise_through_a_join_a_leave_and_a_crash(
+) {
+    let report = check(LeaseSet(SetConfig::two_by_three()), None);
+    report.print("lease set: 2 instances × 1 account × 3 partitions");
+    report.assert_complete_and_safe();
+}
+
+#[test]
+fn a_partition_claimed_from_a_departed_member_while_its_lease_could_still_be_live_has_two_owners() {
+    let mut config = SetConfig::two_by_three();
+    config.defects.claim_from_departed = true;
+    // A frozen owner's member lease expires before its partitions' do.
+    config.faults = SetFaults {
+        joins: 0,
+        leaves: 0,
+        crashes: 0,
+        freezes: 1,
+        losses: 0,
+    };
+    let property = "one owner per partition at a time";
+    let found = check(LeaseSet(config), Some(property)).found(property);
+    found.print("a partition claimed while its owner's lease could still be live");
+}
+
+#[test]
+fn a_lost_renewal_counted_as_a_success_lets_a_partition_have_two_owners() {
+    let mut config = SetConfig::two_by_three();
+    config.defects.lost_renewal_counted = true;
+    let property = "one owner per partition at a time";
+    let found = check(LeaseSet(config), Some(property)).found(property);
+    found.print("a lost renewal counted as a success");
 }
