@@ -76,7 +76,7 @@ impl Config {
             margin: 2,
             renew: 2,
             horizon: 12,
-            bound: 5,
+            bound: 3,
             faults: Faults {
                 joins: 1,
                 leaves: 1,

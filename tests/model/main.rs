@@ -22,13 +22,15 @@ mod balance;
 // The handover's decisions, the same file.
 #[path = "../../src/engine/handover.rs"]
 #[allow(dead_code, unreachable_pub)]
-mod handover;
+mod handover_rules;
 
 mod check;
+mod handover;
 mod lease_set;
 mod quorum;
 
 use check::{check, Found};
+use handover::{Config as HandoverConfig, Handover};
 use lease_set::{Config as SetConfig, Faults as SetFaults, LeaseSet};
 use quorum::{Config, Defects, Quorum};
 
@@ -109,17 +111,35 @@ fn the_renewal_rule_before_the_basis_lets_two_leaders_overlap() {
 }
 
 /// A configuration from the environment (`BLOB_MUTEX_MODEL`, as
-/// `instances=3,accounts=5,horizon=8`), for `scripts/model`; by default
-/// 2 instances × 3 accounts to a horizon of 8 ticks.
+/// `instances=3,accounts=5,horizon=8`, or `model=lease-set,instances=3,partitions=4`
+/// or `model=handover,horizon=16`), for `scripts/model`; by default the
+/// quorum's 2 instances × 3 accounts to a horizon of 8 ticks.
 #[test]
 fn the_configuration_named_by_the_environment_keeps_every_promise() {
+    let named = std::env::var("BLOB_MUTEX_MODEL").unwrap_or_default();
+    let mut model = "quorum";
+    let mut settings = Vec::new();
+    for pair in named.split(',').filter(|p| !p.is_empty()) {
+        let (key, value) = pair.split_once('=').expect("key=value");
+        if key == "model" {
+            model = value;
+        } else {
+            settings.push((key, value.parse::<u8>().expect("a number")));
+        }
+    }
+    match model {
+        "quorum" => named_quorum(&settings),
+        "lease-set" => named_lease_set(&settings),
+        "handover" => named_handover(&settings),
+        other => panic!("unknown model {other} (quorum, lease-set, handover)"),
+    }
+}
+
+fn named_quorum(settings: &[(&str, u8)]) {
     let mut config = Config::three_by_three();
     config.instances = 2;
     config.horizon = 8;
-    let named = std::env::var("BLOB_MUTEX_MODEL").unwrap_or_default();
-    for pair in named.split(',').filter(|p| !p.is_empty()) {
-        let (key, value) = pair.split_once('=').expect("key=value");
-        let value: u8 = value.parse().expect("a number");
+    for &(key, value) in settings {
         match key {
             "instances" => config.instances = value.into(),
             "accounts" => config.accounts = value.into(),
@@ -137,6 +157,50 @@ fn the_configuration_named_by_the_environment_keeps_every_promise() {
         }
     }
     let report = check(Quorum(config.clone()), None);
+    report.print(&format!("{config:?}"));
+    report.assert_complete_and_safe();
+}
+
+fn named_lease_set(settings: &[(&str, u8)]) {
+    let mut config = SetConfig::two_by_three();
+    for &(key, value) in settings {
+        match key {
+            "instances" => config.instances = value.into(),
+            "partitions" => config.partitions = value.into(),
+            "horizon" => config.horizon = value,
+            "lease" => config.lease = value,
+            "renew" => config.renew = value,
+            "bound" => config.bound = value,
+            "joins" => config.faults.joins = value,
+            "leaves" => config.faults.leaves = value,
+            "crashes" => config.faults.crashes = value,
+            "freezes" => config.faults.freezes = value,
+            "losses" => config.faults.losses = value,
+            other => panic!("unknown setting {other}"),
+        }
+    }
+    let report = check(LeaseSet(config.clone()), None);
+    report.print(&format!("{config:?}"));
+    report.assert_complete_and_safe();
+}
+
+fn named_handover(settings: &[(&str, u8)]) {
+    let mut config = HandoverConfig::three_instances();
+    for &(key, value) in settings {
+        match key {
+            // Instances beyond the three: candidates of priority 1 too.
+            "instances" => config.priorities.resize(value.into(), Some(1)),
+            "horizon" => config.horizon = value,
+            "lease" => config.lease = value,
+            "renew" => config.renew = value,
+            "grace" => config.grace = value,
+            "bound" => config.bound = value,
+            "crashes" => config.faults.crashes = value,
+            "losses" => config.faults.losses = value,
+            other => panic!("unknown setting {other}"),
+        }
+    }
+    let report = check(Handover(config.clone()), None);
     report.print(&format!("{config:?}"));
     report.assert_complete_and_safe();
 }
@@ -173,4 +237,21 @@ fn a_lost_renewal_counted_as_a_success_lets_a_partition_have_two_owners() {
     let property = "one owner per partition at a time";
     let found = check(LeaseSet(config), Some(property)).found(property);
     found.print("a lost renewal counted as a success");
+}
+
+#[test]
+fn a_handover_with_a_third_instance_trying_to_acquire_keeps_every_promise() {
+    let report = check(Handover(HandoverConfig::three_instances()), None);
+    report.print("handover: a leader, its successor and a third acquirer");
+    report.assert_complete_and_safe();
+}
+
+#[test]
+fn a_change_lease_before_the_tasks_stopped_lets_two_leaders_overlap() {
+    let mut config = HandoverConfig::three_instances();
+    config.defects.change_before_stop = true;
+    config.faults.crashes = 0;
+    let property = "one leader at a time";
+    let found = check(Handover(config), Some(property)).found(property);
+    found.print("a Change Lease before the tasks stopped");
 }
