@@ -101,9 +101,9 @@ pub(crate) fn free<'a>(
 }
 
 /// Since when (an instant of the caller's clock, `T`) each listing in a row
-/// has shown a partition free.
+/// has shown a partition free, and with which epoch.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub(crate) struct FreeSince<T>(BTreeMap<String, T>);
+pub(crate) struct FreeSince<T>(BTreeMap<String, (T, u64)>);
 
 impl<T> Default for FreeSince<T> {
     fn default() -> Self {
@@ -112,23 +112,32 @@ impl<T> Default for FreeSince<T> {
 }
 
 impl<T: Copy> FreeSince<T> {
-    /// Records one listing's free partitions at `now`, and returns those free
-    /// in every listing since an instant for which `grace_over` holds (the
-    /// grace of [`ORPHAN_CYCLES`] intervals has passed since then).
+    /// Records one listing's free partitions, each with the epoch its blob
+    /// carries, at `now`, and returns those free in every listing since an
+    /// instant for which `grace_over` holds (the grace of [`ORPHAN_CYCLES`]
+    /// intervals has passed since then).
+    ///
+    /// A partition whose epoch moved between two listings that both showed
+    /// it free was owned in between (each term stamps the next epoch): its
+    /// wait starts again. Without that, an instance at its share could
+    /// count as orphaned a partition that changed hands between its
+    /// listings, claim it ahead of the member under its share that was
+    /// about to, and give it up again the next cycle, over and over.
     pub(crate) fn observe(
         &mut self,
-        free: &[&String],
+        free: &[(&String, u64)],
         now: T,
         grace_over: impl Fn(T) -> bool,
     ) -> BTreeSet<String> {
-        let seen: BTreeSet<&String> = free.iter().copied().collect();
-        self.0.retain(|p, _| seen.contains(p));
-        for p in seen {
-            self.0.entry(p.clone()).or_insert(now);
+        let seen: BTreeMap<&String, u64> = free.iter().copied().collect();
+        self.0
+            .retain(|p, (_, epoch)| seen.get(p).is_some_and(|e| e == epoch));
+        for (p, epoch) in seen {
+            self.0.entry(p.clone()).or_insert((now, epoch));
         }
         self.0
             .iter()
-            .filter(|(_, since)| grace_over(**since))
+            .filter(|(_, (since, _))| grace_over(*since))
             .map(|(p, _)| p.clone())
             .collect()
     }

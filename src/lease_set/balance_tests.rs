@@ -262,17 +262,39 @@ fn a_partition_is_orphaned_once_every_listing_of_the_grace_showed_it_free() {
     let grace = Duration::from_secs(2);
     let t0 = Instant::now();
     let mut since = FreeSince::default();
-    assert!(since.observe(&[&p, &q], t0, over(t0, grace)).is_empty());
+    assert!(since
+        .observe(&[(&p, 1), (&q, 1)], t0, over(t0, grace))
+        .is_empty());
     let later = t0 + Duration::from_secs(1);
-    assert!(since.observe(&[&p], later, over(later, grace)).is_empty());
+    assert!(since
+        .observe(&[(&p, 1)], later, over(later, grace))
+        .is_empty());
     // q was leased in between: its wait starts again.
     let at = t0 + grace;
     assert_eq!(
-        since.observe(&[&p, &q], at, over(at, grace)),
+        since.observe(&[(&p, 1), (&q, 1)], at, over(at, grace)),
         BTreeSet::from([p.clone()])
     );
     assert_eq!(
-        since.observe(&[&p, &q], at + grace, over(at + grace, grace)),
+        since.observe(&[(&p, 1), (&q, 1)], at + grace, over(at + grace, grace)),
         BTreeSet::from([p, q])
+    );
+}
+
+/// Owned and given up between two listings, a partition shows free in both,
+/// with a newer epoch: it was owned in between, and its wait starts again.
+#[test]
+fn a_partition_owned_between_two_listings_is_not_orphaned() {
+    let p = "p".to_owned();
+    let grace = Duration::from_secs(2);
+    let t0 = Instant::now();
+    let mut since = FreeSince::default();
+    assert!(since.observe(&[(&p, 4)], t0, over(t0, grace)).is_empty());
+    let at = t0 + grace;
+    assert!(since.observe(&[(&p, 5)], at, over(at, grace)).is_empty());
+    let later = at + grace;
+    assert_eq!(
+        since.observe(&[(&p, 5)], later, over(later, grace)),
+        BTreeSet::from([p])
     );
 }

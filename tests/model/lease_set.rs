@@ -425,11 +425,19 @@ impl LeaseSet {
             .map(partition)
             .collect();
         let free = free(&names, &mine, &leased);
+        // Each free partition with the epoch its blob carries, as listed.
+        let with_epochs: Vec<(&String, u64)> = free
+            .iter()
+            .filter_map(|p| {
+                let index = names.iter().position(|n| n == *p)?;
+                Some((*p, u64::from(s.partitions[index].epoch)))
+            })
+            .collect();
         // One balance interval a tick.
         let grace = u8::try_from(ORPHAN_CYCLES).unwrap_or(u8::MAX);
         let orphaned = s.instances[i]
             .free_since
-            .observe(&free, t, |since| t - since >= grace);
+            .observe(&with_epochs, t, |since| t - since >= grace);
         let me = name(i);
         let view = View {
             me: &me,

@@ -255,3 +255,22 @@ fn a_change_lease_before_the_tasks_stopped_lets_two_leaders_overlap() {
     let found = check(Handover(config), Some(property)).found(property);
     found.print("a Change Lease before the tasks stopped");
 }
+
+/// Three instances, the third joining: a partition given up to balance the
+/// set goes to the newcomer, not back and forth between the others.
+#[test]
+fn a_lease_set_of_three_instances_owns_every_partition_within_the_bound_after_a_join() {
+    let mut config = SetConfig::two_by_three();
+    config.instances = 3;
+    config.horizon = 11;
+    config.faults = SetFaults {
+        joins: 1,
+        leaves: 0,
+        crashes: 0,
+        freezes: 0,
+        losses: 0,
+    };
+    let report = check(LeaseSet(config), None);
+    report.print("lease set: 3 instances × 1 account × 3 partitions, one joining");
+    report.assert_complete_and_safe();
+}
