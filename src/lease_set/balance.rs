@@ -117,12 +117,15 @@ impl<T: Copy> FreeSince<T> {
     /// instant for which `grace_over` holds (the grace of [`ORPHAN_CYCLES`]
     /// intervals has passed since then).
     ///
-    /// A partition whose epoch moved between two listings that both showed
-    /// it free was owned in between (each term stamps the next epoch): its
+    /// A partition whose epoch rose between two listings that both showed
+    /// it free was owned in between (each term stamps a larger epoch): its
     /// wait starts again. Without that, an instance at its share could
     /// count as orphaned a partition that changed hands between its
     /// listings, claim it ahead of the member under its share that was
-    /// about to, and give it up again the next cycle, over and over.
+    /// about to, and give it up again the next cycle, over and over. Only a
+    /// rise counts: a quorum's listing shows the largest epoch of the
+    /// accounts that answered, which may be lower in one listing than in
+    /// the last without anyone owning the partition in between.
     pub(crate) fn observe(
         &mut self,
         free: &[(&String, u64)],
@@ -131,7 +134,7 @@ impl<T: Copy> FreeSince<T> {
     ) -> BTreeSet<String> {
         let seen: BTreeMap<&String, u64> = free.iter().copied().collect();
         self.0
-            .retain(|p, (_, epoch)| seen.get(p).is_some_and(|e| e == epoch));
+            .retain(|p, (_, highest)| seen.get(p).is_some_and(|e| e <= highest));
         for (p, epoch) in seen {
             self.0.entry(p.clone()).or_insert((now, epoch));
         }
