@@ -709,6 +709,7 @@ fn joined_task(joined: std::result::Result<Ended, JoinError>) -> Ended {
 
 pub(crate) mod fail_stop;
 pub(crate) mod first_contact;
+pub(crate) mod handover;
 pub(crate) mod leader;
 pub(crate) mod leadership;
 pub(crate) mod lingering;

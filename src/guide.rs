@@ -10,7 +10,7 @@
 //! | [Partitions](partitions) | many leases shared among instances: [`BlobLeaseSet`](crate::BlobLeaseSet) |
 //! | [Planned handover](handover) | handing the lease to a preferred successor, for rolling upgrades |
 //! | [A quorum of storage accounts](quorum) | leading on a majority of 3 or 5 accounts, and its safety argument |
-//! | [The model checker](model) | every interleaving of the quorum's decisions in small configurations, what it found, how to run it |
+//! | [The model checker](model) | every interleaving of the quorum's, the lease set's and the handover's decisions in small configurations, what it found, how to run it |
 //! | [Leader state](state) | state kept in the lease blob, whose writes storage fences |
 //! | [Testing](testing) | testing your leader code and other lease stores, Azurite, this crate's tests |
 //! | [Metrics and operations](operations) | metrics, the health endpoint, least privilege, stale blobs, benchmarks |

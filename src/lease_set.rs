@@ -71,6 +71,8 @@ mod fate;
 mod options;
 
 pub use self::options::LeaseSetOptions;
+#[cfg(test)]
+mod balance_tests;
 #[cfg(all(test, feature = "testing"))]
 mod names_tests;
 #[cfg(all(test, feature = "testing"))]
@@ -459,10 +461,21 @@ async fn balance<S: LeaseSetStore>(ctx: LeaderContext, shared: Arc<Shared<S>>) -
     loop {
         claims.retain(|_, claim| !claim.handle.is_finished());
         match read_set(&shared, &ctx).await {
-            Ok((members, leased)) => {
+            Ok(Listing {
+                members,
+                leased,
+                epochs,
+            }) => {
                 let mine: BTreeSet<String> = claims.keys().cloned().collect();
                 let free = free(&shared.partitions, &mine, &leased);
-                let orphaned = free_since.observe(&free, Instant::now(), grace);
+                let with_epochs: Vec<(&String, u64)> = free
+                    .iter()
+                    .map(|p| (*p, epochs.get(*p).copied().unwrap_or(0)))
+                    .collect();
+                let now = Instant::now();
+                let orphaned = free_since.observe(&with_epochs, now, |since| {
+                    now.duration_since(since) >= grace
+                });
                 let view = View {
                     me: &shared.holder,
                     members: &members,
@@ -471,7 +484,8 @@ async fn balance<S: LeaseSetStore>(ctx: LeaderContext, shared: Arc<Shared<S>>) -
                     leased: &leased,
                     orphaned: &orphaned,
                 };
-                let Plan { claim, release } = plan(&view, options.strategy, &mut random);
+                let Plan { claim, release } =
+                    plan(&view, options.strategy, &mut |n| random.below(n));
                 let most = options.max_releases_per_cycle.unwrap_or(usize::MAX);
                 for partition in release.into_iter().take(most) {
                     debug!(holder = %shared.holder, %partition, "giving a partition up to balance the set");
@@ -515,12 +529,18 @@ impl Drop for ForgetOwners<'_> {
     }
 }
 
-/// The live members and the leased partitions (with the holder their
-/// metadata names), from one listing of the whole set.
-async fn read_set<S: LeaseSetStore>(
-    shared: &Shared<S>,
-    ctx: &LeaderContext,
-) -> Result<(BTreeSet<String>, BTreeMap<String, Option<String>>)> {
+/// What one listing of the whole set says.
+struct Listing {
+    /// The live members.
+    members: BTreeSet<String>,
+    /// The leased partitions, with the holder their metadata names.
+    leased: BTreeMap<String, Option<String>>,
+    /// The epoch of each partition that is not leased.
+    epochs: BTreeMap<String, u64>,
+}
+
+/// One listing of the whole set.
+async fn read_set<S: LeaseSetStore>(shared: &Shared<S>, ctx: &LeaderContext) -> Result<Listing> {
     let limit = shared.options.mutex.request_timeout;
     let listing = tokio::select! {
         _ = ctx.cancelled() => return Err(Error::Cancelled),
@@ -532,6 +552,7 @@ async fn read_set<S: LeaseSetStore>(
         _ = shared.store.collect(&listing) => {}
     }
     let (mut members, mut partitions) = (BTreeSet::new(), BTreeMap::new());
+    let mut epochs = BTreeMap::new();
     let mut owners = BTreeMap::new();
     let mut unmarked = 0;
     for (name, info) in listing {
@@ -539,6 +560,9 @@ async fn read_set<S: LeaseSetStore>(
             members.insert(member.to_owned());
         } else if info.state != LeaseState::Leased {
             unmarked += usize::from(member_segment(&name).is_some() && !info.member);
+            if let Some(partition) = name.strip_prefix(PARTITIONS) {
+                epochs.insert(partition.to_owned(), info.epoch);
+            }
         } else if let Some(partition) = name.strip_prefix(PARTITIONS) {
             if let Some(owner) = Leader::from_info(&info) {
                 owners.insert(partition.to_owned(), owner);
@@ -560,7 +584,11 @@ async fn read_set<S: LeaseSetStore>(
              by hand once they are not leased and are no other lease"
         );
     }
-    Ok((members, partitions))
+    Ok(Listing {
+        members,
+        leased: partitions,
+        epochs,
+    })
 }
 
 /// Starts one partition's term as a sub-task of the membership term, after

@@ -8,6 +8,7 @@ use std::pin::Pin;
 use tokio::time::{sleep_until, Instant};
 use tracing::{debug, error, warn};
 
+use super::handover::{ending, Ending};
 use super::{fail_stop, joined_task, Deadline, Engine, RenewEnd, Running, Term, LOST_GRACE};
 use crate::engine::leadership::{StopReason, TaskStop, TermReport};
 use crate::error::{Chain, Error, Result};
@@ -39,6 +40,13 @@ impl<S: LeaseStore> Engine<'_, S> {
             failure,
         };
         term.guard.report(&report);
+        let handing_over = stop == StopReason::Handover;
+        let ending = ending(
+            stopped != TaskStop::Stuck,
+            lease_held,
+            handing_over,
+            term.successor,
+        );
         if stopped == TaskStop::Stuck {
             if self.options.fail_stop {
                 fail_stop::exit(epoch, "the leader task could not be aborted");
@@ -48,10 +56,10 @@ impl<S: LeaseStore> Engine<'_, S> {
         if let Some(guard) = term.fail_stop.take() {
             guard.disarm();
         }
-        match (lease_held, stop, term.successor) {
-            (true, StopReason::Handover, Some(to)) => self.hand_over(term.lease, to).await,
-            (true, _, _) => self.release(term.lease, self.options.request_timeout).await,
-            (false, _, _) => {}
+        match ending {
+            Ending::HandOver(to) => self.hand_over(term.lease, to).await,
+            Ending::Release => self.release(term.lease, self.options.request_timeout).await,
+            Ending::LeaveIt => {}
         }
         debug!(holder = %self.holder, epoch, "no longer leader");
         Ok(match stop {

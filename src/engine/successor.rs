@@ -24,7 +24,6 @@
 //!   instead (a change that took effect unseen makes that release fail,
 //!   harmlessly).
 
-use std::cmp::Reverse;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
@@ -33,6 +32,7 @@ use tokio::time::{sleep, Instant};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, trace, warn};
 
+use super::handover::{after_change, successor, AfterChange, Changed};
 use super::{Engine, Limits};
 use crate::backoff::{backoff, Jitter};
 use crate::bounded::bounded;
@@ -43,22 +43,15 @@ use crate::store::{Acquire, Candidate, LeaseId, LeaseStore};
 const ADVERTISE_RETRY_FIRST: Duration = Duration::from_millis(200);
 const ADVERTISE_RETRY_MAX: Duration = Duration::from_secs(5);
 
-/// How many times a handover tries Change Lease before it releases instead.
-const CHANGE_ATTEMPTS: u32 = 2;
-
-/// The candidate a leader of priority `mine`, named `me`, hands over to:
-/// the highest priority strictly above its own, and among equals the
-/// smallest holder name, so that every leader chooses alike. Its own
-/// record (left from before it led) never counts.
+/// The candidate a leader of priority `mine`, named `me`, hands over to
+/// (the rule: [`successor`]).
 pub(crate) fn choose<'c>(
     candidates: &'c [Candidate],
     me: &str,
     mine: i64,
 ) -> Option<&'c Candidate> {
-    candidates
-        .iter()
-        .filter(|c| c.priority > mine && c.holder != me)
-        .min_by_key(|c| (Reverse(c.priority), c.holder.as_str()))
+    let named = candidates.iter().map(|c| (c.holder.as_str(), c.priority));
+    successor(named, me, mine).and_then(|i| candidates.get(i))
 }
 
 impl<S: LeaseStore> Engine<'_, S> {
@@ -195,19 +188,26 @@ impl<S: LeaseStore> Engine<'_, S> {
     /// its expiry.
     pub(super) async fn hand_over(&self, lease: LeaseId, to: LeaseId) {
         let limit = self.options.request_timeout;
-        for attempt in 1..=CHANGE_ATTEMPTS {
-            match bounded("change", limit, self.store.change(lease, to)).await {
+        let mut attempt = 1;
+        loop {
+            let changed = match bounded("change", limit, self.store.change(lease, to)).await {
                 Ok(()) => {
                     debug!(holder = %self.holder, "handed the lease over to the candidate");
-                    return;
+                    Changed::Done
                 }
                 Err(e @ Error::LeaseLost(_)) => {
                     debug!(holder = %self.holder, error = %Chain(&e), "the lease was not ours any more; nothing to hand over");
-                    return;
+                    Changed::NotOurs
                 }
                 Err(e) => {
                     warn!(holder = %self.holder, error = %Chain(&e), attempt, "could not hand the lease over");
+                    Changed::Failed
                 }
+            };
+            match after_change(attempt, changed) {
+                AfterChange::Stop => return,
+                AfterChange::Again => attempt += 1,
+                AfterChange::Release => break,
             }
         }
         self.release(lease, limit).await;

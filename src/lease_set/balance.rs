@@ -1,6 +1,8 @@
 //! What one instance of a lease set does in one balance cycle, decided from
 //! one listing: which free partitions to claim, and which ones to give up.
-//! A pure function, so that every instance reading the same listing agrees.
+//! A pure function, so that every instance reading the same listing agrees;
+//! std only (no clock, no I/O), so that the model checker (tests/model)
+//! compiles this file as it is and runs the same decisions.
 //!
 //! # How many to give up
 //!
@@ -35,11 +37,6 @@
 
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::Duration;
-
-use tokio::time::Instant;
-
-use crate::backoff::Jitter;
 
 /// How many balance intervals a partition stays free, by every listing,
 /// before any instance claims it whatever its share: two, so that a live
@@ -103,27 +100,47 @@ pub(crate) fn free<'a>(
         .collect()
 }
 
-/// Since when each listing in a row has shown a partition free.
-#[derive(Debug, Default)]
-pub(crate) struct FreeSince(BTreeMap<String, Instant>);
+/// Since when (an instant of the caller's clock, `T`) each listing in a row
+/// has shown a partition free, and with which epoch.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) struct FreeSince<T>(BTreeMap<String, (T, u64)>);
 
-impl FreeSince {
-    /// Records one listing's free partitions at `now`, and returns those free
-    /// in every listing since at least `grace` ago.
+impl<T> Default for FreeSince<T> {
+    fn default() -> Self {
+        FreeSince(BTreeMap::new())
+    }
+}
+
+impl<T: Copy> FreeSince<T> {
+    /// Records one listing's free partitions, each with the epoch its blob
+    /// carries, at `now`, and returns those free in every listing since an
+    /// instant for which `grace_over` holds (the grace of [`ORPHAN_CYCLES`]
+    /// intervals has passed since then).
+    ///
+    /// A partition whose epoch rose between two listings that both showed
+    /// it free was owned in between (each term stamps a larger epoch): its
+    /// wait starts again. Without that, an instance at its share could
+    /// count as orphaned a partition that changed hands between its
+    /// listings, claim it ahead of the member under its share that was
+    /// about to, and give it up again the next cycle, over and over. Only a
+    /// rise counts: a quorum's listing shows the largest epoch of the
+    /// accounts that answered, which may be lower in one listing than in
+    /// the last without anyone owning the partition in between.
     pub(crate) fn observe(
         &mut self,
-        free: &[&String],
-        now: Instant,
-        grace: Duration,
+        free: &[(&String, u64)],
+        now: T,
+        grace_over: impl Fn(T) -> bool,
     ) -> BTreeSet<String> {
-        let seen: BTreeSet<&String> = free.iter().copied().collect();
-        self.0.retain(|p, _| seen.contains(p));
-        for p in seen {
-            self.0.entry(p.clone()).or_insert(now);
+        let seen: BTreeMap<&String, u64> = free.iter().copied().collect();
+        self.0
+            .retain(|p, (_, highest)| seen.get(p).is_some_and(|e| e <= highest));
+        for (p, epoch) in seen {
+            self.0.entry(p.clone()).or_insert((now, epoch));
         }
         self.0
             .iter()
-            .filter(|(_, since)| now.duration_since(**since) >= grace)
+            .filter(|(_, (since, _))| grace_over(*since))
             .map(|(p, _)| p.clone())
             .collect()
     }
@@ -142,10 +159,15 @@ pub(crate) fn share(me: &str, members: &BTreeSet<String>, partitions: usize) -> 
 }
 
 /// Decides one cycle. Free partitions are claimed in random order, so that
-/// instances that see the same free partitions tend not to collide.
-pub(crate) fn plan(view: &View<'_>, strategy: Strategy, random: &mut Jitter) -> Plan {
+/// instances that see the same free partitions tend not to collide:
+/// `below(n)` is a random number under `n` (the crate's jitter source).
+pub(crate) fn plan(
+    view: &View<'_>,
+    strategy: Strategy,
+    below: &mut impl FnMut(usize) -> usize,
+) -> Plan {
     let mut free = free(view.partitions, view.mine, view.leased);
-    shuffle(&mut free, random);
+    shuffle(&mut free, below);
     let owned = view.mine.len();
     match strategy {
         Strategy::Greedy => Plan {
@@ -226,273 +248,10 @@ fn others_lack(view: &View<'_>, free: usize) -> usize {
     lack.saturating_sub(coming)
 }
 
-/// Fisher–Yates with the crate's jitter source.
-fn shuffle<T>(items: &mut [T], random: &mut Jitter) {
+/// Fisher–Yates with a random source.
+fn shuffle<T>(items: &mut [T], below: &mut impl FnMut(usize) -> usize) {
     for i in (1..items.len()).rev() {
-        let j = random.below(i + 1);
+        let j = below(i + 1).min(i);
         items.swap(i, j);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn set(names: &[&str]) -> BTreeSet<String> {
-        names.iter().map(|s| (*s).to_owned()).collect()
-    }
-
-    fn partitions(m: usize) -> Vec<String> {
-        (0..m).map(|i| format!("p{i:02}")).collect()
-    }
-
-    /// Leased partitions with no holder in their metadata.
-    fn unnamed(names: &[&str]) -> BTreeMap<String, Option<String>> {
-        names.iter().map(|s| ((*s).to_owned(), None)).collect()
-    }
-
-    /// Leased partitions, `count` each, in order, with their holders.
-    fn held_by(all: &[String], holders: &[(&str, usize)]) -> BTreeMap<String, Option<String>> {
-        let mut names = all.iter();
-        let mut leased = BTreeMap::new();
-        for (holder, count) in holders {
-            for p in names.by_ref().take(*count) {
-                leased.insert(p.clone(), Some((*holder).to_owned()));
-            }
-        }
-        leased
-    }
-
-    #[test]
-    fn shares_add_up_and_differ_by_at_most_one() {
-        for n in 1..=9 {
-            let members: BTreeSet<String> = (0..n).map(|i| format!("m{i}")).collect();
-            for m in [0, 1, 5, 12, 16, 17, 64] {
-                let shares: Vec<usize> = members.iter().map(|me| share(me, &members, m)).collect();
-                assert_eq!(shares.iter().sum::<usize>(), m, "n={n} m={m}");
-                let (lo, hi) = (shares.iter().min().unwrap(), shares.iter().max().unwrap());
-                assert!(hi - lo <= 1 && *lo == m / n, "n={n} m={m}: {shares:?}");
-            }
-        }
-        // An instance not in the listing yet counts itself.
-        assert_eq!(share("b", &set(&["a", "c"]), 12), 4);
-    }
-
-    #[test]
-    fn under_its_share_an_instance_claims_free_partitions_only() {
-        let all = partitions(12);
-        let members = set(&["a", "b", "c"]);
-        let mine = set(&["p00"]);
-        let leased = unnamed(&["p00", "p01", "p02", "p03", "p04"]);
-        let view = View {
-            me: "a",
-            members: &members,
-            partitions: &all,
-            mine: &mine,
-            leased: &leased,
-            orphaned: &BTreeSet::new(),
-        };
-        let plan = plan(&view, Strategy::Balanced, &mut Jitter::new(Some(1), 0.2));
-        assert_eq!(plan.claim.len(), 3);
-        assert!(
-            plan.claim.iter().all(|p| !leased.contains_key(p)),
-            "{plan:?}"
-        );
-        assert_eq!(plan.release, Vec::<String>::new());
-    }
-
-    #[test]
-    fn over_its_share_an_instance_releases_what_the_free_partitions_do_not_cover() {
-        let all = partitions(12);
-        let members = set(&["a", "b", "c", "d"]);
-        let mine = set(&["p00", "p01", "p02", "p03"]);
-        // b, c and d lack 3 each; 8 partitions are free: they lack one more.
-        let leased = held_by(&all, &[("a", 4)]);
-        let view = View {
-            me: "a",
-            members: &members,
-            partitions: &all,
-            mine: &mine,
-            leased: &leased,
-            orphaned: &BTreeSet::new(),
-        };
-        let plan = plan(&view, Strategy::Balanced, &mut Jitter::new(Some(1), 0.2));
-        assert_eq!(
-            plan,
-            Plan {
-                claim: vec![],
-                release: vec!["p03".into()]
-            }
-        );
-    }
-
-    /// 3 → 4 instances with 256 partitions: each of the three gives up its
-    /// whole excess (86 or 85 → 64) in one cycle, not one partition a cycle.
-    #[test]
-    fn after_a_join_an_over_loaded_instance_gives_up_its_whole_excess_in_one_cycle() {
-        let all: Vec<String> = (0..256).map(|i| format!("p{i:03}")).collect();
-        let members = set(&["a", "b", "c", "d"]);
-        let leased = held_by(&all, &[("a", 86), ("b", 85), ("c", 85)]);
-        let mut released = 0;
-        for me in ["a", "b", "c"] {
-            let mine: BTreeSet<String> = leased
-                .iter()
-                .filter(|(_, h)| h.as_deref() == Some(me))
-                .map(|(p, _)| p.clone())
-                .collect();
-            let view = View {
-                me,
-                members: &members,
-                partitions: &all,
-                mine: &mine,
-                leased: &leased,
-                orphaned: &BTreeSet::new(),
-            };
-            let plan = plan(&view, Strategy::Balanced, &mut Jitter::new(Some(1), 0.2));
-            assert!(plan.claim.is_empty());
-            assert_eq!(plan.release.len(), mine.len() - 64, "{me}");
-            assert!(plan.release.iter().all(|p| mine.contains(p)), "{me}");
-            released += plan.release.len();
-        }
-        // Exactly the newcomer's share: 22 + 21 + 21.
-        assert_eq!(released, 64);
-    }
-
-    /// Nobody lacks anything by the listing (the extra partition of this
-    /// instance's claims is recorded as another member's): nothing is given up.
-    #[test]
-    fn an_instance_gives_up_nothing_that_no_member_lacks() {
-        let all = partitions(12);
-        let members = set(&["a", "b"]);
-        let mine = set(&["p00", "p01", "p02", "p03", "p04", "p05", "p06"]);
-        let leased = held_by(&all, &[("a", 6), ("b", 6)]);
-        let view = View {
-            me: "a",
-            members: &members,
-            partitions: &all,
-            mine: &mine,
-            leased: &leased,
-            orphaned: &BTreeSet::new(),
-        };
-        let plan = plan(&view, Strategy::Balanced, &mut Jitter::new(Some(1), 0.2));
-        assert_eq!(plan, Plan::default());
-    }
-
-    /// Partitions still leased by an instance that is no longer a member
-    /// will be free once their leases expire: they count as coming, not as
-    /// lacking.
-    #[test]
-    fn partitions_of_a_departed_instance_count_as_coming() {
-        let all = partitions(12);
-        let members = set(&["a", "b"]);
-        let mine = set(&["p00", "p01", "p02", "p03", "p04", "p05", "p06", "p07"]);
-        let leased = held_by(&all, &[("a", 8), ("gone", 4)]);
-        let view = View {
-            me: "a",
-            members: &members,
-            partitions: &all,
-            mine: &mine,
-            leased: &leased,
-            orphaned: &BTreeSet::new(),
-        };
-        let plan = plan(&view, Strategy::Balanced, &mut Jitter::new(Some(1), 0.2));
-        // b lacks 6; 4 will be free: a gives up 2 (its excess).
-        assert_eq!(plan.release, vec!["p07".to_owned(), "p06".to_owned()]);
-    }
-
-    #[test]
-    fn greedy_claims_everything_free_and_never_releases() {
-        let all = partitions(6);
-        let members = set(&["a", "b"]);
-        let mine = set(&["p00", "p01", "p02", "p03"]);
-        let leased = unnamed(&["p00", "p01", "p02", "p03", "p04"]);
-        let view = View {
-            me: "a",
-            members: &members,
-            partitions: &all,
-            mine: &mine,
-            leased: &leased,
-            orphaned: &BTreeSet::new(),
-        };
-        let plan = plan(&view, Strategy::Greedy, &mut Jitter::new(Some(1), 0.2));
-        assert_eq!(
-            plan,
-            Plan {
-                claim: vec!["p05".into()],
-                release: vec![]
-            }
-        );
-    }
-
-    #[test]
-    fn claims_come_in_random_order() {
-        let all = partitions(16);
-        let members = set(&["a"]);
-        let empty = BTreeSet::new();
-        let none = BTreeMap::new();
-        let view = View {
-            me: "a",
-            members: &members,
-            partitions: &all,
-            mine: &empty,
-            leased: &none,
-            orphaned: &BTreeSet::new(),
-        };
-        let first = plan(&view, Strategy::Balanced, &mut Jitter::new(Some(1), 0.2)).claim;
-        let second = plan(&view, Strategy::Balanced, &mut Jitter::new(Some(2), 0.2)).claim;
-        assert_eq!(first.len(), 16);
-        assert_ne!(first, second);
-        assert_ne!(first, all);
-    }
-
-    /// a and b live at their shares; d crashed, still a member, holding 2 of
-    /// its 3. Nobody claims the free p08 (d "lacks" it) until it is orphaned.
-    #[test]
-    fn at_its_share_an_instance_claims_orphaned_partitions_only() {
-        let all = partitions(9);
-        let members = set(&["a", "b", "d"]);
-        let mine = set(&["p00", "p01", "p02"]);
-        let leased = held_by(&all, &[("a", 3), ("b", 3), ("d", 2)]);
-        let none = BTreeSet::new();
-        let orphaned = set(&["p08"]);
-        let mut view = View {
-            me: "a",
-            members: &members,
-            partitions: &all,
-            mine: &mine,
-            leased: &leased,
-            orphaned: &none,
-        };
-        let random = &mut Jitter::new(Some(1), 0.2);
-        assert_eq!(plan(&view, Strategy::Balanced, random), Plan::default());
-        view.orphaned = &orphaned;
-        assert_eq!(
-            plan(&view, Strategy::Balanced, random),
-            Plan {
-                claim: vec!["p08".to_owned()],
-                release: Vec::new(),
-            }
-        );
-    }
-
-    #[test]
-    fn a_partition_is_orphaned_once_every_listing_of_the_grace_showed_it_free() {
-        let (p, q) = ("p".to_owned(), "q".to_owned());
-        let grace = Duration::from_secs(2);
-        let t0 = Instant::now();
-        let mut since = FreeSince::default();
-        assert!(since.observe(&[&p, &q], t0, grace).is_empty());
-        let later = t0 + Duration::from_secs(1);
-        assert!(since.observe(&[&p], later, grace).is_empty());
-        // q was leased in between: its wait starts again.
-        let at = t0 + grace;
-        assert_eq!(
-            since.observe(&[&p, &q], at, grace),
-            BTreeSet::from([p.clone()])
-        );
-        assert_eq!(
-            since.observe(&[&p, &q], at + grace, grace),
-            BTreeSet::from([p, q])
-        );
     }
 }

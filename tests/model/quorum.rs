@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use stateright::{Model, Property, Representative};
 
+use crate::check::Traced;
 use crate::hold_off::{self, first_missing, on_the_same_blob, Read};
 use crate::rules::{
     acquire_outcome, behind_the_stamp, carried_by_majority, lift, majority, next_epoch,
@@ -298,7 +299,7 @@ impl Quorum {
     }
 
     /// Applies `action`, and says what happened.
-    pub(crate) fn apply(&self, state: &State, action: Action) -> Option<(State, String)> {
+    fn step(&self, state: &State, action: Action) -> Option<(State, String)> {
         let mut s = state.clone();
         let mut log = String::new();
         match action {
@@ -779,6 +780,20 @@ fn show<T: std::fmt::Debug>(answers: &[T]) -> String {
     format!("[{}]", each.join(", "))
 }
 
+impl Traced for Quorum {
+    fn apply(&self, state: &State, action: Action) -> Option<(State, String)> {
+        self.step(state, action)
+    }
+
+    fn tick(state: &State) -> u8 {
+        state.t
+    }
+
+    fn shown(action: &Action, log: &str) -> bool {
+        *action != Action::Tick || log.contains("write")
+    }
+}
+
 impl Model for Quorum {
     type State = State;
     type Action = Action;
@@ -886,7 +901,7 @@ impl Model for Quorum {
     }
 
     fn next_state(&self, state: &State, action: Action) -> Option<State> {
-        self.apply(state, action).map(|(s, _)| s)
+        self.step(state, action).map(|(s, _)| s)
     }
 
     fn properties(&self) -> Vec<Property<Self>> {
