@@ -2,7 +2,9 @@
 //! separate processes against Azurite: three hosts deploying a migration
 //! with `--done-key` run it once and all exit 0; hosts whose cron fires
 //! one after the other, or all the time, with `--at-most-every` run the
-//! job once per period, never overlapping; a command that failed, was
+//! job once per period, never overlapping (three hosts' cron every 20 s
+//! with a 60 s period for three minutes: 3 or 4 runs, on both backends at
+//! once); a command that failed, was
 //! stopped by a signal, whose `run` was killed, or whose record could not
 //! be written leaves no record and runs again; bad combinations and a
 //! quorum are refused with code 2.
@@ -397,4 +399,86 @@ async fn a_run_killed_mid_command_leaves_no_record_and_the_next_runs_it_once_the
     assert_eq!(case.ran(), ["h1", "h2"]);
     let done = finish(case.run("h3", &flags, 0, "0")).await;
     assert!(said_skipped(&done), "{}", stderr(&done));
+}
+
+/// How often each host's cron fires in [`cron_on_three_hosts`].
+const CRON_EVERY: Duration = Duration::from_secs(20);
+/// How long the cron test fires.
+const CRON_FOR: Duration = Duration::from_secs(180);
+/// The shortest gap between two runs of the cron test's job: its period,
+/// 60 s, less a second, since storage's clock counts whole seconds (a
+/// record written late in its second makes the next run due up to a
+/// second early).
+const CRON_GAP: Duration = Duration::from_secs(59);
+
+/// Three hosts' cron on `backend`: each fires `run --once --at-most-every
+/// 60s` every [`CRON_EVERY`] for [`CRON_FOR`] (the hosts' clocks a few
+/// hundred milliseconds apart), whether or not its last run has ended, as
+/// cron does. Every run must exit 0. Returns the job's `start`/`end` lines.
+async fn cron_on_three_hosts(case: &Case, backend: support::backend::Backend) -> String {
+    let flags = ["--once", "--at-most-every", "60s"];
+    let script = r#"echo "start $(date +%s%N)" >> "$1/times"; sleep 1; echo "end $(date +%s%N)" >> "$1/times""#;
+    let begin = tokio::time::Instant::now();
+    let mut firings = Vec::new();
+    for (skew, host) in [(0, "h1"), (300, "h2"), (600, "h3")] {
+        let mut at = Duration::from_millis(skew);
+        while at < CRON_FOR {
+            let mut command = case.run_script(host, &flags, script, &[]);
+            command.env(support::backend::Backend::ENV, backend.as_str());
+            firings.push(async move {
+                tokio::time::sleep_until(begin + at).await;
+                let output = finish(command).await;
+                assert_eq!(
+                    output.status.code(),
+                    Some(0),
+                    "{backend} {host} at {at:?}: {}",
+                    stderr(&output)
+                );
+            });
+            at += CRON_EVERY;
+        }
+    }
+    futures_util::future::join_all(firings).await;
+    std::fs::read_to_string(case.dir.join("times")).expect("the job ran")
+}
+
+/// Both backends' fleets at once, each on its own container: one wait of
+/// three minutes for both.
+#[tokio::test]
+async fn three_hosts_cron_every_20s_for_3_minutes_with_a_60s_period_run_the_job_3_or_4_times() {
+    use support::backend::Backend;
+    let cases = [Case::new("cron-official"), Case::new("cron-v021")];
+    let (official, v021) = tokio::join!(
+        cron_on_three_hosts(&cases[0], Backend::Official),
+        cron_on_three_hosts(&cases[1], Backend::SdkV021),
+    );
+    for (backend, text) in [("official", official), ("sdk-v021", v021)] {
+        let lines: Vec<(&str, u128)> = text
+            .lines()
+            .map(|line| {
+                let (what, at) = line.split_once(' ').expect("what and when");
+                (what, at.parse().expect("nanoseconds"))
+            })
+            .collect();
+        // Never overlapping: starts and ends alternate.
+        for (i, (what, _)) in lines.iter().enumerate() {
+            let expected = if i % 2 == 0 { "start" } else { "end" };
+            assert_eq!(*what, expected, "{backend}: {text}");
+        }
+        assert_eq!(lines.len() % 2, 0, "{backend}: a run did not end: {text}");
+        let starts: Vec<u128> = lines.iter().step_by(2).map(|(_, at)| *at).collect();
+        assert!(
+            (3..=4).contains(&starts.len()),
+            "{backend}: ran {} times: {text}",
+            starts.len()
+        );
+        for pair in starts.windows(2) {
+            let gap = Duration::from_nanos(u64::try_from(pair[1] - pair[0]).unwrap());
+            assert!(
+                gap >= CRON_GAP,
+                "{backend}: runs {gap:?} apart: {text}"
+            );
+        }
+        println!("{backend}: ran {} times: {text}", starts.len());
+    }
 }
