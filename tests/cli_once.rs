@@ -6,8 +6,11 @@
 //! with a 60 s period for three minutes: 3 or 4 runs, on both backends at
 //! once); a command that failed, was
 //! stopped by a signal, whose `run` was killed, or whose record could not
-//! be written leaves no record and runs again; bad combinations and a
-//! quorum are refused with code 2.
+//! be written leaves no record and runs again; a leader frozen past its
+//! lease with its record write in flight (held by the fault proxy) cannot
+//! record: storage refuses the write once it lands, the next host runs the
+//! command, and the woken leader exits 6; bad combinations and a quorum
+//! are refused with code 2.
 //!
 //! The command is a small `sh` script that appends its holder's name to
 //! the test's `ran` file, sleeps a little, and exits with the code given.
@@ -474,11 +477,157 @@ async fn three_hosts_cron_every_20s_for_3_minutes_with_a_60s_period_run_the_job_
         );
         for pair in starts.windows(2) {
             let gap = Duration::from_nanos(u64::try_from(pair[1] - pair[0]).unwrap());
-            assert!(
-                gap >= CRON_GAP,
-                "{backend}: runs {gap:?} apart: {text}"
-            );
+            assert!(gap >= CRON_GAP, "{backend}: runs {gap:?} apart: {text}");
         }
         println!("{backend}: ran {} times: {text}", starts.len());
     }
+}
+
+/// The command of the frozen-leader test: writes its holder, waits until
+/// the test creates `$1/go`, and exits 0.
+const WAITS_FOR_GO: &str =
+    r#"echo "$BLOB_MUTEX_HOLDER" >> "$1/ran"; while [ ! -e "$1/go" ]; do sleep 0.1; done"#;
+
+/// The record's time (`at=`, storage's clock in Unix seconds) in the
+/// lease's state, as `state get` prints it.
+async fn record_at(case: &Case, backend: support::backend::Backend) -> (String, u64) {
+    let mut command = Command::new(BIN);
+    command
+        .args([
+            "state",
+            "get",
+            "--container",
+            &case.container,
+            "--blob",
+            "lock",
+        ])
+        .env(
+            "AZURE_STORAGE_CONNECTION_STRING",
+            azurite::shared().connection_string(),
+        )
+        .env(support::backend::Backend::ENV, backend.as_str())
+        .env_remove("RUST_LOG");
+    let output = finish(command).await;
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let state = String::from_utf8_lossy(&output.stdout).into_owned();
+    let at = state
+        .lines()
+        .find_map(|line| line.strip_prefix("at="))
+        .and_then(|at| at.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{backend}: no time in the record: {state:?}"));
+    (state, at)
+}
+
+fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970")
+        .as_secs()
+}
+
+/// A `run --once --done-key` leader on `backend` whose command succeeded
+/// sends its record write, which the fault proxy holds; the process is then
+/// frozen (SIGSTOP) past its lease. The next host leads, runs the command
+/// and records it. The held write then reaches storage, which refuses it
+/// (the lease is no longer the sender's), and the first host, woken, exits
+/// 6: the command ran, the record is not its.
+async fn frozen_leader(backend: support::backend::Backend) {
+    use support::proxy::{Fate, Proxy};
+    let case = Case::new(&format!("frozen-{backend}"));
+    let flags = ["--once", "--done-key", "migrate-v1"];
+    let proxy = Proxy::start(azurite::shared().port);
+    let mut first = case.run_script("h1", &flags, WAITS_FOR_GO, &[]);
+    first
+        .env(
+            "AZURE_STORAGE_CONNECTION_STRING",
+            support::backend::connection_string(&proxy.endpoint()),
+        )
+        .env(support::backend::Backend::ENV, backend.as_str());
+    let first = first.stdout(Stdio::null()).stderr(Stdio::piped());
+    let first = first.spawn().expect("start the first host");
+    support::wait_for("the first host's command to start", RUN_LIMIT, || async {
+        (!case.ran().is_empty()).then_some(())
+    })
+    .await;
+    proxy.hold_next_write();
+    std::fs::write(case.dir.join("go"), "").expect("let the command exit");
+    support::wait_for("the record write to be held", RUN_LIMIT, || async {
+        proxy.log().into_iter().find(|r| {
+            r.method == "PUT"
+                && r.lease_action.is_none()
+                && r.lease_id.is_some()
+                && r.fate == Fate::Forwarded
+                && r.forwarded_at.is_none()
+        })
+    })
+    .await;
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(first.id().expect("running")).unwrap());
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGSTOP).expect("freeze the first host");
+    let frozen = unix_now();
+
+    // The lease expires 15 s after the first host's last renewal: the next
+    // host waits for it, finds no record, runs the command and records it.
+    let mut second = case.run_script("h2", &flags, WAITS_FOR_GO, &[]);
+    second.env(support::backend::Backend::ENV, backend.as_str());
+    let second = finish(second).await;
+    assert_eq!(
+        second.status.code(),
+        Some(0),
+        "{backend}: {}",
+        stderr(&second)
+    );
+    assert!(!said_skipped(&second), "{backend}: {}", stderr(&second));
+    assert_eq!(case.ran(), ["h1", "h2"], "{backend}");
+    let (recorded, at) = record_at(&case, backend).await;
+    assert!(
+        at >= frozen,
+        "{backend}: the record ({recorded:?}) is not the second host's run (frozen at {frozen})"
+    );
+
+    // The first host's write reaches storage now, under a lease it lost.
+    proxy.release_held();
+    support::wait_for("the held write to reach storage", RUN_LIMIT, || async {
+        proxy.log().into_iter().find_map(|r| {
+            (r.method == "PUT" && r.lease_action.is_none() && r.lease_id.is_some())
+                .then_some(r.forwarded_at)
+                .flatten()
+        })
+    })
+    .await;
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGCONT).expect("wake the first host");
+    let woken = tokio::time::timeout(RUN_LIMIT, first.wait_with_output())
+        .await
+        .expect("the first host exited in time")
+        .expect("wait for the first host");
+    assert_eq!(
+        woken.status.code(),
+        Some(6),
+        "{backend}: the first host, woken: {}",
+        stderr(&woken)
+    );
+    assert!(
+        stderr(&woken).contains("completion record"),
+        "{backend}: {}",
+        stderr(&woken)
+    );
+    println!("{backend}: the first host, woken: {}", stderr(&woken));
+    let (after, _) = record_at(&case, backend).await;
+    assert_eq!(
+        after, recorded,
+        "{backend}: the refused write changed the record"
+    );
+    let done = finish(case.run("h3", &flags, 0, "0")).await;
+    assert!(said_skipped(&done), "{backend}: {}", stderr(&done));
+    assert_eq!(case.ran(), ["h1", "h2"], "{backend}");
+}
+
+/// Both backends at once, each on its own container: one lease's wait for
+/// both.
+#[tokio::test]
+async fn a_leader_frozen_past_its_lease_cannot_record_and_the_next_leader_runs_the_job() {
+    use support::backend::Backend;
+    tokio::join!(
+        frozen_leader(Backend::Official),
+        frozen_leader(Backend::SdkV021),
+    );
 }
