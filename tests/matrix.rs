@@ -6,7 +6,9 @@
 //! owner only after the earliest possible expiry. A mode is one `Mode`
 //! (its set-up) in `support/matrix.rs` and one `row!` line here, which
 //! gives it every scenario; process kill and fail-stop are in the
-//! multi-process half.
+//! multi-process half. The guard's row runs the same leader task as the
+//! caller's code between `acquire` and `release`; its caller's stops are
+//! releases, reported as `finished` (`Mode::caller_ended`).
 
 #[path = "support/faulty.rs"]
 mod faulty;
@@ -20,8 +22,9 @@ use std::time::Duration;
 use blob_mutex::{CancellationToken, Error, StopReason};
 use faulty::Storage;
 use matrix::{
-    finish, hit_ended, next_owners, storage, until, Behaviour, Cell, HandoverRow, LeaseSetRow,
-    Metrics, Mode, MutexRow, Outcome, QuorumLeaseSetRow, QuorumMutexRow, D, LOST_GRACE,
+    finish, hit_ended, next_owners, storage, until, Behaviour, Cell, GuardRow, HandoverRow,
+    LeaseSetRow, Metrics, Mode, MutexRow, Outcome, QuorumLeaseSetRow, QuorumMutexRow, D,
+    LOST_GRACE,
 };
 use tokio::time::Instant;
 
@@ -34,9 +37,16 @@ async fn graceful_stop<M: Mode>(metrics: Metrics) {
     instances[victim].token.cancel();
     let outcome = instances[victim].join().await;
     assert!(matches!(outcome, Outcome::Returned(Ok(()))), "{outcome:?}");
-    hit_ended(&cell, &instances, &hit, &["shutdown"]).await;
+    hit_ended(&cell, &instances, &hit, &[M::caller_ended("shutdown")]).await;
     next_owners(&cell, &hit).await;
-    finish::<M>(&cell, instances, fault, &hit, &["shutdown"]).await;
+    finish::<M>(
+        &cell,
+        instances,
+        fault,
+        &hit,
+        &[M::caller_ended("shutdown")],
+    )
+    .await;
 }
 
 /// The victim's campaign future is dropped, as `tokio::select!` drops the
@@ -49,14 +59,20 @@ async fn campaign_dropped<M: Mode>(metrics: Metrics) {
     instances[victim].drop_campaign();
     let outcome = instances[victim].join().await;
     assert!(matches!(outcome, Outcome::Dropped), "{outcome:?}");
-    hit_ended(&cell, &instances, &hit, &[StopReason::Dropped.as_str()]).await;
+    hit_ended(
+        &cell,
+        &instances,
+        &hit,
+        &[M::caller_ended(StopReason::Dropped.as_str())],
+    )
+    .await;
     next_owners(&cell, &hit).await;
     finish::<M>(
         &cell,
         instances,
         fault,
         &hit,
-        &[StopReason::Dropped.as_str()],
+        &[M::caller_ended(StopReason::Dropped.as_str())],
     )
     .await;
 }
@@ -137,10 +153,17 @@ async fn sub_task_ignores_cancellation<M: Mode>(metrics: Metrics) {
     instances[victim].token.cancel();
     let outcome = instances[victim].join().await;
     assert!(matches!(outcome, Outcome::Returned(Ok(()))), "{outcome:?}");
-    hit_ended(&cell, &instances, &hit, &["shutdown"]).await;
+    hit_ended(&cell, &instances, &hit, &[M::caller_ended("shutdown")]).await;
     assert_tasks(&cell, &hit, "aborted");
     next_owners(&cell, &hit).await;
-    finish::<M>(&cell, instances, fault, &hit, &["shutdown"]).await;
+    finish::<M>(
+        &cell,
+        instances,
+        fault,
+        &hit,
+        &[M::caller_ended("shutdown")],
+    )
+    .await;
 }
 
 /// An operator breaks the victim's leases (on every account). Its tasks,
@@ -263,7 +286,7 @@ async fn garbled_epoch<M: Mode>(metrics: Metrics) {
     instances[victim].token.cancel();
     let outcome = instances[victim].join().await;
     assert!(matches!(outcome, Outcome::Returned(Ok(()))), "{outcome:?}");
-    hit_ended(&cell, &instances, &hit, &["shutdown"]).await;
+    hit_ended(&cell, &instances, &hit, &[M::caller_ended("shutdown")]).await;
     // Time for the others to try the garbled lease, again and again.
     tokio::time::sleep(Duration::from_secs(60)).await;
     let again: Vec<_> = cell
@@ -292,7 +315,14 @@ async fn garbled_epoch<M: Mode>(metrics: Metrics) {
             );
         }
     }
-    finish::<M>(&cell, instances, fault, &hit, &["shutdown"]).await;
+    finish::<M>(
+        &cell,
+        instances,
+        fault,
+        &hit,
+        &[M::caller_ended("shutdown")],
+    )
+    .await;
 }
 
 /// Arms `Lingers` and waits until every task of `victim` runs its
@@ -350,3 +380,4 @@ row!(lease_set, LeaseSetRow);
 row!(mutex_on_a_quorum, QuorumMutexRow);
 row!(lease_set_on_a_quorum, QuorumLeaseSetRow);
 row!(handover, HandoverRow);
+row!(guard, GuardRow);

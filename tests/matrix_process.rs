@@ -43,6 +43,7 @@ macro_rules! every_mode {
             quorum_mutex => QuorumMutex,
             quorum_lease_set => QuorumSet,
             handover => Handover,
+            guard => Guard,
         );
     };
 }
@@ -52,8 +53,10 @@ every_mode!(graceful_stop);
 every_mode!(freeze_past_the_deadline);
 every_mode!(stuck_task_fail_stop);
 // A stuck task without fail-stop only ends a campaign of a lease set with
-// an error while the process goes on; the mutex's is in-process
-// (tests/faults_stuck_task.rs and the paused-time half of the matrix).
+// an error while the process goes on; the mutex's and the guard's are
+// in-process (tests/faults_stuck_task.rs and the paused-time half of the
+// matrix, where a guard's release returns `TaskNotStopped` and the next
+// `acquire` does too while the task may still run).
 cells!(stuck_task_without_fail_stop:
     lease_set => Set,
     quorum_lease_set => QuorumSet,
@@ -74,7 +77,7 @@ async fn process_kill(mode: Mode) {
 }
 
 /// SIGTERM: the victim drains and releases every lease, reports each term
-/// as `shutdown`, exits 0, and the others own its leases soon after.
+/// as `shutdown` (a guard's as `finished`: its caller released it), exits 0, and the others own its leases soon after.
 async fn graceful_stop(mode: Mode) {
     let mut rig = Rig::new(mode, "graceful");
     let victim = rig.start(&[]).await;
@@ -88,11 +91,12 @@ async fn graceful_stop(mode: Mode) {
         rig.record()
     );
     for term in rig.wait_reported(&had, SOON).await {
-        assert_reason(&rig, &term, "shutdown");
+        assert_reason(&rig, &term, mode.caller_stop());
     }
     println!(
-        "{mode:?}: graceful stop; {} term(s) reported as shutdown, owned again {:.3}s after SIGTERM",
+        "{mode:?}: graceful stop; {} term(s) reported as {}, owned again {:.3}s after SIGTERM",
         had.len(),
+        mode.caller_stop(),
         (taken - sent).as_secs_f64()
     );
     rig.finish().await;

@@ -25,6 +25,14 @@ pub const DONE_KEY_MAX: usize = 256;
 /// With either option set the record owns the lease's state: a state that
 /// is not a completion record is refused ([`Error::StateNotARecord`]),
 /// never overwritten, and the task must not write state of its own.
+///
+/// Records are kept by a [`BlobDistributedMutex`](crate::BlobDistributedMutex)'s
+/// run-once call on one storage account. A quorum keeps no leader state and
+/// refuses them. A lease set keeps none: its partitions are work that goes
+/// on while owned and moves with the balancer, not jobs that end, so a
+/// record would only leave a "done" partition claimed and renewed with
+/// nothing to run. Give each job that ends its own lease blob instead (see
+/// the guide's [Choosing a shape](crate::guide::shapes)).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct OnceOptions {

@@ -424,6 +424,93 @@ pub fn mutex<S: LeaseStore>(
         reason: r.reason.as_str(),
         tasks: r.tasks.as_str(),
     });
+    let (owned, stopped) = watch_of(&mutex);
+    let again = Box::new(move |token| {
+        let mutex = mutex.clone();
+        Box::pin(async move { mutex.run_task_when_mutex_acquired(token).await }) as Campaign
+    });
+    Instance::start(index, owned, stopped, again)
+}
+
+/// A mutex instance over `store` held through its guard, recording into
+/// `cell`: acquire, work while the guard is current (the same leader task,
+/// run by the caller on the guard's context), release; again after an
+/// acquire retry, until `token` is cancelled. The caller's code stops when
+/// the guard's cancellation fires, as the guard's contract asks: the guard
+/// cannot stop it. Its term ends as the caller releases it, so a caller's
+/// stop is reported as `finished` (see [`Mode::caller_ended`]).
+pub fn guard<S: LeaseStore>(
+    cell: &Arc<Cell>,
+    index: usize,
+    store: S,
+    options: MutexOptions,
+) -> Instance {
+    // The task given at construction never runs: a guard's term runs the
+    // caller's code.
+    let mutex = Arc::new(
+        BlobDistributedMutex::with_store(store, options, |ctx: LeaderContext| async move {
+            ctx.cancelled().await;
+            Ok::<(), Error>(())
+        })
+        .unwrap(),
+    );
+    collect(cell, mutex.term_reports(), move |r| Report {
+        instance: index,
+        key: "mutex".to_owned(),
+        epoch: r.epoch,
+        reason: r.reason.as_str(),
+        tasks: r.tasks.as_str(),
+    });
+    let (owned, stopped) = watch_of(&mutex);
+    let cell = cell.clone();
+    let again = Box::new(move |token| {
+        let (mutex, cell) = (mutex.clone(), cell.clone());
+        Box::pin(hold_guards(cell, index, mutex, token)) as Campaign
+    });
+    Instance::start(index, owned, stopped, again)
+}
+
+/// The caller's loop of a guard instance (see [`guard`]).
+async fn hold_guards<S: LeaseStore>(
+    cell: Arc<Cell>,
+    index: usize,
+    mutex: Arc<BlobDistributedMutex<S>>,
+    token: CancellationToken,
+) -> Result<(), Error> {
+    loop {
+        let guard = tokio::select! {
+            guard = mutex.acquire() => guard?,
+            () = token.cancelled() => return Ok(()),
+        };
+        let work = lead(
+            cell.clone(),
+            index,
+            "mutex".to_owned(),
+            guard.context().clone(),
+        );
+        tokio::select! {
+            // The caller's work is dropped before the release: nothing
+            // of it runs once the release begins.
+            _ = work => {}
+            () = token.cancelled() => {}
+        }
+        guard.release().await?;
+        tokio::select! {
+            () = sleep(mutex.options().acquire_retry) => {}
+            () = token.cancelled() => return Ok(()),
+        }
+    }
+}
+
+/// What `watch()` of `mutex` shows: the lease it leads, and whether it
+/// stopped.
+#[allow(clippy::type_complexity)]
+fn watch_of<S: LeaseStore>(
+    mutex: &BlobDistributedMutex<S>,
+) -> (
+    Box<dyn Fn() -> BTreeMap<String, u64> + Send + Sync>,
+    Box<dyn Fn() -> bool + Send + Sync>,
+) {
     let watch = mutex.watch();
     let stopped_watch = watch.clone();
     let stopped = Box::new(move || *stopped_watch.borrow() == Leadership::Stopped);
@@ -431,11 +518,7 @@ pub fn mutex<S: LeaseStore>(
         Leadership::Leader { epoch } => BTreeMap::from([("mutex".to_owned(), *epoch)]),
         _ => BTreeMap::new(),
     });
-    let again = Box::new(move |token| {
-        let mutex = mutex.clone();
-        Box::pin(async move { mutex.run_task_when_mutex_acquired(token).await }) as Campaign
-    });
-    Instance::start(index, owned, stopped, again)
+    (owned, stopped)
 }
 
 /// A lease-set instance over `store`, recording into `cell`.
@@ -487,6 +570,14 @@ pub trait Mode {
     /// share) and every lease is owned.
     fn start(cell: &Arc<Cell>) -> impl Future<Output = Vec<Instance>>;
 
+    /// How a term ends that the caller stopped: `shutdown` when its token
+    /// was cancelled, `dropped` when its campaign's future was dropped. A
+    /// guard's caller ends its term by releasing the guard (a dropped guard
+    /// releases too), which is reported as `finished`.
+    fn caller_ended(reason: &'static str) -> &'static str {
+        reason
+    }
+
     fn keys() -> Vec<String> {
         if Self::SET {
             PARTITIONS
@@ -504,6 +595,7 @@ pub struct LeaseSetRow;
 pub struct QuorumMutexRow;
 pub struct QuorumLeaseSetRow;
 pub struct HandoverRow;
+pub struct GuardRow;
 
 fn quorum_lease(cell: &Arc<Cell>) -> QuorumLeaseStore<super::faulty::Faulty> {
     let accounts = (0..cell.accounts.sets.len())
@@ -600,6 +692,27 @@ impl Mode for HandoverRow {
         let high = mutex(cell, 1, store(), cell.options_for(1).with_priority(2));
         leads(cell, 1).await;
         vec![low, high]
+    }
+}
+
+/// Two mutex instances held through guards, the second started once the
+/// first leads.
+impl Mode for GuardRow {
+    const NAME: &'static str = "guard";
+    const ACCOUNTS: usize = 1;
+    const SET: bool = false;
+    async fn start(cell: &Arc<Cell>) -> Vec<Instance> {
+        let store = || cell.accounts.lease(0, &cell.name, "mutex");
+        let first = guard(cell, 0, store(), cell.options_for(0));
+        leads(cell, 0).await;
+        vec![first, guard(cell, 1, store(), cell.options_for(1))]
+    }
+
+    fn caller_ended(reason: &'static str) -> &'static str {
+        match reason {
+            "shutdown" | "dropped" => "finished",
+            other => other,
+        }
     }
 }
 

@@ -2,10 +2,15 @@
 //! separate processes against Azurite: three hosts deploying a migration
 //! with `--done-key` run it once and all exit 0; hosts whose cron fires
 //! one after the other, or all the time, with `--at-most-every` run the
-//! job once per period, never overlapping; a command that failed, was
+//! job once per period, never overlapping (three hosts' cron every 20 s
+//! with a 60 s period for three minutes: 3 or 4 runs, on both backends at
+//! once); a command that failed, was
 //! stopped by a signal, whose `run` was killed, or whose record could not
-//! be written leaves no record and runs again; bad combinations and a
-//! quorum are refused with code 2.
+//! be written leaves no record and runs again; a leader frozen past its
+//! lease with its record write in flight (held by the fault proxy) cannot
+//! record: storage refuses the write once it lands, the next host runs the
+//! command, and the woken leader exits 6; bad combinations and a quorum
+//! are refused with code 2.
 //!
 //! The command is a small `sh` script that appends its holder's name to
 //! the test's `ran` file, sleeps a little, and exits with the code given.
@@ -397,4 +402,260 @@ async fn a_run_killed_mid_command_leaves_no_record_and_the_next_runs_it_once_the
     assert_eq!(case.ran(), ["h1", "h2"]);
     let done = finish(case.run("h3", &flags, 0, "0")).await;
     assert!(said_skipped(&done), "{}", stderr(&done));
+}
+
+/// How often each host's cron fires in [`cron_on_three_hosts`].
+const CRON_EVERY: Duration = Duration::from_secs(20);
+/// How long the cron test fires.
+const CRON_FOR: Duration = Duration::from_secs(180);
+/// The shortest gap between two runs of the cron test's job: its period,
+/// 60 s, less a second, since storage's clock counts whole seconds (a
+/// record written late in its second makes the next run due up to a
+/// second early).
+const CRON_GAP: Duration = Duration::from_secs(59);
+
+/// How long ago the job of the cron test first started (`None`: not yet).
+fn since_first_start(case: &Case) -> Option<Duration> {
+    let text = std::fs::read_to_string(case.dir.join("times")).ok()?;
+    let first: u128 = text.lines().next()?.strip_prefix("start ")?.parse().ok()?;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970")
+        .as_nanos();
+    Some(Duration::from_nanos(
+        u64::try_from(now.saturating_sub(first)).unwrap(),
+    ))
+}
+
+/// Three hosts' cron on `backend`: each fires `run --once --at-most-every
+/// 60s` every [`CRON_EVERY`] (the hosts' clocks a few hundred milliseconds
+/// apart), whether or not its last run has ended, as cron does, for
+/// [`CRON_FOR`] counted from the job's first start: on a loaded machine the
+/// first firings may take seconds to get the job going, and the window
+/// starts with the job. Every run must exit 0. Returns the job's
+/// `start`/`end` lines.
+async fn cron_on_three_hosts(case: &Case, backend: support::backend::Backend) -> String {
+    let flags = ["--once", "--at-most-every", "60s"];
+    let script = r#"echo "start $(date +%s%N)" >> "$1/times"; sleep 1; echo "end $(date +%s%N)" >> "$1/times""#;
+    let begin = tokio::time::Instant::now();
+    let mut firings = Vec::new();
+    for (skew, host) in [(0, "h1"), (300, "h2"), (600, "h3")] {
+        let mut at = Duration::from_millis(skew);
+        // Firings are planned for a period more; each fires only while the
+        // window has not closed.
+        while at < CRON_FOR + CRON_GAP {
+            let mut command = case.run_script(host, &flags, script, &[]);
+            command.env(support::backend::Backend::ENV, backend.as_str());
+            firings.push(async move {
+                // Until its time, or until the window closes.
+                loop {
+                    if since_first_start(case).is_some_and(|since| since >= CRON_FOR) {
+                        return;
+                    }
+                    let left = (begin + at).saturating_duration_since(tokio::time::Instant::now());
+                    if left.is_zero() {
+                        break;
+                    }
+                    tokio::time::sleep(left.min(Duration::from_secs(1))).await;
+                }
+                let output = finish(command).await;
+                assert_eq!(
+                    output.status.code(),
+                    Some(0),
+                    "{backend} {host} at {at:?}: {}",
+                    stderr(&output)
+                );
+            });
+            at += CRON_EVERY;
+        }
+    }
+    futures_util::future::join_all(firings).await;
+    std::fs::read_to_string(case.dir.join("times")).expect("the job ran")
+}
+
+/// Both backends' fleets at once, each on its own container: one wait of
+/// three minutes for both.
+#[tokio::test]
+async fn three_hosts_cron_every_20s_for_3_minutes_with_a_60s_period_run_the_job_3_or_4_times() {
+    use support::backend::Backend;
+    let cases = [Case::new("cron-official"), Case::new("cron-v021")];
+    let (official, v021) = tokio::join!(
+        cron_on_three_hosts(&cases[0], Backend::Official),
+        cron_on_three_hosts(&cases[1], Backend::SdkV021),
+    );
+    for (backend, text) in [("official", official), ("sdk-v021", v021)] {
+        let lines: Vec<(&str, u128)> = text
+            .lines()
+            .map(|line| {
+                let (what, at) = line.split_once(' ').expect("what and when");
+                (what, at.parse().expect("nanoseconds"))
+            })
+            .collect();
+        // Never overlapping: starts and ends alternate.
+        for (i, (what, _)) in lines.iter().enumerate() {
+            let expected = if i % 2 == 0 { "start" } else { "end" };
+            assert_eq!(*what, expected, "{backend}: {text}");
+        }
+        assert_eq!(lines.len() % 2, 0, "{backend}: a run did not end: {text}");
+        let starts: Vec<u128> = lines.iter().step_by(2).map(|(_, at)| *at).collect();
+        assert!(
+            (3..=4).contains(&starts.len()),
+            "{backend}: ran {} times: {text}",
+            starts.len()
+        );
+        for pair in starts.windows(2) {
+            let gap = Duration::from_nanos(u64::try_from(pair[1] - pair[0]).unwrap());
+            assert!(gap >= CRON_GAP, "{backend}: runs {gap:?} apart: {text}");
+        }
+        println!("{backend}: ran {} times: {text}", starts.len());
+    }
+}
+
+/// The command of the frozen-leader test: writes its holder, waits until
+/// the test creates `$1/go`, and exits 0.
+const WAITS_FOR_GO: &str =
+    r#"echo "$BLOB_MUTEX_HOLDER" >> "$1/ran"; while [ ! -e "$1/go" ]; do sleep 0.1; done"#;
+
+/// The record's time (`at=`, storage's clock in Unix seconds) in the
+/// lease's state, as `state get` prints it.
+async fn record_at(case: &Case, backend: support::backend::Backend) -> (String, u64) {
+    let mut command = Command::new(BIN);
+    command
+        .args([
+            "state",
+            "get",
+            "--container",
+            &case.container,
+            "--blob",
+            "lock",
+        ])
+        .env(
+            "AZURE_STORAGE_CONNECTION_STRING",
+            azurite::shared().connection_string(),
+        )
+        .env(support::backend::Backend::ENV, backend.as_str())
+        .env_remove("RUST_LOG");
+    let output = finish(command).await;
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let state = String::from_utf8_lossy(&output.stdout).into_owned();
+    let at = state
+        .lines()
+        .find_map(|line| line.strip_prefix("at="))
+        .and_then(|at| at.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{backend}: no time in the record: {state:?}"));
+    (state, at)
+}
+
+fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970")
+        .as_secs()
+}
+
+/// A `run --once --done-key` leader on `backend` whose command succeeded
+/// sends its record write, which the fault proxy holds; the process is then
+/// frozen (SIGSTOP) past its lease. The next host leads, runs the command
+/// and records it. The held write then reaches storage, which refuses it
+/// (the lease is no longer the sender's), and the first host, woken, exits
+/// 6: the command ran, the record is not its.
+async fn frozen_leader(backend: support::backend::Backend) {
+    use support::proxy::{Fate, Proxy};
+    let case = Case::new(&format!("frozen-{backend}"));
+    let flags = ["--once", "--done-key", "migrate-v1"];
+    let proxy = Proxy::start(azurite::shared().port);
+    let mut first = case.run_script("h1", &flags, WAITS_FOR_GO, &[]);
+    first
+        .env(
+            "AZURE_STORAGE_CONNECTION_STRING",
+            support::backend::connection_string(&proxy.endpoint()),
+        )
+        .env(support::backend::Backend::ENV, backend.as_str());
+    let first = first.stdout(Stdio::null()).stderr(Stdio::piped());
+    let first = first.spawn().expect("start the first host");
+    support::wait_for("the first host's command to start", RUN_LIMIT, || async {
+        (!case.ran().is_empty()).then_some(())
+    })
+    .await;
+    proxy.hold_next_write();
+    std::fs::write(case.dir.join("go"), "").expect("let the command exit");
+    support::wait_for("the record write to be held", RUN_LIMIT, || async {
+        proxy.log().into_iter().find(|r| {
+            r.method == "PUT"
+                && r.lease_action.is_none()
+                && r.lease_id.is_some()
+                && r.fate == Fate::Forwarded
+                && r.forwarded_at.is_none()
+        })
+    })
+    .await;
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(first.id().expect("running")).unwrap());
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGSTOP).expect("freeze the first host");
+    let frozen = unix_now();
+
+    // The lease expires 15 s after the first host's last renewal: the next
+    // host waits for it, finds no record, runs the command and records it.
+    let mut second = case.run_script("h2", &flags, WAITS_FOR_GO, &[]);
+    second.env(support::backend::Backend::ENV, backend.as_str());
+    let second = finish(second).await;
+    assert_eq!(
+        second.status.code(),
+        Some(0),
+        "{backend}: {}",
+        stderr(&second)
+    );
+    assert!(!said_skipped(&second), "{backend}: {}", stderr(&second));
+    assert_eq!(case.ran(), ["h1", "h2"], "{backend}");
+    let (recorded, at) = record_at(&case, backend).await;
+    assert!(
+        at >= frozen,
+        "{backend}: the record ({recorded:?}) is not the second host's run (frozen at {frozen})"
+    );
+
+    // The first host's write reaches storage now, under a lease it lost.
+    proxy.release_held();
+    support::wait_for("the held write to reach storage", RUN_LIMIT, || async {
+        proxy.log().into_iter().find_map(|r| {
+            (r.method == "PUT" && r.lease_action.is_none() && r.lease_id.is_some())
+                .then_some(r.forwarded_at)
+                .flatten()
+        })
+    })
+    .await;
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGCONT).expect("wake the first host");
+    let woken = tokio::time::timeout(RUN_LIMIT, first.wait_with_output())
+        .await
+        .expect("the first host exited in time")
+        .expect("wait for the first host");
+    assert_eq!(
+        woken.status.code(),
+        Some(6),
+        "{backend}: the first host, woken: {}",
+        stderr(&woken)
+    );
+    assert!(
+        stderr(&woken).contains("completion record"),
+        "{backend}: {}",
+        stderr(&woken)
+    );
+    println!("{backend}: the first host, woken: {}", stderr(&woken));
+    let (after, _) = record_at(&case, backend).await;
+    assert_eq!(
+        after, recorded,
+        "{backend}: the refused write changed the record"
+    );
+    let done = finish(case.run("h3", &flags, 0, "0")).await;
+    assert!(said_skipped(&done), "{backend}: {}", stderr(&done));
+    assert_eq!(case.ran(), ["h1", "h2"], "{backend}");
+}
+
+/// Both backends at once, each on its own container: one lease's wait for
+/// both.
+#[tokio::test]
+async fn a_leader_frozen_past_its_lease_cannot_record_and_the_next_leader_runs_the_job() {
+    use support::backend::Backend;
+    tokio::join!(
+        frozen_leader(Backend::Official),
+        frozen_leader(Backend::SdkV021),
+    );
 }

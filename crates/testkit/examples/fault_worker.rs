@@ -76,7 +76,13 @@
 //! `BLOB_MUTEX_QUORUM_CONNECTION_STRINGS` the set runs on that quorum),
 //! `--balance-ms N` (the set's balance interval), `--block-partition P`
 //! (with `--block-on-cancel` in a set, only partition `P`'s task blocks; the
-//! others stop as asked).
+//! others stop as asked), `--guard` (hold the lease through the guard API
+//! instead of the task form: `acquire`, the same work as the leader task's
+//! on the guard's context until the guard's cancellation fires or a signal
+//! comes, `release`, and again after an acquire retry; a guard cannot stop
+//! the caller's code, so with `--block-on-cancel` the code that blocks is a
+//! sub-task spawned through the guard's context, which the release stops
+//! or, when it cannot, fail-stops).
 //!
 //! With `BLOB_MUTEX_FENCE_ADDR=<host:port>` set, every unit of work of the
 //! leader task and of a partition task (`sub=0`) is also sent as a write to
@@ -115,6 +121,18 @@ struct Behaviour {
     write_state: Option<Duration>,
     /// Print every change of the mutex's leader watch.
     watch_leader: bool,
+    /// How the lease is held: the task form, or the guard API.
+    hold: Hold,
+}
+
+/// How a worker holds its lease (`--guard`).
+#[derive(Clone, Copy, Default, PartialEq, Eq)]
+enum Hold {
+    /// The task form: `run_task_when_mutex_acquired`.
+    #[default]
+    Task,
+    /// `acquire`, work until the guard's cancellation fires, `release`.
+    Guard,
 }
 
 /// Prints one line and flushes it, so that scripts see it at once.
@@ -370,6 +388,7 @@ fn parse_args() -> anyhow::Result<(String, String, MutexOptions, Behaviour)> {
                 options = options.with_advertised(value);
             }
             "--watch-leader" => behaviour.watch_leader = true,
+            "--guard" => behaviour.hold = Hold::Guard,
             other => bail!("unknown option {other}\n{usage}"),
         }
     }
@@ -422,6 +441,9 @@ async fn main() -> anyhow::Result<()> {
         let store = QuorumLeaseStore::from_settings(&accounts)?;
         let mutex =
             BlobDistributedMutex::with_store(store, options, move |ctx| lead(ctx, behaviour))?;
+        if behaviour.hold == Hold::Guard {
+            return run_guard(mutex, behaviour).await;
+        }
         return run_mutex(mutex, behaviour).await;
     }
     let connection = std::env::var("AZURE_STORAGE_CONNECTION_STRING")
@@ -435,7 +457,77 @@ async fn main() -> anyhow::Result<()> {
     }
     let mutex =
         BlobDistributedMutex::with_options(settings, options, move |ctx| lead(ctx, behaviour))?;
+    if behaviour.hold == Hold::Guard {
+        return run_guard(mutex, behaviour).await;
+    }
     run_mutex(mutex, behaviour).await
+}
+
+/// `--guard`: holds the lease through guards until a signal, printing the
+/// term reports as [`run_mutex`] does.
+async fn run_guard<S: LeaseStore>(
+    mutex: BlobDistributedMutex<S>,
+    behaviour: Behaviour,
+) -> anyhow::Result<()> {
+    let reporter = tokio::spawn(print_reports(
+        mutex.term_reports(),
+        mutex.holder().to_owned(),
+    ));
+    let token = CancellationToken::new();
+    let on_signal = token.clone();
+    tokio::spawn(async move {
+        shutdown_signal().await;
+        on_signal.cancel();
+    });
+    let result = hold_guards(&mutex, behaviour, &token).await;
+    let id = mutex.holder().to_owned();
+    drop(mutex);
+    reporter.await?;
+    exit_if_stuck(&result);
+    result?;
+    say(&format!("EXITED id={id}"));
+    Ok(())
+}
+
+/// Acquire, work on the guard's context until its cancellation fires or
+/// `token` is cancelled, release; again after an acquire retry, until
+/// `token` is cancelled.
+async fn hold_guards<S: LeaseStore>(
+    mutex: &BlobDistributedMutex<S>,
+    behaviour: Behaviour,
+    token: &CancellationToken,
+) -> Result<(), blob_mutex::Error> {
+    loop {
+        let guard = tokio::select! {
+            guard = mutex.acquire() => guard?,
+            () = token.cancelled() => return Ok(()),
+        };
+        let ctx = guard.context().clone();
+        if behaviour.block_on_cancel {
+            // The guard cannot stop the caller's code: what blocks is a
+            // sub-task of the term, which the release stops (or cannot).
+            let sub = ctx.clone();
+            ctx.spawn(async move {
+                sub.cancelled().await;
+                std::thread::sleep(Duration::from_secs(3600));
+                Ok::<(), blob_mutex::Error>(())
+            });
+        }
+        let work = Behaviour {
+            block_on_cancel: false,
+            ..behaviour
+        };
+        tokio::select! {
+            // The work is dropped before the release begins.
+            _ = lead(ctx, work) => {}
+            () = token.cancelled() => {}
+        }
+        guard.release().await?;
+        tokio::select! {
+            () = tokio::time::sleep(mutex.options().acquire_retry) => {}
+            () = token.cancelled() => return Ok(()),
+        }
+    }
 }
 
 /// The accounts of a quorum, one connection string per line.

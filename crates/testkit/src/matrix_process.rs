@@ -68,6 +68,9 @@ pub enum Mode {
     /// The mutex with priorities: each worker started later has a higher
     /// one, so that it takes over by a planned handover.
     Handover,
+    /// The mutex held through its guard (`--guard`): acquire, work until
+    /// the guard's cancellation fires, release.
+    Guard,
 }
 
 impl Mode {
@@ -79,6 +82,17 @@ impl Mode {
     /// Whether the workers lead on a quorum of three accounts.
     pub fn is_quorum(self) -> bool {
         matches!(self, Mode::QuorumMutex | Mode::QuorumSet)
+    }
+
+    /// How a term ends that the worker's caller stopped (SIGTERM): the
+    /// task form reports `shutdown`; a guard's caller stops its term by
+    /// releasing the guard, reported as `finished`.
+    pub fn caller_stop(self) -> &'static str {
+        if self == Mode::Guard {
+            "finished"
+        } else {
+            "shutdown"
+        }
     }
 
     /// The leases of one worker's record: the partitions, or the mutex's.
@@ -178,6 +192,9 @@ impl Rig {
         if self.mode == Mode::Handover {
             flags.extend(["--priority", priority.as_str()]);
         }
+        if self.mode == Mode::Guard {
+            flags.push("--guard");
+        }
         flags.extend(extra);
         let strings = self.proxies_for_next();
         let spec = if self.mode.is_quorum() {
@@ -218,7 +235,7 @@ impl Rig {
     /// first waits with a lower priority.
     pub async fn start(&mut self, victim: &[&str]) -> usize {
         match self.mode {
-            Mode::Mutex | Mode::QuorumMutex => {
+            Mode::Mutex | Mode::QuorumMutex | Mode::Guard => {
                 let leader = self.spawn(victim);
                 self.wait_leading(leader).await;
                 self.spawn(&[]);

@@ -12,7 +12,11 @@
 //! - for a share of requests, or for the next `n` requests: answer
 //!   `503 ServerBusy` or `500 InternalError` from the proxy itself, or reset
 //!   the connection ([`Injected`]);
-//! - [`Proxy::reset_all`] resets every open connection now.
+//! - [`Proxy::reset_all`] resets every open connection now;
+//! - [`Proxy::hold_next_write`] holds the next write under a lease (a Put
+//!   Blob or Set Blob Metadata with a lease id: a leader's state write)
+//!   until [`Proxy::release_held`]: a write sent in time that reaches
+//!   storage late.
 //!
 //! Every request on the client→server stream is parsed (HTTP/1.1 request head
 //! and `Content-Length` body) and logged with what happened to it, so tests
@@ -133,6 +137,8 @@ struct Faults {
     /// for the next one with that lease action.
     next: VecDeque<(Option<String>, Injected)>,
     rng: u64,
+    /// Hold the next write under a lease until released.
+    hold_write: bool,
 }
 
 impl Faults {
@@ -184,6 +190,7 @@ struct Shared {
     log: Mutex<Vec<Request>>,
     connections: Mutex<u64>,
     resets: watch::Sender<u64>,
+    releases: watch::Sender<u64>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -218,10 +225,12 @@ impl Proxy {
                 reset_share: 0.0,
                 next: VecDeque::new(),
                 rng: u64::from(port),
+                hold_write: false,
             }),
             log: Mutex::new(Vec::new()),
             connections: Mutex::new(0),
             resets: watch::channel(0).0,
+            releases: watch::channel(0).0,
         });
         let (shutdown, stop) = tokio::sync::oneshot::channel();
         let accept_shared = shared.clone();
@@ -347,6 +356,18 @@ impl Proxy {
         lock(&self.shared.faults).rng = seed;
     }
 
+    /// Holds the next write under a lease (a `PUT` with a lease id and no
+    /// lease action) that arrives from now on: it is logged, not
+    /// forwarded, until [`Proxy::release_held`].
+    pub fn hold_next_write(&self) {
+        lock(&self.shared.faults).hold_write = true;
+    }
+
+    /// Forwards every held write now.
+    pub fn release_held(&self) {
+        self.shared.releases.send_modify(|n| *n += 1);
+    }
+
     /// Resets every open connection now.
     pub fn reset_all(&self) {
         self.shared.resets.send_modify(|n| *n += 1);
@@ -442,6 +463,8 @@ struct Queued {
     at: Instant,
     bytes: Vec<u8>,
     request: Option<usize>,
+    /// Held until [`Proxy::release_held`] (`at` is then far away).
+    held: bool,
 }
 
 /// Why a connection ends.
@@ -459,6 +482,8 @@ async fn serve(shared: Arc<Shared>, mut client: TcpStream, id: u64) {
     let _ = server.set_nodelay(true);
     let mut resets = shared.resets.subscribe();
     resets.mark_unchanged();
+    let mut releases = shared.releases.subscribe();
+    releases.mark_unchanged();
 
     let mut pending = Vec::new(); // request bytes not yet complete
     let mut raw = false; // framing not understood: forward bytes as they are
@@ -476,6 +501,12 @@ async fn serve(shared: Arc<Shared>, mut client: TcpStream, id: u64) {
         let down_at = to_client.front().map(|q| q.at);
         tokio::select! {
             _ = resets.changed() => break End::Reset,
+            _ = releases.changed() => {
+                let now = Instant::now();
+                for q in to_server.iter_mut().filter(|q| q.held) {
+                    (q.at, q.held) = (now, false);
+                }
+            }
             read = client.read(&mut from_client), if client_open => {
                 let n = match read {
                     Ok(0) | Err(_) => { client_open = false; continue; }
@@ -490,7 +521,7 @@ async fn serve(shared: Arc<Shared>, mut client: TcpStream, id: u64) {
                 if raw {
                     let bytes = std::mem::take(&mut pending);
                     if let Some(at) = deliver_at(mode, now) {
-                        to_server.push_back(Queued { at, bytes, request: None });
+                        to_server.push_back(Queued { at, bytes, request: None, held: false });
                     }
                     continue;
                 }
@@ -499,7 +530,7 @@ async fn serve(shared: Arc<Shared>, mut client: TcpStream, id: u64) {
                         for action in actions {
                             match action {
                                 Action::Forward(q) => to_server.push_back(q),
-                                Action::Answer(bytes) => to_client.push_back(Queued { at: now, bytes, request: None }),
+                                Action::Answer(bytes) => to_client.push_back(Queued { at: now, bytes, request: None, held: false }),
                             }
                         }
                     }
@@ -516,7 +547,7 @@ async fn serve(shared: Arc<Shared>, mut client: TcpStream, id: u64) {
                     break End::Reset;
                 }
                 if let Some(at) = deliver_at(mode, Instant::now()) {
-                    to_client.push_back(Queued { at, bytes: from_server[..n].to_vec(), request: None });
+                    to_client.push_back(Queued { at, bytes: from_server[..n].to_vec(), request: None, held: false });
                 }
             }
             () = sleep_until(up_at) => {
@@ -622,6 +653,11 @@ fn take_requests(
             (None, Mode::Pass | Mode::Delay(_)) => Fate::Forwarded,
         };
         let is_head = head.method == "HEAD";
+        let write = head.method == "PUT" && head.lease_id.is_some() && head.lease_action.is_none();
+        let hold = write && fate == Fate::Forwarded && {
+            let mut faults = lock(&shared.faults);
+            std::mem::take(&mut faults.hold_write)
+        };
         let index = {
             let mut log = lock(&shared.log);
             log.push(head.into_request(connection, now, fate));
@@ -632,10 +668,17 @@ fn take_requests(
             Fate::Injected(kind) => actions.push(Action::Answer(error_response(kind, is_head))),
             Fate::Forwarded => {
                 let at = deliver_at(mode, now).expect("a forwarding mode");
+                // Held: a day away, until released.
+                let at = if hold {
+                    now + Duration::from_secs(86_400)
+                } else {
+                    at
+                };
                 actions.push(Action::Forward(Queued {
                     at,
                     bytes,
                     request: Some(index),
+                    held: hold,
                 }));
             }
             Fate::Dropped | Fate::Refused => {}
