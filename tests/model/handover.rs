@@ -11,6 +11,7 @@ use std::fmt::Write as _;
 use stateright::{Model, Property, Representative};
 
 use crate::check::Traced;
+use crate::clock;
 use crate::handover_rules::{after_change, ending, successor, AfterChange, Changed, Ending};
 
 /// Known-wrong variants of the decisions, each of which the checker must
@@ -164,13 +165,13 @@ pub(crate) struct Handover(pub Config);
 
 impl Handover {
     fn expires(&self, t: u8) -> u8 {
-        t + self.0.lease - self.0.drift
+        clock::expires(t, self.0.lease, self.0.drift)
     }
 
     fn term(&self, t: u8, epoch: u8) -> Term {
         Term {
             epoch,
-            deadline: t + self.0.lease - self.0.margin + self.0.drift,
+            deadline: clock::deadline(t, self.0.lease, self.0.margin, self.0.drift),
             renew_at: t + self.0.renew,
         }
     }

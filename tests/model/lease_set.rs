@@ -11,6 +11,7 @@ use stateright::{Model, Property, Representative};
 
 use crate::balance::{free, plan, FreeSince, Plan, Strategy, View, ORPHAN_CYCLES};
 use crate::check::Traced;
+use crate::clock;
 
 /// Known-wrong variants of the decisions, each of which the checker must
 /// find.
@@ -197,11 +198,11 @@ fn partition(p: usize) -> String {
 
 impl LeaseSet {
     fn expires(&self, t: u8) -> u8 {
-        t + self.0.lease - self.0.drift
+        clock::expires(t, self.0.lease, self.0.drift)
     }
 
     fn deadline(&self, sent: u8) -> u8 {
-        sent + self.0.lease - self.0.margin + self.0.drift
+        clock::deadline(sent, self.0.lease, self.0.margin, self.0.drift)
     }
 
     fn term(&self, t: u8, epoch: u8) -> Term {

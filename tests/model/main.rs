@@ -25,6 +25,7 @@ mod balance;
 mod handover_rules;
 
 mod check;
+mod clock;
 mod handover;
 mod lease_set;
 mod quorum;

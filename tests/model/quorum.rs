@@ -8,6 +8,7 @@ use std::time::Duration;
 use stateright::{Model, Property, Representative};
 
 use crate::check::Traced;
+use crate::clock;
 use crate::hold_off::{self, first_missing, on_the_same_blob, Read};
 use crate::rules::{
     acquire_outcome, behind_the_stamp, carried_by_majority, lift, majority, next_epoch,
@@ -271,14 +272,11 @@ impl Quorum {
     }
 
     fn expires(&self, t: u8) -> u8 {
-        // The account's clock runs `drift` ahead: the lease lasts D − drift.
-        t + self.0.lease - self.0.drift
+        clock::expires(t, self.0.lease, self.0.drift)
     }
 
     fn deadline(&self, sent: u8) -> u8 {
-        // The crate's rule, sent + D − margin on the instance's clock, which
-        // runs `drift` behind real time.
-        sent + self.0.lease - self.0.margin + self.0.drift
+        clock::deadline(sent, self.0.lease, self.0.margin, self.0.drift)
     }
 
     /// The step an instance takes now, or `None` when it has nothing to
