@@ -359,27 +359,38 @@ async fn three_hosts_cron_firing_all_the_time_run_the_job_once_per_period_never_
         cron(&case, "h3", "4s", 3),
     );
     let text = std::fs::read_to_string(case.dir.join("times")).expect("the job ran");
-    let lines: Vec<(&str, u128)> = text
+    let (starts, _) = runs(&text, "");
+    // Due again once the period is over: a third run within the limit.
+    assert!(starts.len() >= 3, "ran {} times: {text}", starts.len());
+    // Storage's clock counts whole seconds: a record written late in its
+    // second makes the next run due up to a second early.
+    for pair in starts.windows(2) {
+        let gap = pair[1].saturating_sub(pair[0]);
+        assert!(gap >= Duration::from_secs(3), "runs {gap:?} apart: {text}");
+    }
+}
+
+/// The job's runs from its `times` lines (`start NS`, `end NS`): when each
+/// started, and whether the last one ended. Asserts that starts and ends
+/// alternate, so that no two runs overlapped.
+fn runs(text: &str, label: &str) -> (Vec<Duration>, bool) {
+    let lines: Vec<(&str, u64)> = text
         .lines()
         .map(|line| {
             let (what, at) = line.split_once(' ').expect("what and when");
             (what, at.parse().expect("nanoseconds"))
         })
         .collect();
-    // Never overlapping: starts and ends alternate.
     for (i, (what, _)) in lines.iter().enumerate() {
         let expected = if i % 2 == 0 { "start" } else { "end" };
-        assert_eq!(*what, expected, "{text}");
+        assert_eq!(*what, expected, "{label}: {text}");
     }
-    // Due again once the period is over: a third run within the limit.
-    let starts: Vec<u128> = lines.iter().step_by(2).map(|(_, at)| *at).collect();
-    assert!(starts.len() >= 3, "ran {} times: {text}", starts.len());
-    // Storage's clock counts whole seconds: a record written late in its
-    // second makes the next run due up to a second early.
-    for pair in starts.windows(2) {
-        let gap = Duration::from_nanos(u64::try_from(pair[1] - pair[0]).unwrap());
-        assert!(gap >= Duration::from_secs(3), "runs {gap:?} apart: {text}");
-    }
+    let starts = lines
+        .iter()
+        .step_by(2)
+        .map(|(_, at)| Duration::from_nanos(*at))
+        .collect();
+    (starts, lines.len().is_multiple_of(2))
 }
 
 #[tokio::test]
@@ -484,27 +495,16 @@ async fn three_hosts_cron_every_20s_for_3_minutes_with_a_60s_period_run_the_job_
         cron_on_three_hosts(&cases[1], Backend::SdkV021),
     );
     for (backend, text) in [("official", official), ("sdk-v021", v021)] {
-        let lines: Vec<(&str, u128)> = text
-            .lines()
-            .map(|line| {
-                let (what, at) = line.split_once(' ').expect("what and when");
-                (what, at.parse().expect("nanoseconds"))
-            })
-            .collect();
         // Never overlapping: starts and ends alternate.
-        for (i, (what, _)) in lines.iter().enumerate() {
-            let expected = if i % 2 == 0 { "start" } else { "end" };
-            assert_eq!(*what, expected, "{backend}: {text}");
-        }
-        assert_eq!(lines.len() % 2, 0, "{backend}: a run did not end: {text}");
-        let starts: Vec<u128> = lines.iter().step_by(2).map(|(_, at)| *at).collect();
+        let (starts, ended) = runs(&text, backend);
+        assert!(ended, "{backend}: a run did not end: {text}");
         assert!(
             (3..=4).contains(&starts.len()),
             "{backend}: ran {} times: {text}",
             starts.len()
         );
         for pair in starts.windows(2) {
-            let gap = Duration::from_nanos(u64::try_from(pair[1] - pair[0]).unwrap());
+            let gap = pair[1].saturating_sub(pair[0]);
             assert!(gap >= CRON_GAP, "{backend}: runs {gap:?} apart: {text}");
         }
         println!("{backend}: ran {} times: {text}", starts.len());
