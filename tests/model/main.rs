@@ -29,7 +29,9 @@ mod clock;
 mod handover;
 mod lease_set;
 mod quorum;
+mod replay;
 
+use blob_mutex_testkit::trace::Trace;
 use check::{check, Found};
 use handover::{Config as HandoverConfig, Handover};
 use lease_set::{Config as SetConfig, Faults as SetFaults, LeaseSet};
@@ -287,4 +289,117 @@ fn a_lease_set_of_three_instances_owns_every_partition_within_the_bound_after_a_
     let report = check(LeaseSet(config), None);
     report.print("lease set: 3 instances × 1 account × 3 partitions, one joining");
     report.assert_complete_and_safe();
+}
+
+/// The traces the chaos runs left: the seeds that found a violation, kept
+/// in `tests/fixtures/traces`, and, when `BLOB_MUTEX_TRACE_DIR` names a
+/// folder (`scripts/test` sets it for its chaos runs), every trace in it.
+fn chaos_traces() -> Vec<(String, Trace)> {
+    let mut dirs =
+        vec![std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/traces")];
+    if let Some(dir) = std::env::var_os("BLOB_MUTEX_TRACE_DIR") {
+        dirs.push(dir.into());
+    }
+    let mut traces = Vec::new();
+    for dir in dirs {
+        let mut paths: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap_or_else(|e| panic!("read {}: {e}", dir.display()))
+            .map(|e| e.expect("a folder entry").path())
+            .filter(|p| p.extension().is_some_and(|x| x == "trace"))
+            .collect();
+        assert!(!paths.is_empty(), "no trace in {}", dir.display());
+        paths.sort();
+        for path in paths {
+            let text = std::fs::read_to_string(&path).expect("read a trace");
+            let trace = Trace::parse(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            traces.push((path.display().to_string(), trace));
+        }
+    }
+    traces
+}
+
+#[test]
+fn the_chaos_runs_quorum_groups_are_paths_of_the_model() {
+    let mut findings = Vec::new();
+    for (name, trace) in chaos_traces() {
+        let r = replay::replay(&trace);
+        println!(
+            "{name}: seed {}, {} workers as {} instances, {} terms over {} s: {} states expanded, at most {} kept, {:.1} s",
+            trace.seed,
+            trace.workers.len(),
+            r.instances,
+            r.terms,
+            r.ticks,
+            r.expanded,
+            r.widest,
+            r.elapsed.as_secs_f64()
+        );
+        if let Some(finding) = r.finding {
+            findings.push(format!("{name}: {finding}"));
+        }
+    }
+    assert!(findings.is_empty(), "{}", findings.join("\n"));
+}
+
+/// A record of three workers on a quorum without faults: worker 0 leads
+/// from 1.2 s at the epoch storage's clock gives a record made anew.
+fn calm_record() -> Trace {
+    let wall = 1_795_735_000_000;
+    let first = (wall / 1000 + 2) << quorum::EPOCH_BITS;
+    let worker = |i: usize| blob_mutex_testkit::trace::Worker {
+        name: format!("qmutex.{i}"),
+        spawned: 100,
+        ..Default::default()
+    };
+    let mut trace = Trace {
+        seed: 1,
+        wall,
+        until: 40_000,
+        workers: vec![worker(0), worker(1), worker(2)],
+        ..Trace::default()
+    };
+    trace.workers[0].terms.push((first, 1_200));
+    trace
+}
+
+#[test]
+fn a_calm_record_and_a_failover_after_a_kill_are_paths_of_the_model() {
+    let calm = calm_record();
+    assert_eq!(replay::replay(&calm).finding, None);
+    // Killed at 10 s: its lease runs out 15 s after its last renewal, and
+    // worker 1 leads at the next epoch.
+    let mut failover = calm_record();
+    let first = failover.workers[0].terms[0].0;
+    failover.workers[0].end = Some((blob_mutex_testkit::trace::End::Kill, 10_000));
+    failover.workers[1].terms.push((first + 1, 24_300));
+    let r = replay::replay(&failover);
+    assert_eq!(r.finding, None);
+}
+
+#[test]
+fn records_the_model_cannot_produce_are_findings() {
+    let first = calm_record().workers[0].terms[0].0;
+    let finding = |edit: &dyn Fn(&mut Trace)| {
+        let mut trace = calm_record();
+        edit(&mut trace);
+        replay::replay(&trace).finding.expect("a finding")
+    };
+    // A second leader while the first renews, with no fault at all.
+    let two = finding(&|t| t.workers[1].terms.push((first + 1, 5_000)));
+    assert!(two.contains("qmutex.1 printed its term"), "{two}");
+    // An epoch that skips: nothing in the model stamps it.
+    let skipped = finding(&|t| t.workers[0].terms[0].0 = first + 5);
+    assert!(skipped.contains("it printed epoch"), "{skipped}");
+    // A failover whose epoch goes back to the first term's.
+    let back = finding(&|t| {
+        t.workers[0].end = Some((blob_mutex_testkit::trace::End::Kill, 10_000));
+        t.workers[1].terms.push((first, 24_300));
+    });
+    assert!(back.contains("qmutex.1 began its term 0"), "{back}");
+    // A failover before the killed leader's lease can have run out.
+    let early = finding(&|t| {
+        t.workers[0].end = Some((blob_mutex_testkit::trace::End::Kill, 10_000));
+        t.workers[1].terms.push((first + 1, 12_000));
+    });
+    assert!(early.contains("qmutex.1 printed its term"), "{early}");
 }

@@ -16,6 +16,10 @@ use crate::rules::{
     Renewed, Stamped, Standing, Vote, Votes,
 };
 
+/// A record made anew starts at storage's clock in units of 2^20 epochs a
+/// second, as the crate's `first_epoch`.
+pub(crate) const EPOCH_BITS: u32 = 20;
+
 /// A lease id: the instance that proposed it and its campaign round.
 pub(crate) type Id = (usize, u8);
 
@@ -89,6 +93,13 @@ pub(crate) struct Config {
     pub(crate) faults: Faults,
     /// Planted defects (none for the running code's decisions).
     pub(crate) defects: Defects,
+    /// Storage's clock at tick 0, in seconds since 1970, when a record made
+    /// anew starts its epochs from it as the crate does (the second after,
+    /// in 2^20 epochs a second); `None`: it starts at the floor (1 for a
+    /// first term). Only a first term, or one after a majority lost its
+    /// records, stamps a record with no floor: the configurations checked
+    /// exhaustively start at 1, a replay at the clock its run recorded.
+    pub(crate) clock: Option<u64>,
 }
 
 impl Config {
@@ -113,6 +124,7 @@ impl Config {
                 freezes: 0,
             },
             defects: Defects::default(),
+            clock: None,
         }
     }
 }
@@ -208,11 +220,23 @@ impl State {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) enum Action {
     /// An instance takes its step of this tick; `lose` names a call of it
-    /// and the account whose answer is lost.
+    /// and the account whose answer is lost; the accounts in `cut` (a bit
+    /// each) do not get its requests (a fault on its own path: only a
+    /// replay of a chaos run takes this, from the faults it recorded).
     Step {
         instance: usize,
         lose: Option<(Call, usize)>,
+        cut: u8,
     },
+    /// An instance is slow: its step of this tick comes later (only a
+    /// replay takes this: a real process may lag behind any schedule).
+    Skip(usize),
+    /// An instance is stopped (SIGTERM): it ends its term, gives back its
+    /// leases, and takes no step again (only a replay takes this).
+    Leave(usize),
+    /// A new process takes the place of one that ended: no memory, a new
+    /// lease id (only a replay takes this).
+    Restart(usize),
     /// Time advances one tick.
     Tick,
     /// An account restarts empty.
@@ -281,7 +305,7 @@ impl Quorum {
 
     /// The step an instance takes now, or `None` when it has nothing to
     /// do that another could see (or cannot step).
-    fn plan(state: &State, i: usize) -> Option<Plan> {
+    pub(crate) fn plan(state: &State, i: usize) -> Option<Plan> {
         let inst = &state.instances[i];
         if inst.crashed || inst.frozen || state.moved & (1 << i) != 0 {
             return None;
@@ -310,8 +334,15 @@ impl Quorum {
                 s.t += 1;
                 s.moved = 0;
             }
-            Action::Step { instance, lose } => {
+            Action::Step {
+                instance,
+                lose,
+                cut,
+            } => {
                 s.moved |= 1 << instance;
+                // A cut path is an account down for this step alone.
+                let down = s.down;
+                s.down |= u16::from(cut);
                 if lose.is_some() {
                     s.left.losses -= 1;
                     s.last_fault = s.t;
@@ -328,6 +359,13 @@ impl Quorum {
                 if let Some((call, a)) = lose {
                     let _ = write!(log, " (a{a}'s answer to the {call:?} call lost)");
                 }
+                if cut != 0 {
+                    let _ = write!(log, " (cut off from {})", accounts(cut));
+                }
+                s.down = down;
+            }
+            Action::Skip(_) | Action::Leave(_) | Action::Restart(_) => {
+                self.process(&mut s, action, &mut log);
             }
             Action::Wipe(a) => {
                 s.left.wipes -= 1;
@@ -373,6 +411,38 @@ impl Quorum {
             s.led_since_fault = true;
         }
         Some((s, log))
+    }
+
+    /// What a replay does to a process (see `Action`): lags, is stopped,
+    /// or starts again.
+    fn process(&self, s: &mut State, action: Action, log: &mut String) {
+        match action {
+            Action::Skip(i) => {
+                s.moved |= 1 << i;
+                let _ = write!(log, "i{i} lags");
+            }
+            Action::Leave(i) => {
+                if s.instances[i].term.is_some() {
+                    let _ = write!(log, "i{i} is stopped and ");
+                    self.end_term(s, i, None, log);
+                } else {
+                    let _ = write!(log, "i{i} is stopped");
+                    self.give_up(s, i);
+                }
+                s.instances[i].crashed = true;
+            }
+            Action::Restart(i) => {
+                let inst = &mut s.instances[i];
+                inst.round += 1;
+                inst.term = None;
+                inst.wait_until = 0;
+                inst.missing.iter_mut().for_each(|m| *m = None);
+                inst.crashed = false;
+                inst.frozen = false;
+                let _ = write!(log, "i{i} starts again, a new process");
+            }
+            _ => unreachable!("a process's event"),
+        }
     }
 
     /// An acting leader writes a unit of work to the fenced register.
@@ -718,10 +788,14 @@ impl Quorum {
     /// A stamp under `id` at `floor`: the stored epoch + 1, at least
     /// `floor`, when the lease is held under `id` and not expired.
     fn stamp(&self, account: &mut Account, id: Id, floor: u64, t: u8) -> Stamped {
-        let _ = self;
         match account.lease {
             Some((holder, expires)) if holder == id && t < expires => {
-                account.epoch = next_epoch(account.epoch, floor).unwrap_or(u64::MAX);
+                account.epoch = match self.0.clock {
+                    Some(clock) if account.epoch == 0 && floor <= 1 => {
+                        (clock + u64::from(t) + 1) << EPOCH_BITS
+                    }
+                    _ => next_epoch(account.epoch, floor).unwrap_or(u64::MAX),
+                };
                 account.version = account.version.wrapping_add(1);
                 Stamped::Carries(account.epoch)
             }
@@ -763,10 +837,19 @@ fn fault(s: &mut State) {
 
 /// An instance's step, from its state and the time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Plan {
+pub(crate) enum Plan {
     Stop,
     Renew,
     Campaign,
+}
+
+/// The accounts of a bit set, as `a0, a2`.
+fn accounts(bits: u8) -> String {
+    let each: Vec<String> = (0..8)
+        .filter(|a| bits & (1 << a) != 0)
+        .map(|a| format!("a{a}"))
+        .collect();
+    each.join(", ")
 }
 
 fn show<T: std::fmt::Debug>(answers: &[T]) -> String {
@@ -846,6 +929,7 @@ impl Model for Quorum {
             actions.push(Action::Step {
                 instance: i,
                 lose: None,
+                cut: 0,
             });
             if state.left.losses == 0 {
                 continue;
@@ -859,6 +943,7 @@ impl Model for Quorum {
                     actions.push(Action::Step {
                         instance: i,
                         lose: Some((call, a)),
+                        cut: 0,
                     });
                 }
             }

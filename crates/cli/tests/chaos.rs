@@ -45,6 +45,7 @@ use std::time::Duration;
 use support::chaos_rig::{ChaosRig, Config};
 use support::checker::{check, figures};
 use support::history::History;
+use support::trace::Trace;
 use support::workers::{Cluster, What};
 
 /// The seed of the fixed run.
@@ -104,6 +105,7 @@ async fn run(config: Config) {
         .unwrap_or_default();
     settle(&mut rig, longest + Duration::from_secs(5), "").await;
     let (history, cluster) = rig.finish(Duration::from_secs(30)).await;
+    keep_trace(&history, &cluster, &command);
     let failure = judge(&history, &cluster, &command);
     // Dropped first: a cluster dropped while panicking prints its whole record.
     drop(cluster);
@@ -187,6 +189,25 @@ fn excerpt(cluster: &Cluster, at: Duration, resource: &str) -> String {
         let _ = writeln!(out, "{:>9.3}s {name:<12} {:?}", e.at.as_secs_f64(), e.what);
     }
     out
+}
+
+/// Writes the quorum group's trace into `BLOB_MUTEX_TRACE_DIR`, when set,
+/// for the model checker to replay (`tests/model/replay.rs`); `scripts/test`
+/// sets it, and its model step replays what the runs here wrote.
+fn keep_trace(history: &History, cluster: &Cluster, command: &str) {
+    let Some(dir) = std::env::var_os("BLOB_MUTEX_TRACE_DIR") else {
+        return;
+    };
+    let trace = Trace::of(history, cluster);
+    if trace.workers.is_empty() {
+        return;
+    }
+    let dir = std::path::PathBuf::from(dir);
+    std::fs::create_dir_all(&dir).expect("make BLOB_MUTEX_TRACE_DIR");
+    let path = dir.join(format!("{}.trace", history.seed));
+    let text = format!("# {command}\n{}", trace.to_text());
+    std::fs::write(&path, text).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
+    println!("the quorum group's trace: {}", path.display());
 }
 
 /// The command that repeats a run's schedule.

@@ -313,6 +313,7 @@ impl ChaosRig {
                 .env("BLOB_MUTEX_FENCE_ADDR", self.register.addr());
         }
         let worker = self.cluster.spawn(spec);
+        self.history.spawned.push(self.cluster.now());
         self.roles.push(Role {
             group: kind.name().to_owned(),
             exit_reports: kind == Kind::Run,

@@ -143,6 +143,8 @@ pub struct History {
     pub until: Duration,
     /// Processes that had not exited long after the final SIGTERM.
     pub hung: Vec<usize>,
+    /// When each worker was started, by index.
+    pub spawned: Vec<Duration>,
 }
 
 impl History {

@@ -4,7 +4,8 @@
 //! history by partition (`partitions`), a client that is not this crate
 //! (`foreign`), the process half of the fault matrix (`matrix_process`),
 //! the chaos runner's history (`history`), its checker (`checker`), its
-//! nemesis (`nemesis`) and fenced register (`register`), a lease set's owners
+//! nemesis (`nemesis`) and fenced register (`register`), its quorum group
+//! as a trace the model replays (`trace`), a lease set's owners
 //! listed by every instance (`owners`), and polling helpers.
 //!
 //! A member of the workspace, never published: compiled once for every test
@@ -43,6 +44,7 @@ pub mod raw;
 pub mod register;
 pub mod sas;
 pub mod tls;
+pub mod trace;
 pub mod workers;
 
 use std::future::Future;
