@@ -403,3 +403,36 @@ fn records_the_model_cannot_produce_are_findings() {
     });
     assert!(early.contains("qmutex.1 printed its term"), "{early}");
 }
+
+/// Two instances, each account restarted empty in turn (each after the
+/// last was held again, as the quorum's assumption allows), and a crash.
+fn wiped_in_turn(c: &mut Config) {
+    c.instances = 2;
+    c.horizon = 16;
+    c.faults = quorum::Faults {
+        wipes: 3,
+        outages: 0,
+        losses: 0,
+        crashes: 1,
+        freezes: 0,
+    };
+}
+
+#[test]
+fn every_account_restarted_empty_in_turn_keeps_every_promise() {
+    let mut config = Config::three_by_three();
+    wiped_in_turn(&mut config);
+    let report = check(Quorum(config), None);
+    report.print("2 instances × 3 accounts, each restarted empty in turn");
+    report.assert_complete_and_safe();
+}
+
+#[test]
+fn no_catch_up_on_an_account_restarted_empty_lets_the_epoch_go_back() {
+    let defects = Defects {
+        no_catch_up: true,
+        ..Defects::default()
+    };
+    let found = planted(defects, wiped_in_turn, "epochs strictly increase");
+    found.print("no catch-up on an account restarted empty");
+}

@@ -46,6 +46,9 @@ pub(crate) struct Defects {
     /// and lost again while the instance read nothing counts as empty since
     /// the first read.
     pub(crate) any_blob: bool,
+    /// No catch-up: a renewal that acquires an account again (restarted
+    /// empty) leaves it without the term's epoch.
+    pub(crate) no_catch_up: bool,
 }
 
 /// How many faults of each kind may happen in one run.
@@ -743,6 +746,9 @@ impl Quorum {
         lose: Option<(Call, usize)>,
         log: &mut String,
     ) {
+        if self.0.defects.no_catch_up {
+            return;
+        }
         let behind = term.standing.behind(answers);
         for a in (0..self.0.accounts).filter(|a| behind[*a]) {
             if Self::answer_lost(lose, Call::Read, a) {

@@ -35,6 +35,11 @@
 //! - 1638074026 (`sdk-v021`): a `blob-mutex run` whose exit came 3 s after
 //!   its logged end, behind a slow release
 //!   (`chaos_checker::a_run_terms_end_is_its_logged_end_not_its_exit`).
+//!
+//! The quorum group's trace of a 40 s run of each of these seeds is kept in
+//! `tests/fixtures/traces`, where the model checker replays it through the
+//! quorum model (`tests/model/replay.rs`), as it replays the runs here when
+//! `BLOB_MUTEX_TRACE_DIR` is set (`scripts/test` sets it).
 
 use blob_mutex_testkit as support;
 
