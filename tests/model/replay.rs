@@ -82,7 +82,7 @@ fn config(instances: usize, wall: u64) -> Config {
 #[derive(Clone)]
 struct Point {
     state: State,
-    /// Per instance: how many of its terms the model began.
+    /// Per worker: how many of its terms the model began.
     begun: Vec<u8>,
     /// How many of the record's restarts the model applied.
     wiped: u8,
