@@ -337,24 +337,32 @@ impl Replay<'_> {
             .collect();
         // A restart lost the account's data somewhere in its window, and
         // by its end at the latest.
-        let mut out = HashSet::new();
+        // In a fixed order (a set's would change from run to run, and with
+        // it which states the beam keeps among equals).
+        let mut seen = HashSet::new();
+        let mut out = Vec::new();
+        let mut keep = |p: Point| {
+            if seen.insert(p.clone()) {
+                out.push(p);
+            }
+        };
         for p in points.drain(..) {
             let Some(&(a, at)) = self.trace.wipes.get(usize::from(p.wiped)) else {
-                out.insert(p);
+                keep(p);
                 continue;
             };
             let end = tick_of(at);
             if k + RESTART >= end {
                 if let Some(mut wiped) = self.apply(&p, Action::Wipe(a)) {
                     wiped.wiped += 1;
-                    out.insert(wiped);
+                    keep(wiped);
                 }
             }
             if k < end {
-                out.insert(p);
+                keep(p);
             }
         }
-        out.into_iter().collect()
+        out
     }
 
     /// An environment event; a process ended or paused while it could take
