@@ -161,6 +161,11 @@ pub(crate) struct Engine<'a, S> {
     /// Whether storage has ever answered the mutex; `None` for a lease
     /// set's partitions, whose set's member lease was answered first.
     pub(crate) contact: Option<&'a FirstContact>,
+    /// The term's task stands for a guard's holder: it returns when the
+    /// guard is released or dropped, and the holder's code, which the
+    /// engine cannot stop, may run until then. The lease then leaves the
+    /// term only after that return, or by being lost (see `stop`).
+    pub(crate) caller_holds: bool,
 }
 
 impl<S: LeaseStore> Engine<'_, S> {

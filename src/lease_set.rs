@@ -694,6 +694,7 @@ async fn run_partition<S: LeaseSetStore>(
         lingering: &shared.lingering,
         leader: None,
         contact: None,
+        caller_holds: false,
     };
     engine.lead_once(token).await.map(drop)
 }

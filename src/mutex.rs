@@ -306,6 +306,7 @@ impl<S: LeaseStore> Core<S> {
             lingering: &self.lingering,
             leader: Some(&self.leader),
             contact: Some(&self.contact),
+            caller_holds: false,
         }
     }
 }
@@ -355,6 +356,12 @@ impl Observer for MutexObserver<'_> {
 /// campaign returned or its future was dropped, a guard's term ended), the
 /// state says [`Leadership::Stopped`] and the leader watch names nobody.
 pub(crate) struct OneCampaign<S: LeaseStore>(Arc<Core<S>>);
+
+impl<S: LeaseStore> std::fmt::Debug for OneCampaign<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("OneCampaign").field(&self.0.holder).finish()
+    }
+}
 
 impl<S: LeaseStore> OneCampaign<S> {
     pub(crate) fn enter(core: &Arc<Core<S>>) -> Result<Self> {

@@ -53,10 +53,14 @@ pub struct MutexOptions {
     pub request_timeout: Duration,
     /// How long a cancelled leader task (and its sub-tasks) may take to
     /// finish before it is aborted. The whole grace is given, except when the
-    /// deadline is closer. Default: 3 s.
+    /// deadline is closer. For a [`MutexGuard`](crate::MutexGuard), whose
+    /// holder the crate cannot abort: how long the lease is still renewed
+    /// while the term waits for the guard's release (it then waits, without
+    /// renewing, until shortly before the deadline). Default: 3 s.
     pub stop_grace: Duration,
     /// How long to wait before campaigning again after the leader task
-    /// failed, panicked or missed its heartbeat (before jitter). Default: 5 s.
+    /// failed, panicked or missed its heartbeat (before jitter). A guard
+    /// leads one term and is not affected. Default: 5 s.
     pub failure_backoff: Duration,
     /// If set, the leader task must call [`Heartbeat::beat`](crate::Heartbeat::beat)
     /// at least this often; when it does not, the mutex stops renewing,
@@ -65,7 +69,10 @@ pub struct MutexOptions {
     /// Exit the process (code [`FAIL_STOP_EXIT_CODE`](crate::FAIL_STOP_EXIT_CODE))
     /// when a leader task can neither be stopped nor aborted, before the lease
     /// could expire. Default: `false`, which returns
-    /// [`Error::TaskNotStopped`] instead.
+    /// [`Error::TaskNotStopped`] instead. For a
+    /// [`MutexGuard`](crate::MutexGuard): exit when a term that had to end
+    /// was not released before the lease could expire (without it, the
+    /// lease is left to expire: see the guard's docs).
     pub fail_stop: bool,
     /// This instance's name, written to the blob's `holder` metadata and given
     /// to the leader task. Printable ASCII, 1 to 256 characters.
@@ -118,7 +125,9 @@ pub struct MutexOptions {
     /// a rolling upgrade: the old version 0, the new one 1). The store must
     /// support candidates ([`LeaseStore::supports_candidates`](crate::LeaseStore::supports_candidates));
     /// otherwise making the mutex fails with [`Error::Unsupported`].
-    /// A [`BlobLeaseSet`](crate::BlobLeaseSet)'s partitions ignore it.
+    /// A [`BlobLeaseSet`](crate::BlobLeaseSet)'s partitions ignore it. A
+    /// [`MutexGuard`](crate::MutexGuard) is handed over only once its
+    /// holder released it.
     pub priority: Option<i64>,
     /// What this instance tells the others of itself while it leads: an
     /// address at which it takes requests, say (`10.0.0.7:8080`,

@@ -6,9 +6,12 @@
 //! owner only after the earliest possible expiry. A mode is one `Mode`
 //! (its set-up) in `support/matrix.rs` and one `row!` line here, which
 //! gives it every scenario; process kill and fail-stop are in the
-//! multi-process half. The guard's row runs the same leader task as the
-//! caller's code between `acquire` and `release`; its caller's stops are
-//! releases, reported as `finished` (`Mode::caller_ended`).
+//! multi-process half. The guard's rows run a holder's steps between
+//! `acquire` and `release`: each begun only while the guard is current,
+//! each taking `GUARD_STEP` without a look at the token (`Mode::STEP`), so
+//! a lease let go under a running step is seen; their caller's stops are
+//! releases, reported as `finished` (`Mode::caller_ended`). The second
+//! guard row hands over to a preferred successor.
 
 #[path = "support/faulty.rs"]
 mod faulty;
@@ -22,9 +25,9 @@ use std::time::Duration;
 use blob_mutex::{CancellationToken, Error, StopReason};
 use faulty::Storage;
 use matrix::{
-    finish, hit_ended, next_owners, storage, until, Behaviour, Cell, GuardRow, HandoverRow,
-    LeaseSetRow, Metrics, Mode, MutexRow, Outcome, QuorumLeaseSetRow, QuorumMutexRow, D,
-    LOST_GRACE,
+    finish, hit_ended, next_owners, storage, until, Behaviour, Cell, GuardHandoverRow, GuardRow,
+    HandoverRow, LeaseSetRow, Metrics, Mode, MutexRow, Outcome, QuorumLeaseSetRow, QuorumMutexRow,
+    D, LOST_GRACE,
 };
 use tokio::time::Instant;
 
@@ -194,7 +197,7 @@ async fn definitive_loss<M: Mode>(metrics: Metrics) {
             .min()
             .unwrap();
         assert!(
-            end <= learned + LOST_GRACE,
+            end <= learned + LOST_GRACE.max(cell.step),
             "{}: {} epoch {} learned of its loss at {learned:?} and its tasks ran until {end:?}",
             cell.name,
             h.key,
@@ -381,3 +384,4 @@ row!(mutex_on_a_quorum, QuorumMutexRow);
 row!(lease_set_on_a_quorum, QuorumLeaseSetRow);
 row!(handover, HandoverRow);
 row!(guard, GuardRow);
+row!(guard_handover, GuardHandoverRow);

@@ -113,16 +113,24 @@ pub enum TaskStop {
     /// [`Error::TaskNotStopped`](crate::Error::TaskNotStopped) (or the
     /// process exits, with [`MutexOptions::fail_stop`](crate::MutexOptions::fail_stop)).
     Stuck,
+    /// A guard's term that had to end (a handover, the deadline, the
+    /// watchdog) was not released by its holder before the lease could
+    /// expire: the lease was neither released nor handed over but left to
+    /// expire, since the holder's code may still run (see
+    /// [`MutexGuard`](crate::MutexGuard)). The term's own sub-tasks were
+    /// aborted.
+    Unreleased,
 }
 
 impl TaskStop {
-    /// One lower-case word: `returned`, `aborted` or `stuck`.
+    /// One lower-case word: `returned`, `aborted`, `stuck` or `unreleased`.
     #[must_use]
     pub fn as_str(self) -> &'static str {
         match self {
             TaskStop::Returned => "returned",
             TaskStop::Aborted => "aborted",
             TaskStop::Stuck => "stuck",
+            TaskStop::Unreleased => "unreleased",
         }
     }
 }

@@ -14,6 +14,7 @@
 //! | `blob_mutex_task_failures_total` | counter | `container`, `blob` | terms whose leader task or a sub-task failed or panicked |
 //! | `blob_mutex_task_aborts_total` | counter | `container`, `blob` | terms whose tasks had to be aborted |
 //! | `blob_mutex_tasks_stuck_total` | counter | `container`, `blob` | terms with a task that could be neither stopped nor aborted |
+//! | `blob_mutex_guards_unreleased_total` | counter | `container`, `blob` | guards' terms that had to end and were not released before the lease could expire (left to expire) |
 //! | `blob_mutex_collect_refused_total` | counter | `code` | deletions of stale member and candidate blobs that storage refused with a 409 that stays until someone acts, by code: `SnapshotsPresent`, `BlobImmutableDueToPolicy`, `BlobImmutableDueToLegalHold`, `other` (see [`Collection`](crate::Collection)) |
 //!
 //! `container` and `blob` come from [`LeaseStore::name`](crate::LeaseStore::name)
@@ -83,6 +84,10 @@ impl Metrics {
             }
             TaskStop::Stuck => {
                 ::metrics::counter!("blob_mutex_tasks_stuck_total", &self.labels).increment(1);
+            }
+            TaskStop::Unreleased => {
+                ::metrics::counter!("blob_mutex_guards_unreleased_total", &self.labels)
+                    .increment(1);
             }
             TaskStop::Returned => {}
         }

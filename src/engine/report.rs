@@ -68,6 +68,9 @@ impl Reporter<'_> {
             TaskStop::Aborted => {
                 error!(%holder, epoch, %reason, grace = ?self.stop_grace, "leader task had not stopped when its grace or the deadline came, and was aborted");
             }
+            TaskStop::Unreleased => {
+                warn!(%holder, epoch, %reason, "the guard was not released before the lease could expire; the lease is left to expire");
+            }
             TaskStop::Returned => {}
         }
         if matches!(reason, StopReason::Shutdown | StopReason::Finished) && failure.is_empty() {

@@ -42,7 +42,7 @@ impl<S: LeaseStore> Engine<'_, S> {
         term.guard.report(&report);
         let handing_over = stop == StopReason::Handover;
         let ending = ending(
-            stopped != TaskStop::Stuck,
+            matches!(stopped, TaskStop::Returned | TaskStop::Aborted),
             lease_held,
             handing_over,
             term.successor,
@@ -52,6 +52,12 @@ impl<S: LeaseStore> Engine<'_, S> {
                 fail_stop::exit(epoch, "the leader task could not be aborted");
             }
             return Err(Error::TaskNotStopped);
+        }
+        if stopped == TaskStop::Unreleased && self.options.fail_stop {
+            fail_stop::exit(
+                epoch,
+                "the guard was not released before the lease could expire",
+            );
         }
         if let Some(guard) = term.fail_stop.take() {
             guard.disarm();
@@ -77,6 +83,12 @@ impl<S: LeaseStore> Engine<'_, S> {
     /// what is left, at `deadline − STOP_SLACK` at the latest. Returns how the
     /// tasks ended and whether the lease is still ours to release; a failure
     /// of the leader task while it stopped is added to `failure`.
+    ///
+    /// A guard's term (`caller_holds`) whose lease is still ours waits for
+    /// the guard's release instead of the grace: it renews for the grace,
+    /// then stops renewing and waits until `deadline − STOP_SLACK`. A guard
+    /// not released by then is [`TaskStop::Unreleased`]: the holder's code
+    /// may still run, so the lease is left to expire.
     async fn drain(
         &self,
         term: &mut Running<'_>,
@@ -95,6 +107,9 @@ impl<S: LeaseStore> Engine<'_, S> {
                 | StopReason::Handover
         );
         let mut lease_held = stop != StopReason::LeaseLost;
+        let mut leader_running = !term.leader.is_finished();
+        // Waiting for a guard's holder, who alone can end its code.
+        let mut holding = self.caller_holds && lease_held && leader_running;
         let epoch = term.epoch;
         let grace = if stop == StopReason::LeaseLost {
             self.options.stop_grace.min(LOST_GRACE)
@@ -104,19 +119,27 @@ impl<S: LeaseStore> Engine<'_, S> {
         let mut grace_end = Instant::now() + grace;
         // The abort lands before the deadline, whatever the reason, and with
         // time left for the abort to take effect and for fail-stop.
-        let abort_at = |grace_end: Instant, deadline: &Deadline| {
+        let abort_at = |grace_end: Instant, deadline: &Deadline, holding: bool| {
             let latest = deadline.get().checked_sub(STOP_SLACK).unwrap_or(grace_end);
-            grace_end.min(latest)
+            if holding {
+                latest
+            } else {
+                grace_end.min(latest)
+            }
         };
-        if let Some(guard) = &term.fail_stop {
+        // A guard's holder may take until the deadline: fail-stop then
+        // watches the deadline alone.
+        if let (Some(guard), false) = (&term.fail_stop, holding) {
             guard.stop_by((grace_end + ABORT_WAIT + FAIL_STOP_SLACK).into_std());
         }
-        let mut leader_running = !term.leader.is_finished();
         let stopped = loop {
             tokio::select! {
                 () = term.tasks.all_ended() => break TaskStop::Returned,
                 joined = &mut term.leader, if leader_running => {
                     leader_running = false;
+                    // A guard's waiter returns when the guard is released:
+                    // what is left (sub-tasks) gets the usual grace.
+                    holding = false;
                     if let Some(message) = joined_task(joined).failure() {
                         error!(holder = %self.holder, epoch, error = %message, "leader task failed while stopping");
                         failure.get_or_insert(message);
@@ -127,15 +150,23 @@ impl<S: LeaseStore> Engine<'_, S> {
                     if let RenewEnd::Lost(e) = end {
                         warn!(holder = %self.holder, epoch, error = %Chain(&e), "lease lost while the leader task stops");
                         lease_held = false;
+                        holding = false;
                         grace_end = grace_end.min(Instant::now() + LOST_GRACE);
                     }
                 }
-                () = sleep_until(abort_at(grace_end, &term.deadline)) => {
-                    if Instant::now() < abort_at(grace_end, &term.deadline) {
+                // A guard not released within the grace: renew no more, so
+                // that the lease expires unless the holder releases first.
+                () = sleep_until(grace_end), if holding && renewing => {
+                    renewing = false;
+                    debug!(holder = %self.holder, epoch, "the guard is not released yet; no more renewals");
+                }
+                () = sleep_until(abort_at(grace_end, &term.deadline, holding)) => {
+                    if Instant::now() < abort_at(grace_end, &term.deadline, holding) {
                         continue; // a renewal moved the deadline
                     }
                     term.tasks.abort_all();
                     break match tokio::time::timeout(ABORT_WAIT, term.tasks.all_ended()).await {
+                        Ok(()) if holding => TaskStop::Unreleased,
                         Ok(()) => TaskStop::Aborted,
                         Err(_) => TaskStop::Stuck,
                     };

@@ -288,6 +288,7 @@ impl Harness {
             lingering: &self.lingering,
             leader: None,
             contact: None,
+            caller_holds: false,
         }
     }
 

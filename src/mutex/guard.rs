@@ -15,7 +15,7 @@ use super::{BlobDistributedMutex, MutexObserver, OneCampaign};
 use crate::bounded::bounded;
 use crate::engine::leader::Leader;
 use crate::engine::leadership::{LeaderContext, StopReason, TermReport};
-use crate::engine::{Attempts, TaskFn};
+use crate::engine::{Attempts, Engine, TaskFn};
 use crate::error::{Error, Result};
 use crate::store::LeaseStore;
 
@@ -45,11 +45,64 @@ type TermHandle = JoinHandle<Result<Option<TermReport>>>;
 /// given back and returns the term's report. Dropping the guard releases
 /// too, without blocking: the release runs on in a spawned task (a
 /// runtime that shuts down first leaves the lease to expire).
+///
+/// # How a guard's term ends
+///
+/// While a guard is held, the lease leaves this instance only when the
+/// guard is released or dropped, or when it is lost; never under the
+/// holder's code. Every way the term ends, with the
+/// [`StopReason`] that [`cancelled`](Self::cancelled) and the report give:
+///
+/// - **Released or dropped** ([`StopReason::Finished`]): the term's
+///   sub-tasks are stopped, the end reported, and the lease released (or,
+///   with a waiting candidate of a higher
+///   [`priority`](crate::MutexOptions::priority), handed to it).
+/// - **Lost** ([`StopReason::LeaseLost`]): storage said the lease is not
+///   ours (broken by an operator, or taken by another after it expired). The
+///   token is cancelled at once and the term ends; the lease is someone
+///   else's already, so nothing waits for the holder, whose step in flight
+///   may overlap the new holder's: only the [`epoch`](Self::epoch) checked
+///   downstream protects against that.
+/// - **Must end otherwise**: a candidate of a higher priority waits
+///   ([`StopReason::Handover`]), renewals failed until the stop budget
+///   before the deadline ([`StopReason::Deadline`]), the holder missed its
+///   [`heartbeat_timeout`](crate::MutexOptions::heartbeat_timeout)
+///   ([`StopReason::Stalled`]). The token is cancelled and
+///   `is_current()` says `false` from then on; the term then waits for the
+///   holder's release, renewing for [`stop_grace`](crate::MutexOptions::stop_grace)
+///   while the lease is still ours, then no more. A release that comes
+///   before `deadline − STOP_SLACK` lets the lease go as above: released,
+///   or handed over only then. A holder that has not released by then has
+///   its lease left to expire: the report says
+///   [`TaskStop::Unreleased`](crate::TaskStop::Unreleased), the next holder
+///   leads only once storage has expired the lease, and with
+///   [`fail_stop`](crate::MutexOptions::fail_stop) the process exits
+///   before the lease could expire. Either way a step begun while
+///   `is_current()` was `true` and ended before that instant never overlaps
+///   the next holder.
+/// - **Frozen past the deadline** ([`StopReason::Deadline`]): the process
+///   woke after the lease could have expired; the term ends at once
+///   without a release ([`TaskStop::Unreleased`](crate::TaskStop::Unreleased)),
+///   and `is_current()` says `false` before any renewal runs.
+///
+/// The report reaches [`release`](Self::release) (and
+/// [`term_reports`](BlobDistributedMutex::term_reports)) once the term is
+/// over. While the guard lives, even after its term ended, the mutex does
+/// not campaign again: [`acquire`](BlobDistributedMutex::acquire) returns
+/// [`Error::AlreadyCampaigning`].
+///
+/// Every [`MutexOptions`](crate::MutexOptions) field applies to a guard as
+/// described above, except `failure_backoff`, which spaces the task form's
+/// terms and has no effect on a guard's single term; the task given at the
+/// mutex's construction never runs for a guard.
 #[derive(Debug)]
 pub struct MutexGuard {
     context: LeaderContext,
     release: CancellationToken,
     term: Option<TermHandle>,
+    /// Keeps the mutex from campaigning again while the guard lives, even
+    /// once its term is over: the holder's code may still run.
+    _one: Arc<dyn Send + Sync + std::fmt::Debug>,
 }
 
 /// What [`try_acquire`](BlobDistributedMutex::try_acquire) found.
@@ -116,7 +169,8 @@ impl<S: LeaseStore> BlobDistributedMutex<S> {
     /// release; the guard once the term has started, `None` when the
     /// attempts ended without leading.
     async fn hold(&self, attempts: Attempts) -> Result<Option<MutexGuard>> {
-        let one = OneCampaign::enter(&self.core)?;
+        let one = Arc::new(OneCampaign::enter(&self.core)?);
+        let kept = one.clone();
         let token = CancellationToken::new();
         // Dropping this future before the guard exists stops the campaign.
         let abandon = token.clone().drop_guard();
@@ -127,10 +181,11 @@ impl<S: LeaseStore> BlobDistributedMutex<S> {
             async move {
                 let core = one.0.clone();
                 let observer = MutexObserver::new(&core);
-                let led = core
-                    .engine(&observer, task)
-                    .one_term(&token, attempts)
-                    .await?;
+                let engine = Engine {
+                    caller_holds: true,
+                    ..core.engine(&observer, task)
+                };
+                let led = engine.one_term(&token, attempts).await?;
                 drop(one);
                 Ok(led.then(|| observer.take_last()).flatten())
             }
@@ -142,6 +197,7 @@ impl<S: LeaseStore> BlobDistributedMutex<S> {
                 context,
                 release,
                 term: Some(term),
+                _one: kept,
             }));
         }
         match term.await {
@@ -154,7 +210,10 @@ impl<S: LeaseStore> BlobDistributedMutex<S> {
 }
 
 /// The engine's task for a guard's term: hands the term's context to the
-/// guard, then waits until the guard is released or the term must stop.
+/// guard, then waits until the guard is released or dropped. It does not
+/// return when the term must stop: the holder's code may still run, and
+/// the engine lets go of the lease only once this task returns (or the
+/// lease could expire).
 fn guard_task(started: oneshot::Sender<LeaderContext>, release: CancellationToken) -> Arc<TaskFn> {
     let started = Mutex::new(Some(started));
     Arc::new(move |ctx| {
@@ -168,10 +227,7 @@ fn guard_task(started: oneshot::Sender<LeaderContext>, release: CancellationToke
             let Some(Ok(())) = started.map(|s| s.send(ctx.clone())) else {
                 return Ok(());
             };
-            tokio::select! {
-                _ = ctx.cancelled() => {}
-                () = release.cancelled() => {}
-            }
+            release.cancelled().await;
             Ok(())
         })
     })

@@ -23,6 +23,11 @@ use tokio::time::{sleep, Instant};
 
 use super::faulty::{Accounts, Storage};
 
+/// A step of a guard's holder ([`Mode::STEP`]): longer than a follower's
+/// poll, so that a lease let go under a running step would be taken
+/// before the step ends.
+pub const GUARD_STEP: Duration = Duration::from_secs(2);
+
 /// The lease of every mode.
 pub const D: Duration = Duration::from_secs(15);
 /// How long a term's tasks may run on once a renewal learned that the
@@ -115,6 +120,8 @@ pub struct Cell {
     behaviour: Mutex<Behaviour>,
     stuck_taken: AtomicBool,
     pub beating: AtomicBool,
+    /// The mode's [`Mode::STEP`].
+    pub step: Duration,
     runs: Mutex<Vec<Run>>,
     reports: Mutex<Vec<Report>>,
     pub metrics: Metrics,
@@ -154,6 +161,7 @@ impl Cell {
             behaviour: Mutex::new(Behaviour::Cooperative),
             stuck_taken: AtomicBool::new(false),
             beating: AtomicBool::new(true),
+            step: M::STEP,
             runs: Mutex::default(),
             reports: Mutex::default(),
             metrics,
@@ -267,6 +275,30 @@ async fn lead(
             return Ok(());
         }
     }
+}
+
+/// A guard's holder: a step of [`Cell::step`] at a time, each begun only
+/// while the guard is current and run to its end without a look at the
+/// token; then it returns, and its caller releases the guard.
+async fn steps(
+    cell: Arc<Cell>,
+    instance: usize,
+    key: String,
+    ctx: LeaderContext,
+) -> Result<(), Error> {
+    let run = cell.started(instance, &key, &ctx);
+    while ctx.is_current() {
+        run.unit(&ctx);
+        sleep(cell.step).await;
+        let victim = instance == cell.victim();
+        if !victim || cell.beating.load(Ordering::SeqCst) {
+            ctx.heartbeat().beat();
+        }
+        if victim && misbehave(&cell, &run, &ctx) {
+            return Ok(());
+        }
+    }
+    Ok(())
 }
 
 /// Starts the armed behaviour's sub-task, once per run; `true` when the
@@ -482,7 +514,7 @@ async fn hold_guards<S: LeaseStore>(
             guard = mutex.acquire() => guard?,
             () = token.cancelled() => return Ok(()),
         };
-        let work = lead(
+        let work = steps(
             cell.clone(),
             index,
             "mutex".to_owned(),
@@ -578,6 +610,14 @@ pub trait Mode {
         reason
     }
 
+    /// How long one unit of the caller's work takes once begun, with no
+    /// look at its token meanwhile: zero for the task modes (their units
+    /// are instants between checks of the token); a step of a guard's
+    /// holder, which checks `is_current()` before each, for the guard rows.
+    /// The crate cannot stop such a step, so after a loss that storage
+    /// tells it of (a break from outside) the checks allow it to run out.
+    const STEP: Duration = Duration::ZERO;
+
     fn keys() -> Vec<String> {
         if Self::SET {
             PARTITIONS
@@ -596,6 +636,7 @@ pub struct QuorumMutexRow;
 pub struct QuorumLeaseSetRow;
 pub struct HandoverRow;
 pub struct GuardRow;
+pub struct GuardHandoverRow;
 
 fn quorum_lease(cell: &Arc<Cell>) -> QuorumLeaseStore<super::faulty::Faulty> {
     let accounts = (0..cell.accounts.sets.len())
@@ -714,6 +755,33 @@ impl Mode for GuardRow {
             other => other,
         }
     }
+
+    const STEP: Duration = GUARD_STEP;
+}
+
+/// Two mutex instances held through guards with priorities, as
+/// [`HandoverRow`]: the second, of the higher priority, starts once the
+/// first leads and is handed the lease after the first's holder released
+/// its guard at the end of a step.
+impl Mode for GuardHandoverRow {
+    const NAME: &'static str = "guard-handover";
+    const ACCOUNTS: usize = 1;
+    const SET: bool = false;
+    async fn start(cell: &Arc<Cell>) -> Vec<Instance> {
+        *cell.victim.lock().unwrap() = 1;
+        let store = || cell.accounts.lease(0, &cell.name, "mutex");
+        let low = guard(cell, 0, store(), cell.options_for(0).with_priority(1));
+        leads(cell, 0).await;
+        let high = guard(cell, 1, store(), cell.options_for(1).with_priority(2));
+        leads(cell, 1).await;
+        vec![low, high]
+    }
+
+    fn caller_ended(reason: &'static str) -> &'static str {
+        GuardRow::caller_ended(reason)
+    }
+
+    const STEP: Duration = GUARD_STEP;
 }
 
 /// Waits until `condition` holds, polling every 10 ms; panics after 120 s

@@ -89,7 +89,9 @@ fn no_two_owners(cell: &Cell, runs: &[Run], record: &str) {
                 .filter(|c| c.lease == a.lease && matches!(c.effect, Effect::Lost))
                 .map(|c| c.at)
                 .min();
-            let allowed = learned.filter(|_| broken).map(|t| t + LOST_GRACE);
+            let allowed = learned
+                .filter(|_| broken)
+                .map(|t| t + LOST_GRACE.max(cell.step));
             assert!(
                 allowed.is_some_and(|allowed| a_end <= allowed),
                 "{}: two owners of {}: epoch {} on instance {} until {:?}, epoch {} on instance {} from {:?} (loss learned at {:?})\n{record}",
