@@ -17,8 +17,7 @@
 //!   `sdk_v021` (the frozen 0.21 crates, feature `sdk-v021`);
 //! - settings and connection strings (`settings`), the HTTP client of the
 //!   1.x pipeline (`http`), the credential chosen from the environment
-//!   (`default_credential`, feature `azure_identity`), and the backends'
-//!   store types of earlier releases (`compat`, deprecated).
+//!   (`default_credential`, feature `azure_identity`).
 //!
 //! Nothing here knows the engine, the mutex or the lease set, and no
 //! `#[cfg]` on a backend's feature lives outside this folder.
@@ -36,8 +35,6 @@ pub(crate) mod backend;
 pub(crate) mod calls;
 mod candidates;
 pub(crate) mod collect;
-#[cfg(any(feature = "official", feature = "sdk-v021"))]
-mod compat;
 #[cfg(feature = "azure_identity")]
 pub(crate) mod credential_options;
 #[cfg(feature = "azure_identity")]
@@ -55,11 +52,5 @@ pub(crate) mod settings;
 mod state;
 
 pub use backend::Backend;
-#[allow(deprecated)]
-#[cfg(feature = "official")]
-pub use compat::{OfficialLeaseManager, OfficialLeaseSetStore};
-#[allow(deprecated)]
-#[cfg(feature = "sdk-v021")]
-pub use compat::{SdkV021LeaseManager, SdkV021LeaseSetStore};
 pub use lease::BlobLeaseManager;
 pub use set::BlobLeaseSetStore;

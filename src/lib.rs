@@ -60,14 +60,6 @@ pub use azure::protocol::{
 };
 pub use azure::settings::{BlobSettings, AZURITE_ACCOUNT, AZURITE_ENDPOINT};
 pub use azure::{Backend, BlobLeaseManager, BlobLeaseSetStore};
-#[cfg(feature = "official")]
-#[cfg_attr(docsrs, doc(cfg(feature = "official")))]
-#[allow(deprecated)]
-pub use azure::{OfficialLeaseManager, OfficialLeaseSetStore};
-#[cfg(feature = "sdk-v021")]
-#[cfg_attr(docsrs, doc(cfg(feature = "sdk-v021")))]
-#[allow(deprecated)]
-pub use azure::{SdkV021LeaseManager, SdkV021LeaseSetStore};
 pub use engine::fail_stop::FAIL_STOP_EXIT_CODE;
 pub use engine::leader::Leader;
 pub use engine::leadership::{

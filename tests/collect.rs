@@ -6,10 +6,6 @@
 //! a blob of member shape that the set did not write is neither counted
 //! nor collected.
 
-// The backends' own store types of earlier releases are deprecated and
-// still supported: their tests stay.
-#![allow(deprecated)]
-
 use blob_mutex_testkit as support;
 
 use std::collections::{BTreeSet, HashMap};
@@ -426,7 +422,6 @@ async fn a_leased_member_is_never_deleted_whatever_the_race_with_its_renewal() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stale_member_with_a_snapshot_is_not_retried_at_every_listing_and_goes_with_its_snapshot()
 {
-    use blob_mutex::OfficialLeaseSetStore;
     use support::backend::official_settings;
     use support::proxy::Proxy;
 
@@ -435,7 +430,7 @@ async fn a_stale_member_with_a_snapshot_is_not_retried_at_every_listing_and_goes
     // Through a proxy, to count the deletes that reach storage.
     let proxy = Proxy::start(azurite::shared().port);
     let store =
-        OfficialLeaseSetStore::new(&official_settings(&proxy.endpoint(), &container, "set"))
+        BlobLeaseSetStore::from_official(&official_settings(&proxy.endpoint(), &container, "set"))
             .unwrap()
             .with_collection(Collection::default().with_stale_after(Duration::ZERO));
     for name in ["members/snapped", "members/plain"] {

@@ -1,17 +1,15 @@
-//! `OfficialLeaseManager` against a real Azurite, for what the shared
-//! conformance and fault tests do not see: kept-alive connections, a blob
-//! never overwritten, break, and a SAS that may not create the container.
+//! The official backend's manager, built from `OfficialSettings`, against
+//! a real Azurite, for what the shared conformance and fault tests do not
+//! see: kept-alive connections, a blob never overwritten, break, and a SAS
+//! that may not create the container.
 
-// The backends' own store types of earlier releases are deprecated and
-// still supported: their tests stay.
-#![allow(deprecated)]
 #![cfg(feature = "official")]
 
 use blob_mutex_testkit as support;
 
 use std::time::Duration;
 
-use blob_mutex::{Acquire, Error, LeaseId, LeaseState, LeaseStore, OfficialLeaseManager};
+use blob_mutex::{Acquire, BlobLeaseManager, Error, LeaseId, LeaseState, LeaseStore};
 use support::azurite;
 use support::backend::official_settings;
 use support::proxy::Proxy;
@@ -19,9 +17,9 @@ use support::sas;
 
 const D: Duration = Duration::from_secs(15);
 
-fn manager(endpoint: &str, blob: &str) -> OfficialLeaseManager {
+fn manager(endpoint: &str, blob: &str) -> BlobLeaseManager {
     let container = azurite::unique_container(blob);
-    OfficialLeaseManager::new(&official_settings(endpoint, &container, blob)).unwrap()
+    BlobLeaseManager::from_official(&official_settings(endpoint, &container, blob)).unwrap()
 }
 
 /// One HTTP client per manager, with a pool: ten renewals in a row do not
@@ -77,7 +75,7 @@ async fn a_sas_that_cannot_create_the_missing_container_names_what_to_grant() {
         sas::container_sas(&container, "racwdl")
     );
     let settings = blob_mutex::OfficialSettings::from_container_url(&url, "lease").unwrap();
-    let m = OfficialLeaseManager::new(&settings).unwrap();
+    let m = BlobLeaseManager::from_official(&settings).unwrap();
     let e = m.acquire(LeaseId::new(), D).await.unwrap_err();
     assert!(e.is_fatal(), "{e:?}");
     assert!(
@@ -124,16 +122,16 @@ async fn an_account_key_signs_container_tokens_that_storage_accepts() {
     assert!(log.iter().filter(|r| r.is("renew")).count() == 1);
 }
 
-/// `OfficialLeaseSetStore`: one listing reads every lease of the set, stale
+/// A set from `OfficialSettings`: one listing reads every lease of the set, stale
 /// member blobs are collected (conditionally, never a leased one), and a
 /// leave deletes a member blob only once it is not leased.
 #[tokio::test]
 async fn a_set_lists_its_leases_collects_stale_members_and_keeps_leased_ones() {
-    use blob_mutex::{Collection, LeaseSetStore, OfficialLeaseSetStore};
+    use blob_mutex::{BlobLeaseSetStore, Collection, LeaseSetStore};
 
     let container = azurite::unique_container("official-set");
     let settings = official_settings(&azurite::shared().endpoint, &container, "set");
-    let store = OfficialLeaseSetStore::new(&settings)
+    let store = BlobLeaseSetStore::from_official(&settings)
         .unwrap()
         .with_collection(Collection::default().with_stale_after(Duration::from_millis(300)));
     for i in 0..10 {

@@ -75,12 +75,11 @@ async fn every_call_of_a_quorum_of_silent_accounts_gives_up_within_its_request_t
 }
 
 #[cfg(feature = "official")]
-#[allow(deprecated)] // the deprecated backend type is still bounded
 #[tokio::test]
-async fn every_call_of_the_official_backends_own_manager_gives_up_within_its_request_timeout() {
+async fn every_call_of_a_manager_from_official_settings_gives_up_within_its_request_timeout() {
     let url = format!("{}/silent?sv=2024-01-01&sig=x", silent_endpoint().await);
     let settings = blob_mutex::OfficialSettings::from_container_url(&url, "lease").unwrap();
-    let manager = blob_mutex::OfficialLeaseManager::new(&settings)
+    let manager = blob_mutex::BlobLeaseManager::from_official(&settings)
         .unwrap()
         .with_request_timeout(LIMIT);
     bounded(&manager, LIMIT).await;

@@ -2,10 +2,6 @@
 //! crate ships: the in-memory store (paused time) and the Azure store on
 //! Azurite. A store of your own runs the same functions.
 
-// The backends' own store types of earlier releases are deprecated and
-// still supported: their tests stay.
-#![allow(deprecated)]
-
 use blob_mutex_testkit as support;
 
 use blob_mutex::{conformance, BlobLeaseManager, MemoryLeaseStore};
@@ -68,18 +64,12 @@ async fn an_azure_lease_renewed_after_its_expiry_under_another_id_is_lost() {
 /// The official backend's own settings from a container URL with a SAS
 /// (not from `BlobSettings`): the path users of `OfficialSettings` take.
 #[cfg(feature = "official")]
-fn official_sas_pair(
-    container: &str,
-    blob: &str,
-) -> (
-    blob_mutex::OfficialLeaseManager,
-    blob_mutex::OfficialLeaseManager,
-) {
+fn official_sas_pair(container: &str, blob: &str) -> (BlobLeaseManager, BlobLeaseManager) {
     let settings =
         support::backend::official_settings(&azurite::shared().endpoint, container, blob);
     (
-        blob_mutex::OfficialLeaseManager::new(&settings).unwrap(),
-        blob_mutex::OfficialLeaseManager::new(&settings).unwrap(),
+        BlobLeaseManager::from_official(&settings).unwrap(),
+        BlobLeaseManager::from_official(&settings).unwrap(),
     )
 }
 

@@ -39,8 +39,8 @@ use crate::azure::sdk_v021::SdkV021Calls;
 ///
 /// The same word names the backend's module, the prefix of its types, its
 /// feature and its value on the command line and in
-/// [`Backend::ENV`]: `official` (`OfficialLeaseManager`, feature
-/// `official`) and `sdk-v021` (`SdkV021LeaseManager`, feature `sdk-v021`).
+/// [`Backend::ENV`]: `official` (feature `official`) and `sdk-v021`
+/// (feature `sdk-v021`).
 /// Both keep the same records and give the same answers: instances on
 /// different backends can share one lease.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

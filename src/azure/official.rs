@@ -5,7 +5,8 @@
 //! blob calls (`calls`, one request each, the whole of what the protocol
 //! above needs), the settings as this SDK takes them (`settings`, with
 //! `sas`, the tokens signed from an account key), and the client with its
-//! errors (`client`).
+//! errors (`client`); the stores built from its settings directly
+//! (`stores`).
 //!
 //! Decisions, and why (the guide's chapter `docs/guide/backends.md` says
 //! how to choose):
@@ -43,6 +44,7 @@ mod client;
 mod sas;
 mod sas_policy;
 mod settings;
+mod stores;
 
 pub(crate) use calls::OfficialCalls;
 pub use settings::OfficialSettings;

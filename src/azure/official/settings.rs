@@ -16,9 +16,10 @@ use crate::azure::settings::{
 };
 
 /// Where the lease blob lives, as the backend on the official Azure SDK
-/// ([`OfficialLeaseManager`](crate::OfficialLeaseManager),
-/// [`OfficialLeaseSetStore`](crate::OfficialLeaseSetStore)) takes it: the
-/// container's URL and how requests are authenticated.
+/// takes it: the container's URL and how requests are authenticated.
+/// [`BlobLeaseManager::from_official`](crate::BlobLeaseManager::from_official)
+/// and [`BlobLeaseSetStore::from_official`](crate::BlobLeaseSetStore::from_official)
+/// build the stores from it.
 ///
 /// Most code never names it: [`BlobSettings`] on the backend
 /// [`Backend::Official`](crate::Backend::Official) (the default) builds
