@@ -1,6 +1,7 @@
 //! `blob-mutex run --once`, with and without a completion record, as
 //! separate processes against Azurite: three hosts deploying a migration
-//! with `--done-key` run it once and all exit 0; hosts whose cron fires
+//! with `--done-key` run it once and all exit 0; a host still on an older
+//! key after a newer one ran skips it (every key is kept); hosts whose cron fires
 //! one after the other, or all the time, with `--at-most-every` run the
 //! job once per period, never overlapping (three hosts' cron every 20 s
 //! with a 60 s period for three minutes: 3 or 4 runs, on both backends at
@@ -168,10 +169,28 @@ async fn cron_firing_on_several_hosts_one_after_the_other_runs_the_job_once_per_
     assert_eq!(late.status.code(), Some(0), "{}", stderr(&late));
     assert!(said_skipped(&late), "{}", stderr(&late));
     assert!(
-        stderr(&late).contains("on storage's clock, younger than 3600 s"),
+        stderr(&late).contains("on storage's clock, less than the period of 3600 s"),
         "{}",
         stderr(&late)
     );
+}
+
+#[tokio::test]
+async fn a_host_still_on_the_old_key_after_the_new_one_ran_skips_it() {
+    let case = Case::new("keys");
+    for (host, key) in [("h1", "migrate-v1"), ("h2", "migrate-v2")] {
+        let output = finish(case.run(host, &["--once", "--done-key", key], 0, "0")).await;
+        assert_eq!(output.status.code(), Some(0), "{host}: {}", stderr(&output));
+    }
+    // A host not yet upgraded, or a rollback.
+    let old = finish(case.run("h3", &["--once", "--done-key", "migrate-v1"], 0, "0")).await;
+    assert_eq!(old.status.code(), Some(0), "{}", stderr(&old));
+    assert!(
+        stderr(&old).contains("\"migrate-v1\" is done"),
+        "{}",
+        stderr(&old)
+    );
+    assert_eq!(case.ran(), ["h1", "h2"]);
 }
 
 #[tokio::test]
