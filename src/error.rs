@@ -197,7 +197,7 @@ pub enum Error {
     ///
     /// Not an [`Error::InvalidOption`]: the key is valid, and would be
     /// kept on another blob; what refuses it is what this blob holds.
-    #[error("the completion record on {lease} holds {keys} keys in {len} bytes, and with the key {key:?} it would pass the state's limit of {} bytes (16 069 keys of the longest length fit): the task did not run; keep new keys on another lease blob", crate::MAX_STATE_LEN)]
+    #[error("the completion record on {lease} holds {keys} keys in {len} bytes, and with a new key of {} bytes it would pass the state's limit of {} bytes (16 069 keys of the longest length fit): the task did not run, and no key was dropped; keep new keys on another lease blob", key.len(), crate::MAX_STATE_LEN)]
     RecordFull {
         /// The lease, as its store names it.
         lease: String,

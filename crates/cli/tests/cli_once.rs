@@ -1,7 +1,8 @@
 //! `blob-mutex run --once`, with and without a completion record, as
 //! separate processes against Azurite: three hosts deploying a migration
 //! with `--done-key` run it once and all exit 0; a host still on an older
-//! key after a newer one ran skips it (every key is kept); hosts whose cron fires
+//! key after a newer one ran skips it (every key is kept), and a key that
+//! a full record cannot keep exits 1 before the command runs; hosts whose cron fires
 //! one after the other, or all the time, with `--at-most-every` run the
 //! job once per period, never overlapping (three hosts' cron every 20 s
 //! with a 60 s period for three minutes: 3 or 4 runs, on both backends at
@@ -191,6 +192,32 @@ async fn a_host_still_on_the_old_key_after_the_new_one_ran_skips_it() {
         stderr(&old)
     );
     assert_eq!(case.ran(), ["h1", "h2"]);
+}
+
+#[tokio::test]
+async fn a_key_the_full_record_cannot_keep_exits_1_before_the_command_runs() {
+    let case = Case::new("full");
+    // A record of 16 069 keys of 256 bytes, as many as fit, put in place
+    // by a plain `run`'s command.
+    let keys: Vec<String> = (0..16_069).map(|n| format!("key={n:0256}")).collect();
+    let record = format!("blob-mutex record v2\nat=1\n{}\n", keys.join("\n"));
+    std::fs::write(case.dir.join("record"), record).expect("write the record");
+    let script = r#""$0" state put --input "$1/record""#;
+    let put = finish(case.run_script("h0", &[], script, &[])).await;
+    assert_eq!(put.status.code(), Some(0), "{}", stderr(&put));
+
+    let another = format!("{:0256}", 16_069);
+    let full = finish(case.run("h1", &["--once", "--done-key", &another], 0, "0")).await;
+    assert_eq!(full.status.code(), Some(1), "{}", stderr(&full));
+    assert!(
+        stderr(&full).contains("holds 16069 keys") && stderr(&full).contains("another lease blob"),
+        "{}",
+        stderr(&full)
+    );
+    assert!(case.ran().is_empty(), "ran: {:?}", case.ran());
+    let kept = format!("{:0256}", 0);
+    let done = finish(case.run("h2", &["--once", "--done-key", &kept], 0, "0")).await;
+    assert!(said_skipped(&done), "{}", stderr(&done));
 }
 
 #[tokio::test]
