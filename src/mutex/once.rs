@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use tracing::{info, warn};
+use tracing::{info, info_span, warn, Instrument};
 
 use super::record::{self, Decision, OnceOptions, Record, SkipReason};
 use super::{BlobDistributedMutex, MutexObserver, OneCampaign};
@@ -201,8 +201,12 @@ impl<S: LeaseStore> BlobDistributedMutex<S> {
         let _one = OneCampaign::enter(&self.core)?;
         let started = Instant::now();
         if options.records() {
-            if let Some(reason) = self.before_campaigning(&token, &options, started).await? {
-                info!(lease = %self.core.store.name(), %reason, "skipped the task before campaigning");
+            // In the span of the lease, as the campaign's own events are.
+            let span =
+                info_span!("lease", lease = %self.core.store.name(), holder = %self.core.holder);
+            let read = self.before_campaigning(&token, &options, started);
+            if let Some(reason) = read.instrument(span.clone()).await? {
+                span.in_scope(|| info!(%reason, "skipped the task before campaigning"));
                 return Ok(OnceOutcome::Skipped {
                     reason,
                     report: None,
@@ -283,7 +287,7 @@ impl<S: LeaseStore> BlobDistributedMutex<S> {
                     backoff(retry, retry.max(ACQUIRE_BACKOFF_MAX), failures),
                     Duration::min,
                 );
-            warn!(lease = %core.store.name(), error = %Chain(&error), failures, retry_in = ?wait, "reading the completion record failed");
+            warn!(error = %Chain(&error), failures, retry_in = ?wait, "reading the completion record failed");
             tokio::select! {
                 () = token.cancelled() => return Err(Error::Cancelled),
                 () = tokio::time::sleep(wait) => {}
@@ -415,7 +419,7 @@ async fn due<S: LeaseStore>(
         };
         failures = failures.saturating_add(1);
         let wait = backoff(Duration::from_millis(500), ACQUIRE_BACKOFF_MAX, failures);
-        warn!(lease = %store.name(), error = %Chain(&error), failures, retry_in = ?wait, "reading the completion record in the term failed");
+        warn!(error = %Chain(&error), failures, retry_in = ?wait, "reading the completion record in the term failed");
         tokio::select! {
             _ = ctx.cancelled() => return Err(error),
             () = tokio::time::sleep(wait) => {}
