@@ -11,7 +11,7 @@ use tracing::{info, info_span, warn, Instrument};
 
 use super::record::{self, Decision, OnceOptions, Record, SkipReason};
 use super::{BlobDistributedMutex, MutexObserver, OneCampaign};
-use crate::backoff::backoff;
+use crate::backoff::{backoff, Jitter};
 use crate::bounded::bounded;
 use crate::engine::first_contact;
 use crate::engine::leadership::{LeaderContext, StopReason, TermReport};
@@ -246,7 +246,8 @@ impl<S: LeaseStore> BlobDistributedMutex<S> {
 
     /// Reads the record before campaigning: whether it says to skip the
     /// task. A transient failure is tried again, with the campaign's
-    /// back-off, until the limits of a campaign that began at `started`.
+    /// back-off and jitter, until the limits of a campaign that began at
+    /// `started`.
     async fn before_campaigning(
         &self,
         token: &CancellationToken,
@@ -258,6 +259,7 @@ impl<S: LeaseStore> BlobDistributedMutex<S> {
         let contact_by = core.contact.give_up_at(started, first_contact);
         let give_up_at = core.options.acquire_timeout.map(|t| started + t);
         let retry = core.options.acquire_retry;
+        let mut jitter = Jitter::new(core.options.jitter_seed, core.options.acquire_jitter);
         let mut failures: u32 = 0;
         loop {
             let read = tokio::select! {
@@ -284,7 +286,7 @@ impl<S: LeaseStore> BlobDistributedMutex<S> {
                 .flatten()
                 .map(|by| by - now)
                 .fold(
-                    backoff(retry, retry.max(ACQUIRE_BACKOFF_MAX), failures),
+                    jitter.apply(backoff(retry, retry.max(ACQUIRE_BACKOFF_MAX), failures)),
                     Duration::min,
                 );
             warn!(error = %Chain(&error), failures, retry_in = ?wait, "reading the completion record failed");
