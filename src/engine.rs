@@ -49,7 +49,7 @@ const RENEW_RETRY_FIRST: Duration = Duration::from_millis(200);
 const RENEW_RETRY_MAX: Duration = Duration::from_secs(2);
 /// The longest wait between acquire attempts that failed (before jitter),
 /// unless `acquire_retry` is longer.
-const ACQUIRE_BACKOFF_MAX: Duration = Duration::from_secs(5);
+pub(crate) const ACQUIRE_BACKOFF_MAX: Duration = Duration::from_secs(5);
 /// How long the tasks of a term whose lease was definitively lost (broken,
 /// changed, taken) have to return after their token is cancelled before
 /// they are aborted, instead of the whole `stop_grace`: another holder may

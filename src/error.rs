@@ -187,6 +187,28 @@ pub enum Error {
     #[error("the lease's state is not a completion record: {0}")]
     StateNotARecord(String),
 
+    /// A run-once call with a [`done_key`](crate::OnceOptions::done_key)
+    /// that its completion record does not hold yet found the record too
+    /// full to keep it: with the key, the record would pass
+    /// [`MAX_STATE_LEN`](crate::MAX_STATE_LEN) (16 069 keys of
+    /// [`DONE_KEY_MAX`](crate::DONE_KEY_MAX) bytes fit). The task did not
+    /// run, and the record is left as it is: no recorded key is ever
+    /// dropped to make room. Keep new keys on another lease blob.
+    ///
+    /// Not an [`Error::InvalidOption`]: the key is valid, and would be
+    /// kept on another blob; what refuses it is what this blob holds.
+    #[error("the completion record on {lease} holds {keys} keys in {len} bytes, and with a new key of {} bytes it would pass the state's limit of {} bytes (16 069 keys of the longest length fit): the task did not run, and no key was dropped; keep new keys on another lease blob", key.len(), crate::MAX_STATE_LEN)]
+    RecordFull {
+        /// The lease, as its store names it.
+        lease: String,
+        /// How many keys the record holds.
+        keys: usize,
+        /// The record's length in bytes.
+        len: usize,
+        /// The key that was refused.
+        key: String,
+    },
+
     /// The store does not implement this call (a [`LeaseStore`](crate::LeaseStore)
     /// written before the call was added to the trait).
     #[error("this lease store does not support {operation}")]

@@ -1,17 +1,28 @@
 //! Completion records, over the in-memory store with paused time: once per
-//! key across three instances, a leader that crashed mid-job leaves no
-//! record, a record write refused because the lease was lost is not
-//! reported as recorded, at most once per period on the store's clock (two
-//! periods missed run once), state that is not a record is refused, and a
-//! quorum, which keeps no state, refuses the options before campaigning.
+//! key across three instances, every key kept (an older key after a newer
+//! one still skips) up to the state's size, a key that cannot be kept
+//! refused before the job runs, records of the first format still read, a
+//! leader that crashed mid-job leaves no record, a record write refused
+//! because the lease was lost (or cut off by the loss) is not reported as
+//! recorded and the output is returned, at most once per period on the
+//! store's clock counted from the start of the last run (two periods missed
+//! run once; a job longer than the schedule less the period runs on
+//! schedule), a transient error reading the record before campaigning is
+//! retried within the first-contact window, state that is not a record is
+//! refused, and a quorum, which keeps no state, refuses the options before
+//! campaigning.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use std::future::Future;
+use std::time::UNIX_EPOCH;
+
 use blob_mutex::{
-    BlobDistributedMutex, CancellationToken, Error, LeaderContext, LeaseStore, MemoryLeaseStore,
-    MutexOptions, OnceOptions, OnceOutcome, QuorumLeaseStore, SkipReason,
+    Acquire, BlobDistributedMutex, CancellationToken, Error, LeaderContext, LeaseId, LeaseInfo,
+    LeaseStore, MemoryLeaseStore, MutexOptions, OnceOptions, OnceOutcome, QuorumLeaseStore,
+    SkipReason, StopReason, DONE_KEY_MAX, MAX_STATE_LEN,
 };
 
 const PERIOD: Duration = Duration::from_secs(60);
@@ -180,9 +191,9 @@ async fn at_most_every_runs_skips_within_the_period_and_runs_after_it() {
     let store = MemoryLeaseStore::new("nightly");
     let options = OnceOptions::default().with_at_most_every(PERIOD);
     let runs = Arc::new(AtomicUsize::new(0));
+    let started = store.storage_time();
     let first = call(&store, "a", options.clone(), Duration::from_secs(5), &runs).await;
     assert!(matches!(first, OnceOutcome::Ran { .. }), "{first:?}");
-    let recorded = store.storage_time();
     tokio::time::sleep(Duration::from_secs(30)).await;
     let within = call(&store, "b", options.clone(), Duration::ZERO, &runs).await;
     let OnceOutcome::Skipped {
@@ -195,14 +206,15 @@ async fn at_most_every_runs_skips_within_the_period_and_runs_after_it() {
     assert_eq!(period, PERIOD);
     let age = now.duration_since(last).unwrap();
     assert!(
-        (Duration::from_secs(29)..=Duration::from_secs(32)).contains(&age),
-        "measured on the store's clock: {age:?}"
+        (Duration::from_secs(34)..=Duration::from_secs(37)).contains(&age),
+        "measured on the store's clock from the run's start: {age:?}"
     );
     assert!(
-        recorded.duration_since(last).unwrap() < Duration::from_secs(2),
-        "the record's time is the store's when it was written"
+        started.duration_since(last).unwrap_or_default() < Duration::from_secs(1)
+            && last.duration_since(started).unwrap_or_default() < Duration::from_secs(1),
+        "the record's time is the store's when the run started: {last:?}, {started:?}"
     );
-    tokio::time::sleep(Duration::from_secs(31)).await;
+    tokio::time::sleep(Duration::from_secs(26)).await;
     let after = call(&store, "c", options, Duration::ZERO, &runs).await;
     assert!(matches!(after, OnceOutcome::Ran { .. }), "{after:?}");
     assert_eq!(runs.load(Ordering::SeqCst), 2);
@@ -299,4 +311,376 @@ async fn a_quorum_keeps_no_record_and_says_so_before_campaigning() {
         "{refused:?}"
     );
     assert!(accounts.iter().all(|a| !a.is_held()), "never campaigned");
+}
+
+/// Fires `call` every `schedule`, `firings` times, with a job of `job` and
+/// `at_most_every(period)`; the outcomes.
+async fn on_schedule(
+    store: &MemoryLeaseStore,
+    schedule: Duration,
+    period: Duration,
+    job: Duration,
+    firings: usize,
+    runs: &Arc<AtomicUsize>,
+) -> Vec<OnceOutcome<u64>> {
+    let options = OnceOptions::default().with_at_most_every(period);
+    let start = tokio::time::Instant::now();
+    let mut outcomes = Vec::new();
+    for firing in 0..firings {
+        tokio::time::sleep_until(start + schedule * u32::try_from(firing).unwrap()).await;
+        outcomes.push(call(store, &format!("h{firing}"), options.clone(), job, runs).await);
+    }
+    outcomes
+}
+
+#[tokio::test(start_paused = true)]
+async fn at_most_every_counts_from_the_last_runs_start_so_a_job_longer_than_the_schedule_less_the_period_runs_on_schedule(
+) {
+    // Every 30 s with a period of 25 s, a job of 12 s (longer than 30 − 25).
+    let store = MemoryLeaseStore::new("often");
+    let runs = Arc::new(AtomicUsize::new(0));
+    let started = store.storage_time();
+    let outcomes = on_schedule(
+        &store,
+        Duration::from_secs(30),
+        Duration::from_secs(25),
+        Duration::from_secs(12),
+        3,
+        &runs,
+    )
+    .await;
+    assert_eq!(ran(&outcomes), 3, "every firing runs: {outcomes:?}");
+    // Within the period of the last start (20 s after it, 8 s after its
+    // end): skipped, and the reason counts from the start.
+    tokio::time::sleep(Duration::from_secs(20 - 12)).await;
+    let options = OnceOptions::default().with_at_most_every(Duration::from_secs(25));
+    let within = call(&store, "early", options, Duration::ZERO, &runs).await;
+    let OnceOutcome::Skipped {
+        reason: SkipReason::TooSoon { last, now, .. },
+        ..
+    } = within
+    else {
+        panic!("ran within the period: {within:?}");
+    };
+    let last_start = started + Duration::from_secs(60);
+    assert!(
+        last_start.duration_since(last).unwrap() < Duration::from_secs(1),
+        "the record holds the last run's start: {last:?}, started {last_start:?}"
+    );
+    assert!(
+        (Duration::from_secs(19)..=Duration::from_secs(21))
+            .contains(&now.duration_since(last).unwrap()),
+        "{now:?} − {last:?}"
+    );
+
+    // A daily job of 5 h with a period of 20 h runs every day.
+    let store = MemoryLeaseStore::new("daily");
+    let runs = Arc::new(AtomicUsize::new(0));
+    let outcomes = on_schedule(
+        &store,
+        Duration::from_secs(24 * 3600),
+        Duration::from_secs(20 * 3600),
+        Duration::from_secs(5 * 3600),
+        3,
+        &runs,
+    )
+    .await;
+    assert_eq!(ran(&outcomes), 3, "every day: {outcomes:?}");
+    assert_eq!(runs.load(Ordering::SeqCst), 3);
+}
+
+#[tokio::test(start_paused = true)]
+async fn every_done_key_is_kept_so_an_older_key_after_a_newer_one_still_skips() {
+    let store = MemoryLeaseStore::new("migrate");
+    let runs = Arc::new(AtomicUsize::new(0));
+    for (host, key) in [("a", "v1"), ("b", "v2")] {
+        let options = OnceOptions::default().with_done_key(key);
+        let outcome = call(&store, host, options, Duration::ZERO, &runs).await;
+        assert!(matches!(outcome, OnceOutcome::Ran { .. }), "{outcome:?}");
+    }
+    // A host still on the old version, or a rollback.
+    for (host, key) in [("old", "v1"), ("new", "v2")] {
+        let options = OnceOptions::default().with_done_key(key);
+        let outcome = call(&store, host, options, Duration::ZERO, &runs).await;
+        assert!(
+            matches!(&outcome, OnceOutcome::Skipped { reason: SkipReason::Done { key: k }, report: None } if k == key),
+            "{key}: {outcome:?}"
+        );
+    }
+    assert_eq!(runs.load(Ordering::SeqCst), 2, "v1 ran once, v2 once");
+}
+
+/// Writes `state` into the lease's state, as a term of the task form would.
+async fn put_state(store: &MemoryLeaseStore, state: Vec<u8>) {
+    let wrote = mutex(store, "writer")
+        .run_once_with(
+            CancellationToken::new(),
+            move |ctx: LeaderContext| async move { ctx.write_state(state).await },
+        )
+        .await
+        .unwrap();
+    assert!(matches!(wrote, OnceOutcome::Ran { .. }), "{wrote:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_record_of_the_first_format_still_reads_and_keeps_its_key() {
+    let store = MemoryLeaseStore::new("migrate");
+    let at = store
+        .storage_time()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    put_state(
+        &store,
+        format!("blob-mutex record v1\nkey=v42\nat={at}\n").into_bytes(),
+    )
+    .await;
+    let runs = Arc::new(AtomicUsize::new(0));
+    let done = call(
+        &store,
+        "a",
+        OnceOptions::default().with_done_key("v42"),
+        Duration::ZERO,
+        &runs,
+    )
+    .await;
+    assert!(
+        matches!(
+            &done,
+            OnceOutcome::Skipped {
+                reason: SkipReason::Done { .. },
+                ..
+            }
+        ),
+        "{done:?}"
+    );
+    let soon = call(
+        &store,
+        "b",
+        OnceOptions::default().with_at_most_every(PERIOD),
+        Duration::ZERO,
+        &runs,
+    )
+    .await;
+    assert!(
+        matches!(
+            &soon,
+            OnceOutcome::Skipped {
+                reason: SkipReason::TooSoon { .. },
+                ..
+            }
+        ),
+        "{soon:?}"
+    );
+    let next = call(
+        &store,
+        "c",
+        OnceOptions::default().with_done_key("v43"),
+        Duration::ZERO,
+        &runs,
+    )
+    .await;
+    assert!(matches!(next, OnceOutcome::Ran { .. }), "{next:?}");
+    let old = call(
+        &store,
+        "d",
+        OnceOptions::default().with_done_key("v42"),
+        Duration::ZERO,
+        &runs,
+    )
+    .await;
+    assert!(
+        matches!(old, OnceOutcome::Skipped { .. }),
+        "v42 is kept: {old:?}"
+    );
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+}
+
+/// The most keys of [`DONE_KEY_MAX`] bytes a record keeps.
+const LONGEST_KEYS_KEPT: usize = 16_069;
+
+/// A key of [`DONE_KEY_MAX`] bytes, told apart by `n`.
+fn longest_key(n: usize) -> String {
+    format!("{n:0DONE_KEY_MAX$}")
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_key_the_record_cannot_keep_is_refused_before_the_job_runs_and_none_is_dropped() {
+    let store = MemoryLeaseStore::new("migrate");
+    let mut record = String::from("blob-mutex record v2\n");
+    for n in 0..LONGEST_KEYS_KEPT - 1 {
+        record.push_str("key=");
+        record.push_str(&longest_key(n));
+        record.push('\n');
+    }
+    put_state(&store, record.into_bytes()).await;
+    let runs = Arc::new(AtomicUsize::new(0));
+    let last = OnceOptions::default()
+        .with_done_key(longest_key(LONGEST_KEYS_KEPT - 1))
+        .with_at_most_every(Duration::from_secs(1));
+    let fits = call(&store, "a", last, Duration::ZERO, &runs).await;
+    assert!(
+        matches!(fits, OnceOutcome::Ran { .. }),
+        "the last key that fits: {fits:?}"
+    );
+    let full = store.read_state().await.unwrap();
+    assert!(full.len() <= MAX_STATE_LEN, "{}", full.len());
+
+    let counted = runs.clone();
+    let refused = mutex(&store, "b")
+        .run_once_with_options(
+            CancellationToken::new(),
+            OnceOptions::default().with_done_key(longest_key(LONGEST_KEYS_KEPT)),
+            move |_ctx: LeaderContext| async move {
+                counted.fetch_add(1, Ordering::SeqCst);
+                Ok::<(), Error>(())
+            },
+        )
+        .await;
+    let Err(error @ Error::RecordFull { .. }) = refused else {
+        panic!("not refused: {refused:?}");
+    };
+    let text = error.to_string();
+    assert!(
+        text.contains("16069 keys") && text.contains("migrate"),
+        "{text}"
+    );
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "the job did not run");
+    assert!(!store.is_held(), "refused before campaigning");
+    assert_eq!(store.read_state().await.unwrap(), full, "no key dropped");
+    let first = call(
+        &store,
+        "c",
+        OnceOptions::default().with_done_key(longest_key(0)),
+        Duration::ZERO,
+        &runs,
+    )
+    .await;
+    assert!(matches!(first, OnceOutcome::Skipped { .. }), "{first:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_transient_error_reading_the_record_before_campaigning_is_retried_within_the_first_contact_window(
+) {
+    let store = MemoryLeaseStore::new("migrate");
+    let runs = Arc::new(AtomicUsize::new(0));
+    store.set_unavailable(true);
+    let call_store = store.clone();
+    let counted = runs.clone();
+    let calling = tokio::spawn(async move {
+        call(
+            &call_store,
+            "a",
+            OnceOptions::default().with_done_key("v1"),
+            Duration::ZERO,
+            &counted,
+        )
+        .await
+    });
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    store.set_unavailable(false);
+    let outcome = calling.await.unwrap();
+    assert!(matches!(outcome, OnceOutcome::Ran { .. }), "{outcome:?}");
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+
+    // Storage that never answers: the first-contact error, at its time.
+    let down = MemoryLeaseStore::new("down");
+    down.set_unavailable(true);
+    let begun = tokio::time::Instant::now();
+    let refused = mutex(&down, "b")
+        .run_once_with_options(
+            CancellationToken::new(),
+            OnceOptions::default().with_done_key("v1"),
+            |_ctx: LeaderContext| async { Ok::<(), Error>(()) },
+        )
+        .await;
+    assert!(
+        matches!(refused, Err(Error::FirstContactFailed { .. })),
+        "{refused:?}"
+    );
+    let took = begun.elapsed();
+    assert!(
+        (Duration::from_secs(30)..Duration::from_secs(36)).contains(&took),
+        "one window, not one for the read and one for the campaign: {took:?}"
+    );
+}
+
+/// A memory store whose state writes never answer.
+#[derive(Clone)]
+struct HangingWrites(MemoryLeaseStore);
+
+impl LeaseStore for HangingWrites {
+    fn acquire(
+        &self,
+        proposed: LeaseId,
+        duration: Duration,
+    ) -> impl Future<Output = blob_mutex::Result<Acquire>> + Send {
+        self.0.acquire(proposed, duration)
+    }
+    fn renew(&self, lease: LeaseId) -> impl Future<Output = blob_mutex::Result<()>> + Send {
+        self.0.renew(lease)
+    }
+    fn release(&self, lease: LeaseId) -> impl Future<Output = blob_mutex::Result<()>> + Send {
+        self.0.release(lease)
+    }
+    fn stamp(
+        &self,
+        lease: LeaseId,
+        holder: &str,
+    ) -> impl Future<Output = blob_mutex::Result<u64>> + Send {
+        self.0.stamp(lease, holder)
+    }
+    fn inspect(&self) -> impl Future<Output = blob_mutex::Result<Option<LeaseInfo>>> + Send {
+        self.0.inspect()
+    }
+    fn name(&self) -> String {
+        self.0.name()
+    }
+    fn read_state(&self) -> impl Future<Output = blob_mutex::Result<Vec<u8>>> + Send {
+        self.0.read_state()
+    }
+    fn write_state(
+        &self,
+        _lease: LeaseId,
+        _state: &[u8],
+    ) -> impl Future<Output = blob_mutex::Result<()>> + Send {
+        std::future::pending()
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lease_lost_while_the_record_is_written_still_returns_the_output_as_unrecorded() {
+    let store = MemoryLeaseStore::new("migrate");
+    let broken = store.clone();
+    let mutex = BlobDistributedMutex::with_store(
+        HangingWrites(store.clone()),
+        MutexOptions::default(),
+        |_ctx: LeaderContext| async { Ok::<(), Error>(()) },
+    )
+    .unwrap();
+    let outcome = mutex
+        .run_once_with_options(
+            CancellationToken::new(),
+            OnceOptions::default().with_done_key("v42"),
+            move |_ctx: LeaderContext| async move {
+                // The job ends just before a renewal, and the lease is
+                // lost: the renewal finds it so while the write is out.
+                tokio::time::sleep(Duration::from_millis(4500)).await;
+                broken.break_lease();
+                Ok::<_, Error>("migrated")
+            },
+        )
+        .await;
+    let Ok(OnceOutcome::Unrecorded {
+        output,
+        report,
+        error,
+    }) = outcome
+    else {
+        panic!("the output is lost: {outcome:?}");
+    };
+    assert_eq!(output, "migrated");
+    assert_eq!(report.reason, StopReason::LeaseLost, "{report:?}");
+    assert!(matches!(error, Error::LeaseLost(_)), "{error:?}");
+    assert_eq!(store.read_state().await.unwrap(), b"", "nothing landed");
 }

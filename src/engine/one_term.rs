@@ -27,7 +27,10 @@ impl<S: LeaseStore> Engine<'_, S> {
     /// Campaigns until this instance leads, and leads one term whose task
     /// ran; `Ok(true)` once that term is over (reported, its lease released
     /// or left to expire), `Ok(false)` when the caller cancelled first or,
-    /// with [`Attempts::One`], the lease was held.
+    /// with [`Attempts::One`], the lease was held. The campaign's limits
+    /// (`acquire_timeout`, `first_contact_timeout`) count from `started`:
+    /// a caller that talked to storage before campaigning (a run-once
+    /// call's read of its record) shares them.
     ///
     /// # Errors
     ///
@@ -37,16 +40,22 @@ impl<S: LeaseStore> Engine<'_, S> {
         &self,
         token: &CancellationToken,
         attempts: Attempts,
+        started: Instant,
     ) -> Result<bool> {
-        self.one_term_here(token, attempts)
+        self.one_term_here(token, attempts, started)
             .instrument(self.span())
             .await
     }
 
-    async fn one_term_here(&self, token: &CancellationToken, attempts: Attempts) -> Result<bool> {
+    async fn one_term_here(
+        &self,
+        token: &CancellationToken,
+        attempts: Attempts,
+        started: Instant,
+    ) -> Result<bool> {
         self.lingering.settle(ABORT_WAIT).await?;
         let mut jitter = Jitter::new(self.options.jitter_seed, self.options.acquire_jitter);
-        let now = Instant::now();
+        let now = started;
         let limits = Limits {
             give_up_at: match attempts {
                 Attempts::One => Some(now),

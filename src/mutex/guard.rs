@@ -185,7 +185,9 @@ impl<S: LeaseStore> BlobDistributedMutex<S> {
                     caller_holds: true,
                     ..core.engine(&observer, task)
                 };
-                let led = engine.one_term(&token, attempts).await?;
+                let led = engine
+                    .one_term(&token, attempts, tokio::time::Instant::now())
+                    .await?;
                 drop(one);
                 Ok(led.then(|| observer.take_last()).flatten())
             }

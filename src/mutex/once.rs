@@ -3,15 +3,20 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use tracing::{info, warn};
+use tracing::{info, info_span, warn, Instrument};
 
-use super::record::{self, OnceOptions, SkipReason};
+use super::record::{self, Decision, OnceOptions, Record, SkipReason};
 use super::{BlobDistributedMutex, MutexObserver, OneCampaign};
-use crate::engine::leadership::{LeaderContext, TermReport};
-use crate::engine::{Attempts, TaskFn};
-use crate::error::{BoxError, Error, Result};
+use crate::backoff::{backoff, Jitter};
+use crate::bounded::bounded;
+use crate::engine::first_contact;
+use crate::engine::leadership::{LeaderContext, StopReason, TermReport};
+use crate::engine::{Attempts, TaskFn, ACQUIRE_BACKOFF_MAX};
+use crate::error::{BoxError, Chain, Error, Result};
 use crate::store::LeaseStore;
 
 /// What a [`run_once`](BlobDistributedMutex::run_once) call did.
@@ -32,9 +37,12 @@ pub enum OnceOutcome<T> {
     },
     /// The task succeeded but its completion record was not written: the
     /// lease was lost before the write (`error` is then
-    /// [`Error::StateWriteRefused`] and nothing landed), or the write
-    /// failed. The next leader will find no record of this success and
-    /// run the task again.
+    /// [`Error::StateWriteRefused`] and nothing landed), the write failed,
+    /// or the term ended while the write was out (`error` is then
+    /// [`Error::LeaseLost`], and the report's reason says why the term
+    /// ended; a write sent before the lease was lost may still have
+    /// landed). The next leader will then most likely find no record of
+    /// this success and run the task again.
     Unrecorded {
         /// What the task returned.
         output: T,
@@ -55,12 +63,14 @@ pub enum OnceOutcome<T> {
     },
 }
 
-/// What the run-once task of a term with completion options did.
-enum Step<T> {
-    Ran(T),
-    Unrecorded(T, Error),
+/// What the run-once task of a term did; its output, when it returned
+/// one, is in the term's [`Kept`].
+enum Step {
+    Ran,
+    Unrecorded(Error),
     Skipped(SkipReason),
-    /// The record could not be read or was not one: the task did not run.
+    /// The record could not be read, was not one or could not keep the
+    /// key: the task did not run.
     Refused(Error),
 }
 
@@ -136,16 +146,24 @@ impl<S: LeaseStore> BlobDistributedMutex<S> {
     ///
     /// Before it campaigns, and again in its term before the task, it reads
     /// the record; when the record says the task is not due (the
-    /// [`done_key`](OnceOptions::done_key) succeeded, or the last success
-    /// is younger than [`at_most_every`](OnceOptions::at_most_every) on
-    /// storage's clock), it returns [`OnceOutcome::Skipped`] without
-    /// running the task, and logs why at `info`. After the task succeeded,
-    /// still in the term, it inspects the lease for storage's clock and
-    /// writes the record (the key and that time) under the term's lease;
-    /// storage refuses the write once the lease is gone, and the call then
-    /// returns [`OnceOutcome::Unrecorded`], never [`OnceOutcome::Ran`]. A
-    /// task that failed, or a leader that crashed before the write, leaves
-    /// no record: the next call runs the task.
+    /// [`done_key`](OnceOptions::done_key) succeeded, or the last
+    /// successful run started less than
+    /// [`at_most_every`](OnceOptions::at_most_every) ago on storage's
+    /// clock), it returns [`OnceOutcome::Skipped`] without running the
+    /// task, and logs why at `info`. A read before campaigning that fails
+    /// in a way that may pass (see [`Error::is_transient`]) is tried again
+    /// within the campaign's own limits, counted from the call's start:
+    /// [`first_contact_timeout`](crate::MutexOptions::first_contact_timeout)
+    /// while storage has never answered this mutex, and
+    /// [`acquire_timeout`](crate::MutexOptions::acquire_timeout). In the
+    /// term, just before the task, it inspects the lease for storage's
+    /// clock: that is the run's start. After the task succeeded, still in
+    /// the term, it writes the record (every key recorded so far with this
+    /// one, and the run's start) under the term's lease; storage refuses
+    /// the write once the lease is gone, and the call then returns
+    /// [`OnceOutcome::Unrecorded`] with the task's output, never
+    /// [`OnceOutcome::Ran`]. A task that failed, or a leader that crashed
+    /// before the write, leaves no record: the next call runs the task.
     ///
     /// # Errors
     ///
@@ -153,10 +171,14 @@ impl<S: LeaseStore> BlobDistributedMutex<S> {
     ///   ([`OnceOptions::validate`]).
     /// - [`Error::StateNotARecord`] when the lease's state is something
     ///   else than a completion record: it is left as it is.
+    /// - [`Error::RecordFull`] when the record could not keep the
+    ///   [`done_key`](OnceOptions::done_key): the task did not run.
     /// - [`Error::Unsupported`] for `at_most_every` on a store that does
     ///   not report storage's clock
     ///   ([`LeaseInfo::storage_time`](crate::LeaseInfo::storage_time)).
-    /// - A failed read of the record, and as
+    /// - [`Error::FirstContactFailed`] when storage never answered the
+    ///   reads before campaigning within the first-contact timeout; another
+    ///   failed read of the record; and as
     ///   [`run_once_with`](Self::run_once_with).
     ///
     /// # Cancellation safety
@@ -177,33 +199,44 @@ impl<S: LeaseStore> BlobDistributedMutex<S> {
     {
         options.validate()?;
         let _one = OneCampaign::enter(&self.core)?;
-        let store = &self.core.store;
+        let started = Instant::now();
         if options.records() {
-            let state = store.read_state().await?;
-            if let Some(reason) = record::skip_reason(&**store, &state, &options).await? {
-                info!(lease = %store.name(), %reason, "skipped the task before campaigning");
+            // In the span of the lease, as the campaign's own events are.
+            let span =
+                info_span!("lease", lease = %self.core.store.name(), holder = %self.core.holder);
+            let read = self.before_campaigning(&token, &options, started);
+            if let Some(reason) = read.instrument(span.clone()).await? {
+                span.in_scope(|| info!(%reason, "skipped the task before campaigning"));
                 return Ok(OnceOutcome::Skipped {
                     reason,
                     report: None,
                 });
             }
         }
-        let output = Arc::new(Slot::default());
+        let steps = Arc::new(Slot::default());
+        let kept = Arc::new(Kept::default());
         let observer = MutexObserver::new(&self.core);
-        let task = recorded(task, store.clone(), options);
+        let limit = self.core.options.request_timeout;
+        let task = recorded(task, self.core.store.clone(), options, limit, kept.clone());
         let led = self
             .core
-            .engine(&observer, once_task(task, output.clone()))
-            .one_term(&token, Attempts::UntilLed)
+            .engine(&observer, once_task(task, steps.clone()))
+            .one_term(&token, Attempts::UntilLed, started)
             .await?;
         let report = match observer.take_last() {
             Some(report) if led => report,
             _ => return Err(Error::Cancelled),
         };
-        let source = match output.take() {
-            Some(Ok(step)) => return self.outcome(step, report),
-            Some(Err(source)) => Some(source),
-            None => None,
+        let source = match (steps.take(), kept.take()) {
+            (Some(Ok(step)), output) => return self.outcome(step, output, report),
+            // The term ended while the record was being written: the task
+            // was aborted after its output was kept.
+            (None, Some(output)) => {
+                let error = cut_off(report.reason);
+                return self.outcome(Step::Unrecorded(error), Some(output), report);
+            }
+            (Some(Err(source)), _) => Some(source),
+            (None, None) => None,
         };
         Err(Error::TaskFailed {
             report: Box::new(report),
@@ -211,12 +244,83 @@ impl<S: LeaseStore> BlobDistributedMutex<S> {
         })
     }
 
-    /// What a term's step comes to, logged.
-    fn outcome<T>(&self, step: Step<T>, report: TermReport) -> Result<OnceOutcome<T>> {
+    /// Reads the record before campaigning: whether it says to skip the
+    /// task. A transient failure is tried again, with the campaign's
+    /// back-off and jitter, until the limits of a campaign that began at
+    /// `started`.
+    async fn before_campaigning(
+        &self,
+        token: &CancellationToken,
+        options: &OnceOptions,
+        started: Instant,
+    ) -> Result<Option<SkipReason>> {
+        let core = &self.core;
+        let first_contact = core.options.first_contact_timeout;
+        let contact_by = core.contact.give_up_at(started, first_contact);
+        let give_up_at = core.options.acquire_timeout.map(|t| started + t);
+        let retry = core.options.acquire_retry;
+        let mut jitter = Jitter::new(core.options.jitter_seed, core.options.acquire_jitter);
+        let mut failures: u32 = 0;
+        loop {
+            let read = tokio::select! {
+                () = token.cancelled() => return Err(Error::Cancelled),
+                read = self.read_record(options) => read,
+            };
+            let error = match read {
+                Ok(Decision::Skip(reason)) => return Ok(Some(reason)),
+                Ok(Decision::Due(_)) => return Ok(None),
+                Err(e) if !e.is_transient() => return Err(e),
+                Err(e) => e,
+            };
+            let now = Instant::now();
+            if contact_by.is_some_and(|by| now >= by) {
+                let after = first_contact.unwrap_or_default();
+                return Err(first_contact::failed(core.store.name(), after, error));
+            }
+            if give_up_at.is_some_and(|at| now >= at) {
+                return Err(error);
+            }
+            failures = failures.saturating_add(1);
+            let wait = [contact_by, give_up_at]
+                .into_iter()
+                .flatten()
+                .map(|by| by - now)
+                .fold(
+                    jitter.apply(backoff(retry, retry.max(ACQUIRE_BACKOFF_MAX), failures)),
+                    Duration::min,
+                );
+            warn!(error = %Chain(&error), failures, retry_in = ?wait, "reading the completion record failed");
+            tokio::select! {
+                () = token.cancelled() => return Err(Error::Cancelled),
+                () = tokio::time::sleep(wait) => {}
+            }
+        }
+    }
+
+    /// One read of the record, and storage's clock when the options need it.
+    async fn read_record(&self, options: &OnceOptions) -> Result<Decision> {
+        let store = &*self.core.store;
+        let limit = self.core.options.request_timeout;
+        let state = bounded("read state", limit, store.read_state()).await?;
+        let now = match options.at_most_every {
+            Some(_) => bounded("inspect", limit, record::storage_time(store)).await?,
+            None => None,
+        };
+        record::decide(&store.name(), &state, options, now)
+    }
+
+    /// What a term's step comes to, with the task's output if it
+    /// returned one, logged.
+    fn outcome<T>(
+        &self,
+        step: Step,
+        output: Option<T>,
+        report: TermReport,
+    ) -> Result<OnceOutcome<T>> {
         let lease = self.core.store.name();
-        match step {
-            Step::Ran(output) => Ok(OnceOutcome::Ran { output, report }),
-            Step::Unrecorded(output, error) => {
+        match (step, output) {
+            (Step::Ran, Some(output)) => Ok(OnceOutcome::Ran { output, report }),
+            (Step::Unrecorded(error), Some(output)) => {
                 warn!(%lease, epoch = report.epoch, %error, "the task succeeded; its completion record was not written");
                 Ok(OnceOutcome::Unrecorded {
                     output,
@@ -224,29 +328,46 @@ impl<S: LeaseStore> BlobDistributedMutex<S> {
                     error,
                 })
             }
-            Step::Skipped(reason) => {
+            (Step::Skipped(reason), _) => {
                 info!(%lease, epoch = report.epoch, %reason, "skipped the task");
                 Ok(OnceOutcome::Skipped {
                     reason,
                     report: Some(report),
                 })
             }
-            Step::Refused(error) => Err(error),
+            (Step::Refused(error), _) => Err(error),
+            // A step that ran with no output kept: not made by `recorded`.
+            (Step::Ran | Step::Unrecorded(_), None) => Err(Error::TaskFailed {
+                report: Box::new(report),
+                source: None,
+            }),
         }
     }
 }
 
-/// What the task of [`recorded`] returns.
-type StepFuture<T> = Pin<Box<dyn Future<Output = Result<Step<T>, BoxError>> + Send>>;
+/// The error of a record whose write the end of the term cut off.
+fn cut_off(reason: StopReason) -> Error {
+    Error::LeaseLost(format!(
+        "the term ended ({reason}) while the completion record was being written; the write \
+         was abandoned, and landed only if storage took it before the lease was lost"
+    ))
+}
 
-/// The task of a run-once term with completion `options`: reads the
-/// record through the term's fenced state, runs `task` when it is due,
-/// and records its success.
+/// What the task of [`recorded`] returns.
+type StepFuture = Pin<Box<dyn Future<Output = Result<Step, BoxError>> + Send>>;
+
+/// The task of a run-once term: with completion `options`, reads the
+/// record and storage's clock through the term, runs `task` when it is
+/// due, keeps its output in `kept` and records its success. The output is
+/// kept before the record is written, so that a term that ends during the
+/// write still returns it.
 fn recorded<S, T, F, Fut, E>(
     task: F,
     store: Arc<S>,
     options: OnceOptions,
-) -> impl FnOnce(LeaderContext) -> StepFuture<T> + Send + 'static
+    limit: Duration,
+    kept: Arc<Kept<T>>,
+) -> impl FnOnce(LeaderContext) -> StepFuture + Send + 'static
 where
     S: LeaseStore,
     F: FnOnce(LeaderContext) -> Fut + Send + 'static,
@@ -256,28 +377,93 @@ where
 {
     move |ctx: LeaderContext| {
         Box::pin(async move {
-            if options.records() {
-                let skip = match ctx.read_state().await {
-                    Ok(state) => record::skip_reason(&*store, &state, &options).await,
-                    Err(e) => Err(e),
-                };
-                match skip {
-                    Ok(None) => {}
-                    Ok(Some(reason)) => return Ok(Step::Skipped(reason)),
-                    Err(e) => return Ok(Step::Refused(e)),
-                }
-            }
-            let output = task(ctx.clone()).await.map_err(Into::into)?;
             if !options.records() {
-                return Ok(Step::Ran(output));
+                kept.put(task(ctx).await.map_err(Into::into)?);
+                return Ok(Step::Ran);
             }
-            Ok(
-                match record::record_success(&*store, &ctx, &options).await {
-                    Ok(()) => Step::Ran(output),
-                    Err(e) => Step::Unrecorded(output, e),
-                },
-            )
+            let (record, started) = match due(&*store, &ctx, &options, limit).await {
+                Ok(Due::Run(record, started)) => (record, started),
+                Ok(Due::Skip(reason)) => return Ok(Step::Skipped(reason)),
+                Err(e) => return Ok(Step::Refused(e)),
+            };
+            kept.put(task(ctx.clone()).await.map_err(Into::into)?);
+            let record = record.after_success(options.done_key.as_deref(), started);
+            Ok(match ctx.write_state(record.to_bytes()).await {
+                Ok(()) => Step::Ran,
+                Err(e) => Step::Unrecorded(e),
+            })
         })
+    }
+}
+
+/// What the record read in the term says.
+enum Due {
+    /// Run the task: the record as read, and the run's start (storage's
+    /// clock, in Unix seconds, when the store reports it).
+    Run(Record, Option<u64>),
+    Skip(SkipReason),
+}
+
+/// Reads the record and storage's clock in the term, just before the
+/// task, each call within `limit`. A transient failure is tried again,
+/// with the campaign's back-off, until the term must end.
+async fn due<S: LeaseStore>(
+    store: &S,
+    ctx: &LeaderContext,
+    options: &OnceOptions,
+    limit: Duration,
+) -> Result<Due> {
+    let mut failures: u32 = 0;
+    loop {
+        let error = match due_once(store, ctx, options, limit).await {
+            Err(e) if e.is_transient() && !ctx.is_cancelled() => e,
+            other => return other,
+        };
+        failures = failures.saturating_add(1);
+        let wait = backoff(Duration::from_millis(500), ACQUIRE_BACKOFF_MAX, failures);
+        warn!(error = %Chain(&error), failures, retry_in = ?wait, "reading the completion record in the term failed");
+        tokio::select! {
+            _ = ctx.cancelled() => return Err(error),
+            () = tokio::time::sleep(wait) => {}
+        }
+    }
+}
+
+/// One read of the record and of storage's clock in the term.
+async fn due_once<S: LeaseStore>(
+    store: &S,
+    ctx: &LeaderContext,
+    options: &OnceOptions,
+    limit: Duration,
+) -> Result<Due> {
+    let state = ctx.read_state().await?;
+    let now = bounded("inspect", limit, record::storage_time(store)).await?;
+    if now.is_none() && options.at_most_every.is_some() {
+        return Err(record::no_clock());
+    }
+    Ok(match record::decide(&store.name(), &state, options, now)? {
+        Decision::Skip(reason) => Due::Skip(reason),
+        Decision::Due(record) => Due::Run(record, now.map(record::unix_seconds)),
+    })
+}
+
+/// Where the task of a run-once term keeps its output, before its record
+/// is written.
+struct Kept<T>(Mutex<Option<T>>);
+
+impl<T> Default for Kept<T> {
+    fn default() -> Self {
+        Kept(Mutex::new(None))
+    }
+}
+
+impl<T> Kept<T> {
+    fn put(&self, output: T) {
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner) = Some(output);
+    }
+
+    fn take(&self) -> Option<T> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner).take()
     }
 }
 

@@ -5,12 +5,17 @@
 use std::fmt;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use crate::engine::leadership::LeaderContext;
 use crate::error::{Error, Result};
-use crate::store::LeaseStore;
+use crate::store::{LeaseStore, MAX_STATE_LEN};
 
-/// The first line of a completion record, naming its version.
-const HEADER: &str = "blob-mutex record v1";
+/// The first line of a completion record of the current format, naming
+/// its version: `at=` (the start of the last successful run), then every
+/// key recorded, one `key=` line each.
+const HEADER: &str = "blob-mutex record v2";
+
+/// The first line of a record of the first format, still read: one `key=`
+/// line (the last key recorded) and `at=` (the end of the last success).
+const HEADER_V1: &str = "blob-mutex record v1";
 
 /// What starts any version of a completion record.
 const FAMILY: &str = "blob-mutex record ";
@@ -33,16 +38,33 @@ pub const DONE_KEY_MAX: usize = 256;
 /// record would only leave a "done" partition claimed and renewed with
 /// nothing to run. Give each job that ends its own lease blob instead (see
 /// the guide's [Choosing a shape](crate::guide::shapes)).
+///
+/// A record is the content of its lease blob, and lease calls do not
+/// change a blob's last-modified time: a lifecycle management rule that
+/// deletes blobs not modified for some days deletes the record of a job
+/// that has not run since, and the job then runs again. Exclude the lease
+/// blobs from such rules (a rule's `prefixMatch` names what it covers).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct OnceOptions {
     /// Once per key: skip the task when the record says a task with this
-    /// key succeeded (a migration's version, say). At most
-    /// [`DONE_KEY_MAX`] bytes, not empty, no control characters.
+    /// key succeeded (a migration's version, say). Every key recorded is
+    /// kept, as a migration tool keeps its history: a host still on an
+    /// older version, or a rollback, skips an older key after a newer one
+    /// ran. The record holds at most [`MAX_STATE_LEN`] bytes, 16 069 keys
+    /// of [`DONE_KEY_MAX`] bytes (more of shorter ones); a key that it
+    /// could not keep is refused with [`Error::RecordFull`] before the
+    /// task runs, and no recorded key is ever dropped to make room. At
+    /// most [`DONE_KEY_MAX`] bytes, not empty, no control characters.
     pub done_key: Option<String>,
-    /// At most once per period: skip the task when the record's last
-    /// success is younger than this on storage's clock (a nightly job that
-    /// the cron of every host starts). At least one second.
+    /// At most once per period, counted from the start of the last
+    /// successful run, as a schedule counts: skip the task when that run
+    /// started less than this before, on storage's clock (a nightly job
+    /// that the cron of every host starts). The start is storage's time
+    /// read in the term just before the task ran; a job longer than the
+    /// schedule less the period still runs on schedule. Storage's clock
+    /// counts whole seconds, so a run may come up to a second early. At
+    /// least one second.
     pub at_most_every: Option<Duration>,
 }
 
@@ -108,10 +130,12 @@ pub enum SkipReason {
         /// The key.
         key: String,
     },
-    /// The record's last success is younger than
-    /// [`at_most_every`](OnceOptions::at_most_every) on storage's clock.
+    /// The last successful run started less than
+    /// [`at_most_every`](OnceOptions::at_most_every) ago on storage's clock.
     TooSoon {
-        /// When the last success was recorded (storage's clock).
+        /// When the last successful run started (storage's clock; in a
+        /// record written before the period counted from the start, when
+        /// it ended).
         last: SystemTime,
         /// Storage's clock when the record was read.
         now: SystemTime,
@@ -128,7 +152,8 @@ impl fmt::Display for SkipReason {
                 let age = now.duration_since(*last).unwrap_or_default();
                 write!(
                     f,
-                    "the last success is {} s old on storage's clock, younger than {} s",
+                    "the last successful run started {} s ago on storage's clock, \
+                     less than the period of {} s",
                     age.as_secs(),
                     period.as_secs()
                 )
@@ -140,31 +165,43 @@ impl fmt::Display for SkipReason {
 /// One completion record, as stored.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub(crate) struct Record {
-    /// The key of the last success, if it had one.
-    pub(crate) key: Option<String>,
-    /// Storage's clock at the last success, in Unix seconds, if known.
+    /// Every key recorded, oldest first.
+    pub(crate) keys: Vec<String>,
+    /// Storage's clock, in Unix seconds, when the last successful run
+    /// started (in a record of the first format, when it ended), if known.
     pub(crate) at: Option<u64>,
 }
 
+/// The longest `at=` line: its prefix, a `u64` of 20 digits, and the end of line.
+const AT_LINE_MAX: usize = "at=".len() + 20 + 1;
+
+/// What a `key=` line adds to a record besides the key.
+const KEY_LINE_EXTRA: usize = "key=".len() + 1;
+
 impl Record {
-    /// The record's bytes: its header, then `key=` and `at=` lines.
+    /// The record's bytes, in the current format: its header, the `at=`
+    /// line, then a `key=` line per key, oldest first.
     pub(crate) fn to_bytes(&self) -> Vec<u8> {
-        let key = self.key.as_ref().map(|k| format!("key={k}\n"));
-        let at = self.at.map(|at| format!("at={at}\n"));
-        format!(
-            "{HEADER}\n{}{}",
-            key.unwrap_or_default(),
-            at.unwrap_or_default()
-        )
-        .into_bytes()
+        let mut text = format!("{HEADER}\n");
+        if let Some(at) = self.at {
+            text.push_str("at=");
+            text.push_str(&at.to_string());
+            text.push('\n');
+        }
+        for key in &self.keys {
+            text.push_str("key=");
+            text.push_str(key);
+            text.push('\n');
+        }
+        text.into_bytes()
     }
 
-    /// The record in `state`: `None` for an empty state.
+    /// The record in `state`, of either format: `None` for an empty state.
     ///
     /// # Errors
     ///
-    /// [`Error::StateNotARecord`] for any other content, a record of
-    /// another version included.
+    /// [`Error::StateNotARecord`] for any other content, a record of a
+    /// later version included.
     pub(crate) fn parse(lease: &str, state: &[u8]) -> Result<Option<Record>> {
         if state.is_empty() {
             return Ok(None);
@@ -173,16 +210,19 @@ impl Record {
         let text = std::str::from_utf8(state).map_err(|_| refuse("not text"))?;
         let mut lines = text.lines();
         match lines.next() {
-            Some(HEADER) => {}
+            Some(HEADER | HEADER_V1) => {}
             Some(line) if line.starts_with(FAMILY) => {
                 return Err(refuse("a record of another version"));
             }
             _ => return Err(refuse("not a completion record")),
         }
         let mut record = Record::default();
+        let mut seen = std::collections::HashSet::new();
         for line in lines {
             if let Some(key) = line.strip_prefix("key=") {
-                record.key = Some(key.to_owned());
+                if seen.insert(key) {
+                    record.keys.push(key.to_owned());
+                }
             } else if let Some(at) = line.strip_prefix("at=") {
                 record.at = Some(at.parse().map_err(|_| refuse("a malformed at= line"))?);
             } else if !line.is_empty() {
@@ -191,82 +231,106 @@ impl Record {
         }
         Ok(Some(record))
     }
+
+    /// Whether `key` is recorded.
+    pub(crate) fn holds(&self, key: &str) -> bool {
+        self.keys.iter().any(|k| k == key)
+    }
+
+    /// The record's length with `key` added and its `at=` line at its
+    /// longest: what must fit in [`MAX_STATE_LEN`] for the key to be kept,
+    /// whatever the time.
+    fn len_with(&self, key: &str) -> usize {
+        let keys: usize = self.keys.iter().map(|k| k.len() + KEY_LINE_EXTRA).sum();
+        HEADER.len() + 1 + AT_LINE_MAX + keys + key.len() + KEY_LINE_EXTRA
+    }
+
+    /// Refuses `key`, not recorded yet, when the record could not keep it.
+    fn check_room(&self, lease: &str, key: &str) -> Result<()> {
+        if self.holds(key) || self.len_with(key) <= MAX_STATE_LEN {
+            return Ok(());
+        }
+        Err(Error::RecordFull {
+            lease: lease.to_owned(),
+            keys: self.keys.len(),
+            len: self.to_bytes().len(),
+            key: key.to_owned(),
+        })
+    }
+
+    /// The record after a success with `key` whose run started at `at`.
+    pub(crate) fn after_success(mut self, key: Option<&str>, at: Option<u64>) -> Record {
+        if let Some(key) = key {
+            if !self.holds(key) {
+                self.keys.push(key.to_owned());
+            }
+        }
+        self.at = at.or(self.at);
+        self
+    }
 }
 
 /// Unix seconds of `time` (0 before 1970).
-fn unix_seconds(time: SystemTime) -> u64 {
+pub(crate) fn unix_seconds(time: SystemTime) -> u64 {
     time.duration_since(UNIX_EPOCH)
         .unwrap_or_default()
         .as_secs()
 }
 
 /// Storage's clock now, from an inspection.
-async fn storage_time<S: LeaseStore>(store: &S) -> Result<Option<SystemTime>> {
+pub(crate) async fn storage_time<S: LeaseStore>(store: &S) -> Result<Option<SystemTime>> {
     Ok(store.inspect().await?.and_then(|info| info.storage_time))
 }
 
-/// Whether the task is due: `Some(reason)` when the record in `state`
-/// (the lease's state, as just read) says it is not. Reads need no lease,
-/// so a follower asks too.
+/// What a completion record says of a call.
+#[derive(Debug)]
+pub(crate) enum Decision {
+    /// The task is not due.
+    Skip(SkipReason),
+    /// The task is due; the record as read (empty when there was none),
+    /// to which its success is added.
+    Due(Record),
+}
+
+/// Whether the task is due, from the record in `state` (the lease's
+/// state, as just read) and storage's clock `now` (needed only with
+/// `at_most_every` and a record that has a time). Reads need no lease, so
+/// a follower asks too.
 ///
 /// # Errors
 ///
-/// A failed inspection; [`Error::StateNotARecord`];
-/// [`Error::Unsupported`] with `at_most_every` on a store that does not
-/// report storage's clock.
-pub(crate) async fn skip_reason<S: LeaseStore>(
-    store: &S,
+/// [`Error::StateNotARecord`]; [`Error::RecordFull`] when the task is due
+/// and the record could not keep its key; [`Error::Unsupported`] with
+/// `at_most_every` when `now` is `None`.
+pub(crate) fn decide(
+    lease: &str,
     state: &[u8],
     options: &OnceOptions,
-) -> Result<Option<SkipReason>> {
-    let Some(record) = Record::parse(&store.name(), state)? else {
-        return Ok(None);
+    now: Option<SystemTime>,
+) -> Result<Decision> {
+    let Some(record) = Record::parse(lease, state)? else {
+        return Ok(Decision::Due(Record::default()));
     };
-    if let (Some(key), Some(done)) = (&options.done_key, &record.key) {
-        if key == done {
-            return Ok(Some(SkipReason::Done { key: key.clone() }));
+    if let Some(key) = options.done_key.as_ref().filter(|key| record.holds(key)) {
+        return Ok(Decision::Skip(SkipReason::Done { key: key.clone() }));
+    }
+    if let (Some(period), Some(at)) = (options.at_most_every, record.at) {
+        let now = now.ok_or_else(no_clock)?;
+        let last = UNIX_EPOCH + Duration::from_secs(at);
+        // A clock that went back since the record counts as no time passed.
+        let age = now.duration_since(last).unwrap_or_default();
+        if age < period {
+            return Ok(Decision::Skip(SkipReason::TooSoon { last, now, period }));
         }
     }
-    let Some(period) = options.at_most_every else {
-        return Ok(None);
-    };
-    let Some(now) = storage_time(store).await? else {
-        return Err(no_clock());
-    };
-    let Some(at) = record.at else {
-        return Ok(None);
-    };
-    let last = UNIX_EPOCH + Duration::from_secs(at);
-    // A clock that went back since the record counts as no time passed.
-    let age = now.duration_since(last).unwrap_or_default();
-    Ok((age < period).then_some(SkipReason::TooSoon { last, now, period }))
-}
-
-/// Writes the record of a success through the term's fenced state, timed
-/// by an inspection just before.
-///
-/// # Errors
-///
-/// [`Error::StateWriteRefused`] when the lease is gone (nothing landed);
-/// a failed inspection or write; [`Error::Unsupported`] with
-/// `at_most_every` on a store that does not report storage's clock.
-pub(crate) async fn record_success<S: LeaseStore>(
-    store: &S,
-    ctx: &LeaderContext,
-    options: &OnceOptions,
-) -> Result<()> {
-    let now = storage_time(store).await?;
-    if now.is_none() && options.at_most_every.is_some() {
-        return Err(no_clock());
+    if let Some(key) = &options.done_key {
+        record.check_room(lease, key)?;
     }
-    let record = Record {
-        key: options.done_key.clone(),
-        at: now.map(unix_seconds),
-    };
-    ctx.write_state(record.to_bytes()).await
+    Ok(Decision::Due(record))
 }
 
-fn no_clock() -> Error {
+/// The error for `at_most_every` on a store that reports no clock.
+pub(crate) fn no_clock() -> Error {
     Error::Unsupported {
         operation: "at_most_every: this store does not report storage's clock",
     }
@@ -277,27 +341,55 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_record_reads_back_as_written() {
+    fn a_record_reads_back_as_written_with_every_key_in_order() {
         let record = Record {
-            key: Some("v42".into()),
+            keys: vec!["v1".into(), "v3".into(), "v2=x".into()],
             at: Some(1_700_000_000),
         };
         let bytes = record.to_bytes();
         assert_eq!(
             bytes,
-            b"blob-mutex record v1\nkey=v42\nat=1700000000\n".to_vec()
+            b"blob-mutex record v2\nat=1700000000\nkey=v1\nkey=v3\nkey=v2=x\n".to_vec()
         );
         assert_eq!(Record::parse("l", &bytes).unwrap(), Some(record));
         assert_eq!(Record::parse("l", b"").unwrap(), None);
     }
 
     #[test]
+    fn a_record_of_the_first_format_reads() {
+        let v1 = b"blob-mutex record v1\nkey=v42\nat=1700000000\n";
+        let record = Record::parse("l", v1).unwrap().unwrap();
+        assert_eq!(
+            record,
+            Record {
+                keys: vec!["v42".into()],
+                at: Some(1_700_000_000),
+            }
+        );
+        let after = record.after_success(Some("v43"), Some(1_700_000_100));
+        assert_eq!(
+            after.to_bytes(),
+            b"blob-mutex record v2\nat=1700000100\nkey=v42\nkey=v43\n".to_vec(),
+            "written again in the current format, the old key kept"
+        );
+        let v1_without_key = Record::parse("l", b"blob-mutex record v1\nat=5\n").unwrap();
+        assert_eq!(
+            v1_without_key,
+            Some(Record {
+                keys: Vec::new(),
+                at: Some(5),
+            })
+        );
+    }
+
+    #[test]
     fn other_content_is_refused() {
         for state in [
             &b"42"[..],
-            b"blob-mutex record v2\nkey=a\n",
+            b"blob-mutex record v3\nkey=a\n",
+            b"blob-mutex record v2\nat=soon\n",
             b"blob-mutex record v1\nat=soon\n",
-            b"blob-mutex record v1\nwho=me\n",
+            b"blob-mutex record v2\nwho=me\n",
             b"\xff",
         ] {
             let refused = Record::parse("l", state);
@@ -306,6 +398,63 @@ mod tests {
                 "{state:?}: {refused:?}"
             );
         }
+    }
+
+    /// A key of [`DONE_KEY_MAX`] bytes, told apart by `n`.
+    fn longest(n: usize) -> String {
+        format!("{n:0DONE_KEY_MAX$}")
+    }
+
+    #[test]
+    fn sixteen_thousand_and_sixty_nine_keys_of_the_longest_length_fit_and_no_more() {
+        let mut record = Record {
+            keys: (0..16_068).map(longest).collect(),
+            at: None,
+        };
+        record.check_room("l", &longest(16_068)).unwrap();
+        record = record.after_success(Some(&longest(16_068)), None);
+        let full = record.clone().after_success(None, Some(u64::MAX));
+        assert!(full.to_bytes().len() <= MAX_STATE_LEN);
+        let refused = record.check_room("l", &longest(16_069));
+        assert!(
+            matches!(&refused, Err(Error::RecordFull { keys: 16_069, .. })),
+            "{refused:?}"
+        );
+        record
+            .check_room("l", &longest(7))
+            .expect("a key kept already");
+        record
+            .check_room("l", "short")
+            .expect("a shorter key still fits");
+    }
+
+    #[test]
+    fn the_period_counts_from_the_recorded_start_and_a_done_key_needs_no_clock() {
+        let started = UNIX_EPOCH + Duration::from_secs(1_000);
+        let state = Record {
+            keys: vec!["v1".into()],
+            at: Some(1_000),
+        }
+        .to_bytes();
+        let period = OnceOptions::default().with_at_most_every(Duration::from_secs(25));
+        let at = |secs| Some(UNIX_EPOCH + Duration::from_secs(secs));
+        assert!(matches!(
+            decide("l", &state, &period, at(1_024)),
+            Ok(Decision::Skip(SkipReason::TooSoon { last, .. })) if last == started
+        ));
+        assert!(matches!(
+            decide("l", &state, &period, at(1_025)),
+            Ok(Decision::Due(_))
+        ));
+        assert!(matches!(
+            decide("l", &state, &period, None),
+            Err(Error::Unsupported { .. })
+        ));
+        let key = OnceOptions::default().with_done_key("v1");
+        assert!(matches!(
+            decide("l", &state, &key, None),
+            Ok(Decision::Skip(SkipReason::Done { .. }))
+        ));
     }
 
     #[test]

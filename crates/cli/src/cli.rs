@@ -437,19 +437,26 @@ pub(crate) struct RunArgs {
     /// later `run --once --done-key KEY` on any host then exits 0 without
     /// running CMD, saying so on stderr. CMD failing, stopped, or the host
     /// dying before the record leaves none: the next run runs CMD again.
-    /// Only the last key is kept (a new key replaces it). 1 to 256 bytes,
-    /// no control characters. The record owns the blob's state: CMD gets no
+    /// Every key recorded is kept (a host on an older version, or a
+    /// rollback, skips an older key after a newer one ran): 16069 keys of
+    /// 256 bytes fit in the blob's 4 MiB of state, more of shorter ones; a
+    /// new key that would not fit is refused with exit code 1 before CMD
+    /// runs, and no key is ever dropped. 1 to 256 bytes, no control
+    /// characters. The record owns the blob's state: CMD gets no
     /// BLOB_MUTEX_LEASE_ID (no `state put`). One storage account only.
     #[arg(long, value_name = "KEY")]
     pub(crate) done_key: Option<String>,
     /// With --once: run CMD at most once per DURATION across all hosts (a
-    /// job that every host's cron starts). After CMD exits 0 by itself,
-    /// storage's time is recorded in the lease blob's state; a run less
-    /// than DURATION after it, on any host, exits 0 without running CMD,
-    /// saying so on stderr. Measured on storage's clock (in whole seconds),
-    /// never the host's. At least 1s; choose it a little shorter than the
-    /// schedule (20h for a daily job). With --done-key, skips when either
-    /// says so. One storage account only.
+    /// job that every host's cron starts), counted from the start of the
+    /// last successful run, as a schedule counts. After CMD exits 0 by
+    /// itself, the time it started (storage's, read just before CMD) is
+    /// recorded in the lease blob's state; a run less than DURATION after
+    /// that start, on any host, exits 0 without running CMD, saying so on
+    /// stderr. Measured on storage's clock (in whole seconds), never the
+    /// host's. At least 1s; choose it a little shorter than the schedule
+    /// (20h for a daily job): however long CMD takes, the next day's run is
+    /// due. With --done-key, skips when either says so. One storage account
+    /// only.
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub(crate) at_most_every: Option<Duration>,
     /// This host's priority as a preferred successor, any integer. While

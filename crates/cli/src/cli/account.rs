@@ -38,7 +38,9 @@ pub(crate) struct Account {
     /// or a container's URL https://<account>.blob.core.windows.net/<container>
     /// (then --container may be left out). On an IP address or localhost,
     /// the account is the first path segment: https://127.0.0.1:10000/<account>.
-    #[arg(long, value_name = "URL", env = ACCOUNT_URL_ENV, requires = "auth")]
+    /// Never read from BLOB_MUTEX_ACCOUNT_URL, which `run` sets for `state`
+    /// in its command: a `run` inside it uses the account it is given.
+    #[arg(long, value_name = "URL", requires = "auth")]
     pub(super) account_url: Option<String>,
     /// How to sign in to --account-url and to the accounts of --accounts-file
     /// that name none: managed-identity (the host's managed identity;
@@ -49,8 +51,9 @@ pub(crate) struct Account {
     /// read from the file PATH at start). The identity needs the role
     /// Storage Blob Data Contributor. One token is fetched before anything
     /// else: a credential that cannot get one within 10s exits with code 2,
-    /// saying what to check.
-    #[arg(long, value_name = "KIND", env = AUTH_ENV)]
+    /// saying what to check. Never read from BLOB_MUTEX_AUTH (for `state`
+    /// in run's command).
+    #[arg(long, value_name = "KIND")]
     pub(super) auth: Option<Auth>,
     /// The client id of the user-assigned managed identity, or of the
     /// application (workload-identity, service-principal).
@@ -82,6 +85,20 @@ pub(crate) struct Account {
     /// The accounts, once signed in (see [`Account::sign_in`]).
     #[arg(skip)]
     pub(super) signed_in: Option<Vec<Given>>,
+}
+
+/// What to say to a command given no account while `run`'s account for
+/// `state` is in its environment: that it is not read, and how to use it.
+fn parents_account_hint() -> String {
+    let set = |name| std::env::var_os(name).is_some_and(|value| !value.is_empty());
+    if !(set(ACCOUNT_URL_ENV) || set(AUTH_ENV)) {
+        return String::new();
+    }
+    format!(
+        " ({ACCOUNT_URL_ENV} and {AUTH_ENV}, which `run` sets in its command, are read only by \
+         `state get` and `state put`; to use that account, pass --account-url \
+         \"${ACCOUNT_URL_ENV}\" --auth \"${AUTH_ENV}\")"
+    )
 }
 
 /// One storage account as given: by connection string, or by URL with
@@ -131,11 +148,11 @@ impl Account {
             return Ok(BlobSettings::azurite(container, blob)?.with_backend(self.backend()));
         }
         match self.given()?.as_slice() {
-            [] => Err(UsageError(
+            [] => Err(UsageError(format!(
                 "no storage account: pass --account-url with --auth, --connection-string, set \
-                 AZURE_STORAGE_CONNECTION_STRING, or use --dev for Azurite"
-                    .to_owned(),
-            )
+                 AZURE_STORAGE_CONNECTION_STRING, or use --dev for Azurite{}",
+                parents_account_hint()
+            ))
             .into()),
             [one] => one.settings(container, blob, self.backend()),
             several => Err(UsageError(format!(
