@@ -106,9 +106,10 @@ enum Term {
     Failed,
     /// The term ended for this reason; campaign again after a retry period.
     Ended(StopReason),
-    /// The lease was acquired but the term could not be stamped (or the
-    /// caller cancelled first): no task ran, and the lease was given back.
-    Unstamped,
+    /// The lease was acquired but the term could not be stamped (the
+    /// stamp's error), or the caller cancelled first (`None`): no task ran,
+    /// and the lease was given back.
+    Unstamped(Option<Error>),
 }
 
 /// When an acquire loop gives up.
@@ -260,7 +261,7 @@ impl<S: LeaseStore> Engine<'_, S> {
                     trace!(holder = %self.holder, %reason, "campaigning again after stepping down");
                     self.options.pause_after_term()
                 }
-                Term::Unstamped => self.options.pause_after_term(),
+                Term::Unstamped(_) => self.options.pause_after_term(),
             };
             if !self.pause(token, pause).await {
                 return Ok(());
@@ -531,7 +532,8 @@ impl<S: LeaseStore> Engine<'_, S> {
         self.release(lease, self.options.request_timeout).await;
         Err(match e {
             e if e.is_fatal() => Err(e),
-            _ => Ok(Term::Unstamped),
+            _ if token.is_cancelled() => Ok(Term::Unstamped(None)),
+            e => Ok(Term::Unstamped(Some(e))),
         })
     }
 

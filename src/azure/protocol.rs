@@ -318,6 +318,23 @@ mod tests {
         }
     }
 
+    #[test]
+    fn a_record_made_anew_is_refused_when_storage_sent_no_date() {
+        for floor in [0, 1] {
+            assert!(
+                matches!(
+                    next_epoch(&HashMap::new(), None, floor),
+                    Err(Error::UnexpectedResponse { .. })
+                ),
+                "a first epoch from the host's clock, floor {floor}"
+            );
+        }
+        // A record that has an epoch, or a floor to take, needs no clock.
+        let with = HashMap::from([(EPOCH_KEY.to_owned(), "41".to_owned())]);
+        assert!(next_epoch(&with, None, 0).is_ok());
+        assert!(next_epoch(&HashMap::new(), None, 9).is_ok());
+    }
+
     /// The bound the epoch of a lost record rests on: a record first stamped
     /// at second `s0` of storage's clock, with `n` terms after it, is below
     /// the first epoch of a record made at any later second `s1`, for every
