@@ -38,6 +38,7 @@ use crate::engine::state::Fenced;
 use crate::engine::term_tasks::{Ended, TermTasks};
 use crate::error::{BoxError, Chain, Error, Result};
 use crate::options::{MutexOptions, ABORT_WAIT, STOP_SLACK};
+use crate::store::stamp::NEW_RECORD_WAIT;
 use crate::store::{Acquire, LeaseId, LeaseStore, StampOptions};
 
 pub(crate) use one_term::Attempts;
@@ -517,7 +518,13 @@ impl<S: LeaseStore> Engine<'_, S> {
         let left = deadline
             .get()
             .saturating_duration_since(Instant::now() + self.options.stop_grace + STOP_SLACK);
-        let limit = self.options.request_timeout.min(left);
+        // A stamp that makes the lease's record anew waits for storage's
+        // clock: it may take `NEW_RECORD_WAIT` more than a request.
+        let limit = self
+            .options
+            .request_timeout
+            .saturating_add(NEW_RECORD_WAIT)
+            .min(left);
         let stamped = tokio::select! {
             () = token.cancelled() => Err(Error::Cancelled),
             r = bounded("stamp", limit, self.stamp_term(lease)) => r,

@@ -88,7 +88,8 @@ async fn a_quorum_whose_every_blob_was_deleted_within_a_second_keeps_its_epoch_i
 }
 
 /// A quorum over three containers of one Azurite, which stand for three
-/// accounts; the containers.
+/// accounts, with a request timeout long enough for an Azurite beside
+/// many others; the containers.
 fn quorum(name: &str) -> (Vec<String>, QuorumLeaseStore<BlobLeaseManager>) {
     let containers: Vec<String> = (0..3)
         .map(|i| azurite::unique_container(&format!("{name}-{i}")))
@@ -100,7 +101,10 @@ fn quorum(name: &str) -> (Vec<String>, QuorumLeaseStore<BlobLeaseManager>) {
             (c.clone(), BlobLeaseManager::new(&settings).unwrap())
         })
         .collect();
-    (containers, QuorumLeaseStore::with_labels(accounts).unwrap())
+    let quorum = QuorumLeaseStore::with_labels(accounts)
+        .unwrap()
+        .with_request_timeout(Duration::from_secs(10));
+    (containers, quorum)
 }
 
 #[tokio::test]
