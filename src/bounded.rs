@@ -19,7 +19,12 @@ pub(crate) async fn bounded<T>(
     limit: Duration,
     call: impl Future<Output = Result<T>>,
 ) -> Result<T> {
-    bounded_since(operation, Instant::now(), limit, call).await
+    if limit.is_zero() {
+        return Err(timed_out(operation, limit));
+    }
+    tokio::time::timeout(limit, call)
+        .await
+        .unwrap_or_else(|_| Err(timed_out(operation, limit)))
 }
 
 /// As [`bounded`], for a step of an operation that began at `start` and
@@ -30,15 +35,15 @@ pub(crate) async fn bounded_since<T>(
     limit: Duration,
     call: impl Future<Output = Result<T>>,
 ) -> Result<T> {
-    let timeout = || Error::Timeout {
-        operation,
-        after: limit,
-    };
     let left = limit.saturating_sub(start.elapsed());
     if left.is_zero() {
-        return Err(timeout());
+        return Err(timed_out(operation, limit));
     }
     tokio::time::timeout(left, call)
         .await
-        .unwrap_or_else(|_| Err(timeout()))
+        .unwrap_or_else(|_| Err(timed_out(operation, limit)))
+}
+
+fn timed_out(operation: &'static str, after: Duration) -> Error {
+    Error::Timeout { operation, after }
 }

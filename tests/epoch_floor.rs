@@ -49,7 +49,7 @@ async fn at_the_start_of_a_second() {
         .duration_since(UNIX_EPOCH)
         .unwrap()
         .subsec_nanos();
-    let to_next = Duration::from_secs(1) - Duration::from_nanos(u64::from(into));
+    let to_next = Duration::from_secs(1).saturating_sub(Duration::from_nanos(u64::from(into)));
     tokio::time::sleep(to_next + Duration::from_millis(5)).await;
 }
 

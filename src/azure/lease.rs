@@ -26,11 +26,12 @@ use crate::store::{
     check_advertised, Acquire, Candidate, LeaseId, LeaseInfo, LeaseStore, StampOptions,
 };
 
-/// A record made anew waits for storage's clock to pass the second after
-/// the one it first read, more than a second away: it reads again after
-/// [`CLOCK_FIRST`], then every [`CLOCK_POLL`] (some five reads at most,
-/// paid only when a record is made).
+/// How long a record made anew waits before it reads storage's clock
+/// again: the second after the one it first read is over more than a
+/// second later.
 const CLOCK_FIRST: Duration = Duration::from_secs(1);
+/// How often it reads again after that, until that second is over (six
+/// reads at most on time, paid only when a record is made).
 const CLOCK_POLL: Duration = Duration::from_millis(200);
 
 /// Acquires, renews, releases, breaks, changes and inspects the lease on one

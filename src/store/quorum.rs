@@ -584,8 +584,8 @@ impl<S: LeaseStore> LeaseStore for QuorumLeaseStore<S> {
 
     fn stamp(&self, lease: LeaseId, holder: &str) -> impl Future<Output = Result<u64>> + Send {
         // Bounded inside: the request timeout, and more for records made
-        // anew.
-        self.stamp_quorum(lease, holder, None, 0)
+        // anew. Boxed: the engine awaits it inside its own future.
+        Box::pin(self.stamp_quorum(lease, holder, None, 0))
     }
 
     fn stamp_with(
@@ -595,8 +595,8 @@ impl<S: LeaseStore> LeaseStore for QuorumLeaseStore<S> {
         options: &StampOptions,
     ) -> impl Future<Output = Result<u64>> + Send {
         // Bounded inside: the request timeout, and more for records made
-        // anew.
-        self.stamp_quorum(lease, holder, options.advertised(), options.floor())
+        // anew. Boxed: the engine awaits it inside its own future.
+        Box::pin(self.stamp_quorum(lease, holder, options.advertised(), options.floor()))
     }
 
     fn stamp_at_least(
@@ -606,8 +606,8 @@ impl<S: LeaseStore> LeaseStore for QuorumLeaseStore<S> {
         floor: u64,
     ) -> impl Future<Output = Result<u64>> + Send {
         // Bounded inside: the request timeout, and more for records made
-        // anew.
-        self.stamp_quorum(lease, holder, None, floor)
+        // anew. Boxed: the engine awaits it inside its own future.
+        Box::pin(self.stamp_quorum(lease, holder, None, floor))
     }
 
     fn stamp_advertised(
@@ -618,8 +618,8 @@ impl<S: LeaseStore> LeaseStore for QuorumLeaseStore<S> {
         floor: u64,
     ) -> impl Future<Output = Result<u64>> + Send {
         // Bounded inside: the request timeout, and more for records made
-        // anew.
-        self.stamp_quorum(lease, holder, Some(advertised), floor)
+        // anew. Boxed: the engine awaits it inside its own future.
+        Box::pin(self.stamp_quorum(lease, holder, Some(advertised), floor))
     }
 
     /// Whether every account keeps what a stamp advertises.
