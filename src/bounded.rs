@@ -4,6 +4,8 @@
 use std::future::Future;
 use std::time::Duration;
 
+use tokio::time::Instant;
+
 use crate::error::{Error, Result};
 
 /// The request timeout of [`MutexOptions`](crate::MutexOptions) and of a
@@ -17,14 +19,31 @@ pub(crate) async fn bounded<T>(
     limit: Duration,
     call: impl Future<Output = Result<T>>,
 ) -> Result<T> {
-    let timeout = || Error::Timeout {
-        operation,
-        after: limit,
-    };
     if limit.is_zero() {
-        return Err(timeout());
+        return Err(timed_out(operation, limit));
     }
     tokio::time::timeout(limit, call)
         .await
-        .unwrap_or_else(|_| Err(timeout()))
+        .unwrap_or_else(|_| Err(timed_out(operation, limit)))
+}
+
+/// As [`bounded`], for a step of an operation that began at `start` and
+/// has `limit` in all: the step runs for what is left of it.
+pub(crate) async fn bounded_since<T>(
+    operation: &'static str,
+    start: Instant,
+    limit: Duration,
+    call: impl Future<Output = Result<T>>,
+) -> Result<T> {
+    let left = limit.saturating_sub(start.elapsed());
+    if left.is_zero() {
+        return Err(timed_out(operation, limit));
+    }
+    tokio::time::timeout(left, call)
+        .await
+        .unwrap_or_else(|_| Err(timed_out(operation, limit)))
+}
+
+fn timed_out(operation: &'static str, after: Duration) -> Error {
+    Error::Timeout { operation, after }
 }

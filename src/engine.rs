@@ -38,6 +38,7 @@ use crate::engine::state::Fenced;
 use crate::engine::term_tasks::{Ended, TermTasks};
 use crate::error::{BoxError, Chain, Error, Result};
 use crate::options::{MutexOptions, ABORT_WAIT, STOP_SLACK};
+use crate::store::stamp::NEW_RECORD_WAIT;
 use crate::store::{Acquire, LeaseId, LeaseStore, StampOptions};
 
 pub(crate) use one_term::Attempts;
@@ -106,9 +107,10 @@ enum Term {
     Failed,
     /// The term ended for this reason; campaign again after a retry period.
     Ended(StopReason),
-    /// The lease was acquired but the term could not be stamped (or the
-    /// caller cancelled first): no task ran, and the lease was given back.
-    Unstamped,
+    /// The lease was acquired but the term could not be stamped (the
+    /// stamp's error), or the caller cancelled first (`None`): no task ran,
+    /// and the lease was given back.
+    Unstamped(Option<Error>),
 }
 
 /// When an acquire loop gives up.
@@ -265,7 +267,7 @@ impl<S: LeaseStore> Engine<'_, S> {
                     trace!(holder = %self.holder, %reason, "campaigning again after stepping down");
                     self.options.pause_after_term()
                 }
-                Term::Unstamped => self.options.pause_after_term(),
+                Term::Unstamped(_) => self.options.pause_after_term(),
             };
             if !self.pause(token, pause).await {
                 return Ok(());
@@ -521,7 +523,13 @@ impl<S: LeaseStore> Engine<'_, S> {
         let left = deadline
             .get()
             .saturating_duration_since(Instant::now() + self.options.stop_grace + STOP_SLACK);
-        let limit = self.options.request_timeout.min(left);
+        // A stamp that makes the lease's record anew waits for storage's
+        // clock: it may take `NEW_RECORD_WAIT` more than a request.
+        let limit = self
+            .options
+            .request_timeout
+            .saturating_add(NEW_RECORD_WAIT)
+            .min(left);
         let stamped = tokio::select! {
             () = token.cancelled() => Err(Error::Cancelled),
             r = bounded("stamp", limit, self.stamp_term(lease)) => r,
@@ -536,7 +544,8 @@ impl<S: LeaseStore> Engine<'_, S> {
         self.release(lease, self.options.request_timeout).await;
         Err(match e {
             e if e.is_fatal() => Err(e),
-            _ => Ok(Term::Unstamped),
+            _ if token.is_cancelled() => Ok(Term::Unstamped(None)),
+            e => Ok(Term::Unstamped(Some(e))),
         })
     }
 

@@ -49,7 +49,10 @@ pub struct MutexOptions {
     /// `lease_duration × clock_drift`. From 0 to 0.1. Default: 0.01 (1 %).
     pub clock_drift: f64,
     /// The longest any single storage request may take. Requests made while
-    /// leading are also cut at the deadline. Default: 3 s.
+    /// leading are also cut at the deadline. A term's stamp may take 3 s
+    /// more when it makes the lease's record anew (a new blob, or one whose
+    /// record was lost): the record's first epoch waits one to two seconds
+    /// for storage's clock. Default: 3 s.
     pub request_timeout: Duration,
     /// How long a cancelled leader task (and its sub-tasks) may take to
     /// finish before it is aborted. The whole grace is given, except when the

@@ -271,7 +271,9 @@ impl fmt::Debug for Candidate {
 /// The mutex bounds every call with its own time limit and drops the future
 /// when the limit runs out, so a call's future must be safe to drop at any
 /// await point (the call may or may not have taken effect, as with any
-/// network request).
+/// network request). The limit is the request timeout, and 3 s more for a
+/// stamp: time for a store that starts a record anew at its clock to wait
+/// for that clock, as the blob stores do (see the guarantees chapter).
 pub trait LeaseStore: Send + Sync + 'static {
     /// Acquires the lease for `duration` under `proposed`, creating whatever
     /// the lease lives in when it is missing.

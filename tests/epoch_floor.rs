@@ -1,7 +1,8 @@
 //! A fencing token that survives the loss of its blob: after the lease
 //! blob, or its whole container, is deleted between terms, the next term's
 //! epoch is still larger than every earlier one, on one account and on a
-//! quorum, on this run's backend.
+//! quorum, on this run's backend; also when the blob is deleted and made
+//! again within one second of storage's clock, and again.
 #![cfg(feature = "official")] // the deletes go through the official SDK's own client
 
 use blob_mutex_testkit as support;
@@ -41,6 +42,71 @@ async fn past_the_first_second_of(epoch: u64) {
     .await;
 }
 
+/// Waits until this host's clock (Azurite's) has just begun a second, so
+/// that what follows at once happens within one second of storage's clock.
+async fn at_the_start_of_a_second() {
+    let into = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos();
+    let to_next = Duration::from_secs(1).saturating_sub(Duration::from_nanos(u64::from(into)));
+    tokio::time::sleep(to_next + Duration::from_millis(5)).await;
+}
+
+#[tokio::test]
+async fn the_epoch_keeps_increasing_when_the_blob_is_deleted_and_made_again_within_a_second() {
+    let container = azurite::unique_container("epoch-same-second");
+    let store = BlobLeaseManager::new(&azurite::shared().settings(&container, "lease")).unwrap();
+    let client = raw::container(&container);
+    at_the_start_of_a_second().await;
+    let mut epochs = vec![term(&store).await];
+    for _ in 0..3 {
+        raw::delete_blob(&client, "lease").await;
+        epochs.push(term(&store).await);
+    }
+    assert!(
+        epochs.windows(2).all(|w| w[0] < w[1]),
+        "epochs went back after a delete within the second: {epochs:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_quorum_whose_every_blob_was_deleted_within_a_second_keeps_its_epoch_increasing() {
+    let (containers, quorum) = quorum("epoch-quorum-second");
+    at_the_start_of_a_second().await;
+    let mut epochs = vec![term(&quorum).await];
+    for _ in 0..3 {
+        for c in &containers {
+            raw::delete_blob(&raw::container(c), "lease").await;
+        }
+        epochs.push(term(&quorum).await);
+    }
+    assert!(
+        epochs.windows(2).all(|w| w[0] < w[1]),
+        "a quorum's epochs went back after every blob was deleted within the second: {epochs:?}"
+    );
+}
+
+/// A quorum over three containers of one Azurite, which stand for three
+/// accounts, with a request timeout long enough for an Azurite beside
+/// many others; the containers.
+fn quorum(name: &str) -> (Vec<String>, QuorumLeaseStore<BlobLeaseManager>) {
+    let containers: Vec<String> = (0..3)
+        .map(|i| azurite::unique_container(&format!("{name}-{i}")))
+        .collect();
+    let accounts = containers
+        .iter()
+        .map(|c| {
+            let settings = azurite::shared().settings(c, "lease");
+            (c.clone(), BlobLeaseManager::new(&settings).unwrap())
+        })
+        .collect();
+    let quorum = QuorumLeaseStore::with_labels(accounts)
+        .unwrap()
+        .with_request_timeout(Duration::from_secs(10));
+    (containers, quorum)
+}
+
 #[tokio::test]
 async fn the_epoch_keeps_increasing_when_the_blob_is_deleted_between_terms() {
     let container = azurite::unique_container("epoch-blob");
@@ -75,18 +141,7 @@ async fn the_epoch_keeps_increasing_when_the_container_is_deleted_and_made_again
 
 #[tokio::test]
 async fn a_quorum_whose_every_blob_was_deleted_keeps_its_epoch_increasing() {
-    // Three containers of one Azurite stand for three accounts.
-    let containers: Vec<String> = (0..3)
-        .map(|i| azurite::unique_container(&format!("epoch-quorum-{i}")))
-        .collect();
-    let accounts = containers
-        .iter()
-        .map(|c| {
-            let settings = azurite::shared().settings(c, "lease");
-            (c.clone(), BlobLeaseManager::new(&settings).unwrap())
-        })
-        .collect();
-    let quorum = QuorumLeaseStore::with_labels(accounts).unwrap();
+    let (containers, quorum) = quorum("epoch-quorum");
     let mut epochs = vec![term(&quorum).await];
     for _ in 0..2 {
         past_the_first_second_of(*epochs.last().unwrap()).await;

@@ -2,13 +2,15 @@
 //! lease for as long as the guard lives; when storage stops answering, its
 //! cancellation fires before the lease could expire and `is_current()` says
 //! `false` after; dropping it releases, so the next acquirer leads within a
-//! poll; `try_acquire` on a held lease returns the leader at once.
+//! poll; `try_acquire` on a held lease returns the leader at once, and the
+//! error when it acquired the lease but could not stamp its term.
 
+use std::future::Future;
 use std::time::Duration;
 
 use blob_mutex::{
-    BlobDistributedMutex, Error, LeaderContext, Leadership, MemoryLeaseStore, MutexOptions,
-    StopReason, TryAcquire,
+    Acquire, BlobDistributedMutex, Error, LeaderContext, Leadership, LeaseId, LeaseInfo,
+    LeaseStore, MemoryLeaseStore, MutexOptions, StopReason, TryAcquire,
 };
 use tokio::time::Instant;
 
@@ -140,4 +142,55 @@ async fn an_acquire_dropped_before_it_leads_leaves_nothing_behind() {
         "the dropped acquire did not take the lease"
     );
     assert_eq!(b.acquire().await.unwrap().epoch(), 2, "b may acquire again");
+}
+
+/// A store whose lease is acquired as usual, but whose stamps fail as when
+/// storage stops answering between the acquire and the stamp.
+#[derive(Clone)]
+struct StampFails(MemoryLeaseStore);
+
+impl LeaseStore for StampFails {
+    fn acquire(
+        &self,
+        id: LeaseId,
+        d: Duration,
+    ) -> impl Future<Output = Result<Acquire, Error>> + Send {
+        self.0.acquire(id, d)
+    }
+    fn renew(&self, id: LeaseId) -> impl Future<Output = Result<(), Error>> + Send {
+        self.0.renew(id)
+    }
+    fn release(&self, id: LeaseId) -> impl Future<Output = Result<(), Error>> + Send {
+        self.0.release(id)
+    }
+    async fn stamp(&self, _: LeaseId, _: &str) -> Result<u64, Error> {
+        Err(Error::transport("stamp", "storage did not answer"))
+    }
+    fn inspect(&self) -> impl Future<Output = Result<Option<LeaseInfo>, Error>> + Send {
+        self.0.inspect()
+    }
+    fn name(&self) -> String {
+        self.0.name()
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn try_acquire_returns_the_error_when_the_lease_was_acquired_but_the_stamp_failed() {
+    let memory = MemoryLeaseStore::new("guard");
+    let options = MutexOptions::default().with_holder("a".to_owned());
+    let mutex = BlobDistributedMutex::with_store(
+        StampFails(memory.clone()),
+        options,
+        |ctx: LeaderContext| async move {
+            ctx.cancelled().await;
+            Ok::<(), Error>(())
+        },
+    )
+    .unwrap();
+    let tried = mutex.try_acquire().await;
+    assert!(
+        matches!(&tried, Err(e) if e.is_transient()),
+        "a failed stamp is not a lease held by another: {tried:?}"
+    );
+    assert!(!memory.is_held(), "the lease was given back");
 }

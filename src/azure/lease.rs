@@ -6,22 +6,33 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::time::Instant;
 use tracing::{debug, trace};
 
 use crate::azure::backend::AnyCalls;
 use crate::azure::calls::{BlobCalls, CallError, Metadata, Put};
 use crate::azure::collect::{Collection, Collector};
 use crate::azure::protocol::{
-    next_epoch, write_term, CONTAINER_NOT_FOUND, MEMBER_KEY, MEMBER_VALUE,
+    clock_passed, first_epoch, next_epoch, write_term, NextEpoch, CONTAINER_NOT_FOUND, MEMBER_KEY,
+    MEMBER_VALUE,
 };
 use crate::azure::settings::BlobSettings;
-use crate::bounded::bounded;
 use crate::bounded::DEFAULT_REQUEST_TIMEOUT;
+use crate::bounded::{bounded, bounded_since};
 use crate::error::{Error, Result};
 use crate::store::lease_seconds;
+use crate::store::stamp::NEW_RECORD_WAIT;
 use crate::store::{
     check_advertised, Acquire, Candidate, LeaseId, LeaseInfo, LeaseStore, StampOptions,
 };
+
+/// How long a record made anew waits before it reads storage's clock
+/// again: the second after the one it first read is over more than a
+/// second later.
+const CLOCK_FIRST: Duration = Duration::from_secs(1);
+/// How often it reads again after that, until that second is over (six
+/// reads at most on time, paid only when a record is made).
+const CLOCK_POLL: Duration = Duration::from_millis(200);
 
 /// Acquires, renews, releases, breaks, changes and inspects the lease on one
 /// blob, through the backend its [`BlobSettings`] name
@@ -282,12 +293,19 @@ impl BlobLeaseManager {
     }
 
     /// Records `holder` as the holder of a new term under the lease `lease`
-    /// and returns the term's epoch, one more than the last.
+    /// and returns the term's epoch, one more than the last. A record that
+    /// has no epoch (a new blob, or one whose record was lost) is made anew
+    /// at storage's clock: the stamp then waits until storage's clock has
+    /// passed the second after the one it first read (one to two
+    /// seconds), so that no two records start at the same epoch; it takes
+    /// the request timeout and 3 s more at most.
     ///
     /// # Errors
     ///
     /// [`Error::LeaseLost`] when the lease is not ours;
     /// [`Error::InvalidEpoch`] when the stored epoch cannot be increased;
+    /// [`Error::UnexpectedResponse`] when a record made anew cannot be
+    /// given an epoch because storage sent no readable `Date`;
     /// otherwise as [`BlobLeaseManager::acquire`].
     ///
     /// # Cancellation safety
@@ -299,7 +317,10 @@ impl BlobLeaseManager {
     }
 
     /// The one stamp: the term's record written under `lease`, with the
-    /// epoch `max(stored + 1, floor)` and what the holder advertises.
+    /// epoch `max(stored + 1, floor)` and what the holder advertises;
+    /// within the request timeout, and [`NEW_RECORD_WAIT`] more for a
+    /// record made anew, which waits for storage's clock
+    /// ([`Self::past_the_second`]).
     pub(crate) async fn stamp_term(
         &self,
         lease: LeaseId,
@@ -310,10 +331,22 @@ impl BlobLeaseManager {
         if let Some(value) = advertised {
             check_advertised(value)?;
         }
-        self.bounded("stamp", async {
-            let (mut metadata, etag, storage_now) =
-                self.metadata_under(lease, "read metadata").await?;
-            let epoch = next_epoch(&metadata, storage_now, floor)?;
+        let start = Instant::now();
+        let (metadata, etag, next) = bounded_since("stamp", start, self.request_timeout, async {
+            let (metadata, etag, storage_now) = self.metadata_under(lease, "read metadata").await?;
+            let next = next_epoch(&metadata, storage_now, floor)?;
+            Ok((metadata, etag, next))
+        })
+        .await?;
+        let limit = match next {
+            NextEpoch::Is(_) => self.request_timeout,
+            NextEpoch::Anew(_) => self.request_timeout.saturating_add(NEW_RECORD_WAIT),
+        };
+        bounded_since("stamp", start, limit, async move {
+            let (mut metadata, etag, epoch) = match next {
+                NextEpoch::Is(epoch) => (metadata, etag, epoch),
+                NextEpoch::Anew(first) => self.past_the_second(lease, first, floor).await?,
+            };
             write_term(&mut metadata, holder, epoch, advertised, self.member);
             self.calls
                 .set_metadata(&self.blob, &metadata, lease, Some(&etag))
@@ -322,6 +355,37 @@ impl BlobLeaseManager {
             Ok(epoch)
         })
         .await
+    }
+
+    /// A record made anew, first read at storage's clock `first` (the
+    /// `Date` of the read that found it without an epoch): reads it again
+    /// until storage's clock has passed the second its first epoch,
+    /// [`first_epoch`] of `first`, stands for ([`clock_passed`]), and
+    /// returns it as then read with that epoch. A record made after this
+    /// one, even after this one was lost, reads a `Date` at or past that
+    /// second, and so starts above every epoch of this one (see the
+    /// guarantees chapter). Unbounded here: the stamp bounds it.
+    async fn past_the_second(
+        &self,
+        lease: LeaseId,
+        first: time::OffsetDateTime,
+        floor: u64,
+    ) -> Result<(Metadata, String, u64)> {
+        let mut wait = CLOCK_FIRST;
+        loop {
+            tokio::time::sleep(wait).await;
+            wait = CLOCK_POLL;
+            let (metadata, etag, now) = self.metadata_under(lease, "read metadata").await?;
+            match next_epoch(&metadata, now, floor)? {
+                // Stamped meanwhile (under this lease): counts up from it.
+                NextEpoch::Is(epoch) => return Ok((metadata, etag, epoch)),
+                NextEpoch::Anew(now) if clock_passed(first, now) => {
+                    debug!(blob = %self.blob, "a lease record made anew takes its first epoch");
+                    return Ok((metadata, etag, first_epoch(first)));
+                }
+                NextEpoch::Anew(_) => {}
+            }
+        }
     }
 
     /// Runs `call` within the request timeout: the one limit of every call.

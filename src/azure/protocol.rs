@@ -88,46 +88,78 @@ pub(crate) fn parse_epoch(metadata: &HashMap<String, String>) -> u64 {
 pub(crate) const EPOCHS_PER_SECOND: u64 = 1 << 20;
 
 /// The first epoch of a lease record that has none (a new blob, or one
-/// whose blob, metadata or container was lost): the second after
-/// `storage_now`, in [`EPOCHS_PER_SECOND`]. Larger than every epoch of a
-/// lost record whose first stamp was at an earlier second of storage's
-/// clock (see the guarantees chapter, "An epoch that survives the loss of
-/// its blob").
+/// whose blob, metadata or container was lost), read at `storage_now`:
+/// the second after it, in [`EPOCHS_PER_SECOND`]. The record takes it
+/// only once storage's clock has passed that second ([`clock_passed`]), so
+/// that a record made later, even after this one was lost within the same
+/// second, reads a later second and starts above it (see the guarantees
+/// chapter, "An epoch that survives the loss of its blob").
 pub(crate) fn first_epoch(storage_now: time::OffsetDateTime) -> u64 {
     let seconds = u64::try_from(storage_now.unix_timestamp()).unwrap_or(0);
     seconds.saturating_add(1).saturating_mul(EPOCHS_PER_SECOND)
 }
 
+/// The epoch of a lease record's next term, as [`next_epoch`] reads it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum NextEpoch {
+    /// This epoch.
+    Is(u64),
+    /// The record has no epoch, and the caller named none: it is made
+    /// anew, read at storage's clock as given here. Its first epoch is
+    /// [`first_epoch`] of that, taken once a later read shows storage's
+    /// clock past the second that epoch stands for ([`clock_passed`]).
+    Anew(time::OffsetDateTime),
+}
+
 /// The epoch of the next term, at least `floor`: one more than the one in
 /// the metadata; on a record that has none, `floor` when the caller names
 /// the epoch it wants (above 1: a quorum, whose majority keeps its epochs,
-/// bringing an account that lost its record up to the term's), else
-/// [`first_epoch`] of storage's clock `storage_now` (the host's clock when
-/// storage sent no `Date`). A garbled or maximal epoch is an error:
-/// restarting from a guess would hand out fencing tokens that were used
-/// before.
+/// bringing an account that lost its record up to the term's), else a
+/// record made anew at storage's clock `storage_now`.
+///
+/// A garbled or maximal epoch is an error: restarting from a guess would
+/// hand out fencing tokens that were used before. So is a record made anew
+/// when storage sent no readable `Date`: its first epoch comes from
+/// storage's clock or not at all, never from this host's.
 pub(crate) fn next_epoch(
     metadata: &HashMap<String, String>,
     storage_now: Option<time::OffsetDateTime>,
     floor: u64,
-) -> Result<u64> {
+) -> Result<NextEpoch> {
     let Some(found) = metadata.get(EPOCH_KEY) else {
         if floor > 1 {
-            return Ok(floor);
+            return Ok(NextEpoch::Is(floor));
         }
-        return Ok(first_epoch(
-            storage_now.unwrap_or_else(time::OffsetDateTime::now_utc),
-        ));
+        return storage_now
+            .map(NextEpoch::Anew)
+            .ok_or_else(|| Error::UnexpectedResponse {
+                operation: "stamp",
+                message: "storage sent no readable Date header, and the lease record has no \
+                          epoch: a record made anew takes its first epoch from storage's clock, \
+                          never from this host's"
+                    .into(),
+            });
     };
     found
         .trim()
         .parse::<u64>()
         .ok()
         .and_then(|epoch| epoch.checked_add(1))
-        .map(|epoch| epoch.max(floor))
+        .map(|epoch| NextEpoch::Is(epoch.max(floor)))
         .ok_or_else(|| Error::InvalidEpoch {
             found: found.chars().take(64).collect(),
         })
+}
+
+/// Whether storage's clock at `now` has passed the second that
+/// [`first_epoch`] of `first` stands for (the second after `first`'s): a
+/// record made anew at `first` may then take that epoch. Any record made
+/// after it, even after it was lost, reads storage's clock at that second
+/// or later (unless storage's clock went back by a second or more: across
+/// its front ends, or across the accounts of a quorum), and so starts
+/// above it.
+pub(crate) fn clock_passed(first: time::OffsetDateTime, now: time::OffsetDateTime) -> bool {
+    now.unix_timestamp() > first.unix_timestamp().saturating_add(1)
 }
 
 /// Writes a new term into a blob's `metadata`, keeping every other key:
@@ -280,20 +312,21 @@ mod tests {
         let with = |value: &str| HashMap::from([(EPOCH_KEY.to_owned(), value.to_owned())]);
         let at = time::OffsetDateTime::from_unix_timestamp(1_795_000_000).unwrap();
         let now = Some(at);
+        let is = |epoch| Some(NextEpoch::Is(epoch));
         for floor in [0, 1] {
             assert_eq!(
-                next_epoch(&HashMap::new(), now, floor).unwrap(),
-                first_epoch(at)
+                next_epoch(&HashMap::new(), now, floor).ok(),
+                Some(NextEpoch::Anew(at))
             );
         }
-        assert_eq!(next_epoch(&HashMap::new(), now, 9).unwrap(), 9);
-        assert_eq!(next_epoch(&with("41"), now, 0).unwrap(), 42);
-        assert_eq!(next_epoch(&with("41"), now, 50).unwrap(), 50);
-        assert_eq!(next_epoch(&with("41"), now, 5).unwrap(), 42);
-        assert_eq!(next_epoch(&with(" 7 "), now, 0).unwrap(), 8);
+        assert_eq!(next_epoch(&HashMap::new(), now, 9).ok(), is(9));
+        assert_eq!(next_epoch(&with("41"), now, 0).ok(), is(42));
+        assert_eq!(next_epoch(&with("41"), now, 50).ok(), is(50));
+        assert_eq!(next_epoch(&with("41"), now, 5).ok(), is(42));
+        assert_eq!(next_epoch(&with(" 7 "), now, 0).ok(), is(8));
         assert_eq!(
-            next_epoch(&with(&(u64::MAX - 1).to_string()), now, 0).unwrap(),
-            u64::MAX
+            next_epoch(&with(&(u64::MAX - 1).to_string()), now, 0).ok(),
+            is(u64::MAX)
         );
         for bad in [
             "",
@@ -318,6 +351,23 @@ mod tests {
         }
     }
 
+    #[test]
+    fn a_record_made_anew_is_refused_when_storage_sent_no_date() {
+        for floor in [0, 1] {
+            assert!(
+                matches!(
+                    next_epoch(&HashMap::new(), None, floor),
+                    Err(Error::UnexpectedResponse { .. })
+                ),
+                "a first epoch from the host's clock, floor {floor}"
+            );
+        }
+        // A record that has an epoch, or a floor to take, needs no clock.
+        let with = HashMap::from([(EPOCH_KEY.to_owned(), "41".to_owned())]);
+        assert!(next_epoch(&with, None, 0).is_ok());
+        assert!(next_epoch(&HashMap::new(), None, 9).is_ok());
+    }
+
     /// The bound the epoch of a lost record rests on: a record first stamped
     /// at second `s0` of storage's clock, with `n` terms after it, is below
     /// the first epoch of a record made at any later second `s1`, for every
@@ -338,9 +388,20 @@ mod tests {
                 "life {life} s, {terms} terms: {again} <= {last_lost}"
             );
         }
-        // Lost and made again within the same second: the bound does not
-        // hold, as the guarantees chapter says.
+        // Two records that read the same second would start at one epoch:
+        // a record made anew waits until storage's clock has passed the
+        // second its first epoch stands for, so that the next one, even
+        // on a clock up to a second behind, reads a later second.
         assert_eq!(first_epoch(at(s0)), first_epoch(at(s0)));
+        let read = time::OffsetDateTime::from_unix_timestamp_nanos(
+            i128::from(s0) * 1_000_000_000 + 999_000_000,
+        )
+        .unwrap();
+        assert!(!clock_passed(read, read));
+        assert!(!clock_passed(read, at(s0 + 1)));
+        assert!(clock_passed(read, at(s0 + 2)));
+        let behind = at(s0 + 2) - time::Duration::milliseconds(999);
+        assert!(first_epoch(behind) > first_epoch(read));
         // Below 2^53 (exact in a double) for centuries.
         assert!(first_epoch(at(8_000_000_000)) < 1 << 53);
         // A clock before 1970 (a broken host clock) still gives a valid epoch.

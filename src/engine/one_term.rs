@@ -35,7 +35,9 @@ impl<S: LeaseStore> Engine<'_, S> {
     /// # Errors
     ///
     /// As a campaign: a fatal error, [`Error::TaskNotStopped`], and with
-    /// [`Attempts::One`] a failed attempt's error.
+    /// [`Attempts::One`] a failed attempt's error, the stamp's among them
+    /// when the lease was acquired but the term could not be stamped (the
+    /// lease is given back).
     pub(crate) async fn one_term(
         &self,
         token: &CancellationToken,
@@ -75,10 +77,12 @@ impl<S: LeaseStore> Engine<'_, S> {
             let (lease, deadline) = acquired;
             let first = self.options.effective_renew_interval();
             match self.lead(lease, deadline, first, token).await? {
-                Term::Unstamped if attempts == Attempts::One || token.is_cancelled() => {
-                    return Ok(false);
-                }
-                Term::Unstamped => {
+                Term::Unstamped(_) if token.is_cancelled() => return Ok(false),
+                // The lease was this instance's: the stamp's failure is the
+                // attempt's, not a lease held by another.
+                Term::Unstamped(Some(e)) if attempts == Attempts::One => return Err(e),
+                Term::Unstamped(None) if attempts == Attempts::One => return Ok(false),
+                Term::Unstamped(_) => {
                     if !self.pause(token, self.options.pause_after_term()).await {
                         return Ok(false);
                     }

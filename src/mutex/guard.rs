@@ -145,7 +145,8 @@ impl<S: LeaseStore> BlobDistributedMutex<S> {
     /// # Errors
     ///
     /// The attempt's error when storage could not be asked (one attempt,
-    /// no retry); a fatal error; [`Error::AlreadyCampaigning`] as for
+    /// no retry), or when the lease was acquired but the term could not be
+    /// stamped (the lease is given back); a fatal error; [`Error::AlreadyCampaigning`] as for
     /// [`acquire`](Self::acquire).
     ///
     /// # Cancellation safety

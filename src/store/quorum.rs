@@ -583,11 +583,9 @@ impl<S: LeaseStore> LeaseStore for QuorumLeaseStore<S> {
     }
 
     fn stamp(&self, lease: LeaseId, holder: &str) -> impl Future<Output = Result<u64>> + Send {
-        bounded(
-            "stamp",
-            self.request_timeout,
-            self.stamp_quorum(lease, holder, None, 0),
-        )
+        // Bounded inside: the request timeout, and more for records made
+        // anew. Boxed: the engine awaits it inside its own future.
+        Box::pin(self.stamp_quorum(lease, holder, None, 0))
     }
 
     fn stamp_with(
@@ -596,11 +594,9 @@ impl<S: LeaseStore> LeaseStore for QuorumLeaseStore<S> {
         holder: &str,
         options: &StampOptions,
     ) -> impl Future<Output = Result<u64>> + Send {
-        bounded(
-            "stamp",
-            self.request_timeout,
-            self.stamp_quorum(lease, holder, options.advertised(), options.floor()),
-        )
+        // Bounded inside: the request timeout, and more for records made
+        // anew. Boxed: the engine awaits it inside its own future.
+        Box::pin(self.stamp_quorum(lease, holder, options.advertised(), options.floor()))
     }
 
     fn stamp_at_least(
@@ -609,11 +605,9 @@ impl<S: LeaseStore> LeaseStore for QuorumLeaseStore<S> {
         holder: &str,
         floor: u64,
     ) -> impl Future<Output = Result<u64>> + Send {
-        bounded(
-            "stamp",
-            self.request_timeout,
-            self.stamp_quorum(lease, holder, None, floor),
-        )
+        // Bounded inside: the request timeout, and more for records made
+        // anew. Boxed: the engine awaits it inside its own future.
+        Box::pin(self.stamp_quorum(lease, holder, None, floor))
     }
 
     fn stamp_advertised(
@@ -623,11 +617,9 @@ impl<S: LeaseStore> LeaseStore for QuorumLeaseStore<S> {
         advertised: &str,
         floor: u64,
     ) -> impl Future<Output = Result<u64>> + Send {
-        bounded(
-            "stamp",
-            self.request_timeout,
-            self.stamp_quorum(lease, holder, Some(advertised), floor),
-        )
+        // Bounded inside: the request timeout, and more for records made
+        // anew. Boxed: the engine awaits it inside its own future.
+        Box::pin(self.stamp_quorum(lease, holder, Some(advertised), floor))
     }
 
     /// Whether every account keeps what a stamp advertises.

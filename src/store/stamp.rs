@@ -3,6 +3,18 @@
 //!
 //! [`LeaseStore::stamp_with`]: crate::LeaseStore::stamp_with
 
+use std::time::Duration;
+
+/// How much longer than a request a stamp may take when it makes a lease
+/// record anew (a new blob, or one whose record was lost): the record's
+/// first epoch stands for the second after the one storage's clock showed
+/// at its first read, and is taken once storage's clock has passed that
+/// second, so that no two records ever start at the same epoch; the wait
+/// is one to two seconds, and a few reads. The mutex gives every stamp its
+/// request timeout and this much more, still cut at the term's deadline; a
+/// stamp of a record that has an epoch waits for nothing.
+pub(crate) const NEW_RECORD_WAIT: Duration = Duration::from_secs(3);
+
 /// How [`LeaseStore::stamp_with`](crate::LeaseStore::stamp_with) stamps a
 /// new term: the epoch is `max(stored + 1, floor)`, and `advertised`, when
 /// set, is kept beside the holder and epoch for the term.

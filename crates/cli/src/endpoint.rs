@@ -65,7 +65,11 @@
 //!   for the new one: the oldest still sending its request, else the oldest
 //!   answered and waiting for the client to close (see [`accept::accept`]). Idle
 //!   connections cannot fill the slots and leave a probe waiting behind
-//!   them in the listen queue.
+//!   them in the listen queue. A connection still sending its request is
+//!   never closed before it has had its [`FAIR_CHANCE`](accept::FAIR_CHANCE)
+//!   (50 ms from its accept) to send it: a probe that comes inside a burst
+//!   of idle connects is read and answered, and the connects behind it wait
+//!   their turn in the listen queue (about 50 ms for each 64 of them).
 //! - A connection has [`HEAD_READ_LIMIT`](http::HEAD_READ_LIMIT) (500 ms,
 //!   well under a probe's usual 1 s) from its accept to send its request
 //!   head, and the answer [`WRITE_LIMIT`](http::WRITE_LIMIT) to be written

@@ -1,7 +1,9 @@
 //! `blob-mutex run --metrics-addr`: the probes answer whatever other
 //! clients do. Idle connections, opened faster than the endpoint would
 //! time them out, cannot keep `/livez` from answering within a kubelet's
-//! 1 s, and a request whose lines end in a bare LF is answered.
+//! 1 s, a probe that comes inside a burst of more idle connects than the
+//! endpoint keeps is answered, and a request whose lines end in a bare LF
+//! is answered.
 
 use blob_mutex_testkit as support;
 
@@ -111,6 +113,42 @@ async fn idle_connections_opened_at_100_a_second_never_delay_livez_past_1s() {
         "{} probes, the slowest answered in {slowest:?}",
         probes.len()
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_probe_inside_a_burst_of_idle_connects_is_answered() {
+    use nix::sys::signal::{kill, Signal};
+    use nix::unistd::Pid;
+
+    let addr = free_addr();
+    let run = serving("cli-probes-burst", &addr).await;
+    let pid = Pid::from_raw(i32::try_from(run.id().expect("running")).unwrap());
+    // While `run` is stopped, the connects wait in the listen queue and
+    // come to the endpoint all at once: a probe first, 70 idle connects,
+    // a second probe, 40 more (the listen queue holds 128).
+    kill(pid, Signal::SIGSTOP).unwrap();
+    let request = b"GET /livez HTTP/1.1\r\nhost: probe\r\n\r\n";
+    let mut probes = Vec::new();
+    let mut idle = Vec::new();
+    for idle_after in [70, 40] {
+        let mut probe = TcpStream::connect(&addr).await.unwrap();
+        probe.write_all(request).await.unwrap();
+        probes.push(probe);
+        for _ in 0..idle_after {
+            idle.push(TcpStream::connect(&addr).await.unwrap());
+        }
+    }
+    kill(pid, Signal::SIGCONT).unwrap();
+    for (i, mut probe) in probes.into_iter().enumerate() {
+        let mut reply = Vec::new();
+        let read = tokio::time::timeout(PROBE_TIMEOUT, probe.read_to_end(&mut reply)).await;
+        let reply = String::from_utf8_lossy(&reply);
+        assert!(
+            matches!(read, Ok(Ok(_))) && reply.starts_with("HTTP/1.1 200 OK\r\n"),
+            "probe {i} of the burst: {read:?}, {reply:?}"
+        );
+    }
+    drop(idle);
 }
 
 #[tokio::test]

@@ -15,7 +15,9 @@ use super::rules::{
 };
 use super::votes::{ask, no_majority, straggler_grace, Answers, Asking, Vote, Votes};
 use super::{merge, QuorumLeaseStore, Term, CLEANUP_LIMIT};
+use crate::bounded::bounded_since;
 use crate::error::{Error, Result};
+use crate::store::stamp::NEW_RECORD_WAIT;
 use crate::store::{check_advertised, Acquire, LeaseId, LeaseInfo, LeaseStore};
 
 impl<S: LeaseStore> QuorumLeaseStore<S> {
@@ -266,7 +268,10 @@ impl<S: LeaseStore> QuorumLeaseStore<S> {
     }
 
     /// Reads the last epoch from a majority that carries one, then stamps
-    /// the next on every account (see the type's docs).
+    /// the next on every account (see the type's docs); within the request
+    /// timeout, and [`NEW_RECORD_WAIT`] more when no account carries an
+    /// epoch and no floor is named: each account then makes its record
+    /// anew, which waits for storage's clock.
     pub(super) async fn stamp_quorum(
         &self,
         lease: LeaseId,
@@ -277,20 +282,52 @@ impl<S: LeaseStore> QuorumLeaseStore<S> {
         if let Some(value) = advertised {
             check_advertised(value)?;
         }
-        let limit = self.request_timeout / 2;
-        let read = match read_last(&self.accounts, limit).await {
-            Ok(read) => read,
-            Err(e) => return Err(self.lost_or(lease, e).await),
-        };
+        let start = Instant::now();
+        let limit = self.request_timeout;
+        let read = bounded_since("stamp", start, limit, async {
+            match read_last(&self.accounts, limit / 2).await {
+                Ok(read) => Ok(read),
+                Err(e) => Err(self.lost_or(lease, e).await),
+            }
+        })
+        .await?;
         let epoch = next_epoch(read.last, floor).ok_or_else(|| Error::InvalidEpoch {
             found: read.last.to_string(),
         })?;
-        let wait = (read.from_every_account, limit);
         let stamp = Stamp {
             holder: holder.to_owned(),
             epoch,
             advertised: advertised.map(str::to_owned),
         };
+        let extra = if epoch > 1 {
+            Duration::ZERO
+        } else {
+            NEW_RECORD_WAIT
+        };
+        let limit = limit.saturating_add(extra);
+        bounded_since(
+            "stamp",
+            start,
+            limit,
+            self.stamp_read(lease, stamp, read, extra),
+        )
+        .await
+    }
+
+    /// Stamps the term `stamp` on every account, after `read`; `extra` is
+    /// the time the accounts may take beyond a request.
+    async fn stamp_read(
+        &self,
+        lease: LeaseId,
+        stamp: Stamp,
+        read: super::epoch::Read,
+        extra: Duration,
+    ) -> Result<u64> {
+        let (limit, epoch) = (
+            (self.request_timeout / 2).saturating_add(extra),
+            stamp.epoch,
+        );
+        let wait = (read.from_every_account, limit);
         let stamped = stamp_all(&self.accounts, lease, &stamp, wait).await;
         let (answers, votes) = lift(&self.accounts, lease, &stamp, stamped, limit).await;
         // Each account writes at least `epoch`, and more where its own

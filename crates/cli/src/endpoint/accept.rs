@@ -1,9 +1,12 @@
 //! Accepting the endpoint's connections: every connection is accepted, at
 //! most [`connection_cap`] are kept, and at the cap the one that has done
 //! least for the longest (the oldest still sending its request) is dropped
-//! to make room. Clients that open connections and send nothing can then
-//! delay a probe by no more than the time it takes them to open the cap's
-//! worth of connections, instead of filling every slot for seconds.
+//! to make room, once it has had its [`FAIR_CHANCE`] to send its request.
+//! Clients that open connections and send nothing can then delay a probe
+//! by no more than about [`FAIR_CHANCE`] for each cap's worth of idle
+//! connects queued ahead of it, instead of filling every slot for seconds;
+//! and a probe that comes inside a burst is never dropped before it was
+//! read.
 
 use std::future::Future;
 use std::io;
@@ -14,10 +17,19 @@ use std::time::Duration;
 use nix::sys::resource::{getrlimit, Resource};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::{AbortHandle, JoinSet};
+use tokio::time::Instant;
 use tracing::{debug, warn};
 
 /// The most connections kept at a time.
 const MAX_CONNECTIONS: usize = 64;
+/// How long a connection still sending its request is kept, from its
+/// accept, before it may be dropped for a new one: its fair chance to send
+/// the request. A client sends it with its connect, or right after (a
+/// probe's request is in by the time a burst ahead of it is accepted);
+/// one that has not sent it when the cap is reached again is idle. At the
+/// cap, 64 idle connects go every 50 ms: 300 queued ahead of a probe delay
+/// it by a quarter of a second.
+pub(super) const FAIR_CHANCE: Duration = Duration::from_millis(50);
 /// The first and the longest wait after a failed accept.
 const ACCEPT_BACKOFF_FIRST: Duration = Duration::from_millis(10);
 const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
@@ -106,19 +118,62 @@ impl Progress {
 struct Kept {
     progress: Progress,
     task: AbortHandle,
+    /// When it was accepted.
+    since: Instant,
 }
 
-/// The connection to drop for a new one: the oldest of the lowest stage.
-fn victim(kept: &[Kept]) -> Option<usize> {
+impl Kept {
+    /// Whether it may be dropped for a new connection at `now`: it has sent
+    /// its request, or it has had its [`FAIR_CHANCE`] to.
+    fn droppable(&self, now: Instant) -> bool {
+        self.progress.get() != Stage::Reading || now >= self.since + FAIR_CHANCE
+    }
+}
+
+/// The connection to drop for a new one at `now`: the oldest of the lowest
+/// stage among those that may be dropped; `None` when every one is still
+/// within its fair chance to send its request.
+fn victim(kept: &[Kept], now: Instant) -> Option<usize> {
     kept.iter()
         .enumerate()
+        .filter(|(_, k)| k.droppable(now))
         .min_by_key(|(i, k)| (k.progress.get(), *i))
         .map(|(i, _)| i)
 }
 
+/// Makes room for one more connection under `cap`: drops the connection
+/// [`victim`] names, as often as needed, and while none may be dropped
+/// waits until one may be or an answer ends. Whether it dropped any.
+async fn make_room(kept: &mut Vec<Kept>, answering: &mut JoinSet<()>, cap: usize) -> bool {
+    let mut dropped_one = false;
+    loop {
+        kept.retain(|k| !k.task.is_finished());
+        if kept.len() < cap.max(1) {
+            return dropped_one;
+        }
+        if let Some(i) = victim(kept, Instant::now()) {
+            let dropped = kept.remove(i);
+            debug!(stage = ?dropped.progress.get(), cap, "the metrics endpoint is at its connection cap; dropped the connection that did least");
+            dropped.task.abort();
+            dropped_one = true;
+            continue;
+        }
+        // Every kept connection is still within its fair chance: the
+        // oldest has had it first, unless an answer ends before.
+        let first = kept.iter().map(|k| k.since + FAIR_CHANCE).min();
+        let Some(first) = first else { continue };
+        tokio::select! {
+            () = tokio::time::sleep_until(first) => {}
+            _ = answering.join_next() => {}
+        }
+    }
+}
+
 /// Accepts every connection and `answer`s each, keeping at most `cap`:
 /// at the cap, the oldest connection of the lowest [`Stage`] is dropped
-/// for the new one. Dropping it aborts the answers under way.
+/// for the new one, once it has had its [`FAIR_CHANCE`] to send its
+/// request (until then, the new one waits). Dropping it aborts the answers
+/// under way.
 pub(super) async fn accept<I, F, Fut>(incoming: &I, cap: usize, answer: F)
 where
     I: Incoming,
@@ -132,18 +187,14 @@ where
         match incoming.next().await {
             Ok(stream) => {
                 failures = 0;
-                kept.retain(|k| !k.task.is_finished());
-                let mut dropped_one = false;
-                while kept.len() >= cap.max(1) {
-                    let Some(i) = victim(&kept) else { break };
-                    let dropped = kept.remove(i);
-                    debug!(stage = ?dropped.progress.get(), cap, "the metrics endpoint is at its connection cap; dropped the connection that did least");
-                    dropped.task.abort();
-                    dropped_one = true;
-                }
+                let dropped_one = make_room(&mut kept, &mut answering, cap).await;
                 let progress = Progress::new();
                 let task = answering.spawn(answer(stream, progress.clone()));
-                kept.push(Kept { progress, task });
+                kept.push(Kept {
+                    progress,
+                    task,
+                    since: Instant::now(),
+                });
                 if dropped_one {
                     // The aborted answer closes its connection once it runs
                     // again: let it, before the next accept takes another
@@ -219,6 +270,7 @@ mod tests {
     #[tokio::test]
     async fn the_connection_dropped_at_the_cap_is_the_oldest_of_the_lowest_stage() {
         use Stage::{Answering, Draining, Reading};
+        let now = Instant::now();
         let kept = |stages: &[Stage]| -> Vec<Kept> {
             stages
                 .iter()
@@ -226,15 +278,33 @@ mod tests {
                     let progress = Progress::new();
                     progress.set(*stage);
                     let task = tokio::spawn(std::future::pending::<()>()).abort_handle();
-                    Kept { progress, task }
+                    Kept {
+                        progress,
+                        task,
+                        since: now,
+                    }
                 })
                 .collect()
         };
-        assert_eq!(victim(&kept(&[Answering, Reading, Reading])), Some(1));
-        assert_eq!(victim(&kept(&[Answering, Draining, Draining])), Some(1));
-        assert_eq!(victim(&kept(&[Draining, Answering, Reading])), Some(2));
-        assert_eq!(victim(&kept(&[Answering, Answering])), Some(0));
-        assert_eq!(victim(&[]), None);
+        let later = now + FAIR_CHANCE;
+        assert_eq!(
+            victim(&kept(&[Answering, Reading, Reading]), later),
+            Some(1)
+        );
+        assert_eq!(
+            victim(&kept(&[Answering, Draining, Draining]), later),
+            Some(1)
+        );
+        assert_eq!(
+            victim(&kept(&[Draining, Answering, Reading]), later),
+            Some(2)
+        );
+        assert_eq!(victim(&kept(&[Answering, Answering]), later), Some(0));
+        assert_eq!(victim(&[], later), None);
+        // Within its fair chance, a connection still sending its request
+        // is not dropped, unless one that sent its own may be.
+        assert_eq!(victim(&kept(&[Reading, Reading]), now), None);
+        assert_eq!(victim(&kept(&[Reading, Answering]), now), Some(1));
     }
 
     /// An answer that reads once and answers a request at once; an idle
@@ -255,6 +325,53 @@ mod tests {
                 }
             })
         }
+    }
+
+    /// A burst of `before` idle connects, a probe, and `after` more idle
+    /// connects, all queued before the endpoint accepts any (as when they
+    /// come at once): the probe is answered, whatever its place in the
+    /// burst, and however many are queued behind it. The listen queue holds
+    /// 128 connects: a burst stays under that, or the connects past it
+    /// would wait for the accepts.
+    async fn a_probe_inside_a_burst(before: usize, after: usize) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let mut idle = Vec::new();
+        for _ in 0..before {
+            idle.push(TcpStream::connect(addr).await.unwrap());
+        }
+        let mut probe = TcpStream::connect(addr).await.unwrap();
+        probe.write_all(b"GET").await.unwrap();
+        for _ in 0..after {
+            idle.push(TcpStream::connect(addr).await.unwrap());
+        }
+        let answered = Arc::new(AtomicUsize::new(0));
+        let answer = answering(&answered);
+        let serving = tokio::spawn(async move { accept(&listener, MAX_CONNECTIONS, answer).await });
+        let mut reply = Vec::new();
+        let read =
+            tokio::time::timeout(Duration::from_secs(1), probe.read_to_end(&mut reply)).await;
+        serving.abort();
+        assert!(
+            matches!(read, Ok(Ok(_))) && reply == b"answer",
+            "the probe after {before} idle connects and before {after}: {read:?}, {:?}",
+            String::from_utf8_lossy(&reply)
+        );
+    }
+
+    #[tokio::test]
+    async fn a_probe_first_in_a_burst_of_more_than_the_cap_is_answered() {
+        a_probe_inside_a_burst(0, 100).await;
+    }
+
+    #[tokio::test]
+    async fn a_probe_in_the_middle_of_a_burst_of_more_than_the_cap_is_answered() {
+        a_probe_inside_a_burst(MAX_CONNECTIONS / 2, 80).await;
+    }
+
+    #[tokio::test]
+    async fn a_probe_behind_more_idle_connects_than_the_cap_is_answered() {
+        a_probe_inside_a_burst(MAX_CONNECTIONS + 10, 40).await;
     }
 
     #[tokio::test]
