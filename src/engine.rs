@@ -183,8 +183,10 @@ impl<S: LeaseStore> Engine<'_, S> {
     async fn campaign_all(&self, token: CancellationToken) -> Result<()> {
         let mut jitter = Jitter::new(self.options.jitter_seed, self.options.acquire_jitter);
         debug!(holder = %self.holder, "campaign started");
+        let campaigning = self.metrics.vitals().campaign();
         let result = self.campaign(&token, &mut jitter).await;
         self.state.send_replace(Leadership::Stopped);
+        drop(campaigning);
         match &result {
             Ok(()) => debug!(holder = %self.holder, "campaign stopped"),
             Err(e) => {
@@ -340,6 +342,7 @@ impl<S: LeaseStore> Engine<'_, S> {
                     self.store.acquire(proposed, self.options.lease_duration),
                 ) => r,
             };
+            self.metrics.vitals().heard(sent, attempt.as_ref().err());
             if attempt.is_ok() {
                 if let Some(contact) = self.contact {
                     contact.answered();
@@ -478,7 +481,7 @@ impl<S: LeaseStore> Engine<'_, S> {
             FailStop::arm(move || deadline.get().into_std(), tasks.done_check(), epoch)
         });
         let reporter = self.reporter();
-        reporter.started(epoch);
+        reporter.started(epoch, deadline.subscribe());
         let guard = TermGuard {
             reporter,
             epoch,
@@ -661,7 +664,9 @@ impl<S: LeaseStore> Engine<'_, S> {
                 return RenewEnd::Deadline;
             }
             let limit = self.options.request_timeout.min(stop_at - sent);
-            match bounded("renew", limit, self.store.renew(lease)).await {
+            let renewal = bounded("renew", limit, self.store.renew(lease)).await;
+            self.metrics.vitals().heard(sent, renewal.as_ref().err());
+            match renewal {
                 Ok(()) => {
                     self.metrics.renewed(sent.elapsed());
                     deadline.set(sent + lease_duration - margin);
@@ -725,5 +730,6 @@ pub(crate) mod state;
 mod stop;
 mod successor;
 pub(crate) mod term_tasks;
+pub(crate) mod vitals;
 #[cfg(test)]
 mod tests;

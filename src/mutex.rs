@@ -14,6 +14,7 @@ use crate::engine::leader::{Leader, LeaderWatch};
 use crate::engine::leadership::{LeaderContext, Leadership, TermReport};
 use crate::engine::lingering::Lingering;
 use crate::engine::metrics::Metrics;
+use crate::engine::vitals::Vitals;
 use crate::engine::{box_task, Engine, Observer, TaskFn};
 use crate::error::{BoxError, Error, Result};
 use crate::options::{default_holder, MutexOptions};
@@ -143,6 +144,22 @@ impl<S: LeaseStore> BlobDistributedMutex<S> {
         Fut: Future<Output = Result<(), E>> + Send + 'static,
         E: Into<BoxError> + 'static,
     {
+        Self::sharing(store, options, task, Arc::default())
+    }
+
+    /// As [`with_store`](Self::with_store), its steps going to `vitals`
+    /// (a lease set's membership shares the set's).
+    pub(crate) fn sharing<F, Fut, E>(
+        store: S,
+        options: MutexOptions,
+        task: F,
+        vitals: Arc<Vitals>,
+    ) -> Result<Self>
+    where
+        F: Fn(LeaderContext) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<(), E>> + Send + 'static,
+        E: Into<BoxError> + 'static,
+    {
         options.validate()?;
         check_request_timeout(store.min_request_timeout(), options.request_timeout)?;
         if options.priority.is_some() && !store.supports_candidates() {
@@ -159,7 +176,7 @@ impl<S: LeaseStore> BlobDistributedMutex<S> {
         let leader = LeaderWatch::new(&holder, options.advertised.as_deref());
         Ok(BlobDistributedMutex {
             core: Arc::new(Core {
-                metrics: Metrics::new(&store.name()),
+                metrics: Metrics::new(&store.name(), vitals),
                 store: Arc::new(store),
                 options,
                 holder,
