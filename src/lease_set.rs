@@ -59,6 +59,7 @@ use crate::engine::leadership::{LeaderContext, Leadership, TermReport};
 use crate::engine::lingering::Lingering;
 use crate::engine::metrics::Metrics;
 use crate::engine::vitals::Vitals;
+use crate::health::Health;
 use crate::engine::{box_task, Engine, Observer};
 use crate::error::{BoxError, Chain, Error, Result};
 use crate::lease_set::balance::{free, plan, FreeSince, Plan, View, ORPHAN_CYCLES};
@@ -349,6 +350,17 @@ impl<S: LeaseSetStore> BlobLeaseSet<S> {
     #[must_use]
     pub fn owners(&self) -> watch::Receiver<BTreeMap<String, Leader>> {
         self.shared.owners.subscribe()
+    }
+
+    /// Whether this instance of the set is live and ready, for an
+    /// orchestrator's probes (see [`Health`]): read from what its
+    /// membership and partition terms learn, at no request. Ready while
+    /// [`run`](Self::run) runs and storage answers.
+    #[must_use]
+    pub fn health(&self) -> Health {
+        let membership = membership_options(&self.options.mutex, &self.shared.holder);
+        // The membership's options have the longer grace: the longer bound.
+        Health::of_set(self.shared.vitals.clone(), self.watch(), &membership)
     }
 
     /// A report for every partition term of this instance that ends from now
