@@ -168,6 +168,32 @@ fn the_quiet_limit_covers_a_terms_end_and_is_a_minute_at_least() {
     assert_eq!(quiet_limit(&slow), Duration::from_secs(92));
 }
 
+#[test]
+fn the_engine_never_imports_the_health_it_is_judged_by() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = vec![root.join("engine.rs")];
+    let mut folders = vec![root.join("engine")];
+    while let Some(folder) = folders.pop() {
+        for entry in std::fs::read_dir(&folder).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                folders.push(path);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                files.push(path);
+            }
+        }
+    }
+    assert!(files.len() > 10, "{files:?}");
+    for file in files {
+        let text = std::fs::read_to_string(&file).unwrap();
+        assert!(
+            !text.contains("crate::health") && !text.contains("super::health"),
+            "{} imports the health module",
+            file.display()
+        );
+    }
+}
+
 #[cfg(feature = "testing")]
 mod on_the_memory_store {
     use std::future::Future;
