@@ -44,10 +44,10 @@ fn answer(health: &Health, request: &Request<Incoming>) -> Response<Full<Bytes>>
     if request.method() != Method::GET && request.method() != Method::HEAD {
         return text(StatusCode::METHOD_NOT_ALLOWED, "only GET and HEAD");
     }
-    let leader_only = request
-        .uri()
-        .query()
-        .is_some_and(|q| q.split('&').any(|pair| pair.split('=').next() == Some("leader")));
+    let leader_only = request.uri().query().is_some_and(|q| {
+        q.split('&')
+            .any(|pair| pair.split('=').next() == Some("leader"))
+    });
     let verdict = match request.uri().path() {
         "/livez" => health.live(),
         "/readyz" if leader_only => health.ready_to_lead(),
@@ -115,7 +115,9 @@ async fn main() -> anyhow::Result<()> {
     else {
         anyhow::bail!("usage: health <container> <blob> <listen-address>");
     };
-    let addr: SocketAddr = addr.parse().context("the listen address, as 127.0.0.1:8080")?;
+    let addr: SocketAddr = addr
+        .parse()
+        .context("the listen address, as 127.0.0.1:8080")?;
     let connection = std::env::var("AZURE_STORAGE_CONNECTION_STRING").context(
         "set AZURE_STORAGE_CONNECTION_STRING to the storage account's connection string \
          (UseDevelopmentStorage=true for a local Azurite)",

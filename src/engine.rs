@@ -730,6 +730,6 @@ pub(crate) mod state;
 mod stop;
 mod successor;
 pub(crate) mod term_tasks;
-pub(crate) mod vitals;
 #[cfg(test)]
 mod tests;
+pub(crate) mod vitals;

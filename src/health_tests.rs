@@ -260,7 +260,10 @@ mod on_the_memory_store {
     #[tokio::test(start_paused = true)]
     async fn storage_down_for_twice_the_lease_leaves_leader_and_follower_live_and_unready() {
         let store = MemoryLeaseStore::new("c/lock");
-        let (first, second) = (Arc::new(mutex(&store, "first")), Arc::new(mutex(&store, "second")));
+        let (first, second) = (
+            Arc::new(mutex(&store, "first")),
+            Arc::new(mutex(&store, "second")),
+        );
         let (leader, follower) = (first.health(), second.health());
         let token = CancellationToken::new();
         for mutex in [&first, &second] {
@@ -300,13 +303,18 @@ mod on_the_memory_store {
         }
         let reason = follower.ready();
         assert!(
-            reason.reason().starts_with("storage has not answered for 3"),
+            reason
+                .reason()
+                .starts_with("storage has not answered for 3"),
             "{reason}"
         );
         assert!(reason.reason().contains("unavailable"), "{reason}");
 
         store.set_unavailable(false);
-        until(10 * SECOND, || leader.ready().passes() && follower.ready().passes()).await;
+        until(10 * SECOND, || {
+            leader.ready().passes() && follower.ready().passes()
+        })
+        .await;
         token.cancel();
     }
 
@@ -349,6 +357,9 @@ mod on_the_memory_store {
         }
         until(2 * MINUTE, owning).await;
         token.cancel();
-        until(MINUTE, || health.ready() == Verdict::fail("not taking part in the set")).await;
+        until(MINUTE, || {
+            health.ready() == Verdict::fail("not taking part in the set")
+        })
+        .await;
     }
 }

@@ -62,7 +62,8 @@ impl Metrics {
 
     /// Term `epoch` started; `deadline` moves with each renewal.
     pub(crate) fn term_started(&self, epoch: u64, deadline: watch::Receiver<Instant>) {
-        self.vitals.term_started(self.lease.clone(), epoch, deadline);
+        self.vitals
+            .term_started(self.lease.clone(), epoch, deadline);
         self.counters.term_started();
     }
 

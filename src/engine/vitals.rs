@@ -108,7 +108,12 @@ impl Vitals {
 
     /// Term `epoch` of `lease` has started; its deadline moves with each
     /// renewal.
-    pub(crate) fn term_started(&self, lease: Arc<str>, epoch: u64, deadline: watch::Receiver<Instant>) {
+    pub(crate) fn term_started(
+        &self,
+        lease: Arc<str>,
+        epoch: u64,
+        deadline: watch::Receiver<Instant>,
+    ) {
         let mut inner = self.lock();
         inner.stepped = Some(Instant::now());
         inner.terms.push(RunningTerm {

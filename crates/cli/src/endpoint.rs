@@ -105,10 +105,7 @@ impl Endpoint {
             let probes = probes.clone();
             respond(stream, progress, move |head| probes.answer(head))
         };
-        tokio::join!(
-            accept(&self.listener, cap, answer),
-            upkeep(&figures)
-        );
+        tokio::join!(accept(&self.listener, cap, answer), upkeep(&figures));
     }
 }
 
@@ -126,4 +123,3 @@ async fn upkeep(figures: &Figures) {
 
 /// How often [`upkeep`] runs.
 const UPKEEP_INTERVAL: Duration = Duration::from_secs(5);
-

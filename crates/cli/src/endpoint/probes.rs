@@ -59,7 +59,11 @@ impl Probes {
 /// 200 with the verdict's line, or 503 with its reason.
 fn verdict(verdict: &Verdict) -> Reply {
     let line = verdict.reason().to_owned();
-    Reply::verdict(if verdict.passes() { Ok(line) } else { Err(line) })
+    Reply::verdict(if verdict.passes() {
+        Ok(line)
+    } else {
+        Err(line)
+    })
 }
 
 #[cfg(test)]
@@ -121,7 +125,11 @@ mod tests {
         store.set_unavailable(true);
         until(&probes, "/readyz", "HTTP/1.1 503 Service Unavailable").await;
         let reply = probes.answer("GET /readyz HTTP/1.1\r\n\r\n");
-        assert!(body(&reply).starts_with("storage has not answered for "), "{}", body(&reply));
+        assert!(
+            body(&reply).starts_with("storage has not answered for "),
+            "{}",
+            body(&reply)
+        );
         // Storage down is never a reason to restart.
         let reply = probes.answer("GET /healthz HTTP/1.1\r\n\r\n");
         assert_eq!(body(&reply), "ok\n");
