@@ -160,7 +160,7 @@ impl Health {
     ///
     /// Storage's answers are those to the requests the campaign sends
     /// anyway, no probe of its own: a follower tries an acquire every
-    /// [`acquire_retry`](MutexOptions::acquire_retry), a leader renews
+    /// `acquire_retry`, a leader renews
     /// every renew interval and retries a failed renewal within 2 s, so
     /// while the campaign runs storage's last word is never older than one
     /// of those; and they are the requests that matter, with the
