@@ -11,7 +11,9 @@
 //! because they are the engine's own inputs and outputs that those two only
 //! pass along when they build an engine: a term's context and reports
 //! (`leadership`), the tasks of ended terms that may still run
-//! (`lingering`), and the metrics (`metrics`). The helpers other layers
+//! (`lingering`), and the metrics (`metrics`), which carry the vitals
+//! (`vitals`) that the `health` module judges: the engine writes them
+//! and never imports the judge. The helpers other layers
 //! share stay at the crate root: `bounded` (every store caps its calls with
 //! it) and `backoff` (the lease set's balancer backs off with it).
 
