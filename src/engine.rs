@@ -11,7 +11,9 @@
 //! because they are the engine's own inputs and outputs that those two only
 //! pass along when they build an engine: a term's context and reports
 //! (`leadership`), the tasks of ended terms that may still run
-//! (`lingering`), and the metrics (`metrics`). The helpers other layers
+//! (`lingering`), and the metrics (`metrics`), which carry the vitals
+//! (`vitals`) that the `health` module judges: the engine writes them
+//! and never imports the judge. The helpers other layers
 //! share stay at the crate root: `bounded` (every store caps its calls with
 //! it) and `backoff` (the lease set's balancer backs off with it).
 
@@ -185,8 +187,10 @@ impl<S: LeaseStore> Engine<'_, S> {
     async fn campaign_all(&self, token: CancellationToken) -> Result<()> {
         let mut jitter = Jitter::new(self.options.jitter_seed, self.options.acquire_jitter);
         debug!(holder = %self.holder, "campaign started");
+        let campaigning = self.metrics.vitals().campaign();
         let result = self.campaign(&token, &mut jitter).await;
         self.state.send_replace(Leadership::Stopped);
+        drop(campaigning);
         match &result {
             Ok(()) => debug!(holder = %self.holder, "campaign stopped"),
             Err(e) => {
@@ -342,6 +346,7 @@ impl<S: LeaseStore> Engine<'_, S> {
                     self.store.acquire(proposed, self.options.lease_duration),
                 ) => r,
             };
+            self.metrics.vitals().heard(sent, attempt.as_ref().err());
             if attempt.is_ok() {
                 if let Some(contact) = self.contact {
                     contact.answered();
@@ -480,7 +485,7 @@ impl<S: LeaseStore> Engine<'_, S> {
             FailStop::arm(move || deadline.get().into_std(), tasks.done_check(), epoch)
         });
         let reporter = self.reporter();
-        reporter.started(epoch);
+        reporter.started(epoch, deadline.subscribe());
         let guard = TermGuard {
             reporter,
             epoch,
@@ -670,7 +675,9 @@ impl<S: LeaseStore> Engine<'_, S> {
                 return RenewEnd::Deadline;
             }
             let limit = self.options.request_timeout.min(stop_at - sent);
-            match bounded("renew", limit, self.store.renew(lease)).await {
+            let renewal = bounded("renew", limit, self.store.renew(lease)).await;
+            self.metrics.vitals().heard(sent, renewal.as_ref().err());
+            match renewal {
                 Ok(()) => {
                     self.metrics.renewed(sent.elapsed());
                     deadline.set(sent + lease_duration - margin);
@@ -736,3 +743,4 @@ mod successor;
 pub(crate) mod term_tasks;
 #[cfg(test)]
 mod tests;
+pub(crate) mod vitals;

@@ -58,8 +58,10 @@ use crate::engine::leader::Leader;
 use crate::engine::leadership::{LeaderContext, Leadership, TermReport};
 use crate::engine::lingering::Lingering;
 use crate::engine::metrics::Metrics;
+use crate::engine::vitals::Vitals;
 use crate::engine::{box_task, Engine, Observer};
 use crate::error::{BoxError, Chain, Error, Result};
+use crate::health::Health;
 use crate::lease_set::balance::{free, plan, FreeSince, Plan, View, ORPHAN_CYCLES};
 use crate::mutex::BlobDistributedMutex;
 use crate::options::{default_holder, MutexOptions, ABORT_WAIT, STOP_SLACK};
@@ -188,6 +190,8 @@ struct Shared<S: LeaseSetStore> {
     /// What the set decided while it runs: set-wide errors and partitions
     /// skipped for a while.
     fate: Mutex<Fate>,
+    /// What its membership and partition terms learn, for [`BlobLeaseSet::health`].
+    vitals: Arc<Vitals>,
 }
 
 impl<S: LeaseSetStore> std::fmt::Debug for BlobLeaseSet<S> {
@@ -310,6 +314,7 @@ impl<S: LeaseSetStore> BlobLeaseSet<S> {
                 lingering: Lingering::default(),
                 told_unmarked: AtomicBool::new(false),
                 fate: Mutex::default(),
+                vitals: Arc::default(),
             }),
             options,
         })
@@ -345,6 +350,17 @@ impl<S: LeaseSetStore> BlobLeaseSet<S> {
     #[must_use]
     pub fn owners(&self) -> watch::Receiver<BTreeMap<String, Leader>> {
         self.shared.owners.subscribe()
+    }
+
+    /// Whether this instance of the set is live and ready, for an
+    /// orchestrator's probes (see [`Health`]): read from what its
+    /// membership and partition terms learn, at no request. Ready while
+    /// [`run`](Self::run) runs and storage answers.
+    #[must_use]
+    pub fn health(&self) -> Health {
+        let membership = membership_options(&self.options.mutex, &self.shared.holder);
+        // The membership's options have the longer grace: the longer bound.
+        Health::of_set(self.shared.vitals.clone(), self.watch(), &membership)
     }
 
     /// A report for every partition term of this instance that ends from now
@@ -400,10 +416,12 @@ impl<S: LeaseSetStore> BlobLeaseSet<S> {
             fate.fatal = None;
             fate.stop = Some(stop.clone());
         }
-        let membership = BlobDistributedMutex::with_store(
+        let vitals = shared.vitals.clone();
+        let membership = BlobDistributedMutex::sharing(
             member,
             membership_options(&self.options.mutex, &shared.holder),
             move |ctx| balance(ctx, shared.clone()),
+            vitals,
         )?;
         let result = membership.run_task_when_mutex_acquired(stop).await;
         // Leaving: the member blob goes too, unless it is leased again.
@@ -682,7 +700,7 @@ async fn run_partition<S: LeaseSetStore>(
         owned: &shared.owned,
         reports: &shared.reports,
     };
-    let metrics = Metrics::new(&store.name());
+    let metrics = Metrics::new(&store.name(), shared.vitals.clone());
     let engine = Engine {
         store,
         options: &shared.options.mutex,

@@ -40,6 +40,7 @@ mod bounded;
 mod engine;
 mod error;
 pub mod guide;
+pub mod health;
 mod lease_set;
 mod mutex;
 mod options;

@@ -14,8 +14,10 @@ use crate::engine::leader::{Leader, LeaderWatch};
 use crate::engine::leadership::{LeaderContext, Leadership, TermReport};
 use crate::engine::lingering::Lingering;
 use crate::engine::metrics::Metrics;
+use crate::engine::vitals::Vitals;
 use crate::engine::{box_task, Engine, Observer, TaskFn};
 use crate::error::{BoxError, Error, Result};
+use crate::health::Health;
 use crate::options::{default_holder, MutexOptions};
 use crate::store::{check_request_timeout, LeaseStore};
 
@@ -143,6 +145,22 @@ impl<S: LeaseStore> BlobDistributedMutex<S> {
         Fut: Future<Output = Result<(), E>> + Send + 'static,
         E: Into<BoxError> + 'static,
     {
+        Self::sharing(store, options, task, Arc::default())
+    }
+
+    /// As [`with_store`](Self::with_store), its steps going to `vitals`
+    /// (a lease set's membership shares the set's).
+    pub(crate) fn sharing<F, Fut, E>(
+        store: S,
+        options: MutexOptions,
+        task: F,
+        vitals: Arc<Vitals>,
+    ) -> Result<Self>
+    where
+        F: Fn(LeaderContext) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<(), E>> + Send + 'static,
+        E: Into<BoxError> + 'static,
+    {
         options.validate()?;
         check_request_timeout(store.min_request_timeout(), options.request_timeout)?;
         if options.priority.is_some() && !store.supports_candidates() {
@@ -159,7 +177,7 @@ impl<S: LeaseStore> BlobDistributedMutex<S> {
         let leader = LeaderWatch::new(&holder, options.advertised.as_deref());
         Ok(BlobDistributedMutex {
             core: Arc::new(Core {
-                metrics: Metrics::new(&store.name()),
+                metrics: Metrics::new(&store.name(), vitals),
                 store: Arc::new(store),
                 options,
                 holder,
@@ -198,6 +216,18 @@ impl<S: LeaseStore> BlobDistributedMutex<S> {
     #[must_use]
     pub fn watch(&self) -> watch::Receiver<Leadership> {
         self.core.state.subscribe()
+    }
+
+    /// Whether this mutex is live and ready, for an orchestrator's probes
+    /// (see [`Health`]): read from what its campaign and guards learn, at
+    /// no request.
+    #[must_use]
+    pub fn health(&self) -> Health {
+        Health::of_mutex(
+            self.core.metrics.vitals().clone(),
+            self.watch(),
+            &self.core.options,
+        )
     }
 
     /// A receiver of who leads this lease, as this instance last saw it:

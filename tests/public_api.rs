@@ -32,9 +32,11 @@ use blob_mutex::guide::{
     shapes, state, testing,
 };
 #[allow(unused_imports)]
+use blob_mutex::health::{Health, Verdict, UNREACHABLE_AFTER};
+#[allow(unused_imports)]
 use blob_mutex::{
-    conformance, credential_options, default_credential, guide, AccountLease, Acquire, Backend,
-    BlobDistributedMutex, BlobLeaseManager, BlobLeaseSet, BlobLeaseSetStore, BlobSettings,
+    conformance, credential_options, default_credential, guide, health, AccountLease, Acquire,
+    Backend, BlobDistributedMutex, BlobLeaseManager, BlobLeaseSet, BlobLeaseSetStore, BlobSettings,
     BoxError, CancellationToken, Candidate, Cause, Collection, Error, Heartbeat, Holding, Leader,
     LeaderContext, Leadership, LeaseId, LeaseInfo, LeaseSetOptions, LeaseSetStore, LeaseState,
     LeaseStore, MemoryLeaseSetStore, MemoryLeaseStore, MutexGuard, MutexOptions, OfficialSettings,
@@ -141,6 +143,10 @@ const NAMED: &[&str] = &[
     "blob_mutex::guide::shapes",
     "blob_mutex::guide::state",
     "blob_mutex::guide::testing",
+    "blob_mutex::health",
+    "blob_mutex::health::Health",
+    "blob_mutex::health::UNREACHABLE_AFTER",
+    "blob_mutex::health::Verdict",
 ];
 
 #[test]

@@ -21,15 +21,72 @@
 //! (`container/blob`; a name without `/` is all `blob`). No label ever
 //! carries a secret or a lease id.
 
+use std::sync::Arc;
 use std::time::Duration;
 
-#[cfg(feature = "metrics")]
-use crate::engine::leadership::TaskStop;
-use crate::engine::leadership::TermReport;
+use tokio::sync::watch;
+use tokio::time::Instant;
 
-/// The figures of one mutex; a no-op without the `metrics` feature.
+use crate::engine::leadership::{TaskStop, TermReport};
+use crate::engine::vitals::Vitals;
+
+/// The figures of one lease (a no-op without the `metrics` feature), and
+/// the [`Vitals`] of the mutex or set it belongs to, which every step also
+/// goes to.
 #[derive(Clone, Debug)]
 pub(crate) struct Metrics {
+    counters: Counters,
+    lease: Arc<str>,
+    vitals: Arc<Vitals>,
+}
+
+impl Metrics {
+    /// The figures of `lease`, whose steps go to `vitals` too.
+    pub(crate) fn new(lease: &str, vitals: Arc<Vitals>) -> Self {
+        Metrics {
+            counters: Counters::new(lease),
+            lease: lease.into(),
+            vitals,
+        }
+    }
+
+    /// Where the steps go besides the figures.
+    pub(crate) fn vitals(&self) -> &Arc<Vitals> {
+        &self.vitals
+    }
+
+    pub(crate) fn attempt(&self, outcome: Attempt) {
+        self.vitals.stepped();
+        self.counters.attempt(outcome);
+    }
+
+    /// Term `epoch` started; `deadline` moves with each renewal.
+    pub(crate) fn term_started(&self, epoch: u64, deadline: watch::Receiver<Instant>) {
+        self.vitals
+            .term_started(self.lease.clone(), epoch, deadline);
+        self.counters.term_started();
+    }
+
+    pub(crate) fn term_ended(&self, report: &TermReport) {
+        let stuck = report.tasks == TaskStop::Stuck;
+        self.vitals.term_ended(&self.lease, report.epoch, stuck);
+        self.counters.term_ended(report);
+    }
+
+    pub(crate) fn renewed(&self, took: Duration) {
+        self.vitals.stepped();
+        self.counters.renewed(took);
+    }
+
+    pub(crate) fn renew_failed(&self) {
+        self.vitals.stepped();
+        self.counters.renew_failed();
+    }
+}
+
+/// The counters, gauges and histograms of one lease.
+#[derive(Clone, Debug)]
+struct Counters {
     #[cfg(feature = "metrics")]
     labels: [(&'static str, String); 2],
 }
@@ -43,10 +100,10 @@ pub(crate) enum Attempt {
 }
 
 #[cfg(feature = "metrics")]
-impl Metrics {
-    pub(crate) fn new(lease: &str) -> Self {
+impl Counters {
+    fn new(lease: &str) -> Self {
         let (container, blob) = lease.split_once('/').unwrap_or(("", lease));
-        let metrics = Metrics {
+        let metrics = Counters {
             labels: [
                 ("container", container.to_owned()),
                 ("blob", blob.to_owned()),
@@ -56,7 +113,7 @@ impl Metrics {
         metrics
     }
 
-    pub(crate) fn attempt(&self, outcome: Attempt) {
+    fn attempt(&self, outcome: Attempt) {
         let outcome = match outcome {
             Attempt::Acquired => "acquired",
             Attempt::Held => "held",
@@ -66,12 +123,12 @@ impl Metrics {
         ::metrics::counter!("blob_mutex_acquire_attempts_total", &labels).increment(1);
     }
 
-    pub(crate) fn term_started(&self) {
+    fn term_started(&self) {
         ::metrics::gauge!("blob_mutex_is_leader", &self.labels).set(1.0);
         ::metrics::counter!("blob_mutex_terms_total", &self.labels).increment(1);
     }
 
-    pub(crate) fn term_ended(&self, report: &TermReport) {
+    fn term_ended(&self, report: &TermReport) {
         ::metrics::gauge!("blob_mutex_is_leader", &self.labels).set(0.0);
         let labels = self.with("reason", report.reason.as_str());
         ::metrics::counter!("blob_mutex_term_ends_total", &labels).increment(1);
@@ -93,12 +150,12 @@ impl Metrics {
         }
     }
 
-    pub(crate) fn renewed(&self, took: Duration) {
+    fn renewed(&self, took: Duration) {
         ::metrics::counter!("blob_mutex_renewals_total", &self.labels).increment(1);
         ::metrics::histogram!("blob_mutex_renew_seconds", &self.labels).record(took.as_secs_f64());
     }
 
-    pub(crate) fn renew_failed(&self) {
+    fn renew_failed(&self) {
         ::metrics::counter!("blob_mutex_renew_failures_total", &self.labels).increment(1);
     }
 
@@ -112,18 +169,18 @@ impl Metrics {
 // calls them unconditionally.
 #[cfg(not(feature = "metrics"))]
 #[allow(clippy::unused_self)]
-impl Metrics {
-    pub(crate) fn new(_lease: &str) -> Self {
-        Metrics {}
+impl Counters {
+    fn new(_lease: &str) -> Self {
+        Counters {}
     }
 
-    pub(crate) fn attempt(&self, _outcome: Attempt) {}
+    fn attempt(&self, _outcome: Attempt) {}
 
-    pub(crate) fn term_started(&self) {}
+    fn term_started(&self) {}
 
-    pub(crate) fn term_ended(&self, _report: &TermReport) {}
+    fn term_ended(&self, _report: &TermReport) {}
 
-    pub(crate) fn renewed(&self, _took: Duration) {}
+    fn renewed(&self, _took: Duration) {}
 
-    pub(crate) fn renew_failed(&self) {}
+    fn renew_failed(&self) {}
 }

@@ -55,6 +55,8 @@ impl<S: LeaseStore> Engine<'_, S> {
         attempts: Attempts,
         started: Instant,
     ) -> Result<bool> {
+        // Counted as a campaign for its health, as long as it runs.
+        let _campaigning = self.metrics.vitals().campaign();
         self.lingering.settle(ABORT_WAIT).await?;
         let mut jitter = Jitter::new(self.options.jitter_seed, self.options.acquire_jitter);
         let now = started;

@@ -48,10 +48,11 @@ pub(crate) struct Reporter<'a> {
 
 impl Reporter<'_> {
     /// A term has started: the state, the metrics and the observer say so.
-    pub(crate) fn started(&self, epoch: u64) {
+    /// `deadline` moves with each renewal.
+    pub(crate) fn started(&self, epoch: u64, deadline: watch::Receiver<Instant>) {
         self.observer.started(epoch);
         self.state.send_replace(Leadership::Leader { epoch });
-        self.metrics.term_started();
+        self.metrics.term_started(epoch, deadline);
         debug!(holder = %self.holder, epoch, "became leader");
     }
 

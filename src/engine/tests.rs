@@ -255,7 +255,7 @@ impl Harness {
             options: options.with_jitter_seed(7),
             state: watch::channel(Leadership::Follower).0,
             reports,
-            metrics: crate::engine::metrics::Metrics::new("memory/test"),
+            metrics: crate::engine::metrics::Metrics::new("memory/test", std::sync::Arc::default()),
             received: Mutex::new(received),
             token: CancellationToken::new(),
             lingering: crate::engine::lingering::Lingering::default(),

@@ -473,8 +473,8 @@ pub(crate) struct RunArgs {
     /// an election making no progress; never on a follower, never because
     /// storage is down; a command that survives SIGKILL ends the run with
     /// exit code 5 instead) and /healthz, its alias; /readyz for a
-    /// readiness probe (503 when storage has not answered for 10 s; with
-    /// ?leader also on a follower). GET and HEAD only; a client has 500 ms
+    /// readiness probe (503 when storage has failed every request of the
+    /// campaign for 10 s; with ?leader also on a follower). GET and HEAD only; a client has 500 ms
     /// to send its request; at most 64 connections at a time (a quarter of
     /// the open-files limit when lower), the oldest idle one closed for a
     /// new one. [default: off]

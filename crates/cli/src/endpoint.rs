@@ -4,34 +4,21 @@
 //! Nothing is served unless the flag is given, and only on the address it
 //! names.
 //!
-//! # Liveness: `/livez` and `/healthz`
+//! # Liveness and readiness: the library's rules
 //!
-//! A failing liveness probe gets the process restarted, so `/livez` answers
-//! 503 (with the reason) only where a restart helps: when this process can
-//! no longer keep its promise. It answers `200 ok` otherwise, and 503 when
-//!
-//! - it leads past its term's local deadline and the term has not stopped.
-//!   The deadline is the instant by which the command must be stopped, before
-//!   storage could let the lease expire; the leader task publishes it
-//!   ([`TermDeadline`]), and the term counts as stopped once the library has
-//!   reported its end (the command is gone by then). A leader that cannot
-//!   renew stops its command before the deadline and stays live;
-//! - a term's task could be neither stopped nor aborted
-//!   ([`TaskStop::Stuck`](blob_mutex::TaskStop::Stuck));
-//! - the election has made no progress for [`quiet_limit`]: no acquire
-//!   attempt, renewal (successful or failed), term start or term end was
-//!   counted by the library (the recorder notes when a counter last moved).
-//!   Every step of the election is bounded, each storage request by the
-//!   request timeout and each wait by an option, and a failed attempt is
-//!   counted as much as a successful one, so the election keeps moving while
-//!   storage is down; a loop that is quiet for longer than its longest
-//!   stretch between two counted steps is wedged.
-//!
-//! It never fails because storage is down, and never on a follower for that
-//! reason: every replica would fail at once, all would be restarted
-//! together, and the kubelet's back-off would then delay the next election
-//! after storage came back. client-go's `HealthzAdaptor` likewise fails only a
-//! leader whose renewals are overdue.
+//! `/livez` (and `/healthz`) answers the mutex's
+//! [`Health::live`](blob_mutex::health::Health::live), and `/readyz` its
+//! [`Health::ready`](blob_mutex::health::Health::ready) (`/readyz?leader`:
+//! [`ready_to_lead`](blob_mutex::health::Health::ready_to_lead), 503 on a
+//! follower as well, for routing to the leader only): 200 with the line,
+//! or 503 with the reason. The rules, and why, are on those methods: a
+//! failing liveness probe gets the process restarted, so `/livez` fails
+//! only where a restart helps (a leader past its term's deadline whose term
+//! has not stopped, a term's task that could be neither stopped nor
+//! aborted, a campaign with no counted step for a long bound), never
+//! because storage is down; readiness fails while storage has failed every
+//! request of the campaign for 10 s, and before it first answered. The
+//! answers cost no request: the library reads what its campaign learns.
 //!
 //! Two conditions show as no answer rather than 503, which a liveness probe
 //! counts as a failure as well:
@@ -46,15 +33,6 @@
 //!   the moment before `run` exits.
 //! - A campaign that blocks its thread: `run` works on one thread, so the
 //!   endpoint answers nothing and the probe times out.
-//!
-//! # Readiness: `/readyz`
-//!
-//! `200 ready: leader of term N` or `200 ready: follower` while storage
-//! answers; 503 with the reason when storage has not answered a probe for
-//! [`UNREACHABLE_AFTER`](probes::UNREACHABLE_AFTER) (the endpoint reads the lease blob's properties
-//! every [`PROBE_EVERY`](probes::PROBE_EVERY): one request, needing read (r)), or when `/livez`
-//! fails. `/readyz?leader` answers 503 on a follower as well, for routing
-//! to the leader only.
 //!
 //! # Under load and bad input
 //!
@@ -86,84 +64,23 @@ mod http;
 mod probes;
 
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use blob_mutex::{Leadership, LeaseStore, MutexOptions};
+use blob_mutex::health::Health;
 use tokio::net::TcpListener;
-use tokio::sync::watch;
-use tokio::time::Instant;
 use tracing::debug;
 
 use self::accept::{accept, connection_cap, open_files_limit};
 use self::http::respond;
-use self::probes::{probe, Probes};
+use self::probes::Probes;
 use crate::recorder::Figures;
-
-/// The least [`quiet_limit`].
-const QUIET_LIMIT_MIN: Duration = Duration::from_secs(60);
-/// The library's longest wait between failed acquire attempts, before jitter.
-const ACQUIRE_BACKOFF_MAX: Duration = Duration::from_secs(5);
 
 /// The bound listener and the installed recorder, before the campaign.
 pub(crate) struct Endpoint {
     listener: TcpListener,
     figures: Figures,
-}
-
-/// The deadline of the term this process leads, as its leader task sees it
-/// (`LeaderContext::watch_deadline`); `run`'s leader task publishes it at
-/// the start of each term.
-#[derive(Clone, Default)]
-pub(crate) struct TermDeadline(Arc<Mutex<Option<Published>>>);
-
-/// A term's epoch and its deadline.
-type Published = (u64, watch::Receiver<Instant>);
-
-impl TermDeadline {
-    /// The deadline of term `epoch`, which moves with each renewal.
-    pub(crate) fn publish(&self, epoch: u64, deadline: watch::Receiver<Instant>) {
-        *lock(&self.0) = Some((epoch, deadline));
-    }
-
-    /// The current deadline of term `epoch`, if that term published one.
-    fn of(&self, epoch: u64) -> Option<Instant> {
-        lock(&self.0)
-            .as_ref()
-            .filter(|(published, _)| *published == epoch)
-            .map(|(_, deadline)| *deadline.borrow())
-    }
-}
-
-/// What the probes watch of the campaign.
-pub(crate) struct Campaign {
-    /// The mutex's state.
-    pub(crate) leadership: watch::Receiver<Leadership>,
-    /// The deadline of the term it leads.
-    pub(crate) deadline: TermDeadline,
-    /// How long the election may go without a counted step (see [`quiet_limit`]).
-    pub(crate) quiet_limit: Duration,
-}
-
-/// The longest the election may go without a counted step before `/livez`
-/// calls it wedged: the lease duration, the stop grace, three request
-/// timeouts and twice the longest wait between campaigns (the acquire retry,
-/// the failure back-off, or the library's 5 s back-off after a failed
-/// acquire; twice, for the jitter), and at least a minute. That is more than
-/// the longest healthy stretch between two counted steps, which is a term's
-/// end: the last renewal attempt, the stop, a release, a pause and an
-/// acquire attempt. 60 s with the defaults.
-pub(crate) fn quiet_limit(options: &MutexOptions) -> Duration {
-    let longest_wait = options
-        .acquire_retry
-        .max(options.failure_backoff)
-        .max(ACQUIRE_BACKOFF_MAX);
-    let stretch = options.lease_duration
-        + options.stop_grace
-        + options.request_timeout.saturating_mul(3)
-        + longest_wait.saturating_mul(2);
-    stretch.max(QUIET_LIMIT_MIN)
 }
 
 impl Endpoint {
@@ -181,27 +98,18 @@ impl Endpoint {
         Ok(Endpoint { listener, figures })
     }
 
-    /// Serves until dropped; probes `store` for `/readyz` and watches the
-    /// campaign for `/livez`. Dropping it stops every answer under way.
-    pub(crate) async fn serve(
-        self,
-        store: &impl LeaseStore,
-        campaign: Campaign,
-        request_timeout: Duration,
-    ) {
+    /// Serves until dropped, the probes from `health`. Dropping it stops
+    /// every answer under way.
+    pub(crate) async fn serve(self, health: Health) {
         let figures = self.figures.clone();
-        let probes = Arc::new(Probes::new(self.figures, campaign));
+        let probes = Arc::new(Probes::new(self.figures, health));
         let cap = connection_cap(open_files_limit());
         debug!(cap, "serving metrics and probes");
         let answer = |stream, progress| {
             let probes = probes.clone();
             respond(stream, progress, move |head| probes.answer(head))
         };
-        tokio::join!(
-            accept(&self.listener, cap, answer),
-            probe(store, &probes.storage, request_timeout),
-            upkeep(&figures)
-        );
+        tokio::join!(accept(&self.listener, cap, answer), upkeep(&figures));
     }
 }
 
@@ -219,24 +127,3 @@ async fn upkeep(figures: &Figures) {
 
 /// How often [`upkeep`] runs.
 const UPKEEP_INTERVAL: Duration = Duration::from_secs(5);
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    const MINUTE: Duration = Duration::from_secs(60);
-
-    #[test]
-    fn the_quiet_limit_covers_a_terms_end_and_is_a_minute_at_least() {
-        assert_eq!(quiet_limit(&MutexOptions::default()), MINUTE);
-        let slow = MutexOptions::default()
-            .with_lease_duration(MINUTE)
-            .with_acquire_retry(Duration::from_secs(10));
-        // 60 + 3 + 3 × 3 + 2 × 10
-        assert_eq!(quiet_limit(&slow), Duration::from_secs(92));
-    }
-}

@@ -1,22 +1,13 @@
 //! The `metrics` recorder of `run --metrics-addr`: `metrics-exporter-prometheus`
 //! keeps the figures and renders them in the Prometheus text format
-//! (histograms with buckets), behind a thin layer that notes when a counter
-//! last moved.
-//!
-//! Every counter the library keeps counts a step of the election (an
-//! acquire attempt, a renewal that succeeded or failed, a term's start or
-//! end), so the instant one last moved is the campaign's progress signal,
-//! which `/livez` reads (see `endpoint`).
+//! (histograms with buckets).
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 
-use metrics::{
-    Counter, CounterFn, Gauge, Histogram, Key, KeyName, Metadata, Recorder, SharedString, Unit,
-};
+use metrics::{Counter, Gauge, Histogram, Key, KeyName, Metadata, Recorder, SharedString, Unit};
 use metrics_exporter_prometheus::{
     Matcher, PrometheusBuilder, PrometheusHandle, PrometheusRecorder,
 };
-use tokio::time::Instant;
 
 /// The buckets of `blob_mutex_renew_seconds`, in seconds: a renewal takes
 /// milliseconds when storage is well and up to the request timeout (3 s by
@@ -34,32 +25,6 @@ struct Inner {
     /// The exporter's recorder, and its handle that renders.
     recorder: PrometheusRecorder,
     handle: PrometheusHandle,
-    /// When a counter last moved, if one has.
-    moved: Mutex<Option<Instant>>,
-}
-
-/// A counter's handle: adds to the exporter's counter and notes the move.
-struct Moving {
-    counter: Counter,
-    figures: Arc<Inner>,
-}
-
-impl CounterFn for Moving {
-    fn increment(&self, value: u64) {
-        self.counter.increment(value);
-        self.figures.note();
-    }
-
-    fn absolute(&self, value: u64) {
-        self.counter.absolute(value);
-        self.figures.note();
-    }
-}
-
-impl Inner {
-    fn note(&self) {
-        *self.moved.lock().unwrap_or_else(PoisonError::into_inner) = Some(Instant::now());
-    }
 }
 
 impl Figures {
@@ -73,12 +38,6 @@ impl Figures {
         metrics::set_global_recorder(figures.clone())
             .map_err(|_| anyhow::anyhow!("a metrics recorder is already installed"))?;
         Ok(figures)
-    }
-
-    /// When a counter last moved: the last step of the election that the
-    /// library counted. `None` before the first.
-    pub(crate) fn last_moved(&self) -> Option<Instant> {
-        *self.0.moved.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Every figure in the Prometheus text format (version 0.0.4). Rendering
@@ -109,7 +68,6 @@ impl Default for Figures {
         Figures(Arc::new(Inner {
             handle: recorder.handle(),
             recorder,
-            moved: Mutex::new(None),
         }))
     }
 }
@@ -128,10 +86,7 @@ impl Recorder for Figures {
     }
 
     fn register_counter(&self, key: &Key, metadata: &Metadata<'_>) -> Counter {
-        Counter::from_arc(Arc::new(Moving {
-            counter: self.0.recorder.register_counter(key, metadata),
-            figures: self.0.clone(),
-        }))
+        self.0.recorder.register_counter(key, metadata)
     }
 
     fn register_gauge(&self, key: &Key, metadata: &Metadata<'_>) -> Gauge {
@@ -172,23 +127,5 @@ mod tests {
         ] {
             assert!(text.lines().any(|l| l == line), "{line} not in\n{text}");
         }
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_counter_that_moves_is_noted_and_a_gauge_is_not() {
-        let figures = Figures::default();
-        assert_eq!(figures.last_moved(), None);
-        metrics::with_local_recorder(&figures, || {
-            metrics::gauge!("t_is").set(1.0);
-            metrics::histogram!("t_seconds").record(0.5);
-        });
-        assert_eq!(figures.last_moved(), None);
-        tokio::time::advance(std::time::Duration::from_secs(7)).await;
-        metrics::with_local_recorder(&figures, || metrics::counter!("t_total").increment(1));
-        assert_eq!(figures.last_moved(), Some(Instant::now()));
-        tokio::time::advance(std::time::Duration::from_secs(3)).await;
-        metrics::with_local_recorder(&figures, || metrics::counter!("t_total").absolute(5));
-        assert_eq!(figures.last_moved(), Some(Instant::now()));
-        assert!(figures.render().lines().any(|l| l == "t_total 5"));
     }
 }

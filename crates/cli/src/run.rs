@@ -21,7 +21,7 @@ use tracing::{info, warn};
 
 use crate::child::{self, Child, Groups, SpawnError, StopTimes, Watched};
 use crate::cli::RunArgs;
-use crate::endpoint::{self, Campaign, Endpoint, TermDeadline};
+use crate::endpoint::Endpoint;
 use crate::{exit, guard};
 
 /// How the run ended; it chooses the exit code.
@@ -70,8 +70,6 @@ struct Shared {
     grace: Duration,
     token: CancellationToken,
     state: Mutex<State>,
-    /// The deadline of the term the command runs in, for `/livez`.
-    deadline: TermDeadline,
     /// The process groups of earlier commands that may still run.
     groups: Groups,
 }
@@ -118,7 +116,6 @@ pub(crate) async fn run(args: RunArgs) -> Result<u8> {
         grace: options.stop_grace,
         token: CancellationToken::new(),
         state: Mutex::new(State::default()),
-        deadline: TermDeadline::default(),
         groups: Groups::new(args.target.name()),
     });
     // Before the mutex is made, so that its figures are recorded from the start.
@@ -157,12 +154,7 @@ async fn campaign<S: LeaseStore>(
     info!(blob = %shared.name, holder = mutex.holder(), "campaigning for the lease");
     let serving = async {
         if let Some(endpoint) = endpoint {
-            let watched = Campaign {
-                leadership: mutex.watch(),
-                deadline: shared.deadline.clone(),
-                quiet_limit: endpoint::quiet_limit(mutex.options()),
-            };
-            endpoint.serve(mutex.store(), watched, limit).await;
+            endpoint.serve(mutex.health()).await;
         }
         std::future::pending::<()>().await;
     };
@@ -272,7 +264,6 @@ fn exit_code(shared: &Shared) -> u8 {
 /// The leader task: run the command, with its guard, until it exits or
 /// leadership ends.
 async fn lead(ctx: LeaderContext, shared: Arc<Shared>) -> Result<()> {
-    shared.deadline.publish(ctx.epoch(), ctx.watch_deadline());
     // What `blob-mutex state get/put` needs inside the command. The lease id
     // is this holder's own: the command is its process, and it is never printed.
     let mut env = shared.env.clone();

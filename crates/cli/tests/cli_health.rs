@@ -125,8 +125,10 @@ async fn storage_frozen_for_twice_the_lease_leaves_leader_and_follower_live() {
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    // Unready once storage has been silent for 10 s: its last answer came
-    // at most one probe (2 s) before the cut, and a probe is cut at 3 s.
+    // Unready once every request of the campaign has failed for 10 s,
+    // counted from the sending of the first that failed: at most a request
+    // timeout (3 s) before the cut, and a follower's acquire retry (1 s) or
+    // a leader's renew interval (5 s) after it.
     for (who, unready) in [("leader", leader_unready), ("follower", follower_unready)] {
         let unready = unready.unwrap_or_else(|| panic!("the {who} stayed ready"));
         assert!(
