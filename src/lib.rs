@@ -61,11 +61,10 @@ pub use azure::protocol::{
 };
 pub use azure::settings::{BlobSettings, AZURITE_ACCOUNT, AZURITE_ENDPOINT};
 pub use azure::{Backend, BlobLeaseManager, BlobLeaseSetStore};
+pub use engine::ending::{StopReason, TaskStop, TermReport};
 pub use engine::fail_stop::FAIL_STOP_EXIT_CODE;
 pub use engine::leader::Leader;
-pub use engine::leadership::{
-    Heartbeat, LeaderContext, Leadership, StopReason, TaskStop, TermReport,
-};
+pub use engine::leadership::{Heartbeat, LeaderContext, Leadership};
 pub use error::{BoxError, Cause, Error, Result};
 pub use lease_set::balance::Strategy;
 pub use lease_set::{BlobLeaseSet, LeaseSetOptions, PartitionContext, PartitionReport};

@@ -9,9 +9,10 @@ use tokio_util::sync::CancellationToken;
 
 use crate::azure::settings::BlobSettings;
 use crate::azure::BlobLeaseManager;
+use crate::engine::ending::TermReport;
 use crate::engine::first_contact::FirstContact;
 use crate::engine::leader::{Leader, LeaderWatch};
-use crate::engine::leadership::{LeaderContext, Leadership, TermReport};
+use crate::engine::leadership::{LeaderContext, Leadership};
 use crate::engine::lingering::Lingering;
 use crate::engine::metrics::Metrics;
 use crate::engine::vitals::Vitals;
