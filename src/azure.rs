@@ -51,6 +51,6 @@ mod set;
 pub(crate) mod settings;
 mod state;
 
-pub use backend::Backend;
 pub use lease::BlobLeaseManager;
 pub use set::BlobLeaseSetStore;
+pub use settings::Backend;
