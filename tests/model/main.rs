@@ -100,11 +100,14 @@ fn a_margin_smaller_than_twice_the_drift_lets_two_leaders_overlap() {
 
 #[test]
 fn a_majority_of_the_accounts_that_answered_lets_two_leaders_overlap() {
+    // A renewal answered by one account of three (one down, a request to
+    // another lost on its way) keeps the deadline; the new quorum's
+    // shortcut found it before it needed every account read.
     let defects = Defects {
         majority_of_answers: true,
         ..Defects::default()
     };
-    let found = planted(defects, |_| {}, "one leader at a time");
+    let found = planted(defects, dropped, "one leader at a time");
     found.print("a majority of the accounts that answered");
 }
 

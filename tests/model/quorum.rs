@@ -458,18 +458,7 @@ impl Quorum {
                 let _ = write!(log, "account a{a} comes back");
                 fault(&mut s);
             }
-            Action::Break(a) => {
-                s.left.breaks -= 1;
-                let _ = write!(log, "an operator breaks the lease on a{a}");
-                if let Some(((i, round), _)) = s.accounts[a].lease.take() {
-                    let inst = &mut s.instances[i];
-                    if let Some(term) = inst.term.as_mut().filter(|_| inst.round == round) {
-                        term.broken = Some(a);
-                        let _ = write!(log, ", i{i}'s");
-                    }
-                }
-                fault(&mut s);
-            }
+            Action::Break(a) => break_lease(&mut s, a, &mut log),
             Action::Crash(i) => {
                 s.left.crashes -= 1;
                 s.instances[i].crashed = true;
@@ -552,6 +541,21 @@ impl Quorum {
         }
         let _ = self;
     }
+}
+
+/// An operator breaks the lease on account `a`; the term that held it
+/// does not know yet.
+fn break_lease(s: &mut State, a: usize, log: &mut String) {
+    s.left.breaks -= 1;
+    let _ = write!(log, "an operator breaks the lease on a{a}");
+    if let Some(((i, round), _)) = s.accounts[a].lease.take() {
+        let inst = &mut s.instances[i];
+        if let Some(term) = inst.term.as_mut().filter(|_| inst.round == round) {
+            term.broken = Some(a);
+            let _ = write!(log, ", i{i}'s");
+        }
+    }
+    fault(s);
 }
 
 fn fault(s: &mut State) {
