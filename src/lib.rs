@@ -42,6 +42,7 @@ mod error;
 pub mod guide;
 pub mod health;
 mod lease_set;
+mod limits;
 mod mutex;
 mod options;
 mod store;
