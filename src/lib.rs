@@ -47,7 +47,6 @@ mod mutex;
 mod options;
 mod store;
 
-pub use azure::collect::Collection;
 #[cfg(feature = "azure_identity")]
 #[cfg_attr(docsrs, doc(cfg(feature = "azure_identity")))]
 pub use azure::credential_options::credential_options;
@@ -74,6 +73,7 @@ pub use mutex::{
     DONE_KEY_MAX,
 };
 pub use options::{MutexOptions, STOP_SLACK};
+pub use store::collect::Collection;
 #[cfg(feature = "testing")]
 pub use store::conformance;
 #[cfg(feature = "testing")]

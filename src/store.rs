@@ -17,6 +17,7 @@ use std::time::Duration;
 
 use crate::error::{Error, Result};
 
+pub(crate) mod collect;
 #[cfg(feature = "testing")]
 pub mod conformance;
 #[cfg(feature = "testing")]
