@@ -45,6 +45,7 @@ mod lease_set;
 mod limits;
 mod mutex;
 mod options;
+mod quorum;
 mod store;
 
 #[cfg(feature = "azure_identity")]
@@ -73,14 +74,14 @@ pub use mutex::{
     DONE_KEY_MAX,
 };
 pub use options::{MutexOptions, STOP_SLACK};
+pub use quorum::{
+    AccountLease, Holding, QuorumLeaseSetStore, QuorumLeaseStore, MAX_QUORUM_ACCOUNTS,
+};
 pub use store::collect::Collection;
 #[cfg(feature = "testing")]
 pub use store::conformance;
 #[cfg(feature = "testing")]
 pub use store::memory::{MemoryLeaseSetStore, MemoryLeaseStore};
-pub use store::quorum::{
-    AccountLease, Holding, QuorumLeaseSetStore, QuorumLeaseStore, MAX_QUORUM_ACCOUNTS,
-};
 pub use store::{
     Acquire, Candidate, LeaseId, LeaseInfo, LeaseSetStore, LeaseState, LeaseStore, StampOptions,
     MAX_ADVERTISED_LEN, MAX_STATE_LEN,

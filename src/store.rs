@@ -3,12 +3,13 @@
 //!
 //! Beside it in this folder, what every mode needs whatever the storage:
 //! the names that a lease set and a lease own, and the rules that keep
-//! every other lease out of them (`names`); the quorum over several
-//! accounts, itself a store of stores (`quorum`); the in-memory store
-//! (`memory`) and the contract's tests (`conformance`). The Azure stores
-//! live apart, in `azure/`.
+//! every other lease out of them (`names`); the collection of stale member
+//! and candidate blobs (`collect`); the in-memory store (`memory`) and the
+//! contract's tests (`conformance`). The Azure stores live apart, in
+//! `azure/`, and the quorum, a store of stores, in `quorum/`.
 //!
-//! Nothing here knows the engine, the mutex or the lease set.
+//! Nothing here knows the engine, the mutex, the lease set, the quorum or
+//! Azure (`scripts/check-layers`).
 
 use std::fmt;
 use std::future::Future;
@@ -23,7 +24,6 @@ pub mod conformance;
 #[cfg(feature = "testing")]
 pub(crate) mod memory;
 pub(crate) mod names;
-pub(crate) mod quorum;
 pub(crate) mod stamp;
 
 pub use stamp::StampOptions;

@@ -1,16 +1,16 @@
 //! The model checker: every interleaving of small configurations of the
-//! quorum, on the crate's own decisions (`src/store/quorum/rules.rs`,
+//! quorum, on the crate's own decisions (`src/quorum/rules.rs`,
 //! compiled here as it is), checked to completion; and the planted defects,
 //! each found with a counterexample printed step by step. See the guide's
 //! chapter on the model (docs/guide/model.md).
 
 // The decisions the quorum store runs, the same file.
-#[path = "../../src/store/quorum/rules.rs"]
+#[path = "../../src/quorum/rules.rs"]
 #[allow(dead_code, unreachable_pub)]
 mod rules;
 
 // The hold-off of a new term, the same file.
-#[path = "../../src/store/quorum/hold_off.rs"]
+#[path = "../../src/quorum/hold_off.rs"]
 #[allow(dead_code, unreachable_pub)]
 mod hold_off;
 
