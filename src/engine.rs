@@ -4,7 +4,8 @@
 //! lease; a [`BlobLeaseSet`](crate::BlobLeaseSet) runs one term of it per
 //! partition. It never learns which store it runs on.
 //!
-//! This folder holds the engine and what only it uses: a term's tasks
+//! This folder holds the engine and what only it uses: the campaign and
+//! its acquire (`campaign`; this file leads one term), a term's tasks
 //! (`term_tasks`), the end of a term (`stop`, `report`, and its vocabulary
 //! in `ending`), planned handover
 //! (`successor`), the fenced state (`state`) and fail-stop (`fail_stop`).
@@ -23,9 +24,9 @@ use std::pin::{pin, Pin};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use tokio::sync::{watch, Notify};
+use tokio::sync::watch;
 use tokio::task::{JoinError, JoinHandle};
-use tokio::time::{sleep, sleep_until, Instant};
+use tokio::time::{sleep_until, Instant};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info_span, trace, warn, Instrument, Span};
 
@@ -37,13 +38,13 @@ use crate::engine::first_contact::FirstContact;
 use crate::engine::leader::LeaderWatch;
 use crate::engine::leadership::{Heartbeat, LeaderContext, Leadership};
 use crate::engine::lingering::Lingering;
-use crate::engine::metrics::{Attempt, Metrics};
+use crate::engine::metrics::Metrics;
 use crate::engine::state::Fenced;
 use crate::engine::term_tasks::{Ended, TermTasks};
 use crate::error::{BoxError, Chain, Error, Result};
 use crate::options::{MutexOptions, ABORT_WAIT, STOP_SLACK};
 use crate::store::stamp::NEW_RECORD_WAIT;
-use crate::store::{Acquire, LeaseId, LeaseStore, StampOptions};
+use crate::store::{LeaseId, LeaseStore, StampOptions};
 
 pub(crate) use one_term::Attempts;
 pub(crate) use report::Observer;
@@ -175,32 +176,11 @@ pub(crate) struct Engine<'a, S> {
 }
 
 impl<S: LeaseStore> Engine<'_, S> {
-    pub(crate) async fn run(&self, token: CancellationToken) -> Result<()> {
-        self.campaign_all(token).instrument(self.span()).await
-    }
-
     /// The span of everything this engine does: the lease (as its store
     /// names it) and the holder, so that the lines of two mutexes in one
     /// process are told apart.
     pub(crate) fn span(&self) -> Span {
         info_span!("lease", lease = %self.store.name(), holder = %self.holder)
-    }
-
-    async fn campaign_all(&self, token: CancellationToken) -> Result<()> {
-        let mut jitter = Jitter::new(self.options.jitter_seed, self.options.acquire_jitter);
-        debug!(holder = %self.holder, "campaign started");
-        let campaigning = self.metrics.vitals().campaign();
-        let result = self.campaign(&token, &mut jitter).await;
-        self.state.send_replace(Leadership::Stopped);
-        drop(campaigning);
-        match &result {
-            Ok(()) => debug!(holder = %self.holder, "campaign stopped"),
-            Err(e) => {
-                // The caller gets the error itself; logging it loudly too would show it twice.
-                debug!(holder = %self.holder, error = %Chain(e), "campaign stopped by a fatal error");
-            }
-        }
-        result
     }
 
     /// One attempt to acquire and, if it succeeds, one whole term: what a
@@ -246,188 +226,6 @@ impl<S: LeaseStore> Engine<'_, S> {
             .await?;
         self.state.send_replace(Leadership::Stopped);
         Ok(true)
-    }
-
-    async fn campaign(&self, token: &CancellationToken, jitter: &mut Jitter) -> Result<()> {
-        // Aborted tasks of a term whose campaign was dropped end at their
-        // next await; one that blocks its thread keeps this mutex from
-        // leading again in this process.
-        self.lingering.settle(ABORT_WAIT).await?;
-        let now = Instant::now();
-        let mut limits = Limits {
-            give_up_at: self.options.acquire_timeout.map(|t| now + t),
-            contact_by: self
-                .contact
-                .and_then(|c| c.give_up_at(now, self.options.first_contact_timeout)),
-        };
-        loop {
-            let Some((lease, deadline)) = self.acquire(token, jitter, limits).await? else {
-                return Ok(());
-            };
-            limits = Limits::default();
-            let first = self.options.effective_renew_interval();
-            let pause = match self.lead(lease, deadline, first, token).await? {
-                Term::Shutdown => return Ok(()),
-                Term::Failed => jitter.apply(self.options.failure_backoff),
-                Term::Ended(reason) => {
-                    trace!(holder = %self.holder, %reason, "campaigning again after stepping down");
-                    self.options.pause_after_term()
-                }
-                Term::Unstamped(_) => self.options.pause_after_term(),
-            };
-            if !self.pause(token, pause).await {
-                return Ok(());
-            }
-        }
-    }
-
-    /// Inspects the lease for the leader watch when somebody watches and no
-    /// poll was sent within a renew interval; `false` when cancelled first.
-    async fn poll_leader(&self, token: &CancellationToken) -> bool {
-        let Some(leader) = self.leader else {
-            return true;
-        };
-        let sent = Instant::now();
-        if !leader.due(sent, self.options.effective_renew_interval()) {
-            return true;
-        }
-        let answer = tokio::select! {
-            () = token.cancelled() => return false,
-            r = bounded("inspect", self.options.request_timeout, self.store.inspect()) => r,
-        };
-        leader.polled(sent, &answer);
-        if answer.is_err() {
-            leader.unanswered(Instant::now(), self.options.lease_duration);
-        }
-        true
-    }
-
-    /// Waits; `false` when cancelled first.
-    async fn pause(&self, token: &CancellationToken, wait: Duration) -> bool {
-        tokio::select! {
-            () = token.cancelled() => false,
-            () = sleep(wait) => true,
-        }
-    }
-
-    /// Tries until the lease is ours under `proposed`; `None` when
-    /// cancelled first. Past `limits.give_up_at`, the first attempt that
-    /// does not acquire ends the campaign; past `limits.contact_by`, the
-    /// first that fails while storage has never answered does. `held` is
-    /// told each time another instance holds the lease.
-    async fn acquire_as(
-        &self,
-        proposed: LeaseId,
-        token: &CancellationToken,
-        jitter: &mut Jitter,
-        limits: Limits,
-        held: Option<&Notify>,
-    ) -> Result<Option<(LeaseId, Instant)>> {
-        let Limits {
-            give_up_at,
-            mut contact_by,
-        } = limits;
-        let mut failures: u32 = 0;
-        loop {
-            if token.is_cancelled() {
-                return Ok(None);
-            }
-            let sent = Instant::now();
-            let attempt = tokio::select! {
-                () = token.cancelled() => {
-                    // The dropped request may have acquired the lease on the
-                    // server already: give it back rather than leave it to expire.
-                    // Bounded short so that shutdown stays quick.
-                    let limit = self.options.request_timeout.min(Duration::from_secs(1));
-                    self.release(proposed, limit).await;
-                    return Ok(None);
-                }
-                r = bounded(
-                    "acquire",
-                    self.options.request_timeout,
-                    self.store.acquire(proposed, self.options.lease_duration),
-                ) => r,
-            };
-            self.metrics.vitals().heard(sent, attempt.as_ref().err());
-            if attempt.is_ok() {
-                if let Some(contact) = self.contact {
-                    contact.answered();
-                }
-                contact_by = None;
-            }
-            let (wait, mut failed) = match attempt {
-                Ok(Acquire::Acquired) => {
-                    self.metrics.attempt(Attempt::Acquired);
-                    let deadline =
-                        sent + self.options.lease_duration - self.options.effective_safety_margin();
-                    return Ok(Some((proposed, deadline)));
-                }
-                Ok(Acquire::Held) => {
-                    self.metrics.attempt(Attempt::Held);
-                    failures = 0;
-                    trace!(holder = %self.holder, "lease held by another instance");
-                    if let Some(held) = held {
-                        held.notify_one();
-                    }
-                    if !self.poll_leader(token).await {
-                        return Ok(None);
-                    }
-                    (self.options.acquire_retry, None)
-                }
-                Err(e) if e.is_fatal() => return Err(e),
-                Err(e) => {
-                    if let Some(leader) = self.leader {
-                        leader.unanswered(Instant::now(), self.options.lease_duration);
-                    }
-                    self.metrics.attempt(Attempt::Error);
-                    failures = failures.saturating_add(1);
-                    let wait = backoff(
-                        self.options.acquire_retry,
-                        self.options.acquire_retry.max(ACQUIRE_BACKOFF_MAX),
-                        failures,
-                    );
-                    warn!(holder = %self.holder, error = %Chain(&e), failures, retry_in = ?wait, "acquire failed");
-                    (wait, Some(e))
-                }
-            };
-            let mut wait = jitter.apply(wait);
-            if let (Some(by), Some(_)) = (contact_by, &failed) {
-                let now = Instant::now();
-                if now < by {
-                    wait = wait.min(by - now);
-                } else if let Some(last) = failed.take() {
-                    return Err(self.no_first_contact(proposed, last).await);
-                }
-            }
-            if let Some(give_up_at) = give_up_at {
-                let now = Instant::now();
-                if now >= give_up_at {
-                    // The acquire may have reached storage before it failed.
-                    if failed.is_some() {
-                        self.release(proposed, self.options.request_timeout).await;
-                    }
-                    return Err(failed.unwrap_or(Error::NotAcquired {
-                        after: self.options.acquire_timeout.unwrap_or_default(),
-                    }));
-                }
-                wait = wait.min(give_up_at - now);
-            }
-            if !self.pause(token, wait).await {
-                return Ok(None);
-            }
-        }
-    }
-
-    /// Storage has not answered since the campaign started, and the
-    /// first-contact timeout has run out: gives the lease back (the last
-    /// acquire may have reached storage) and returns the error that ends
-    /// the campaign, with the last attempt's.
-    async fn no_first_contact(&self, proposed: LeaseId, last: Error) -> Error {
-        // The caller gets the error itself: not logged loudly here too.
-        debug!(holder = %self.holder, error = %Chain(&last), "storage has not answered since the campaign started; giving up");
-        self.release(proposed, self.options.request_timeout).await;
-        let after = self.options.first_contact_timeout.unwrap_or_default();
-        first_contact::failed(self.store.name(), after, last)
     }
 
     /// One term: stamp the epoch, run the task, keep renewing (the first
@@ -730,6 +528,7 @@ fn joined_task(joined: std::result::Result<Ended, JoinError>) -> Ended {
     }
 }
 
+mod campaign;
 pub(crate) mod ending;
 pub(crate) mod fail_stop;
 pub(crate) mod first_contact;

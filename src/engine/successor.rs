@@ -28,15 +28,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use tokio::sync::Notify;
-use tokio::time::{sleep, Instant};
-use tokio_util::sync::CancellationToken;
+use tokio::time::sleep;
 use tracing::{debug, trace, warn};
 
 use super::handover::{after_change, successor, AfterChange, Changed};
-use super::{Engine, Limits};
-use crate::backoff::{backoff, Jitter};
+use super::Engine;
+use crate::backoff::backoff;
 use crate::bounded::bounded;
-use crate::error::{Chain, Error, Result};
+use crate::error::{Chain, Error};
 use crate::store::{Acquire, Candidate, LeaseId, LeaseStore};
 
 /// The first and the longest wait between advertising attempts that failed.
@@ -55,46 +54,9 @@ pub(crate) fn choose<'c>(
 }
 
 impl<S: LeaseStore> Engine<'_, S> {
-    /// Tries until the lease is ours; `None` when cancelled first. Past
-    /// its `limits`, the campaign ends (see `acquire_as`). With a priority,
-    /// advertises this instance while another holds the lease, under the id
-    /// the attempts propose.
-    pub(super) async fn acquire(
-        &self,
-        token: &CancellationToken,
-        jitter: &mut Jitter,
-        limits: Limits,
-    ) -> Result<Option<(LeaseId, Instant)>> {
-        let proposed = LeaseId::new();
-        let Some(priority) = self.options.priority else {
-            return self.acquire_as(proposed, token, jitter, limits, None).await;
-        };
-        let candidate = Candidate::new(&*self.holder, priority, proposed);
-        let record = LeaseId::new();
-        let (held, advertised) = (Notify::new(), AtomicBool::new(false));
-        let acquired = tokio::select! {
-            r = self.acquire_as(proposed, token, jitter, limits, Some(&held)) => r,
-            e = self.advertise(&candidate, record, &held, &advertised) => {
-                // The attempt dropped here may have acquired the lease.
-                self.release(proposed, self.options.request_timeout).await;
-                Err(e)
-            }
-        };
-        if advertised.load(Ordering::SeqCst) {
-            let limit = self.options.request_timeout;
-            match bounded("withdraw", limit, self.store.withdraw(record, &self.holder)).await {
-                Ok(()) => trace!(holder = %self.holder, "withdrew as a candidate"),
-                Err(e) => {
-                    debug!(holder = %self.holder, error = %Chain(&e), "could not withdraw as a candidate; the record will expire");
-                }
-            }
-        }
-        acquired
-    }
-
     /// Advertises `candidate` once the lease was found held, and keeps the
     /// record alive every renew interval. Returns only a fatal error.
-    async fn advertise(
+    pub(super) async fn advertise(
         &self,
         candidate: &Candidate,
         record: LeaseId,
