@@ -68,8 +68,8 @@ impl AnyCalls {
     /// # Errors
     ///
     /// [`Error::InvalidOption`] naming `backend` when it is not built in,
-    /// `transport` when the settings carry a transport for a backend other
-    /// than the official one; the errors of the SDK's settings otherwise.
+    /// `transport` or `client_options` when the settings carry a transport
+    /// or client options for a backend other than the official one; the errors of the SDK's settings otherwise.
     pub(crate) fn new(settings: &BlobSettings) -> Result<Self> {
         let backend = settings.backend();
         backend.check_built_in()?;
@@ -78,6 +78,14 @@ impl AnyCalls {
                 "transport",
                 format!(
                     "the {backend} backend takes no azure_core 1.x transport: use the official backend, or no transport"
+                ),
+            ));
+        }
+        if settings.client_options().is_some() && backend != Backend::Official {
+            return Err(Error::invalid(
+                "client_options",
+                format!(
+                    "the {backend} backend takes no azure_core 1.x client options: use the official backend, or none"
                 ),
             ));
         }

@@ -8,7 +8,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use azure_core::credentials::TokenCredential;
-use azure_core::http::Transport;
+use azure_core::http::{ClientOptions, Transport};
 
 mod backend;
 mod connection_string;
@@ -82,6 +82,9 @@ pub struct BlobSettings {
     backend: Backend,
     /// The caller's transport for the official backend, if any.
     transport: Option<Transport>,
+    /// The caller's client options for the official backend, if any (their
+    /// transport taken out into `transport`).
+    client_options: Option<ClientOptions>,
 }
 
 impl BlobSettings {
@@ -261,6 +264,37 @@ impl BlobSettings {
         self.transport.as_ref()
     }
 
+    /// The same settings with the caller's `azure_core` 1.x client options
+    /// for the official backend: its user agent (`user_agent`, an
+    /// application id in every request's `User-Agent`), distributed
+    /// tracing (`instrumentation`), the sovereign cloud of a token
+    /// credential (`cloud`), the headers and query parameters its logs may
+    /// show (`logging`), and policies of its own run on every request
+    /// (`per_call_policies`, `per_try_policies`, after the crate's).
+    ///
+    /// Two fields are the crate's: `retry` is always
+    /// [`RetryOptions::none`](azure_core::http::RetryOptions::none), since
+    /// the crate retries and bounds every call itself against the lease's
+    /// deadline (an SDK retry could carry a renewal past it); and the
+    /// options' `transport`, when set, is the settings' transport, as
+    /// [`with_transport`](Self::with_transport) sets it (the later of the
+    /// two wins). Only the official backend takes client options: a store
+    /// made from settings on [`Backend::SdkV021`] that carry them is refused
+    /// with [`Error::InvalidOption`] naming `client_options`.
+    #[must_use = "the settings are returned by value"]
+    pub fn with_client_options(mut self, mut options: ClientOptions) -> Self {
+        if let Some(transport) = options.transport.take() {
+            self.transport = Some(transport);
+        }
+        self.client_options = Some(options);
+        self
+    }
+
+    /// The caller's client options, if the settings carry them.
+    pub(crate) fn client_options(&self) -> Option<&ClientOptions> {
+        self.client_options.as_ref()
+    }
+
     /// The settings of the lease `name` within the set that these settings
     /// name (`<set>/<name>`), and what it is within the set (see
     /// `names::set_lease`): a set's own names pass Azure's rules only.
@@ -308,6 +342,7 @@ impl BlobSettings {
             blob,
             backend: Backend::default(),
             transport: None,
+            client_options: None,
         })
     }
 
@@ -359,6 +394,10 @@ impl fmt::Debug for BlobSettings {
             .field(
                 "transport",
                 &self.transport.as_ref().map(|_| "the caller's"),
+            )
+            .field(
+                "client_options",
+                &self.client_options.as_ref().map(|_| "the caller's"),
             )
             .finish()
     }

@@ -27,11 +27,21 @@ pub(super) const SERVICE_VERSION: &str = "2025-11-05";
 /// SDK's retries off (the crate owns retries and deadlines), and a SAS
 /// signed from the account key on every request when the settings hold a
 /// key.
+///
+/// The caller's client options, when the settings carry them, give
+/// everything else (user agent, instrumentation, cloud, logging, and their
+/// policies, run after the signer): retries stay off whatever they say,
+/// since every call is bounded by the caller against the lease's deadline.
 pub(super) fn container_client(settings: &OfficialSettings) -> Result<BlobContainerClient, Error> {
-    let per_call_policies: Vec<Arc<dyn Policy>> = match settings.signer() {
+    let mut per_call_policies: Vec<Arc<dyn Policy>> = match settings.signer() {
         Some(signer) => vec![Arc::new(SignWithKey(signer))],
         None => Vec::new(),
     };
+    let mut client_options = settings.client_options().cloned().unwrap_or_default();
+    if let Some(id) = &client_options.user_agent.application_id {
+        check_application_id(id)?;
+    }
+    per_call_policies.append(&mut client_options.per_call_policies);
     let options = BlobContainerClientOptions {
         client_options: ClientOptions {
             retry: RetryOptions::none(),
@@ -40,7 +50,7 @@ pub(super) fn container_client(settings: &OfficialSettings) -> Result<BlobContai
                 None => crate::azure::http::transport()?,
             }),
             per_call_policies,
-            ..ClientOptions::default()
+            ..client_options
         },
         version: SERVICE_VERSION.to_owned(),
     };
@@ -50,6 +60,21 @@ pub(super) fn container_client(settings: &OfficialSettings) -> Result<BlobContai
         Some(options),
     )
     .map_err(|e| Error::invalid("container_url", redact(&e.to_string())))
+}
+
+/// Refuses an application id that the SDK's user-agent policy would panic
+/// on: more than 24 characters, or a character outside RFC 9110's tokens.
+fn check_application_id(id: &str) -> Result<(), Error> {
+    let token = |c: char| c.is_ascii_alphanumeric() || "!#$%&'*+-.^_`|~".contains(c);
+    if id.len() > 24 || !id.chars().all(token) {
+        return Err(Error::invalid(
+            "client_options",
+            format!(
+                "user_agent.application_id {id:?} must be at most 24 characters of an HTTP token (letters, digits and !#$%&'*+-.^_`|~)"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// The `<Message>` storage sent with an error status (see [`said`]);

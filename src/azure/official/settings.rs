@@ -6,7 +6,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use azure_core::credentials::TokenCredential;
-use azure_core::http::{Transport, Url};
+use azure_core::http::{ClientOptions, Transport, Url};
 
 use super::sas::Signer;
 use crate::error::{Error, Result};
@@ -38,6 +38,8 @@ pub struct OfficialSettings {
     signer: Option<Arc<Signer>>,
     /// The caller's transport, if any.
     transport: Option<Transport>,
+    /// The caller's client options, if any (their transport is `transport`).
+    client_options: Option<ClientOptions>,
     container: String,
     blob: String,
 }
@@ -127,6 +129,7 @@ impl OfficialSettings {
         official.credential = credential;
         official.signer = signer;
         official.transport = settings.transport().cloned();
+        official.client_options = settings.client_options().cloned();
         Ok(official)
     }
 
@@ -152,6 +155,23 @@ impl OfficialSettings {
         self
     }
 
+    /// The same settings with the caller's client options (see
+    /// [`BlobSettings::with_client_options`]: the crate keeps the SDK's
+    /// retries off, and the options' transport is the settings' transport).
+    #[must_use = "the settings are returned by value"]
+    pub fn with_client_options(mut self, mut options: ClientOptions) -> Self {
+        if let Some(transport) = options.transport.take() {
+            self.transport = Some(transport);
+        }
+        self.client_options = Some(options);
+        self
+    }
+
+    /// The caller's client options, if any.
+    pub(super) fn client_options(&self) -> Option<&ClientOptions> {
+        self.client_options.as_ref()
+    }
+
     fn build(
         container_url: Url,
         credential: Option<Arc<dyn TokenCredential>>,
@@ -165,6 +185,7 @@ impl OfficialSettings {
             credential,
             signer,
             transport: None,
+            client_options: None,
             container,
             blob,
         })
@@ -251,6 +272,10 @@ impl fmt::Debug for OfficialSettings {
             .field(
                 "transport",
                 &self.transport.as_ref().map(|_| "the caller's"),
+            )
+            .field(
+                "client_options",
+                &self.client_options.as_ref().map(|_| "the caller's"),
             )
             .finish()
     }
