@@ -6,7 +6,9 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use blob_mutex::{conformance, Acquire, Error, LeaseId, LeaseInfo, LeaseState, LeaseStore, Result};
+use blob_mutex::{
+    conformance, Acquire, Error, LeaseId, LeaseInfo, LeaseState, LeaseStore, Result, StampOptions,
+};
 use tokio::time::Instant;
 
 /// One lease in memory: who holds it, until when, for how long, and the
@@ -32,7 +34,9 @@ impl Lease {
         if self.holder_id() == Some(lease) {
             Ok(())
         } else {
-            Err(Error::LeaseLost(format!("lease {lease} does not hold the lease")))
+            Err(Error::LeaseLost(format!(
+                "lease {lease} does not hold the lease"
+            )))
         }
     }
 }
@@ -55,7 +59,9 @@ impl MinimalStore {
     }
 
     fn lease(&self) -> std::sync::MutexGuard<'_, Lease> {
-        self.lease.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.lease
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
 
@@ -88,12 +94,23 @@ impl LeaseStore for MinimalStore {
         Ok(())
     }
 
-    async fn stamp(&self, id: LeaseId, holder: &str) -> Result<u64> {
+    /// Rules 4 and 8; rule 10 is optional, and this store keeps no
+    /// advertised value.
+    async fn stamp(&self, id: LeaseId, holder: &str, options: &StampOptions) -> Result<u64> {
+        if options.advertised().is_some() {
+            return Err(Error::Unsupported {
+                operation: "advertise a value with the stamp",
+            });
+        }
         let mut lease = self.lease();
         lease.check_held(id)?;
-        let epoch = lease.epoch.checked_add(1).ok_or_else(|| Error::InvalidEpoch {
-            found: lease.epoch.to_string(),
-        })?;
+        let next = lease
+            .epoch
+            .checked_add(1)
+            .ok_or_else(|| Error::InvalidEpoch {
+                found: lease.epoch.to_string(),
+            })?;
+        let epoch = next.max(options.floor());
         lease.epoch = epoch;
         lease.holder = Some(holder.to_owned());
         Ok(epoch)
