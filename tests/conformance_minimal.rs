@@ -132,7 +132,7 @@ impl LeaseStore for MinimalStore {
         if state == LeaseState::Leased {
             info.infinite = Some(false);
         }
-        info.holder = lease.holder.clone();
+        info.holder.clone_from(&lease.holder);
         info.epoch = lease.epoch;
         Ok(Some(info))
     }
