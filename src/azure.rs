@@ -8,7 +8,8 @@
 //!   handover in `candidates`) and [`BlobLeaseSetStore`] (`set`); every
 //!   call they make is bounded by their request timeout, on every path;
 //! - what a lease record holds and what storage's answers mean
-//!   (`protocol`), and the collection of stale blobs (`collect`);
+//!   (`protocol`); the collection of stale blobs is the store seam's
+//!   (`store::collect`), since the memory store collects as Azure's does;
 //! - the blob calls, one request each (`calls`: the trait [`BlobCalls`]),
 //!   and the SDK the settings name (`backend`: [`Backend`] and the enum of
 //!   the SDKs' calls);
@@ -34,7 +35,6 @@
 pub(crate) mod backend;
 pub(crate) mod calls;
 mod candidates;
-pub(crate) mod collect;
 #[cfg(feature = "azure_identity")]
 pub(crate) mod credential_options;
 #[cfg(feature = "azure_identity")]
@@ -51,6 +51,6 @@ mod set;
 pub(crate) mod settings;
 mod state;
 
-pub use backend::Backend;
 pub use lease::BlobLeaseManager;
 pub use set::BlobLeaseSetStore;
+pub use settings::Backend;

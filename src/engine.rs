@@ -5,12 +5,13 @@
 //! partition. It never learns which store it runs on.
 //!
 //! This folder holds the engine and what only it uses: a term's tasks
-//! (`term_tasks`), the end of a term (`stop`, `report`), planned handover
+//! (`term_tasks`), the end of a term (`stop`, `report`, and its vocabulary
+//! in `ending`), planned handover
 //! (`successor`), the fenced state (`state`) and fail-stop (`fail_stop`).
 //! Three more live here although the mutex and the lease set name them,
 //! because they are the engine's own inputs and outputs that those two only
-//! pass along when they build an engine: a term's context and reports
-//! (`leadership`), the tasks of ended terms that may still run
+//! pass along when they build an engine: a term's context and how
+//! leadership is observed (`leadership`), the tasks of ended terms that may still run
 //! (`lingering`), and the metrics (`metrics`), which carry the vitals
 //! (`vitals`) that the `health` module judges: the engine writes them
 //! and never imports the judge. The helpers other layers
@@ -30,10 +31,11 @@ use tracing::{debug, error, info_span, trace, warn, Instrument, Span};
 
 use crate::backoff::{backoff, Jitter};
 use crate::bounded::bounded;
+use crate::engine::ending::StopReason;
 use crate::engine::fail_stop::FailStop;
 use crate::engine::first_contact::FirstContact;
 use crate::engine::leader::LeaderWatch;
-use crate::engine::leadership::{Heartbeat, LeaderContext, Leadership, StopReason};
+use crate::engine::leadership::{Heartbeat, LeaderContext, Leadership};
 use crate::engine::lingering::Lingering;
 use crate::engine::metrics::{Attempt, Metrics};
 use crate::engine::state::Fenced;
@@ -726,6 +728,7 @@ fn joined_task(joined: std::result::Result<Ended, JoinError>) -> Ended {
     }
 }
 
+pub(crate) mod ending;
 pub(crate) mod fail_stop;
 pub(crate) mod first_contact;
 pub(crate) mod handover;

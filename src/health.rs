@@ -21,7 +21,10 @@ use tokio::time::Instant;
 use crate::engine::leadership::Leadership;
 use crate::engine::vitals::{Snapshot, Vitals};
 use crate::engine::ACQUIRE_BACKOFF_MAX;
+use crate::lease_set::BlobLeaseSet;
+use crate::mutex::BlobDistributedMutex;
 use crate::options::MutexOptions;
+use crate::store::{LeaseSetStore, LeaseStore};
 
 /// How long storage may fail every acquire and renewal, counted from the
 /// sending of the first that failed, before [`Health::ready`] fails: 10 s.
@@ -297,6 +300,28 @@ fn readiness(
         }
     }
     part
+}
+
+impl<S: LeaseStore> BlobDistributedMutex<S> {
+    /// Whether this mutex is live and ready, for an orchestrator's probes
+    /// (see [`Health`]): read from what its campaign and guards learn, at
+    /// no request.
+    #[must_use]
+    pub fn health(&self) -> Health {
+        Health::of_mutex(self.vitals(), self.watch(), self.options())
+    }
+}
+
+impl<S: LeaseSetStore> BlobLeaseSet<S> {
+    /// Whether this instance of the set is live and ready, for an
+    /// orchestrator's probes (see [`Health`]): read from what its
+    /// membership and partition terms learn, at no request. Ready while
+    /// [`run`](Self::run) runs and storage answers.
+    #[must_use]
+    pub fn health(&self) -> Health {
+        let (vitals, membership) = self.vitals();
+        Health::of_set(vitals, self.watch(), &membership)
+    }
 }
 
 #[cfg(test)]

@@ -54,14 +54,14 @@ use crate::azure::settings::BlobSettings;
 use crate::azure::BlobLeaseSetStore;
 use crate::backoff::Jitter;
 use crate::bounded::bounded;
+use crate::engine::ending::TermReport;
 use crate::engine::leader::Leader;
-use crate::engine::leadership::{LeaderContext, Leadership, TermReport};
+use crate::engine::leadership::{LeaderContext, Leadership};
 use crate::engine::lingering::Lingering;
 use crate::engine::metrics::Metrics;
 use crate::engine::vitals::Vitals;
 use crate::engine::{box_task, Engine, Observer};
 use crate::error::{BoxError, Chain, Error, Result};
-use crate::health::Health;
 use crate::lease_set::balance::{free, plan, FreeSince, Plan, View, ORPHAN_CYCLES};
 use crate::mutex::BlobDistributedMutex;
 use crate::options::{default_holder, MutexOptions, ABORT_WAIT, STOP_SLACK};
@@ -352,15 +352,12 @@ impl<S: LeaseSetStore> BlobLeaseSet<S> {
         self.shared.owners.subscribe()
     }
 
-    /// Whether this instance of the set is live and ready, for an
-    /// orchestrator's probes (see [`Health`]): read from what its
-    /// membership and partition terms learn, at no request. Ready while
-    /// [`run`](Self::run) runs and storage answers.
-    #[must_use]
-    pub fn health(&self) -> Health {
+    /// What the engine learns of this set's membership and partition
+    /// terms, and the membership's options (which have the longer grace:
+    /// the longer bound), for [`health`](Self::health).
+    pub(crate) fn vitals(&self) -> (Arc<Vitals>, MutexOptions) {
         let membership = membership_options(&self.options.mutex, &self.shared.holder);
-        // The membership's options have the longer grace: the longer bound.
-        Health::of_set(self.shared.vitals.clone(), self.watch(), &membership)
+        (self.shared.vitals.clone(), membership)
     }
 
     /// A report for every partition term of this instance that ends from now

@@ -42,11 +42,12 @@ mod error;
 pub mod guide;
 pub mod health;
 mod lease_set;
+mod limits;
 mod mutex;
 mod options;
+mod quorum;
 mod store;
 
-pub use azure::collect::Collection;
 #[cfg(feature = "azure_identity")]
 #[cfg_attr(docsrs, doc(cfg(feature = "azure_identity")))]
 pub use azure::credential_options::credential_options;
@@ -61,11 +62,10 @@ pub use azure::protocol::{
 };
 pub use azure::settings::{BlobSettings, AZURITE_ACCOUNT, AZURITE_ENDPOINT};
 pub use azure::{Backend, BlobLeaseManager, BlobLeaseSetStore};
+pub use engine::ending::{StopReason, TaskStop, TermReport};
 pub use engine::fail_stop::FAIL_STOP_EXIT_CODE;
 pub use engine::leader::Leader;
-pub use engine::leadership::{
-    Heartbeat, LeaderContext, Leadership, StopReason, TaskStop, TermReport,
-};
+pub use engine::leadership::{Heartbeat, LeaderContext, Leadership};
 pub use error::{BoxError, Cause, Error, Result};
 pub use lease_set::balance::Strategy;
 pub use lease_set::{BlobLeaseSet, LeaseSetOptions, PartitionContext, PartitionReport};
@@ -74,13 +74,14 @@ pub use mutex::{
     DONE_KEY_MAX,
 };
 pub use options::{MutexOptions, STOP_SLACK};
+pub use quorum::{
+    AccountLease, Holding, QuorumLeaseSetStore, QuorumLeaseStore, MAX_QUORUM_ACCOUNTS,
+};
+pub use store::collect::Collection;
 #[cfg(feature = "testing")]
 pub use store::conformance;
 #[cfg(feature = "testing")]
 pub use store::memory::{MemoryLeaseSetStore, MemoryLeaseStore};
-pub use store::quorum::{
-    AccountLease, Holding, QuorumLeaseSetStore, QuorumLeaseStore, MAX_QUORUM_ACCOUNTS,
-};
 pub use store::{
     Acquire, Candidate, LeaseId, LeaseInfo, LeaseSetStore, LeaseState, LeaseStore, StampOptions,
     MAX_ADVERTISED_LEN, MAX_STATE_LEN,

@@ -9,15 +9,15 @@ use tokio_util::sync::CancellationToken;
 
 use crate::azure::settings::BlobSettings;
 use crate::azure::BlobLeaseManager;
+use crate::engine::ending::TermReport;
 use crate::engine::first_contact::FirstContact;
 use crate::engine::leader::{Leader, LeaderWatch};
-use crate::engine::leadership::{LeaderContext, Leadership, TermReport};
+use crate::engine::leadership::{LeaderContext, Leadership};
 use crate::engine::lingering::Lingering;
 use crate::engine::metrics::Metrics;
 use crate::engine::vitals::Vitals;
 use crate::engine::{box_task, Engine, Observer, TaskFn};
 use crate::error::{BoxError, Error, Result};
-use crate::health::Health;
 use crate::options::{default_holder, MutexOptions};
 use crate::store::{check_request_timeout, LeaseStore};
 
@@ -218,16 +218,10 @@ impl<S: LeaseStore> BlobDistributedMutex<S> {
         self.core.state.subscribe()
     }
 
-    /// Whether this mutex is live and ready, for an orchestrator's probes
-    /// (see [`Health`]): read from what its campaign and guards learn, at
-    /// no request.
-    #[must_use]
-    pub fn health(&self) -> Health {
-        Health::of_mutex(
-            self.core.metrics.vitals().clone(),
-            self.watch(),
-            &self.core.options,
-        )
+    /// What the engine learns of this mutex's campaigns and guards, for
+    /// [`health`](Self::health).
+    pub(crate) fn vitals(&self) -> Arc<Vitals> {
+        self.core.metrics.vitals().clone()
     }
 
     /// A receiver of who leads this lease, as this instance last saw it:

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use crate::bounded::DEFAULT_REQUEST_TIMEOUT;
 use crate::error::{Error, Result};
-use crate::store::{check_advertised, lease_seconds};
+use crate::limits::{check_advertised, lease_seconds};
 
 /// Timing and behaviour of a [`BlobDistributedMutex`](crate::BlobDistributedMutex).
 ///

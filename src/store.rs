@@ -3,12 +3,13 @@
 //!
 //! Beside it in this folder, what every mode needs whatever the storage:
 //! the names that a lease set and a lease own, and the rules that keep
-//! every other lease out of them (`names`); the quorum over several
-//! accounts, itself a store of stores (`quorum`); the in-memory store
-//! (`memory`) and the contract's tests (`conformance`). The Azure stores
-//! live apart, in `azure/`.
+//! every other lease out of them (`names`); the collection of stale member
+//! and candidate blobs (`collect`); the in-memory store (`memory`) and the
+//! contract's tests (`conformance`). The Azure stores live apart, in
+//! `azure/`, and the quorum, a store of stores, in `quorum/`.
 //!
-//! Nothing here knows the engine, the mutex or the lease set.
+//! Nothing here knows the engine, the mutex, the lease set, the quorum or
+//! Azure (`scripts/check-layers`).
 
 use std::fmt;
 use std::future::Future;
@@ -17,12 +18,12 @@ use std::time::Duration;
 
 use crate::error::{Error, Result};
 
+pub(crate) mod collect;
 #[cfg(feature = "testing")]
 pub mod conformance;
 #[cfg(feature = "testing")]
 pub(crate) mod memory;
 pub(crate) mod names;
-pub(crate) mod quorum;
 pub(crate) mod stamp;
 
 pub use stamp::StampOptions;
@@ -553,53 +554,8 @@ pub(crate) fn check_state_len(state: &[u8]) -> Result<()> {
     Ok(())
 }
 
-/// The longest value, in bytes, that an instance may advertise with its
-/// stamp ([`MutexOptions::advertised`](crate::MutexOptions::advertised)):
-/// it travels as blob metadata, in a request header, on every stamp and
-/// every listing of a set.
-pub const MAX_ADVERTISED_LEN: usize = 256;
-
-/// A fixed lease duration in whole seconds from 15 to 60, as Azure takes it.
-/// Checked before any duration reaches the SDK, whose `From<Duration>` for
-/// its lease duration casts to `u8` and wraps anything over 255 s.
-pub(crate) fn lease_seconds(duration: Duration) -> Result<u8> {
-    match u8::try_from(duration.as_secs()) {
-        Ok(s @ 15..=60) if duration.subsec_nanos() == 0 => Ok(s),
-        _ => Err(Error::invalid(
-            "lease_duration",
-            format!("must be whole seconds from 15 to 60, got {duration:?}"),
-        )),
-    }
-}
-
-/// Refuses an advertised value that is empty, longer than
-/// [`MAX_ADVERTISED_LEN`], not printable ASCII (it is an HTTP header value
-/// on Azure), or with spaces at either end (which storage would trim, so
-/// that followers would read another value than the one written).
-pub(crate) fn check_advertised(value: &str) -> Result<()> {
-    if value.is_empty() || value.len() > MAX_ADVERTISED_LEN {
-        return Err(Error::invalid(
-            "advertised",
-            format!(
-                "must be 1 to {MAX_ADVERTISED_LEN} bytes long, got {}",
-                value.len()
-            ),
-        ));
-    }
-    if !value.bytes().all(|b| (0x20..0x7f).contains(&b)) {
-        return Err(Error::invalid(
-            "advertised",
-            "must be printable ASCII (it is stored as blob metadata, an HTTP header value)",
-        ));
-    }
-    if value.starts_with(' ') || value.ends_with(' ') {
-        return Err(Error::invalid(
-            "advertised",
-            "must not start or end with a space (storage would trim it)",
-        ));
-    }
-    Ok(())
-}
+pub use crate::limits::MAX_ADVERTISED_LEN;
+pub(crate) use crate::limits::{check_advertised, lease_seconds};
 
 /// Many named leases in one namespace, listed together: what a
 /// [`BlobLeaseSet`](crate::BlobLeaseSet) needs for its partitions and its

@@ -11,7 +11,6 @@ use tracing::{debug, trace};
 
 use crate::azure::backend::AnyCalls;
 use crate::azure::calls::{BlobCalls, CallError, Metadata, Put};
-use crate::azure::collect::{Collection, Collector};
 use crate::azure::protocol::{
     clock_passed, first_epoch, next_epoch, write_term, NextEpoch, CONTAINER_NOT_FOUND, MEMBER_KEY,
     MEMBER_VALUE,
@@ -20,6 +19,7 @@ use crate::azure::settings::BlobSettings;
 use crate::bounded::DEFAULT_REQUEST_TIMEOUT;
 use crate::bounded::{bounded, bounded_since};
 use crate::error::{Error, Result};
+use crate::store::collect::{Collection, Collector};
 use crate::store::lease_seconds;
 use crate::store::stamp::NEW_RECORD_WAIT;
 use crate::store::{

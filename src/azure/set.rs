@@ -11,12 +11,12 @@ use tracing::debug;
 
 use super::backend::AnyCalls;
 use super::calls::{BlobCalls, Listed};
-use super::collect::{self, Collection, Collector};
 use super::settings::BlobSettings;
 use super::BlobLeaseManager;
 use crate::bounded::bounded;
 use crate::bounded::DEFAULT_REQUEST_TIMEOUT;
 use crate::error::Result;
+use crate::store::collect::{self, Collection, Collector};
 use crate::store::names::{collectable, SetLease};
 use crate::store::{LeaseInfo, LeaseSetStore};
 

@@ -10,12 +10,14 @@ use std::sync::Arc;
 use azure_core::credentials::TokenCredential;
 use azure_core::http::Transport;
 
+mod backend;
 mod connection_string;
 mod endpoint;
 
+pub use backend::Backend;
+
 use connection_string::ConnectionString;
 
-use crate::azure::backend::Backend;
 use crate::error::{Error, Result};
 use crate::store::names::{self, SetLease};
 

@@ -27,7 +27,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::engine::leadership::{TaskStop, TermReport};
+use crate::engine::ending::{TaskStop, TermReport};
 use crate::engine::vitals::Vitals;
 
 /// The figures of one lease (a no-op without the `metrics` feature), and

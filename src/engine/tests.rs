@@ -14,7 +14,8 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::{box_task, Engine, TaskFn};
-use crate::engine::leadership::{LeaderContext, Leadership, StopReason, TaskStop, TermReport};
+use crate::engine::ending::{StopReason, TaskStop, TermReport};
+use crate::engine::leadership::{LeaderContext, Leadership};
 use crate::error::{Error, Result};
 use crate::options::{MutexOptions, STOP_SLACK};
 use crate::store::{Acquire, LeaseId, LeaseInfo, LeaseStore, StampOptions};

@@ -13,10 +13,10 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use super::{BlobLeaseSet, LeaseSetOptions};
-use crate::azure::collect::Collection;
 use crate::error::{Error, Result};
 use crate::mutex::BlobDistributedMutex;
 use crate::options::MutexOptions;
+use crate::store::collect::Collection;
 use crate::store::memory::{MemoryLeaseSetStore, MemoryLeaseStore};
 use crate::store::{LeaseId, LeaseSetStore, LeaseState, LeaseStore, StampOptions};
 

@@ -13,8 +13,9 @@ use tracing::Instrument;
 
 use super::{BlobDistributedMutex, MutexObserver, OneCampaign};
 use crate::bounded::bounded;
+use crate::engine::ending::{StopReason, TermReport};
 use crate::engine::leader::Leader;
-use crate::engine::leadership::{LeaderContext, StopReason, TermReport};
+use crate::engine::leadership::LeaderContext;
 use crate::engine::{Attempts, Engine, TaskFn};
 use crate::error::{Error, Result};
 use crate::store::LeaseStore;

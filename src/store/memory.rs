@@ -7,8 +7,8 @@ use std::time::{Duration, SystemTime};
 
 use tokio::time::Instant;
 
-use crate::azure::collect::{Collection, Collector};
 use crate::error::{Error, Result};
+use crate::store::collect::{Collection, Collector};
 use crate::store::lease_seconds;
 use crate::store::names::{self, collectable, SetLease};
 use crate::store::{

@@ -45,6 +45,13 @@ pub(crate) struct Defects {
     /// No catch-up: a renewal that acquires an account again (restarted
     /// empty) leaves it without the term's epoch.
     pub(crate) no_catch_up: bool,
+    /// `basis_holds` off by one: the deadline kept while the accounts it
+    /// rests on, less those found gone, are one short of a majority (a
+    /// minority of the accounts).
+    pub(crate) basis_on_a_minority: bool,
+    /// The stamp's vote counts an account that did not answer as one that
+    /// carries the term's epoch (a time-out taken for a success).
+    pub(crate) stamp_unanswered_counted: bool,
 }
 
 /// How many faults of each kind may happen in one run.
@@ -63,6 +70,16 @@ pub(crate) struct Faults {
     pub(crate) crashes: u8,
     /// Instances frozen from a tick to a later one (a paused process).
     pub(crate) freezes: u8,
+    /// Leases broken by an operator (`blob-mutex break` on one account):
+    /// the account forgets the lease and keeps its epoch, and the term
+    /// that held it learns of it only from the account's next answer.
+    pub(crate) breaks: u8,
+    /// Requests lost on their way (an instance's path to one account cut
+    /// for one call): the account never sees it. A renewal that does not
+    /// reach an account lets the lease run out there under its holder, to
+    /// be taken by another after it expired; a stamp that does not reach
+    /// it leaves it behind the term.
+    pub(crate) drops: u8,
 }
 
 /// One configuration of the model.
@@ -121,6 +138,8 @@ impl Config {
                 losses: 1,
                 crashes: 1,
                 freezes: 0,
+                breaks: 0,
+                drops: 0,
             },
             defects: Defects::default(),
             clock: None,
@@ -170,6 +189,9 @@ pub(crate) struct Term {
     pub(crate) deadline: u8,
     /// The tick of its next renewal.
     pub(crate) renew_at: u8,
+    /// The account on which an operator broke its lease, until an answer
+    /// from there tells the term (a renewal's, which reaches it).
+    pub(crate) broken: Option<usize>,
 }
 
 /// The whole system at one instant.
@@ -213,18 +235,55 @@ impl State {
             (!inst.crashed && self.t < term.deadline).then_some(i)
         })
     }
+
+    /// The accounts (a bit each) on which an operator broke the lease of a
+    /// term that has not heard of it.
+    pub(crate) fn broken(&self) -> u16 {
+        self.instances
+            .iter()
+            .filter(|inst| !inst.crashed)
+            .filter_map(|inst| inst.term.as_ref()?.broken)
+            .fold(0, |bits, a| bits | 1 << a)
+    }
+
+    /// The acting instances the quorum answers for: all but a term whose
+    /// lease an operator broke and that has not heard from that account
+    /// since. As on one account, such a term acts on until an answer tells
+    /// it (the guide's guarantees), and another may lead meanwhile; from
+    /// that answer on, the quorum's rules must end it before another leads.
+    pub(crate) fn answered_for(&self) -> impl Iterator<Item = usize> + '_ {
+        self.acting().filter(|i| {
+            let term = self.instances[*i].term.as_ref();
+            term.is_some_and(|t| t.broken.is_none())
+        })
+    }
+}
+
+/// A call of one step, the account, and what was lost of it there.
+pub(crate) type Lost = Option<(Call, usize, Mishap)>;
+
+/// What goes wrong with one request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Mishap {
+    /// Its answer is lost: the account applied the request, the instance
+    /// counts it as failed.
+    Answer,
+    /// The request is lost on its way: the account never sees it, the
+    /// instance counts it as failed.
+    Request,
 }
 
 /// What can happen next.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) enum Action {
-    /// An instance takes its step of this tick; `lose` names a call of it
-    /// and the account whose answer is lost; the accounts in `cut` (a bit
-    /// each) do not get its requests (a fault on its own path: only a
-    /// replay of a chaos run takes this, from the faults it recorded).
+    /// An instance takes its step of this tick; `lose` names a call of it,
+    /// the account, and whether its answer or the request is lost there;
+    /// the accounts in `cut` (a bit each) do not get its requests (a fault
+    /// on its own path: only a replay of a chaos run takes this, from the
+    /// faults it recorded).
     Step {
         instance: usize,
-        lose: Option<(Call, usize)>,
+        lose: Lost,
         cut: u8,
     },
     /// An instance is slow: its step of this tick comes later (only a
@@ -244,6 +303,8 @@ pub(crate) enum Action {
     Down(usize),
     /// An account comes back.
     Up(usize),
+    /// An operator breaks the lease on an account.
+    Break(usize),
     /// An instance crashes.
     Crash(usize),
     /// An instance freezes.
@@ -342,10 +403,13 @@ impl Quorum {
                 // A cut path is an account down for this step alone.
                 let down = s.down;
                 s.down |= u16::from(cut);
+                match lose {
+                    Some((_, _, Mishap::Answer)) => s.left.losses -= 1,
+                    Some((_, _, Mishap::Request)) => s.left.drops -= 1,
+                    None => {}
+                }
                 if lose.is_some() {
-                    s.left.losses -= 1;
-                    s.last_fault = s.t;
-                    s.led_since_fault = false;
+                    fault(&mut s);
                 }
                 match Self::plan(state, instance)? {
                     Plan::Stop => {
@@ -355,8 +419,14 @@ impl Quorum {
                     Plan::Renew => self.renew(&mut s, instance, lose, &mut log),
                     Plan::Campaign => self.campaign(&mut s, instance, lose, &mut log),
                 }
-                if let Some((call, a)) = lose {
-                    let _ = write!(log, " (a{a}'s answer to the {call:?} call lost)");
+                match lose {
+                    Some((call, a, Mishap::Answer)) => {
+                        let _ = write!(log, " (a{a}'s answer to the {call:?} call lost)");
+                    }
+                    Some((call, a, Mishap::Request)) => {
+                        let _ = write!(log, " (the {call:?} request to a{a} lost on its way)");
+                    }
+                    None => {}
                 }
                 if cut != 0 {
                     let _ = write!(log, " (cut off from {})", accounts(cut));
@@ -388,6 +458,7 @@ impl Quorum {
                 let _ = write!(log, "account a{a} comes back");
                 fault(&mut s);
             }
+            Action::Break(a) => break_lease(&mut s, a, &mut log),
             Action::Crash(i) => {
                 s.left.crashes -= 1;
                 s.instances[i].crashed = true;
@@ -452,11 +523,13 @@ impl Quorum {
         let Some(term) = &s.instances[i].term else {
             return;
         };
-        let epoch = term.epoch;
+        let (epoch, broken) = (term.epoch, term.broken.is_some());
         if epoch >= s.register {
             s.register = epoch;
             let id = (i, s.instances[i].round);
-            if s.newest.is_some_and(|(_, newest)| newest != id) {
+            // A broken term that has not heard of it may write until the
+            // newer term's first write: only the register's check stops it.
+            if !broken && s.newest.is_some_and(|(_, newest)| newest != id) {
                 s.deposed_write = true;
                 let _ = write!(
                     log,
@@ -468,6 +541,21 @@ impl Quorum {
         }
         let _ = self;
     }
+}
+
+/// An operator breaks the lease on account `a`; the term that held it
+/// does not know yet.
+fn break_lease(s: &mut State, a: usize, log: &mut String) {
+    s.left.breaks -= 1;
+    let _ = write!(log, "an operator breaks the lease on a{a}");
+    if let Some(((i, round), _)) = s.accounts[a].lease.take() {
+        let inst = &mut s.instances[i];
+        if let Some(term) = inst.term.as_mut().filter(|_| inst.round == round) {
+            term.broken = Some(a);
+            let _ = write!(log, ", i{i}'s");
+        }
+    }
+    fault(s);
 }
 
 fn fault(s: &mut State) {
@@ -571,18 +659,30 @@ impl Model for Quorum {
                 lose: None,
                 cut: 0,
             });
-            if state.left.losses == 0 {
+            if plan == Plan::Stop {
                 continue;
             }
-            let calls: &[Call] = match plan {
-                Plan::Campaign | Plan::Renew => &[Call::Lease, Call::Read, Call::Stamp],
-                Plan::Stop => &[],
+            // Any answer may be lost. A request lost on its way: a
+            // renewal's (the lease runs out there, and another may take
+            // it), or a new term's stamp (the account stays behind it).
+            let answers: &[Call] = match state.left.losses {
+                0 => &[],
+                _ => &[Call::Lease, Call::Read, Call::Stamp],
             };
-            for &call in calls {
+            let requests: &[Call] = match (state.left.drops, plan) {
+                (0, _) | (_, Plan::Stop) => &[],
+                (_, Plan::Renew) => &[Call::Lease],
+                (_, Plan::Campaign) => &[Call::Stamp],
+            };
+            let lost = answers
+                .iter()
+                .map(|c| (*c, Mishap::Answer))
+                .chain(requests.iter().map(|c| (*c, Mishap::Request)));
+            for (call, mishap) in lost {
                 for a in (0..c.accounts).filter(|a| state.down & (1 << a) == 0) {
                     actions.push(Action::Step {
                         instance: i,
-                        lose: Some((call, a)),
+                        lose: Some((call, a, mishap)),
                         cut: 0,
                     });
                 }
@@ -595,15 +695,26 @@ impl Model for Quorum {
         if state.moved != 0 {
             return;
         }
+        // A break is an account that forgot a lease: until the term it
+        // broke has heard of it, it counts beside the accounts restarted
+        // empty toward the failures the quorum survives (a minority).
+        let forgot = state.unheld | state.broken();
         for a in 0..c.accounts {
-            let unheld = (state.unheld | 1 << a).count_ones() as usize;
-            if state.left.wipes > 0 && unheld < majority(c.accounts) {
+            let within = ((forgot | 1 << a).count_ones() as usize) < majority(c.accounts);
+            if state.left.wipes > 0 && within {
                 actions.push(Action::Wipe(a));
             }
             if state.down & (1 << a) != 0 {
                 actions.push(Action::Up(a));
             } else if state.left.outages > 0 && state.down == 0 {
                 actions.push(Action::Down(a));
+            }
+            // An operator breaks a live lease (breaking none changes nothing).
+            let live = state.accounts[a]
+                .lease
+                .is_some_and(|(_, expires)| state.t < expires);
+            if state.left.breaks > 0 && live && within {
+                actions.push(Action::Break(a));
             }
         }
         for (i, inst) in state.instances.iter().enumerate() {
@@ -630,7 +741,7 @@ impl Model for Quorum {
     fn properties(&self) -> Vec<Property<Self>> {
         vec![
             Property::always("one leader at a time", |_, s: &State| {
-                s.acting().count() <= 1
+                s.answered_for().count() <= 1
             }),
             Property::always("epochs strictly increase", |_, s: &State| {
                 !s.epoch_went_back

@@ -8,6 +8,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 
+mod resources;
+
 use crate::azurite::Azurite;
 use crate::footprint::{clock_ticks, cpu_ns, cpu_ticks, vm_kib};
 use crate::json::Json;
@@ -15,7 +17,7 @@ use crate::proxy::{count_by_kind, counts_json, Kind, Proxy};
 use crate::report::{percent, secs, Report};
 use crate::stats::float;
 use crate::workers::{Group, Worker};
-use crate::{footprint, Config, IDLE_WORK_MS, JITTER};
+use crate::{Config, IDLE_WORK_MS, JITTER};
 
 /// Options of one run of workers; the renew interval is the default, a
 /// third of the lease.
@@ -456,5 +458,5 @@ pub(crate) async fn cost(config: &Config, azurite: &Azurite, report: &mut Report
         "Per term a leader also makes 1 acquire, 1 metadata read and 1 metadata write (the \
          epoch stamp) and 1 release when it stops.\n"
     );
-    footprint::report(report, &defaults, window.seconds, window.ticks)
+    resources::report(report, &defaults, window.seconds, window.ticks)
 }

@@ -14,17 +14,17 @@ use std::process::ExitStatus;
 use std::time::Duration;
 
 use blob_mutex::STOP_SLACK;
-use nix::errno::Errno;
-use nix::sys::signal::{killpg, Signal};
+use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 use tokio::sync::watch;
 use tokio::time::{timeout_at, Instant};
 use tracing::{debug, warn};
 
 use crate::exit;
+use crate::group::{signal_group, test_kill_delay};
 use crate::guard::Guard;
+pub(crate) use reap::Groups;
 use reap::{gone_by, Live, REAP_WAIT};
-pub(crate) use reap::{test_kill_delay, Groups};
 
 /// The environment variable that carries the fencing token.
 pub(crate) const EPOCH_ENV: &str = "BLOB_MUTEX_EPOCH";
@@ -293,24 +293,6 @@ pub(crate) async fn stop_group(
     }
     unkillable(exit::UNKILLABLE);
     std::future::pending().await
-}
-
-/// Sends `signal` to every process of `group`; a group that is gone already
-/// is not an error.
-pub(crate) fn signal_group(group: Pid, signal: Signal) {
-    if signal == Signal::SIGKILL {
-        if let Some(delay) = test_kill_delay() {
-            std::thread::spawn(move || {
-                std::thread::sleep(delay);
-                let _ = killpg(group, signal);
-            });
-            return;
-        }
-    }
-    match killpg(group, signal) {
-        Ok(()) | Err(Errno::ESRCH) => {}
-        Err(e) => warn!(pid = %group, %signal, error = %e, "could not signal the command"),
-    }
 }
 
 #[cfg(test)]

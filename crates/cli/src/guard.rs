@@ -111,7 +111,7 @@ impl Guard {
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .process_group(0)
-            .kill_on_drop(crate::child::test_kill_delay().is_none())
+            .kill_on_drop(crate::group::test_kill_delay().is_none())
             .spawn()?;
         let id = process
             .id()
@@ -170,7 +170,7 @@ impl Guard {
 impl Drop for Guard {
     fn drop(&mut self) {
         // Whatever joined the guard's group must not outlive it.
-        crate::child::signal_group(self.group, Signal::SIGKILL);
+        crate::group::signal_group(self.group, Signal::SIGKILL);
     }
 }
 
@@ -273,7 +273,7 @@ fn kill_own_group(why: &'static str) -> ! {
         let _ = said.send(());
     });
     let _ = written.recv_timeout(MESSAGE_WAIT);
-    if let Some(delay) = crate::child::test_kill_delay() {
+    if let Some(delay) = crate::group::test_kill_delay() {
         std::thread::sleep(delay);
     }
     let _ = killpg(getpgrp(), Signal::SIGKILL);

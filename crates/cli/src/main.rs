@@ -19,6 +19,7 @@ mod child;
 mod cli;
 mod endpoint;
 mod exit;
+mod group;
 mod guard;
 mod logs;
 mod partitions;

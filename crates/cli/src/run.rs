@@ -440,7 +440,7 @@ async fn forward_signals(shared: Arc<Shared>) -> Result<()> {
         };
         if let Some(group) = running {
             warn!(signal = %received, "second signal: killing the command");
-            child::signal_group(group, Signal::SIGKILL);
+            crate::group::signal_group(group, Signal::SIGKILL);
         } else {
             info!(signal = %received, "stopping: the command gets the signal, then the lease is released");
         }

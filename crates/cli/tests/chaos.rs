@@ -21,7 +21,7 @@
 //!   before the pause (`chaos_checker::a_write_answered_late_counts_from_when_it_was_sent`);
 //! - 1731546683 (`official`): two leaders on the quorum for 1.1 s, an
 //!   account restarted empty while another was down
-//!   (`store::quorum::tests::a_lease_forgotten_by_an_account_of_a_bare_majority_ends_the_term`);
+//!   (`quorum::tests::a_lease_forgotten_by_an_account_of_a_bare_majority_ends_the_term`);
 //!   the same wake in the register's order
 //!   (`chaos_checker::a_register_write_answered_late_keeps_the_registers_order`);
 //!   replayed after the fix, a frozen `blob-mutex run` whose command worked

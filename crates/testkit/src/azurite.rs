@@ -14,7 +14,7 @@ use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use blob_mutex::BlobSettings;
+use blob_mutex::{Backend, BlobSettings};
 
 /// Azurite's well-known development account key (public, documented by Microsoft).
 pub const DEV_KEY: &str =
@@ -114,11 +114,14 @@ impl Azurite {
         self.process = Some(process);
     }
 
-    /// Settings for `container`/`blob` on this Azurite, via a connection string.
+    /// Settings for `container`/`blob` on this Azurite, via a connection
+    /// string, on the backend `BLOB_MUTEX_BACKEND` names (as
+    /// [`backend::current`](super::backend::current), which builds on this
+    /// module: read here from the environment directly).
     pub fn settings(&self, container: &str, blob: &str) -> BlobSettings {
         BlobSettings::from_connection_string(&self.connection_string(), container, blob)
             .expect("valid test settings")
-            .with_backend(super::backend::current())
+            .with_backend(Backend::from_env().expect("BLOB_MUTEX_BACKEND names a backend"))
     }
 
     /// The connection string of this Azurite's development account.

@@ -5,30 +5,29 @@
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use super::{show, Account, Call, Carries, Id, Quorum, State, Term, EPOCH_BITS};
+use super::{show, Account, Call, Carries, Id, Lost, Mishap, Quorum, State, Term, EPOCH_BITS};
 use crate::hold_off::{self, first_missing, on_the_same_blob, Read};
 use crate::rules::{
-    acquire_outcome, behind_the_stamp, carried_by_majority, lift, next_epoch, read_outcome,
-    vote_carried, vote_stamped, AcquireOutcome, Acquired, ReadOutcome, RenewOutcome, Renewed,
-    Stamped, Standing,
+    acquire_outcome, behind_the_stamp, carried_by_majority, lift, majority, next_epoch,
+    read_outcome, vote_carried, vote_stamped, AcquireOutcome, Acquired, ReadOutcome, RenewOutcome,
+    Renewed, Stamped, Standing, Vote,
 };
 
 impl Quorum {
-    fn answer_lost(lose: Option<(Call, usize)>, call: Call, a: usize) -> bool {
-        lose == Some((call, a))
+    fn answer_lost(lose: Lost, call: Call, a: usize) -> bool {
+        lose == Some((call, a, Mishap::Answer))
     }
 
-    pub(super) fn campaign(
-        &self,
-        s: &mut State,
-        i: usize,
-        lose: Option<(Call, usize)>,
-        log: &mut String,
-    ) {
+    /// Whether the request of `call` to account `a` never reached it.
+    fn dropped(lose: Lost, call: Call, a: usize) -> bool {
+        lose == Some((call, a, Mishap::Request))
+    }
+
+    pub(super) fn campaign(&self, s: &mut State, i: usize, lose: Lost, log: &mut String) {
         let (t, id) = (s.t, (i, s.instances[i].round));
         let answers: Vec<Acquired> = (0..self.0.accounts)
             .map(|a| {
-                if s.down & (1 << a) != 0 {
+                if s.down & (1 << a) != 0 || Self::dropped(lose, Call::Lease, a) {
                     return Acquired::Failed;
                 }
                 let account = &mut s.accounts[a];
@@ -90,7 +89,7 @@ impl Quorum {
         s: &mut State,
         i: usize,
         answers: &[Acquired],
-        lose: Option<(Call, usize)>,
+        lose: Lost,
         log: &mut String,
     ) -> Vec<bool> {
         let t = s.t;
@@ -144,7 +143,7 @@ impl Quorum {
         s: &mut State,
         i: usize,
         mut standing: Standing,
-        lose: Option<(Call, usize)>,
+        lose: Lost,
         log: &mut String,
     ) {
         let (t, id) = (s.t, (i, s.instances[i].round));
@@ -165,7 +164,7 @@ impl Quorum {
         let epoch = next_epoch(last, 0).unwrap_or(u64::MAX);
         let answers: Vec<Stamped> = (0..self.0.accounts)
             .map(|a| {
-                if s.down & (1 << a) != 0 {
+                if s.down & (1 << a) != 0 || Self::dropped(lose, Call::Stamp, a) {
                     return Stamped::Failed;
                 }
                 let answer = self.stamp(&mut s.accounts[a], id, epoch, t);
@@ -186,7 +185,7 @@ impl Quorum {
                 answers[a] = self.stamp(&mut s.accounts[a], id, top, t);
             }
         }
-        let votes = self.votes(answers.iter().map(|a| vote_stamped(*a, epoch)));
+        let votes = self.votes(answers.iter().map(|a| self.vote_stamped(*a, epoch)));
         let carried: Vec<Option<u64>> = answers.iter().map(Carries::carries).collect();
         if !votes.won() {
             let _ = write!(log, ", no majority: gives the lease back");
@@ -224,23 +223,18 @@ impl Quorum {
             epoch,
             deadline: self.deadline(t),
             renew_at: t + self.0.renew,
+            broken: None,
         });
     }
 
-    pub(super) fn renew(
-        &self,
-        s: &mut State,
-        i: usize,
-        lose: Option<(Call, usize)>,
-        log: &mut String,
-    ) {
+    pub(super) fn renew(&self, s: &mut State, i: usize, lose: Lost, log: &mut String) {
         let (t, id) = (s.t, (i, s.instances[i].round));
         let Some(mut term) = s.instances[i].term.take() else {
             return;
         };
         let answers: Vec<Renewed> = (0..self.0.accounts)
             .map(|a| {
-                if s.down & (1 << a) != 0 {
+                if s.down & (1 << a) != 0 || Self::dropped(lose, Call::Lease, a) {
                     return Renewed::Failed;
                 }
                 let answer = self.renew_one(&mut s.accounts[a], id, term.standing.held[a], t);
@@ -252,13 +246,16 @@ impl Quorum {
             })
             .collect();
         let votes = self.votes(answers.iter().map(|a| a.vote()));
+        if term.broken.is_some_and(|a| answers[a] != Renewed::Failed) {
+            term.broken = None;
+        }
         let kept: Vec<bool> = answers
             .iter()
             .map(|r| *r == Renewed::Held { again: false })
             .collect();
         self.seen_in_term(s, i, &kept);
         let mut outcome = term.standing.renewed(&answers, votes);
-        if self.0.defects.no_basis_rule && outcome == RenewOutcome::BasisGone {
+        if outcome == RenewOutcome::BasisGone && self.basis_kept_by_a_defect(&term.standing) {
             outcome = RenewOutcome::NoMajority;
         }
         let _ = write!(log, "i{i} renews {}: {outcome:?}", show(&answers));
@@ -288,6 +285,28 @@ impl Quorum {
         }
     }
 
+    /// The crate's vote of a stamp's answer, or the planted defect's.
+    fn vote_stamped(&self, answer: Stamped, epoch: u64) -> Vote {
+        match answer {
+            Stamped::Failed if self.0.defects.stamp_unanswered_counted => Vote::Yes,
+            _ => vote_stamped(answer, epoch),
+        }
+    }
+
+    /// Whether a planted defect keeps the deadline where the crate's
+    /// `basis_holds` ends the term: no basis rule at all, or the rule off
+    /// by one (the accounts left one short of a majority still hold it).
+    fn basis_kept_by_a_defect(&self, standing: &Standing) -> bool {
+        let d = self.0.defects;
+        let left = standing
+            .basis
+            .iter()
+            .zip(&standing.gone)
+            .filter(|(basis, gone)| **basis && !**gone)
+            .count();
+        d.no_basis_rule || (d.basis_on_a_minority && left + 1 >= majority(self.0.accounts))
+    }
+
     /// Brings the accounts just held that are not known to carry the
     /// term's stamp up to it: read, and stamped when behind.
     fn catch_up(
@@ -296,7 +315,7 @@ impl Quorum {
         id: Id,
         term: &mut Term,
         answers: &[Renewed],
-        lose: Option<(Call, usize)>,
+        lose: Lost,
         log: &mut String,
     ) {
         if self.0.defects.no_catch_up {
@@ -309,6 +328,9 @@ impl Quorum {
             }
             let carried = s.accounts[a].epoch;
             if behind_the_stamp(carried, term.epoch) {
+                if Self::dropped(lose, Call::Stamp, a) {
+                    continue;
+                }
                 let answer = self.stamp(&mut s.accounts[a], id, term.epoch, s.t);
                 if Self::answer_lost(lose, Call::Stamp, a) {
                     continue;
@@ -373,13 +395,7 @@ impl Quorum {
 
     /// The term is over: the task stopped, the lease is released, and the
     /// instance campaigns again after a pause, under a new id.
-    pub(super) fn end_term(
-        &self,
-        s: &mut State,
-        i: usize,
-        _lose: Option<(Call, usize)>,
-        log: &mut String,
-    ) {
+    pub(super) fn end_term(&self, s: &mut State, i: usize, _lose: Lost, log: &mut String) {
         s.instances[i].term = None;
         let _ = write!(log, "releases");
         self.give_up(s, i);

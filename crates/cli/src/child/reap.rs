@@ -20,23 +20,6 @@ pub(crate) const REAP_WAIT: Duration = Duration::from_secs(5);
 /// How often a group that was sent SIGKILL is looked for.
 const POLL: Duration = Duration::from_millis(10);
 
-/// Test only, read in debug builds only: `BLOB_MUTEX_TEST_KILL_DELAY=<ms>`
-/// delivers every SIGKILL to a command's group (by `run` or by its guard)
-/// that many milliseconds late, as the kernel does to a process in
-/// uninterruptible sleep, and keeps Tokio from killing the command and the
-/// guard when their handles are dropped, so that tests can see what `run`
-/// does while a group outlives SIGKILL. Release builds ignore it.
-const KILL_DELAY_ENV: &str = "BLOB_MUTEX_TEST_KILL_DELAY";
-
-/// The delay [`KILL_DELAY_ENV`] asks for, in a debug build.
-pub(crate) fn test_kill_delay() -> Option<Duration> {
-    if !cfg!(debug_assertions) {
-        return None;
-    }
-    let millis = std::env::var(KILL_DELAY_ENV).ok()?.parse().ok()?;
-    Some(Duration::from_millis(millis))
-}
-
 /// The process groups of this run's commands that may still have a
 /// process: a command starts only once no earlier group has one.
 #[derive(Clone)]

@@ -1,6 +1,11 @@
 //! A lease store over N independent storage accounts that leads while a
 //! majority of their leases is held: the election survives the loss of a
 //! minority of the accounts.
+//!
+//! It is a store of stores, above the seam it implements and beside the
+//! Azure stores it is usually made of (`from_settings`); its decisions are
+//! pure rules (`rules`, `hold_off`) that the model checker compiles as
+//! they are.
 
 mod calls;
 mod each;

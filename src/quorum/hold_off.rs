@@ -86,11 +86,15 @@ pub(crate) struct Account {
 ///   one, counts once this store has seen it so for `hold_off`: it may
 ///   have been part of a live holder's majority until it forgot, and every
 ///   lease it granted before that has expired by then.
-/// - When no account read carries an epoch, and every granted account was
-///   read, an account without one counts at once: a new quorum (no term
-///   yet), or every account that answered forgot, which no live majority
-///   survives unless another account that did not answer kept its lease
-///   (a fault more than the quorum tolerates: one down and one forgotten).
+/// - When no account read carries an epoch, and every account was read
+///   (each answered the acquire and its read), an account without one
+///   counts at once: a new quorum (no term yet), or every account forgot,
+///   which no live majority survives. With an account not read, the others
+///   wait: a live term may have won without stamping one of them (its
+///   acquire or stamp did not reach it, or the lease there was broken or
+///   taken before its next renewal brought it up to date), and one of
+///   its majority forgot while the other is the one not read (one down
+///   and one forgotten, which the quorum survives).
 /// - When every account granted, every account counts: a live holder's
 ///   majority is among them, and it would take every account of it to
 ///   forget for none of them to have refused while its deadline holds.
@@ -98,11 +102,9 @@ pub(crate) struct Account {
 ///   every account granted): it may have forgotten.
 pub(crate) fn counted(accounts: &[Account], hold_off: Duration) -> Vec<bool> {
     let any_carries = accounts.iter().any(|a| a.read == Read::Carries);
-    let all_granted_read = accounts
-        .iter()
-        .all(|a| !a.granted || a.read != Read::Unread);
+    let all_read = accounts.iter().all(|a| a.read != Read::Unread);
     let every_granted = accounts.iter().all(|a| a.granted);
-    let new_quorum = every_granted || (!any_carries && all_granted_read);
+    let new_quorum = every_granted || (!any_carries && all_read);
     accounts
         .iter()
         .map(|a| {
@@ -232,12 +234,38 @@ mod tests {
             granted(Read::Missing, NOW),
         ];
         assert_eq!(counted(&one_held, H), [false, true, true]);
-        let one_silent = [
+    }
+
+    #[test]
+    fn empty_accounts_wait_while_an_account_that_may_carry_an_epoch_is_not_read() {
+        // A first term won on 0 and 1 and stamped them, 2 never granted
+        // nor stamped (its acquire did not reach it); 1 restarted empty,
+        // and 0, the leader's, does not answer the read: the leader's
+        // deadline rests on 0 and 1, and 2 carries nothing to tell.
+        let accounts = [
+            held(Read::Unread),
+            granted(Read::Missing, NOW),
+            granted(Read::Missing, NOW),
+        ];
+        assert_eq!(counted(&accounts, H), [false; 3]);
+        let accounts = [
             silent(),
             granted(Read::Missing, NOW),
             granted(Read::Missing, NOW),
         ];
-        assert_eq!(counted(&one_silent, H), [false, true, true]);
+        assert_eq!(counted(&accounts, H), [false; 3], "0 down");
+        assert_eq!(
+            counted(
+                &[
+                    silent(),
+                    granted(Read::Missing, H),
+                    granted(Read::Missing, H)
+                ],
+                H
+            ),
+            [false, true, true],
+            "after the hold-off"
+        );
     }
 
     #[test]
