@@ -357,13 +357,11 @@ impl<S: LeaseStore> Engine<'_, S> {
     /// The stamp of a new term: with what this instance advertises, if
     /// anything.
     async fn stamp_term(&self, lease: LeaseId) -> Result<u64> {
-        match &self.options.advertised {
-            Some(value) => {
-                let options = StampOptions::new().with_advertised(value.as_str());
-                self.store.stamp_with(lease, &self.holder, &options).await
-            }
-            None => self.store.stamp(lease, &self.holder).await,
+        let mut options = StampOptions::new();
+        if let Some(value) = &self.options.advertised {
+            options = options.with_advertised(value.as_str());
         }
+        self.store.stamp(lease, &self.holder, &options).await
     }
 
     /// Leads until something ends the term; returns why, with the leader

@@ -209,8 +209,9 @@ pub enum Error {
         key: String,
     },
 
-    /// The store does not implement this call (a [`LeaseStore`](crate::LeaseStore)
-    /// written before the call was added to the trait).
+    /// The store does not implement this call: one of the optional calls
+    /// of [`LeaseStore`](crate::LeaseStore), whose default answers this, or
+    /// a stamp that advertises a value on a store that keeps none.
     #[error("this lease store does not support {operation}")]
     Unsupported {
         /// The call, for example `write state`.

@@ -587,13 +587,7 @@ impl<S: LeaseStore> LeaseStore for QuorumLeaseStore<S> {
         bounded("release", self.request_timeout, self.release_quorum(lease))
     }
 
-    fn stamp(&self, lease: LeaseId, holder: &str) -> impl Future<Output = Result<u64>> + Send {
-        // Bounded inside: the request timeout, and more for records made
-        // anew. Boxed: the engine awaits it inside its own future.
-        Box::pin(self.stamp_quorum(lease, holder, None, 0))
-    }
-
-    fn stamp_with(
+    fn stamp(
         &self,
         lease: LeaseId,
         holder: &str,
@@ -602,29 +596,6 @@ impl<S: LeaseStore> LeaseStore for QuorumLeaseStore<S> {
         // Bounded inside: the request timeout, and more for records made
         // anew. Boxed: the engine awaits it inside its own future.
         Box::pin(self.stamp_quorum(lease, holder, options.advertised(), options.floor()))
-    }
-
-    fn stamp_at_least(
-        &self,
-        lease: LeaseId,
-        holder: &str,
-        floor: u64,
-    ) -> impl Future<Output = Result<u64>> + Send {
-        // Bounded inside: the request timeout, and more for records made
-        // anew. Boxed: the engine awaits it inside its own future.
-        Box::pin(self.stamp_quorum(lease, holder, None, floor))
-    }
-
-    fn stamp_advertised(
-        &self,
-        lease: LeaseId,
-        holder: &str,
-        advertised: &str,
-        floor: u64,
-    ) -> impl Future<Output = Result<u64>> + Send {
-        // Bounded inside: the request timeout, and more for records made
-        // anew. Boxed: the engine awaits it inside its own future.
-        Box::pin(self.stamp_quorum(lease, holder, Some(advertised), floor))
     }
 
     /// Whether every account keeps what a stamp advertises.

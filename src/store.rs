@@ -275,6 +275,17 @@ impl fmt::Debug for Candidate {
 /// network request). The limit is the request timeout, and 3 s more for a
 /// stamp: time for a store that starts a record anew at its clock to wait
 /// for that clock, as the blob stores do (see the guarantees chapter).
+///
+/// # Required and optional
+///
+/// A store implements [`acquire`](Self::acquire), [`renew`](Self::renew),
+/// [`release`](Self::release), [`stamp`](Self::stamp),
+/// [`inspect`](Self::inspect) and [`name`](Self::name); that is enough for a
+/// mutex without a preferred successor, leader state or advertised value.
+/// Every other method is optional: its default answers
+/// [`Error::Unsupported`] (or `false`, or `None`), the mutex refuses a store
+/// that lacks what its options ask for, and the conformance suite skips
+/// what a store does not support.
 pub trait LeaseStore: Send + Sync + 'static {
     /// Acquires the lease for `duration` under `proposed`, creating whatever
     /// the lease lives in when it is missing.
@@ -290,9 +301,48 @@ pub trait LeaseStore: Send + Sync + 'static {
     /// Gives the lease up, so that another id may acquire it at once.
     fn release(&self, lease: LeaseId) -> impl Future<Output = Result<()>> + Send;
 
-    /// Records `holder` as the holder of a new term and returns the term's
-    /// epoch: larger than every epoch returned before.
-    fn stamp(&self, lease: LeaseId, holder: &str) -> impl Future<Output = Result<u64>> + Send;
+    /// Records `holder` as the holder of a new term under `lease`, as
+    /// `options` say, and returns the term's epoch: `max(stored + 1,
+    /// floor)`, where `stored` is the last epoch stamped on this lease (0
+    /// when none) and `floor` is [`options.floor()`](StampOptions::floor).
+    /// The one stamp call: the mutex, a lease set and a quorum make it with
+    /// the options they need, and [`StampOptions::new()`] for a plain stamp.
+    ///
+    /// # Contract
+    ///
+    /// Rules 2 and 4 apply (only the id that holds the lease stamps; epochs
+    /// strictly increase), and:
+    ///
+    /// 8. **A floor raises the epoch, never lowers it.** The epoch returned
+    ///    is at least `floor`, and larger than every epoch returned before
+    ///    for this lease; a `floor` of 0 or 1 changes nothing. A store over
+    ///    several accounts (a quorum) uses it to write one epoch, the
+    ///    largest a majority has seen plus one, on every account it holds.
+    ///
+    /// (Rule 9 is on [`advertise`](Self::advertise).)
+    ///
+    /// 10. **An advertised value belongs to its term.** A store whose
+    ///     [`supports_advertised`](Self::supports_advertised) is `true`
+    ///     keeps [`options.advertised()`](StampOptions::advertised) beside
+    ///     the holder and epoch: [`inspect`](Self::inspect) reports it for
+    ///     the term ([`LeaseInfo::advertised`]) until the next stamp, and
+    ///     reports `None` after a stamp that advertises nothing, so that a
+    ///     value never outlives the term that wrote it. The value is at
+    ///     most [`MAX_ADVERTISED_LEN`] bytes of printable ASCII; a longer or
+    ///     other one is refused with [`Error::InvalidOption`] (field
+    ///     `advertised`) before anything is sent. Keeping a value is
+    ///     optional: a store whose `supports_advertised` is `false` answers
+    ///     a stamp that carries one with [`Error::Unsupported`] and stamps
+    ///     nothing (the mutex and a lease set refuse such a store when their
+    ///     options set [`advertised`](crate::MutexOptions::advertised), so
+    ///     they never send it one); it needs no `advertised` in
+    ///     [`LeaseInfo`].
+    fn stamp(
+        &self,
+        lease: LeaseId,
+        holder: &str,
+        options: &StampOptions,
+    ) -> impl Future<Output = Result<u64>> + Send;
 
     /// The lease's state and the last term's holder and epoch; `None` when
     /// the lease was never created. Needs no lease.
@@ -340,111 +390,10 @@ pub trait LeaseStore: Send + Sync + 'static {
         }))
     }
 
-    /// Like [`stamp`](Self::stamp), but the new epoch is at least `floor`:
-    /// `max(stored + 1, floor)`. A store over several accounts (a quorum)
-    /// uses it to write one epoch, the largest a majority has seen plus one,
-    /// on every account it holds.
-    ///
-    /// # Contract
-    ///
-    /// 8. **Stamping at a floor keeps rule 4**, and returns an epoch that is
-    ///    at least `floor`. With `floor` 0 or 1 it is `stamp`.
-    ///
-    /// The default implementation calls [`stamp`](Self::stamp) when `floor`
-    /// is at most 1 and returns [`Error::Unsupported`] otherwise.
-    #[deprecated(
-        since = "0.2.0",
-        note = "call `stamp_with` with `StampOptions::new().with_floor(floor)`"
-    )]
-    fn stamp_at_least(
-        &self,
-        lease: LeaseId,
-        holder: &str,
-        floor: u64,
-    ) -> impl Future<Output = Result<u64>> + Send {
-        let stamp = self.stamp(lease, holder);
-        async move {
-            if floor > 1 {
-                return Err(Error::Unsupported {
-                    operation: "stamp at least",
-                });
-            }
-            stamp.await
-        }
-    }
-
-    /// Like [`stamp_at_least`](Self::stamp_at_least), and records
-    /// `advertised` beside the holder and epoch: what this term's holder
-    /// tells the others of itself, such as the address at which it takes
-    /// requests. Called instead of `stamp` by a mutex or lease set whose
-    /// options set [`advertised`](crate::MutexOptions::advertised);
-    /// followers read it back with [`inspect`](Self::inspect) (and a lease
-    /// set with [`LeaseSetStore::list`]).
-    ///
-    /// # Contract
-    ///
-    /// 10. **An advertised value belongs to its term.** After this call
-    ///     succeeds, `inspect` reports `advertised` for the term
-    ///     ([`LeaseInfo::advertised`]) until the next stamp; after a
-    ///     `stamp` or `stamp_at_least` it reports `None`, so that a value
-    ///     never outlives the term that wrote it. The value is at most
-    ///     [`MAX_ADVERTISED_LEN`] bytes of printable ASCII; a longer or
-    ///     other one is refused with [`Error::InvalidOption`] before
-    ///     anything is sent.
-    ///
-    /// The default implementation returns [`Error::Unsupported`]; a mutex
-    /// with the option refuses a store whose
-    /// [`supports_advertised`](Self::supports_advertised) is `false`.
-    #[deprecated(
-        since = "0.2.0",
-        note = "call `stamp_with` with `StampOptions::new().with_advertised(value).with_floor(floor)`"
-    )]
-    fn stamp_advertised(
-        &self,
-        lease: LeaseId,
-        holder: &str,
-        advertised: &str,
-        floor: u64,
-    ) -> impl Future<Output = Result<u64>> + Send {
-        let _ = (lease, holder, advertised, floor);
-        std::future::ready(Err(Error::Unsupported {
-            operation: "advertise a value with the stamp",
-        }))
-    }
-
-    /// Records `holder` as the holder of a new term under `lease`, as
-    /// `options` say, and returns the term's epoch: `max(stored + 1,
-    /// floor)`, with the advertised value kept for the term. The one stamp
-    /// call the crate makes; [`stamp`](Self::stamp) is it with no options.
-    /// Rules 4, 8 and 10 apply.
-    ///
-    /// The default implementation calls the stamp a store written before
-    /// this method implements: [`stamp`](Self::stamp) with no floor and
-    /// nothing advertised, else `stamp_at_least` or, with a value to
-    /// advertise, `stamp_advertised`.
-    fn stamp_with(
-        &self,
-        lease: LeaseId,
-        holder: &str,
-        options: &StampOptions,
-    ) -> impl Future<Output = Result<u64>> + Send {
-        async move {
-            #[allow(deprecated)]
-            match options.advertised() {
-                Some(value) => {
-                    self.stamp_advertised(lease, holder, value, options.floor())
-                        .await
-                }
-                None if options.floor() > 1 => {
-                    self.stamp_at_least(lease, holder, options.floor()).await
-                }
-                None => self.stamp(lease, holder).await,
-            }
-        }
-    }
-
     /// Whether this store keeps an advertised value
-    /// ([`StampOptions::with_advertised`], rule 10).
+    /// ([`StampOptions::with_advertised`], rule 10 on
+    /// [`stamp`](Self::stamp)). A store that answers `false` refuses a stamp
+    /// that carries one with [`Error::Unsupported`].
     ///
     /// The default implementation returns `false`.
     fn supports_advertised(&self) -> bool {

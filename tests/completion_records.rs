@@ -22,7 +22,7 @@ use std::time::UNIX_EPOCH;
 use blob_mutex::{
     Acquire, BlobDistributedMutex, CancellationToken, Error, LeaderContext, LeaseId, LeaseInfo,
     LeaseStore, MemoryLeaseStore, MutexOptions, OnceOptions, OnceOutcome, QuorumLeaseStore,
-    SkipReason, StopReason, DONE_KEY_MAX, MAX_STATE_LEN,
+    SkipReason, StampOptions, StopReason, DONE_KEY_MAX, MAX_STATE_LEN,
 };
 
 const PERIOD: Duration = Duration::from_secs(60);
@@ -627,8 +627,9 @@ impl LeaseStore for HangingWrites {
         &self,
         lease: LeaseId,
         holder: &str,
+        options: &StampOptions,
     ) -> impl Future<Output = blob_mutex::Result<u64>> + Send {
-        self.0.stamp(lease, holder)
+        self.0.stamp(lease, holder, options)
     }
     fn inspect(&self) -> impl Future<Output = blob_mutex::Result<Option<LeaseInfo>>> + Send {
         self.0.inspect()

@@ -9,7 +9,7 @@ use blob_mutex_testkit as support;
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use blob_mutex::{BlobLeaseManager, LeaseId, LeaseStore, QuorumLeaseStore};
+use blob_mutex::{BlobLeaseManager, LeaseId, LeaseStore, QuorumLeaseStore, StampOptions};
 use support::{azurite, raw, wait_for};
 
 const D: Duration = Duration::from_secs(15);
@@ -23,7 +23,10 @@ async fn term<S: LeaseStore>(store: &S) -> u64 {
         store.acquire(id, D).await.unwrap(),
         blob_mutex::Acquire::Acquired
     );
-    let epoch = store.stamp(id, "holder").await.unwrap();
+    let epoch = store
+        .stamp(id, "holder", &StampOptions::new())
+        .await
+        .unwrap();
     store.release(id).await.unwrap();
     epoch
 }

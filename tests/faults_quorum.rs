@@ -13,7 +13,9 @@ use blob_mutex_testkit as support;
 
 use std::time::Duration;
 
-use blob_mutex::{Acquire, BlobLeaseManager, LeaseId, LeaseState, LeaseStore, QuorumLeaseStore};
+use blob_mutex::{
+    Acquire, BlobLeaseManager, LeaseId, LeaseState, LeaseStore, QuorumLeaseStore, StampOptions,
+};
 use support::azurite::{self, Azurite};
 use support::proxy::Proxy;
 use support::workers::{Cluster, Spec};
@@ -295,7 +297,7 @@ async fn acquired_or_held(store: &QuorumLeaseStore) -> Option<LeaseId> {
 /// One term: acquire, stamp, release; the stamp's answer.
 async fn term(store: &QuorumLeaseStore, holder: &str) -> Result<u64, blob_mutex::Error> {
     let id = acquire(store).await;
-    let stamped = store.stamp(id, holder).await;
+    let stamped = store.stamp(id, holder, &StampOptions::new()).await;
     let _ = store.release(id).await;
     stamped
 }
@@ -334,7 +336,7 @@ async fn renewed_until_every_account_carries(
 /// answers the stamp late is brought up to it by the renewals).
 async fn first_term(store: &QuorumLeaseStore, accounts: &[Azurite], container: &str) -> u64 {
     let id = acquire(store).await;
-    let epoch = store.stamp(id, "t1").await.unwrap();
+    let epoch = store.stamp(id, "t1", &StampOptions::new()).await.unwrap();
     let stamp = (Some("t1".to_owned()), epoch);
     renewed_until_every_account_carries(store, id, accounts, container, &stamp).await;
     store.release(id).await.unwrap();
@@ -361,7 +363,7 @@ async fn the_epoch_never_goes_back_after_one_account_behind_and_another_restarte
     accounts[0].restart();
     proxies[1].partition();
     if let Some(id) = acquired_or_held(&store).await {
-        match store.stamp(id, "t4").await {
+        match store.stamp(id, "t4", &StampOptions::new()).await {
             Ok(epoch) => epochs.push(epoch),
             Err(e) => assert!(e.is_transient(), "{e}"),
         }
@@ -385,7 +387,7 @@ async fn a_renewal_brings_an_account_that_missed_the_stamp_up_to_it() {
     first_term(&store, &accounts, &container).await;
     let id = acquire(&store).await;
     proxies[2].partition();
-    let epoch = store.stamp(id, "t2").await.unwrap();
+    let epoch = store.stamp(id, "t2", &StampOptions::new()).await.unwrap();
     proxies[2].heal();
     let carried = (Some("t2".to_owned()), epoch);
     renewed_until_every_account_carries(&store, id, &accounts, &container, &carried).await;

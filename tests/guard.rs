@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use blob_mutex::{
     Acquire, BlobDistributedMutex, Error, LeaderContext, Leadership, LeaseId, LeaseInfo,
-    LeaseStore, MemoryLeaseStore, MutexOptions, StopReason, TryAcquire,
+    LeaseStore, MemoryLeaseStore, MutexOptions, StampOptions, StopReason, TryAcquire,
 };
 use tokio::time::Instant;
 
@@ -163,7 +163,7 @@ impl LeaseStore for StampFails {
     fn release(&self, id: LeaseId) -> impl Future<Output = Result<(), Error>> + Send {
         self.0.release(id)
     }
-    async fn stamp(&self, _: LeaseId, _: &str) -> Result<u64, Error> {
+    async fn stamp(&self, _: LeaseId, _: &str, _: &StampOptions) -> Result<u64, Error> {
         Err(Error::transport("stamp", "storage did not answer"))
     }
     fn inspect(&self) -> impl Future<Output = Result<Option<LeaseInfo>, Error>> + Send {

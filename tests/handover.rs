@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use blob_mutex::{
     Acquire, BlobDistributedMutex, CancellationToken, Candidate, Error, LeaderContext, LeaseId,
-    LeaseInfo, LeaseStore, MemoryLeaseStore, MutexOptions, StopReason, TermReport,
+    LeaseInfo, LeaseStore, MemoryLeaseStore, MutexOptions, StampOptions, StopReason, TermReport,
 };
 use tokio::sync::broadcast;
 use tokio::task::JoinHandle;
@@ -69,8 +69,9 @@ impl LeaseStore for Counting {
         &self,
         lease: LeaseId,
         holder: &str,
+        options: &StampOptions,
     ) -> impl Future<Output = Result<u64, Error>> + Send {
-        self.inner.stamp(lease, holder)
+        self.inner.stamp(lease, holder, options)
     }
     fn inspect(&self) -> impl Future<Output = Result<Option<LeaseInfo>, Error>> + Send {
         self.inner.inspect()

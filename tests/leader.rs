@@ -15,7 +15,7 @@ use std::time::Duration;
 use blob_mutex::{
     Acquire, BlobDistributedMutex, BlobLeaseSet, CancellationToken, Error, Leader, LeaderContext,
     LeaseId, LeaseInfo, LeaseSetOptions, LeaseStore, MemoryLeaseSetStore, MemoryLeaseStore,
-    MutexOptions, QuorumLeaseSetStore, QuorumLeaseStore,
+    MutexOptions, QuorumLeaseSetStore, QuorumLeaseStore, StampOptions,
 };
 use owners::owners_are_listed;
 use tokio::sync::watch;
@@ -68,21 +68,9 @@ impl LeaseStore for Counting {
         &self,
         lease: LeaseId,
         holder: &str,
+        options: &StampOptions,
     ) -> impl Future<Output = Result<u64, Error>> + Send {
-        self.inner.stamp(lease, holder)
-    }
-    // A store written before `stamp_with`: the mutex's stamp reaches this
-    // through `stamp_with`'s default.
-    fn stamp_advertised(
-        &self,
-        lease: LeaseId,
-        holder: &str,
-        advertised: &str,
-        floor: u64,
-    ) -> impl Future<Output = Result<u64, Error>> + Send {
-        #[allow(deprecated)]
-        self.inner
-            .stamp_advertised(lease, holder, advertised, floor)
+        self.inner.stamp(lease, holder, options)
     }
     fn supports_advertised(&self) -> bool {
         self.advertises

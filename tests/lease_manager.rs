@@ -6,7 +6,9 @@ use blob_mutex_testkit as support;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use blob_mutex::{Acquire, BlobLeaseManager, Error, LeaseId, LeaseState, MAX_STATE_LEN};
+use blob_mutex::{
+    Acquire, BlobLeaseManager, Error, LeaseId, LeaseState, StampOptions, MAX_STATE_LEN,
+};
 use support::azurite;
 use support::proxy::Proxy;
 
@@ -51,12 +53,15 @@ async fn acquire_creates_container_and_blob_then_every_action_works() {
         "{storage_time:?} vs {host:?}"
     );
 
-    let first = m.stamp(a, "me-1").await.unwrap();
+    let first = m.stamp(a, "me-1", &StampOptions::new()).await.unwrap();
     assert!(
         first >= 1 << 20,
         "a new record starts at storage's clock: {first}"
     );
-    assert_eq!(m.stamp(a, "me-1").await.unwrap(), first + 1);
+    assert_eq!(
+        m.stamp(a, "me-1", &StampOptions::new()).await.unwrap(),
+        first + 1
+    );
     let info = m.inspect().await.unwrap().unwrap();
     assert_eq!(
         (info.epoch, info.holder.as_deref()),
@@ -68,7 +73,7 @@ async fn acquire_creates_container_and_blob_then_every_action_works() {
     let wrong = LeaseId::new();
     assert!(matches!(m.renew(wrong).await, Err(Error::LeaseLost(_))));
     assert!(matches!(
-        m.stamp(wrong, "x").await,
+        m.stamp(wrong, "x", &StampOptions::new()).await,
         Err(Error::LeaseLost(_))
     ));
 
@@ -109,7 +114,7 @@ async fn creating_the_blob_never_overwrites_one_that_exists() {
     // leased and then free, must not write it.
     let a = LeaseId::new();
     m.acquire(a, D).await.unwrap();
-    m.stamp(a, "someone").await.unwrap();
+    m.stamp(a, "someone", &StampOptions::new()).await.unwrap();
     let before = m.inspect().await.unwrap().unwrap();
     m.create_if_missing().await.unwrap();
     let after = m.inspect().await.unwrap().unwrap();

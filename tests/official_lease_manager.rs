@@ -9,7 +9,7 @@ use blob_mutex_testkit as support;
 
 use std::time::Duration;
 
-use blob_mutex::{Acquire, BlobLeaseManager, Error, LeaseId, LeaseState, LeaseStore};
+use blob_mutex::{Acquire, BlobLeaseManager, Error, LeaseId, LeaseState, LeaseStore, StampOptions};
 use support::azurite;
 use support::backend::official_settings;
 use support::proxy::Proxy;
@@ -45,7 +45,9 @@ async fn the_blob_is_never_overwritten_and_a_break_ends_the_lease() {
     m.create_if_missing().await.unwrap();
     let a = LeaseId::new();
     assert_eq!(m.acquire(a, D).await.unwrap(), Acquire::Acquired);
-    LeaseStore::stamp(&m, a, "someone").await.unwrap();
+    LeaseStore::stamp(&m, a, "someone", &StampOptions::new())
+        .await
+        .unwrap();
     let before = m.inspect().await.unwrap().unwrap();
     m.create_if_missing().await.unwrap();
     assert_eq!(m.inspect().await.unwrap().unwrap().etag, before.etag);
@@ -143,7 +145,9 @@ async fn a_set_lists_its_leases_collects_stale_members_and_keeps_leased_ones() {
     let (id, p) = (LeaseId::new(), LeaseId::new());
     assert_eq!(live.acquire(id, D).await.unwrap(), Acquire::Acquired);
     assert_eq!(partition.acquire(p, D).await.unwrap(), Acquire::Acquired);
-    let epoch = LeaseStore::stamp(&partition, p, "me").await.unwrap();
+    let epoch = LeaseStore::stamp(&partition, p, "me", &StampOptions::new())
+        .await
+        .unwrap();
 
     let listing = store.list("").await.unwrap();
     assert_eq!(listing.len(), 12, "{listing:?}");

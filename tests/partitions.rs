@@ -15,7 +15,7 @@ use std::time::Duration;
 use blob_mutex::{
     Acquire, BlobLeaseSet, BlobLeaseSetStore, CancellationToken, LeaseId, LeaseInfo,
     LeaseSetOptions, LeaseSetStore, LeaseStore, MemoryLeaseSetStore, MemoryLeaseStore,
-    PartitionContext, PartitionReport, StopReason,
+    PartitionContext, PartitionReport, StampOptions, StopReason,
 };
 use support::azurite;
 use tokio::sync::broadcast;
@@ -414,13 +414,18 @@ impl LeaseStore for FaultLease {
         self.inner.release(lease)
     }
 
-    async fn stamp(&self, lease: LeaseId, holder: &str) -> blob_mutex::Result<u64> {
+    async fn stamp(
+        &self,
+        lease: LeaseId,
+        holder: &str,
+        options: &StampOptions,
+    ) -> blob_mutex::Result<u64> {
         if self.garbled {
             return Err(blob_mutex::Error::InvalidEpoch {
                 found: "not-a-number".into(),
             });
         }
-        self.inner.stamp(lease, holder).await
+        self.inner.stamp(lease, holder, options).await
     }
 
     fn inspect(&self) -> impl Future<Output = blob_mutex::Result<Option<LeaseInfo>>> + Send {

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use blob_mutex::{
     Acquire, Backend, BlobLeaseManager, BlobLeaseSetStore, LeaseId, LeaseStore, QuorumLeaseStore,
+    StampOptions,
 };
 use support::azurite;
 
@@ -35,7 +36,9 @@ async fn stores_leave_the_process_tls_provider_to_the_application() {
         let id = LeaseId::new();
         let d = Duration::from_secs(15);
         assert_eq!(manager.acquire(id, d).await.unwrap(), Acquire::Acquired);
-        LeaseStore::stamp(manager, id, "app").await.unwrap();
+        LeaseStore::stamp(manager, id, "app", &StampOptions::new())
+            .await
+            .unwrap();
         manager.release(id).await.unwrap();
     }
 }

@@ -22,7 +22,7 @@ use blob_mutex::conformance::{
     inspect_needs_no_lease_and_shows_the_last_term, lease_expires_after_its_duration,
     release_frees_the_lease_at_once, renew_keeps_the_lease_and_only_for_its_id,
     renewing_an_expired_lease_under_another_id_is_lost, run_all,
-    stamp_at_least_keeps_epochs_increasing, stamp_needs_the_lease_and_epochs_increase,
+    stamp_at_a_floor_keeps_epochs_increasing, stamp_needs_the_lease_and_epochs_increase,
     state_is_kept_across_terms_with_the_metadata, state_writes_land_only_under_the_lease, DURATION,
     SILENT_SLACK,
 };
@@ -123,7 +123,7 @@ const NAMED: &[&str] = &[
     "blob_mutex::conformance::renew_keeps_the_lease_and_only_for_its_id",
     "blob_mutex::conformance::renewing_an_expired_lease_under_another_id_is_lost",
     "blob_mutex::conformance::run_all",
-    "blob_mutex::conformance::stamp_at_least_keeps_epochs_increasing",
+    "blob_mutex::conformance::stamp_at_a_floor_keeps_epochs_increasing",
     "blob_mutex::conformance::stamp_needs_the_lease_and_epochs_increase",
     "blob_mutex::conformance::state_is_kept_across_terms_with_the_metadata",
     "blob_mutex::conformance::state_writes_land_only_under_the_lease",

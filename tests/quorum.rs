@@ -6,7 +6,7 @@ use blob_mutex_testkit as support;
 
 use blob_mutex::{
     conformance, Acquire, BlobLeaseManager, BlobSettings, Error, LeaseId, LeaseState, LeaseStore,
-    QuorumLeaseStore,
+    QuorumLeaseStore, StampOptions,
 };
 use support::azurite::{self, Azurite};
 
@@ -43,7 +43,10 @@ async fn earlier_term(settings: &[BlobSettings]) {
         store.acquire(id, conformance::DURATION).await.unwrap(),
         Acquire::Acquired
     );
-    store.stamp(id, "earlier").await.unwrap();
+    store
+        .stamp(id, "earlier", &StampOptions::new())
+        .await
+        .unwrap();
     store.release(id).await.unwrap();
 }
 
@@ -112,7 +115,10 @@ async fn each_account_shows_its_own_lease() {
     let store = quorum(&settings);
     let id = LeaseId::new();
     assert!(store.acquire(id, conformance::DURATION).await.is_ok());
-    let epoch = store.stamp(id, "holder-a").await.unwrap();
+    let epoch = store
+        .stamp(id, "holder-a", &StampOptions::new())
+        .await
+        .unwrap();
     let each = store.inspect_each().await;
     let labels: Vec<&str> = each.iter().map(|a| a.account.as_str()).collect();
     assert_eq!(labels, endpoints, "each account labelled by its endpoint");
@@ -169,7 +175,10 @@ async fn a_lease_gone_from_a_minority_is_repaired_at_the_next_renewal_and_from_a
         store.acquire(id, conformance::DURATION).await.unwrap(),
         Acquire::Acquired
     );
-    let epoch = store.stamp(id, "holder-a").await.unwrap();
+    let epoch = store
+        .stamp(id, "holder-a", &StampOptions::new())
+        .await
+        .unwrap();
     BlobLeaseManager::new(&settings[0])
         .unwrap()
         .break_lease(Some(std::time::Duration::ZERO))

@@ -4,7 +4,7 @@
 
 use blob_mutex_testkit as support;
 
-use blob_mutex::{conformance, BlobLeaseManager, MemoryLeaseStore};
+use blob_mutex::{conformance, BlobLeaseManager, MemoryLeaseStore, StampOptions};
 use support::azurite;
 
 fn memory_pair(name: &str) -> (MemoryLeaseStore, MemoryLeaseStore) {
@@ -105,14 +105,18 @@ async fn the_two_backends_share_one_lease_and_its_epochs() {
     let (old, new) = (LeaseId::new(), LeaseId::new());
 
     assert_eq!(v021.acquire(old, d).await.unwrap(), Acquire::Acquired);
-    let first = LeaseStore::stamp(&v021, old, "old").await.unwrap();
+    let first = LeaseStore::stamp(&v021, old, "old", &StampOptions::new())
+        .await
+        .unwrap();
     assert_eq!(official.acquire(new, d).await.unwrap(), Acquire::Held);
     let seen = official.inspect().await.unwrap().unwrap();
     assert_eq!((seen.holder.as_deref(), seen.epoch), (Some("old"), first));
 
     v021.release(old).await.unwrap();
     assert_eq!(official.acquire(new, d).await.unwrap(), Acquire::Acquired);
-    let second = LeaseStore::stamp(&official, new, "new").await.unwrap();
+    let second = LeaseStore::stamp(&official, new, "new", &StampOptions::new())
+        .await
+        .unwrap();
     assert!(second > first, "{second} after {first}");
     assert_eq!(v021.acquire(old, d).await.unwrap(), Acquire::Held);
     official.release(new).await.unwrap();

@@ -10,7 +10,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use azure_core::http::Transport;
-use blob_mutex::{Acquire, Backend, BlobLeaseManager, BlobSettings, LeaseId, LeaseStore};
+use blob_mutex::{
+    Acquire, Backend, BlobLeaseManager, BlobSettings, LeaseId, LeaseStore, StampOptions,
+};
 use support::azurite;
 use support::proxy::Proxy;
 
@@ -48,7 +50,9 @@ async fn every_request_goes_through_the_callers_transport() {
     let id = LeaseId::new();
     let d = Duration::from_secs(15);
     assert_eq!(manager.acquire(id, d).await.unwrap(), Acquire::Acquired);
-    let epoch = LeaseStore::stamp(&manager, id, "a").await.unwrap();
+    let epoch = LeaseStore::stamp(&manager, id, "a", &StampOptions::new())
+        .await
+        .unwrap();
     manager.release(id).await.unwrap();
     let through = proxy.requests();
     // Create the container and the blob, acquire, read and write the

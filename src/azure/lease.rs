@@ -292,8 +292,10 @@ impl BlobLeaseManager {
         .await
     }
 
-    /// Records `holder` as the holder of a new term under the lease `lease`
-    /// and returns the term's epoch, one more than the last. A record that
+    /// Records `holder` as the holder of a new term under the lease `lease`,
+    /// as `options` say, and returns the term's epoch: `max(stored + 1,
+    /// floor)`, with the advertised value, if any, kept beside the holder
+    /// for the term ([`LeaseStore::stamp`], rules 8 and 10). A record that
     /// has no epoch (a new blob, or one whose record was lost) is made anew
     /// at storage's clock: the stamp then waits until storage's clock has
     /// passed the second after the one it first read (one to two
@@ -304,6 +306,9 @@ impl BlobLeaseManager {
     ///
     /// [`Error::LeaseLost`] when the lease is not ours;
     /// [`Error::InvalidEpoch`] when the stored epoch cannot be increased;
+    /// [`Error::InvalidOption`] when the advertised value is longer than
+    /// [`MAX_ADVERTISED_LEN`](crate::MAX_ADVERTISED_LEN) bytes or not
+    /// printable ASCII (nothing is sent);
     /// [`Error::UnexpectedResponse`] when a record made anew cannot be
     /// given an epoch because storage sent no readable `Date`;
     /// otherwise as [`BlobLeaseManager::acquire`].
@@ -312,8 +317,9 @@ impl BlobLeaseManager {
     ///
     /// Safe to drop: the epoch may or may not have been written; a new
     /// stamp writes a larger one.
-    pub async fn stamp(&self, lease: LeaseId, holder: &str) -> Result<u64> {
-        self.stamp_term(lease, holder, None, 0).await
+    pub async fn stamp(&self, lease: LeaseId, holder: &str, options: &StampOptions) -> Result<u64> {
+        self.stamp_term(lease, holder, options.advertised(), options.floor())
+            .await
     }
 
     /// The one stamp: the term's record written under `lease`, with the
@@ -536,31 +542,8 @@ impl LeaseStore for BlobLeaseManager {
         Box::pin(BlobLeaseManager::release(self, lease)).await
     }
 
-    async fn stamp(&self, lease: LeaseId, holder: &str) -> Result<u64> {
-        Box::pin(self.stamp_term(lease, holder, None, 0)).await
-    }
-
-    async fn stamp_with(
-        &self,
-        lease: LeaseId,
-        holder: &str,
-        options: &StampOptions,
-    ) -> Result<u64> {
-        Box::pin(self.stamp_term(lease, holder, options.advertised(), options.floor())).await
-    }
-
-    async fn stamp_at_least(&self, lease: LeaseId, holder: &str, floor: u64) -> Result<u64> {
-        Box::pin(self.stamp_term(lease, holder, None, floor)).await
-    }
-
-    async fn stamp_advertised(
-        &self,
-        lease: LeaseId,
-        holder: &str,
-        advertised: &str,
-        floor: u64,
-    ) -> Result<u64> {
-        Box::pin(self.stamp_term(lease, holder, Some(advertised), floor)).await
+    async fn stamp(&self, lease: LeaseId, holder: &str, options: &StampOptions) -> Result<u64> {
+        Box::pin(BlobLeaseManager::stamp(self, lease, holder, options)).await
     }
 
     fn supports_advertised(&self) -> bool {

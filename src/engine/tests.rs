@@ -18,7 +18,7 @@ use crate::engine::ending::{StopReason, TaskStop, TermReport};
 use crate::engine::leadership::{LeaderContext, Leadership};
 use crate::error::{Error, Result};
 use crate::options::{MutexOptions, STOP_SLACK};
-use crate::store::{Acquire, LeaseId, LeaseInfo, LeaseStore};
+use crate::store::{Acquire, LeaseId, LeaseInfo, LeaseStore, StampOptions};
 
 /// What happened, and when, in virtual time.
 #[derive(Debug, Clone, PartialEq)]
@@ -203,7 +203,12 @@ impl LeaseStore for MemoryStore {
         "memory/test".to_owned()
     }
 
-    fn stamp(&self, _lease: LeaseId, _holder: &str) -> impl Future<Output = Result<u64>> + Send {
+    fn stamp(
+        &self,
+        _lease: LeaseId,
+        _holder: &str,
+        _options: &StampOptions,
+    ) -> impl Future<Output = Result<u64>> + Send {
         let queued = self.stamp_error.lock().unwrap().take();
         let result = queued.map_or_else(
             || {

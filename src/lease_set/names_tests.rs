@@ -18,7 +18,7 @@ use crate::mutex::BlobDistributedMutex;
 use crate::options::MutexOptions;
 use crate::store::collect::Collection;
 use crate::store::memory::{MemoryLeaseSetStore, MemoryLeaseStore};
-use crate::store::{LeaseId, LeaseSetStore, LeaseState, LeaseStore};
+use crate::store::{LeaseId, LeaseSetStore, LeaseState, LeaseStore, StampOptions};
 
 const PARTITIONS: [&str; 4] = ["p0", "p1", "p2", "p3"];
 const STALE_AFTER: Duration = Duration::from_secs(60);
@@ -169,7 +169,9 @@ async fn a_stale_member_of_the_set_is_still_collected() {
     let gone = store.lease("members/gone").unwrap();
     let id = LeaseId::new();
     gone.acquire(id, Duration::from_secs(30)).await.unwrap();
-    LeaseStore::stamp(&gone, id, "gone").await.unwrap();
+    LeaseStore::stamp(&gone, id, "gone", &StampOptions::new())
+        .await
+        .unwrap();
     let info = gone.inspect().await.unwrap().unwrap();
     assert!(info.member, "the member lease marks its blob");
     // A crash: the lease is left to expire.
@@ -208,7 +210,9 @@ async fn a_member_of_an_earlier_version_is_counted_while_it_lives_and_never_coll
     let id = LeaseId::new();
     for lease in &leases {
         lease.acquire(id, Duration::from_secs(30)).await.unwrap();
-        LeaseStore::stamp(lease, id, "old").await.unwrap();
+        LeaseStore::stamp(lease, id, "old", &StampOptions::new())
+            .await
+            .unwrap();
     }
     let keep = tokio::spawn({
         let leases = leases.clone();

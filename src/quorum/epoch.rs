@@ -45,7 +45,7 @@ impl Stamp {
         if let Some(value) = &self.advertised {
             options = options.with_advertised(value.as_str());
         }
-        store.stamp_with(lease, &self.holder, &options).await
+        store.stamp(lease, &self.holder, &options).await
     }
 }
 

@@ -9,7 +9,7 @@ use tokio::time::{advance, Instant};
 use super::hold_off::HOLD_OFF;
 use super::{QuorumLeaseSetStore, QuorumLeaseStore};
 use crate::error::Error;
-use crate::store::{Acquire, LeaseId, LeaseSetStore, LeaseStore};
+use crate::store::{Acquire, LeaseId, LeaseSetStore, LeaseStore, StampOptions};
 use crate::{MemoryLeaseSetStore, MemoryLeaseStore, MutexOptions};
 
 const D: Duration = Duration::from_secs(15);
@@ -47,7 +47,10 @@ async fn a_candidate_granted_an_account_restarted_empty_and_one_back_waits_for_t
     let lease_a = LeaseId::new();
     let mut last_call = Instant::now();
     assert_eq!(a.acquire(lease_a, D).await.unwrap(), Acquire::Acquired);
-    assert_eq!(a.stamp(lease_a, "a").await.unwrap(), 1);
+    assert_eq!(
+        a.stamp(lease_a, "a", &StampOptions::new()).await.unwrap(),
+        1
+    );
     accounts[1].set_unavailable(true);
     for _ in 0..4 {
         advance(D / 3).await;
@@ -90,7 +93,7 @@ async fn a_candidate_granted_an_account_restarted_empty_and_one_back_waits_for_t
         a_deadline.saturating_duration_since(b_acquired)
     );
     assert!(!a_leads, "A's next renewal ended its term");
-    let epoch = b.stamp(lease_b, "b").await.unwrap();
+    let epoch = b.stamp(lease_b, "b", &StampOptions::new()).await.unwrap();
     assert!(epoch > 1, "B's epoch {epoch} after A's 1");
 }
 
@@ -100,12 +103,18 @@ async fn one_account_restarted_empty_beside_two_healthy_ones_costs_no_wait() {
     let (a, b) = (quorum(&accounts), quorum(&accounts));
     let lease_a = LeaseId::new();
     a.acquire(lease_a, D).await.unwrap();
-    assert_eq!(a.stamp(lease_a, "a").await.unwrap(), 1);
+    assert_eq!(
+        a.stamp(lease_a, "a", &StampOptions::new()).await.unwrap(),
+        1
+    );
     a.release(lease_a).await.unwrap();
     accounts[2].lose_blob();
     let lease_b = LeaseId::new();
     assert_eq!(b.acquire(lease_b, D).await.unwrap(), Acquire::Acquired);
-    assert_eq!(b.stamp(lease_b, "b").await.unwrap(), 2);
+    assert_eq!(
+        b.stamp(lease_b, "b", &StampOptions::new()).await.unwrap(),
+        2
+    );
     assert!(
         accounts.iter().all(MemoryLeaseStore::is_held),
         "the account restarted empty is held too"
@@ -119,7 +128,13 @@ async fn a_brand_new_quorum_elects_at_once() {
     let id = LeaseId::new();
     let start = Instant::now();
     assert_eq!(store.acquire(id, D).await.unwrap(), Acquire::Acquired);
-    assert_eq!(store.stamp(id, "first").await.unwrap(), 1);
+    assert_eq!(
+        store
+            .stamp(id, "first", &StampOptions::new())
+            .await
+            .unwrap(),
+        1
+    );
     assert!(
         start.elapsed() < Duration::from_secs(1),
         "{:?}",
@@ -152,7 +167,10 @@ async fn a_failover_that_needs_an_account_restarted_empty_waits_the_hold_off() {
     let a = quorum(&accounts);
     let lease_a = LeaseId::new();
     a.acquire(lease_a, D).await.unwrap();
-    assert_eq!(a.stamp(lease_a, "a").await.unwrap(), 1);
+    assert_eq!(
+        a.stamp(lease_a, "a", &StampOptions::new()).await.unwrap(),
+        1
+    );
     a.release(lease_a).await.unwrap();
     let foreign = held_elsewhere(&accounts[0]).await;
     accounts[2].lose_blob();
@@ -177,7 +195,10 @@ async fn a_failover_that_needs_an_account_restarted_empty_waits_the_hold_off() {
         waited >= HOLD_OFF && waited < HOLD_OFF + Duration::from_secs(2),
         "{waited:?}"
     );
-    assert_eq!(b.stamp(lease_b, "b").await.unwrap(), 2);
+    assert_eq!(
+        b.stamp(lease_b, "b", &StampOptions::new()).await.unwrap(),
+        2
+    );
 }
 
 /// A read that finds the account carrying an epoch again (a term stamped
@@ -189,7 +210,7 @@ async fn the_wait_starts_over_once_the_account_is_seen_with_an_epoch() {
     let a = quorum(&accounts);
     let lease_a = LeaseId::new();
     a.acquire(lease_a, D).await.unwrap();
-    a.stamp(lease_a, "a").await.unwrap();
+    a.stamp(lease_a, "a", &StampOptions::new()).await.unwrap();
     a.release(lease_a).await.unwrap();
     let foreign = held_elsewhere(&accounts[0]).await;
     accounts[2].lose_blob();
@@ -206,7 +227,10 @@ async fn the_wait_starts_over_once_the_account_is_seen_with_an_epoch() {
         accounts[0].renew(foreign).await.unwrap();
     }
     assert_eq!(c.acquire(lease_c, D).await.unwrap(), Acquire::Acquired);
-    assert_eq!(c.stamp(lease_c, "c").await.unwrap(), 2);
+    assert_eq!(
+        c.stamp(lease_c, "c", &StampOptions::new()).await.unwrap(),
+        2
+    );
     c.release(lease_c).await.unwrap();
     assert_eq!(
         b.acquire(lease_b, D).await.unwrap(),
@@ -235,7 +259,10 @@ async fn a_lease_sets_attempts_share_the_hold_off() {
     let a = set.lease("p").unwrap();
     let lease_a = LeaseId::new();
     a.acquire(lease_a, D).await.unwrap();
-    assert_eq!(a.stamp(lease_a, "a").await.unwrap(), 1);
+    assert_eq!(
+        a.stamp(lease_a, "a", &StampOptions::new()).await.unwrap(),
+        1
+    );
     a.release(lease_a).await.unwrap();
     let foreign = held_elsewhere(&accounts[0]).await;
     accounts[2].lose_blob();
@@ -268,7 +295,7 @@ async fn the_wait_starts_over_once_the_account_is_seen_held_by_another() {
     let a = quorum(&accounts);
     let lease_a = LeaseId::new();
     a.acquire(lease_a, D).await.unwrap();
-    a.stamp(lease_a, "a").await.unwrap();
+    a.stamp(lease_a, "a", &StampOptions::new()).await.unwrap();
     a.release(lease_a).await.unwrap();
     let foreign = held_elsewhere(&accounts[0]).await;
     accounts[2].lose_blob();
@@ -312,7 +339,10 @@ async fn a_candidate_silent_past_the_hold_off_starts_it_over_on_a_blob_made_anew
     let old = LeaseId::new();
     let stamped = quorum(&accounts);
     assert_eq!(stamped.acquire(old, D).await.unwrap(), Acquire::Acquired);
-    stamped.stamp(old, "old").await.unwrap();
+    stamped
+        .stamp(old, "old", &StampOptions::new())
+        .await
+        .unwrap();
     stamped.release(old).await.unwrap();
     accounts[2].lose_blob();
     let foreign = held_elsewhere(&accounts[1]).await;
@@ -329,7 +359,10 @@ async fn a_candidate_silent_past_the_hold_off_starts_it_over_on_a_blob_made_anew
         advance(Duration::from_secs(1)).await;
         accounts[1].renew(foreign).await.unwrap();
     }
-    leader.stamp(lease_l, "leader").await.unwrap();
+    leader
+        .stamp(lease_l, "leader", &StampOptions::new())
+        .await
+        .unwrap();
     assert!(
         accounts[2].epoch() > 0,
         "account 2 carries the leader's epoch"

@@ -31,10 +31,7 @@ impl LeaseStore for OwnClock {
     fn release(&self, id: LeaseId) -> impl Future<Output = Result<()>> + Send {
         self.inner.release(id)
     }
-    async fn stamp(&self, id: LeaseId, holder: &str) -> Result<u64> {
-        self.stamp_with(id, holder, &StampOptions::new()).await
-    }
-    fn stamp_with(
+    fn stamp(
         &self,
         id: LeaseId,
         holder: &str,
@@ -46,7 +43,7 @@ impl LeaseStore for OwnClock {
             options.floor()
         };
         let options = options.clone().with_floor(floor);
-        async move { self.inner.stamp_with(id, holder, &options).await }
+        async move { self.inner.stamp(id, holder, &options).await }
     }
     fn inspect(&self) -> impl Future<Output = Result<Option<LeaseInfo>>> + Send {
         self.inner.inspect()
@@ -72,7 +69,7 @@ async fn every_account_carries_the_terms_epoch_when_their_records_start_apart() 
     let store = QuorumLeaseStore::new(accounts.clone()).unwrap();
     let id = LeaseId::new();
     assert_eq!(store.acquire(id, D).await.unwrap(), Acquire::Acquired);
-    let epoch = store.stamp(id, "a").await.unwrap();
+    let epoch = store.stamp(id, "a", &StampOptions::new()).await.unwrap();
     let carried: Vec<u64> = accounts.iter().map(|a| a.inner.epoch()).collect();
     assert_eq!(
         carried, [epoch; 3],

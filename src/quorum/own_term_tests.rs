@@ -8,7 +8,7 @@ use std::time::Duration;
 use tokio::time::{advance, Instant};
 
 use super::QuorumLeaseStore;
-use crate::store::{Acquire, LeaseId, LeaseStore};
+use crate::store::{Acquire, LeaseId, LeaseStore, StampOptions};
 use crate::{MemoryLeaseStore, MutexOptions};
 
 const D: Duration = Duration::from_secs(15);
@@ -29,7 +29,10 @@ async fn a_term_that_stamped_an_account_starts_its_hold_off_over() {
     let b = QuorumLeaseStore::new(accounts.clone()).unwrap();
     let lease_a = LeaseId::new();
     assert_eq!(a.acquire(lease_a, D).await.unwrap(), Acquire::Acquired);
-    assert_eq!(a.stamp(lease_a, "a").await.unwrap(), 1);
+    assert_eq!(
+        a.stamp(lease_a, "a", &StampOptions::new()).await.unwrap(),
+        1
+    );
     for _ in 0..15 {
         advance(D / 3).await;
         a.renew(lease_a).await.unwrap();
@@ -45,7 +48,10 @@ async fn a_term_that_stamped_an_account_starts_its_hold_off_over() {
     let lease_b = LeaseId::new();
     let b_call = Instant::now();
     assert_eq!(b.acquire(lease_b, D).await.unwrap(), Acquire::Acquired);
-    assert_eq!(b.stamp(lease_b, "b").await.unwrap(), 2);
+    assert_eq!(
+        b.stamp(lease_b, "b", &StampOptions::new()).await.unwrap(),
+        2
+    );
     let options = MutexOptions {
         lease_duration: D,
         ..MutexOptions::default()

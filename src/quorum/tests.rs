@@ -218,10 +218,7 @@ impl LeaseStore for Stalling {
     fn release(&self, id: LeaseId) -> impl Future<Output = Result<()>> + Send {
         self.gate(move |s| async move { s.release(id).await })
     }
-    async fn stamp(&self, id: LeaseId, holder: &str) -> Result<u64> {
-        self.stamp_with(id, holder, &StampOptions::new()).await
-    }
-    fn stamp_with(
+    fn stamp(
         &self,
         id: LeaseId,
         holder: &str,
@@ -229,7 +226,7 @@ impl LeaseStore for Stalling {
     ) -> impl Future<Output = Result<u64>> + Send {
         self.reads_and_stamps.fetch_add(1, Ordering::SeqCst);
         let (holder, options) = (holder.to_owned(), options.clone());
-        self.gate(move |s| async move { s.stamp_with(id, &holder, &options).await })
+        self.gate(move |s| async move { s.stamp(id, &holder, &options).await })
     }
     fn inspect(&self) -> impl Future<Output = Result<Option<LeaseInfo>>> + Send {
         self.reads_and_stamps.fetch_add(1, Ordering::SeqCst);
@@ -252,7 +249,7 @@ async fn calls_do_not_wait_for_an_account_that_never_answers() {
     stalled.store(true, Ordering::SeqCst);
     let start = Instant::now();
     store.renew(id).await.unwrap();
-    let epoch = store.stamp(id, "a").await.unwrap();
+    let epoch = store.stamp(id, "a", &StampOptions::new()).await.unwrap();
     store.release(id).await.unwrap();
     assert_eq!(
         start.elapsed(),
@@ -424,7 +421,7 @@ async fn renew_is_lost_once_a_majority_is_held_by_another() {
     }
     let result = store.renew(id).await;
     assert!(matches!(result, Err(Error::LeaseLost(_))), "{result:?}");
-    let result = store.stamp(id, "a").await;
+    let result = store.stamp(id, "a", &StampOptions::new()).await;
     assert!(matches!(result, Err(Error::LeaseLost(_))), "{result:?}");
 }
 
@@ -440,7 +437,10 @@ async fn epochs_strictly_increase_across_holders_with_different_majorities() {
         let store = quorum(&accounts);
         let id = LeaseId::new();
         assert_eq!(store.acquire(id, D).await.unwrap(), Acquire::Acquired);
-        let epoch = store.stamp(id, &format!("holder-{term}")).await.unwrap();
+        let epoch = store
+            .stamp(id, &format!("holder-{term}"), &StampOptions::new())
+            .await
+            .unwrap();
         assert!(
             epoch > last,
             "term {term}: epoch {epoch} after {last}, account {down} down"
@@ -456,13 +456,16 @@ async fn the_stamp_brings_a_lagging_account_up_to_the_epoch() {
     let id = LeaseId::new();
     accounts[0].acquire(id, D).await.unwrap();
     accounts[0]
-        .stamp_with(id, "old", &StampOptions::new().with_floor(7))
+        .stamp(id, "old", &StampOptions::new().with_floor(7))
         .await
         .unwrap();
     accounts[0].release(id).await.unwrap();
     let store = quorum(&accounts);
     store.acquire(id, D).await.unwrap();
-    assert_eq!(store.stamp(id, "new").await.unwrap(), 8);
+    assert_eq!(
+        store.stamp(id, "new", &StampOptions::new()).await.unwrap(),
+        8
+    );
     let epochs: Vec<u64> = accounts.iter().map(MemoryLeaseStore::epoch).collect();
     assert_eq!(epochs, [8, 8, 8], "every account carries the epoch");
     let info = store.inspect().await.unwrap().unwrap();
@@ -476,7 +479,7 @@ async fn the_stamp_brings_a_lagging_account_up_to_the_epoch() {
 async fn term<S: LeaseStore>(store: &QuorumLeaseStore<S>, holder: &str) -> Result<u64> {
     let id = LeaseId::new();
     assert_eq!(store.acquire(id, D).await?, Acquire::Acquired, "{holder}");
-    let stamped = store.stamp(id, holder).await;
+    let stamped = store.stamp(id, holder, &StampOptions::new()).await;
     let _ = store.release(id).await;
     stamped
 }
@@ -487,7 +490,7 @@ async fn term_if_acquired<S: LeaseStore>(store: &QuorumLeaseStore<S>, holder: &s
     if store.acquire(id, D).await? == Acquire::Held {
         return Err(Error::LeaseLost(format!("{holder}: held off")));
     }
-    let stamped = store.stamp(id, holder).await;
+    let stamped = store.stamp(id, holder, &StampOptions::new()).await;
     let _ = store.release(id).await;
     stamped
 }
@@ -558,7 +561,10 @@ async fn the_first_terms_stamp_waits_for_a_slow_account() {
     for (i, latency) in [10, 10, 200].into_iter().enumerate() {
         stores[i].latency_ms.store(latency, Ordering::SeqCst);
     }
-    store.stamp(id, "first").await.unwrap();
+    store
+        .stamp(id, "first", &StampOptions::new())
+        .await
+        .unwrap();
     // Without an epoch there, the slow account would leave only two that
     // carry one: the next term could not start if either were out.
     let first = (Some("first".to_owned()), 1);
@@ -574,7 +580,10 @@ async fn renewals_bring_every_account_up_to_the_terms_stamp_and_cost_nothing_onc
     accounts[2].set_unavailable(true);
     let id = LeaseId::new();
     store.acquire(id, D).await.unwrap();
-    assert_eq!(store.stamp(id, "t2").await.unwrap(), 2);
+    assert_eq!(
+        store.stamp(id, "t2", &StampOptions::new()).await.unwrap(),
+        2
+    );
     store.renew(id).await.unwrap();
     accounts[2].set_unavailable(false);
     store.renew(id).await.unwrap();
@@ -616,7 +625,7 @@ async fn renewals_bring_every_account_up_to_the_terms_stamp_and_cost_nothing_onc
     let id = LeaseId::new();
     store.acquire(id, D).await.unwrap();
     stores[1].stall(true);
-    let epoch = store.stamp(id, "t3").await.unwrap();
+    let epoch = store.stamp(id, "t3", &StampOptions::new()).await.unwrap();
     stores[1].stall(false);
     store.renew(id).await.unwrap();
     store.renew(id).await.unwrap();
@@ -684,7 +693,7 @@ async fn an_account_slower_than_the_renewals_grace_is_brought_up_to_the_stamp_al
     let id = LeaseId::new();
     store.acquire(id, D).await.unwrap();
     accounts[2].set_unavailable(true);
-    let epoch = store.stamp(id, "t2").await.unwrap();
+    let epoch = store.stamp(id, "t2", &StampOptions::new()).await.unwrap();
     accounts[2].set_unavailable(false);
     // The others answer in 10 ms, so a renewal waits 50 ms more for the
     // third; a renew, a read and a stamp there take 75 ms.

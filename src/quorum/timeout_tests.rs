@@ -24,11 +24,11 @@ async fn every_call_returns_with_a_request_timeout_of_duration_max() {
     assert_eq!(store.acquire(id, D).await.unwrap(), Acquire::Acquired);
     assert_eq!(other.acquire(next, D).await.unwrap(), Acquire::Held);
     store.renew(id).await.unwrap();
-    assert_eq!(store.stamp(id, "a").await.unwrap(), 1);
+    assert_eq!(store.stamp(id, "a", &StampOptions::new()).await.unwrap(), 1);
     let floor = StampOptions::new().with_floor(5);
-    assert_eq!(store.stamp_with(id, "a", &floor).await.unwrap(), 5);
+    assert_eq!(store.stamp(id, "a", &floor).await.unwrap(), 5);
     let advertising = StampOptions::new().with_advertised("10.0.0.1:80");
-    assert_eq!(store.stamp_with(id, "a", &advertising).await.unwrap(), 6);
+    assert_eq!(store.stamp(id, "a", &advertising).await.unwrap(), 6);
     store.change(id, next).await.unwrap();
     store.renew(next).await.unwrap();
     assert!(store.inspect().await.unwrap().is_some());

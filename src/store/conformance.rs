@@ -66,7 +66,7 @@ where
     let (a, b) = fresh("change").await;
     change_passes_the_lease_to_the_proposed_id(&a, &b).await;
     let (a, b) = fresh("stamp-floor").await;
-    stamp_at_least_keeps_epochs_increasing(&a, &b).await;
+    stamp_at_a_floor_keeps_epochs_increasing(&a, &b).await;
     let (a, b) = fresh("candidates").await;
     candidates_are_listed_while_their_record_is_held(&a, &b).await;
     let (a, b) = fresh("advertised").await;
@@ -93,31 +93,21 @@ pub async fn every_call_is_bounded_when_storage_never_answers<S: LeaseStore>(
     check_bounded("acquire", limit, store.acquire(id, DURATION)).await;
     check_bounded("renew", limit, store.renew(id)).await;
     check_bounded("release", limit, store.release(id)).await;
-    check_bounded("stamp", limit, store.stamp(id, "silent")).await;
+    check_bounded(
+        "stamp",
+        limit,
+        store.stamp(id, "silent", &StampOptions::new()),
+    )
+    .await;
     let options = StampOptions::new()
         .with_floor(7)
         .with_advertised("10.0.0.1:80");
     check_bounded(
         "stamp with options",
         limit,
-        store.stamp_with(id, "silent", &options),
+        store.stamp(id, "silent", &options),
     )
     .await;
-    #[allow(deprecated)]
-    {
-        check_bounded(
-            "stamp at least",
-            limit,
-            store.stamp_at_least(id, "silent", 7),
-        )
-        .await;
-        check_bounded(
-            "stamp advertised",
-            limit,
-            store.stamp_advertised(id, "silent", "10.0.0.1:80", 7),
-        )
-        .await;
-    }
     check_bounded("change", limit, store.change(id, other)).await;
     check_bounded("inspect", limit, store.inspect()).await;
     check_bounded("read state", limit, store.read_state()).await;
@@ -229,7 +219,7 @@ pub async fn release_frees_the_lease_at_once<S: LeaseStore>(a: &S, b: &S) {
         "renew after the lease passed to another id",
     );
     assert_lost(
-        &a.stamp(first, "a").await,
+        &a.stamp(first, "a", &StampOptions::new()).await,
         "stamp after the lease passed to another id",
     );
     ok(b.release(second).await, "release");
@@ -240,11 +230,14 @@ pub async fn release_frees_the_lease_at_once<S: LeaseStore>(a: &S, b: &S) {
 pub async fn stamp_needs_the_lease_and_epochs_increase<S: LeaseStore>(a: &S, b: &S) {
     let (first, second) = (LeaseId::new(), LeaseId::new());
     ok(a.acquire(first, DURATION).await, "acquire");
-    let e1 = ok(a.stamp(first, "a").await, "stamp");
-    let e2 = ok(a.stamp(first, "a").await, "stamp again");
+    let e1 = ok(a.stamp(first, "a", &StampOptions::new()).await, "stamp");
+    let e2 = ok(
+        a.stamp(first, "a", &StampOptions::new()).await,
+        "stamp again",
+    );
     assert!(e2 > e1, "epochs must strictly increase: {e1} then {e2}");
     assert_lost(
-        &b.stamp(second, "b").await,
+        &b.stamp(second, "b", &StampOptions::new()).await,
         "stamp under an id that does not hold the lease",
     );
     ok(a.release(first).await, "release");
@@ -252,7 +245,10 @@ pub async fn stamp_needs_the_lease_and_epochs_increase<S: LeaseStore>(a: &S, b: 
         b.acquire(second, DURATION).await,
         "acquire by the next holder",
     );
-    let e3 = ok(b.stamp(second, "b").await, "stamp by the next holder");
+    let e3 = ok(
+        b.stamp(second, "b", &StampOptions::new()).await,
+        "stamp by the next holder",
+    );
     assert!(
         e3 > e2,
         "the next holder's epoch must be larger: {e2} then {e3}"
@@ -265,7 +261,7 @@ pub async fn stamp_needs_the_lease_and_epochs_increase<S: LeaseStore>(a: &S, b: 
 pub async fn inspect_needs_no_lease_and_shows_the_last_term<S: LeaseStore>(a: &S, b: &S) {
     let id = LeaseId::new();
     ok(a.acquire(id, DURATION).await, "acquire");
-    let epoch = ok(a.stamp(id, "holder-a").await, "stamp");
+    let epoch = ok(a.stamp(id, "holder-a", &StampOptions::new()).await, "stamp");
     let info = ok(b.inspect().await, "inspect by a non-holder").expect("the lease exists");
     assert_eq!(info.state, LeaseState::Leased);
     assert_eq!(info.holder.as_deref(), Some("holder-a"));
@@ -329,7 +325,10 @@ pub async fn state_writes_land_only_under_the_lease<S: LeaseStore>(a: &S, b: &S)
 pub async fn state_is_kept_across_terms_with_the_metadata<S: LeaseStore>(a: &S, b: &S) {
     let (first, second) = (LeaseId::new(), LeaseId::new());
     ok(a.acquire(first, DURATION).await, "acquire");
-    let epoch = ok(a.stamp(first, "holder-a").await, "stamp");
+    let epoch = ok(
+        a.stamp(first, "holder-a", &StampOptions::new()).await,
+        "stamp",
+    );
     let written = a.write_state(first, b"checkpoint=1").await;
     if without_state(a, &written).await {
         ok(a.release(first).await, "release");
@@ -354,7 +353,7 @@ pub async fn state_is_kept_across_terms_with_the_metadata<S: LeaseStore>(a: &S, 
         "acquire by the next holder",
     );
     let next = ok(
-        b.stamp(second, "holder-b").await,
+        b.stamp(second, "holder-b", &StampOptions::new()).await,
         "stamp by the next holder",
     );
     assert!(next > epoch, "epochs must increase across a state write");
@@ -449,12 +448,19 @@ pub async fn lease_expires_after_its_duration<S: LeaseStore>(a: &S, b: &S) {
 /// no gap: the proposed id holds it (its acquire is idempotent, it may
 /// stamp and renew), a third id is told it is held, and the old id has lost
 /// it. Changing again with the same ids succeeds; changing a lease neither
-/// id holds is a loss.
+/// id holds is a loss. A store that answers the first change with
+/// [`Error::Unsupported`] (the trait's default) is skipped.
 pub async fn change_passes_the_lease_to_the_proposed_id<S: LeaseStore>(a: &S, b: &S) {
     let (from, to, third) = (LeaseId::new(), LeaseId::new(), LeaseId::new());
     ok(a.acquire(from, DURATION).await, "acquire");
-    let e1 = ok(a.stamp(from, "a").await, "stamp");
-    ok(a.change(from, to).await, "change to the proposed id");
+    let e1 = ok(a.stamp(from, "a", &StampOptions::new()).await, "stamp");
+    match a.change(from, to).await {
+        Err(Error::Unsupported { .. }) => {
+            ok(a.release(from).await, "release after an unsupported change");
+            return;
+        }
+        changed => ok(changed, "change to the proposed id"),
+    }
     ok(a.change(from, to).await, "change retried with the same ids");
     assert_eq!(
         ok(b.acquire(third, DURATION).await, "acquire by a third id"),
@@ -467,8 +473,14 @@ pub async fn change_passes_the_lease_to_the_proposed_id<S: LeaseStore>(a: &S, b:
         "the proposed id finds the lease its own"
     );
     assert_lost(&a.renew(from).await, "renew under the id changed away");
-    assert_lost(&a.stamp(from, "a").await, "stamp under the id changed away");
-    let e2 = ok(b.stamp(to, "b").await, "stamp by the new holder");
+    assert_lost(
+        &a.stamp(from, "a", &StampOptions::new()).await,
+        "stamp under the id changed away",
+    );
+    let e2 = ok(
+        b.stamp(to, "b", &StampOptions::new()).await,
+        "stamp by the new holder",
+    );
     assert!(e2 > e1, "epochs must strictly increase: {e1} then {e2}");
     ok(b.renew(to).await, "renew by the new holder");
     ok(b.release(to).await, "release by the new holder");
@@ -477,29 +489,23 @@ pub async fn change_passes_the_lease_to_the_proposed_id<S: LeaseStore>(a: &S, b:
 
 /// Stamping at a floor returns at least the floor and never less than the
 /// next epoch; epochs keep increasing after it.
-pub async fn stamp_at_least_keeps_epochs_increasing<S: LeaseStore>(a: &S, b: &S) {
+pub async fn stamp_at_a_floor_keeps_epochs_increasing<S: LeaseStore>(a: &S, b: &S) {
     let (first, second) = (LeaseId::new(), LeaseId::new());
     ok(a.acquire(first, DURATION).await, "acquire");
-    let e1 = ok(a.stamp(first, "a").await, "stamp");
+    let e1 = ok(a.stamp(first, "a", &StampOptions::new()).await, "stamp");
     let floor = |floor| StampOptions::new().with_floor(floor);
     let e2 = ok(
-        a.stamp_with(first, "a", &floor(e1 + 10)).await,
+        a.stamp(first, "a", &floor(e1 + 10)).await,
         "stamp at a floor above the next epoch",
     );
     assert_eq!(e2, e1 + 10, "the floor is the epoch when it is larger");
     let e3 = ok(
-        a.stamp_with(first, "a", &floor(1)).await,
+        a.stamp(first, "a", &floor(1)).await,
         "stamp at a floor below the next epoch",
     );
     assert_eq!(e3, e2 + 1, "a low floor changes nothing");
-    #[allow(deprecated)]
-    let e3 = ok(
-        a.stamp_at_least(first, "a", e3 + 3).await,
-        "stamp at a floor by the former call",
-    );
-    assert_eq!(e3, e2 + 4, "the former call stamps at its floor too");
     assert_lost(
-        &b.stamp_with(second, "b", &floor(e3 + 5)).await,
+        &b.stamp(second, "b", &floor(e3 + 5)).await,
         "stamp at a floor under an id that does not hold the lease",
     );
     ok(a.release(first).await, "release");
@@ -507,18 +513,23 @@ pub async fn stamp_at_least_keeps_epochs_increasing<S: LeaseStore>(a: &S, b: &S)
         b.acquire(second, DURATION).await,
         "acquire by the next holder",
     );
-    let e4 = ok(b.stamp(second, "b").await, "stamp by the next holder");
+    let e4 = ok(
+        b.stamp(second, "b", &StampOptions::new()).await,
+        "stamp by the next holder",
+    );
     assert!(e4 > e3, "epochs must strictly increase: {e3} then {e4}");
     ok(b.release(second).await, "release");
 }
 
-/// Rule 10, for a store that [supports advertised values](LeaseStore::supports_advertised)
-/// (a store that does not is skipped): what a stamp advertises is read back
-/// by another handle with the term's holder and epoch, at a floor too; a
-/// bad value is refused before anything changes; a plain stamp of the next
-/// term removes it; only the holder may stamp.
+/// Rule 10: for a store that [supports advertised values](LeaseStore::supports_advertised),
+/// what a stamp advertises is read back by another handle with the term's
+/// holder and epoch, at a floor too; a bad value is refused before anything
+/// changes; a plain stamp of the next term removes it; only the holder may
+/// stamp. A store that does not support them refuses a stamp that carries
+/// one with [`Error::Unsupported`], and stamps nothing.
 pub async fn advertised_values_belong_to_their_term<S: LeaseStore>(a: &S, b: &S) {
     if !a.supports_advertised() {
+        advertised_values_are_refused_when_unsupported(a).await;
         return;
     }
     let (first, second) = (LeaseId::new(), LeaseId::new());
@@ -530,8 +541,7 @@ pub async fn advertised_values_belong_to_their_term<S: LeaseStore>(a: &S, b: &S)
         |value: &str, floor| StampOptions::new().with_advertised(value).with_floor(floor);
     ok(a.acquire(first, DURATION).await, "acquire");
     let e1 = ok(
-        a.stamp_with(first, "a", &advertising("10.0.0.7:8080", 0))
-            .await,
+        a.stamp(first, "a", &advertising("10.0.0.7:8080", 0)).await,
         "stamp advertising",
     );
     let seen = shown(ok(b.inspect().await, "inspect by a non-holder"));
@@ -540,10 +550,7 @@ pub async fn advertised_values_belong_to_their_term<S: LeaseStore>(a: &S, b: &S)
         (Some("a".to_owned()), e1, Some("10.0.0.7:8080".to_owned())),
         "the advertised value is read back with the term"
     );
-    match a
-        .stamp_with(first, "a", &advertising("two\nlines", 0))
-        .await
-    {
+    match a.stamp(first, "a", &advertising("two\nlines", 0)).await {
         Err(Error::InvalidOption { field, .. }) => assert_eq!(field, "advertised"),
         other => panic!("a value that is no header value must be refused: {other:?}"),
     }
@@ -555,11 +562,13 @@ pub async fn advertised_values_belong_to_their_term<S: LeaseStore>(a: &S, b: &S)
         "acquire by the next holder",
     );
     assert_lost(
-        &a.stamp_with(first, "a", &advertising("10.0.0.7:8080", 0))
-            .await,
+        &a.stamp(first, "a", &advertising("10.0.0.7:8080", 0)).await,
         "stamp advertising under an id that does not hold the lease",
     );
-    let e2 = ok(b.stamp(second, "b").await, "plain stamp of the next term");
+    let e2 = ok(
+        b.stamp(second, "b", &StampOptions::new()).await,
+        "plain stamp of the next term",
+    );
     let seen = shown(ok(a.inspect().await, "inspect after a plain stamp"));
     assert_eq!(
         seen,
@@ -567,25 +576,35 @@ pub async fn advertised_values_belong_to_their_term<S: LeaseStore>(a: &S, b: &S)
         "a term that advertises nothing shows nothing, not the last term's value"
     );
     let e3 = ok(
-        b.stamp_with(second, "b", &advertising("b.internal:9", e2 + 5))
+        b.stamp(second, "b", &advertising("b.internal:9", e2 + 5))
             .await,
         "stamp advertising at a floor",
     );
     assert_eq!(e3, e2 + 5, "the floor is the epoch when it is larger");
     let seen = shown(ok(a.inspect().await, "inspect after a stamp at a floor"));
     assert_eq!(seen.2.as_deref(), Some("b.internal:9"));
-    #[allow(deprecated)]
-    let e4 = ok(
-        b.stamp_advertised(second, "b", "b.internal:10", 0).await,
-        "stamp advertising by the former call",
-    );
-    let seen = shown(ok(a.inspect().await, "inspect after the former call"));
-    assert_eq!(
-        (seen.1, seen.2.as_deref()),
-        (e4, Some("b.internal:10")),
-        "the former call advertises too"
-    );
     ok(b.release(second).await, "release");
+}
+
+/// A store that keeps no advertised value answers a stamp that carries one
+/// with [`Error::Unsupported`], and the epoch stays as it was.
+async fn advertised_values_are_refused_when_unsupported<S: LeaseStore>(a: &S) {
+    let lease = LeaseId::new();
+    ok(a.acquire(lease, DURATION).await, "acquire");
+    let e1 = ok(a.stamp(lease, "a", &StampOptions::new()).await, "stamp");
+    let advertising = StampOptions::new().with_advertised("10.0.0.7:8080");
+    let refused = a.stamp(lease, "a", &advertising).await;
+    assert!(
+        matches!(refused, Err(Error::Unsupported { .. })),
+        "a store that keeps no advertised value must refuse a stamp that carries one \
+         with Error::Unsupported, got {refused:?}"
+    );
+    let e2 = ok(
+        a.stamp(lease, "a", &StampOptions::new()).await,
+        "stamp after the refusal",
+    );
+    assert_eq!(e2, e1 + 1, "a refused stamp changes no epoch");
+    ok(a.release(lease).await, "release");
 }
 
 /// Rule 9, for a store that [supports candidates](LeaseStore::supports_candidates)

@@ -315,11 +315,7 @@ impl LeaseStore for MemoryLeaseStore {
         })
     }
 
-    fn stamp(&self, lease: LeaseId, holder: &str) -> impl Future<Output = Result<u64>> + Send {
-        self.stamp_term(lease, holder, None, 0)
-    }
-
-    fn stamp_with(
+    fn stamp(
         &self,
         lease: LeaseId,
         holder: &str,
@@ -336,27 +332,6 @@ impl LeaseStore for MemoryLeaseStore {
                 options.floor(),
             )
         });
-        async move { stamp?.await }
-    }
-
-    fn stamp_at_least(
-        &self,
-        lease: LeaseId,
-        holder: &str,
-        floor: u64,
-    ) -> impl Future<Output = Result<u64>> + Send {
-        self.stamp_term(lease, holder, None, floor)
-    }
-
-    fn stamp_advertised(
-        &self,
-        lease: LeaseId,
-        holder: &str,
-        advertised: &str,
-        floor: u64,
-    ) -> impl Future<Output = Result<u64>> + Send {
-        let stamp = check_advertised(advertised)
-            .map(|()| self.stamp_term(lease, holder, Some(advertised.to_owned()), floor));
         async move { stamp?.await }
     }
 

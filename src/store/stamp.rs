@@ -1,7 +1,7 @@
 //! What a new term's stamp carries besides its holder: the floor under its
-//! epoch and what the holder advertises (see [`LeaseStore::stamp_with`]).
+//! epoch and what the holder advertises (see [`LeaseStore::stamp`]).
 //!
-//! [`LeaseStore::stamp_with`]: crate::LeaseStore::stamp_with
+//! [`LeaseStore::stamp`]: crate::LeaseStore::stamp
 
 use std::time::Duration;
 
@@ -15,9 +15,11 @@ use std::time::Duration;
 /// stamp of a record that has an epoch waits for nothing.
 pub(crate) const NEW_RECORD_WAIT: Duration = Duration::from_secs(3);
 
-/// How [`LeaseStore::stamp_with`](crate::LeaseStore::stamp_with) stamps a
-/// new term: the epoch is `max(stored + 1, floor)`, and `advertised`, when
-/// set, is kept beside the holder and epoch for the term.
+/// How [`LeaseStore::stamp`](crate::LeaseStore::stamp) stamps a new term:
+/// the epoch is `max(stored + 1, floor)` (rule 8), and `advertised`, when
+/// set, is kept beside the holder and epoch for the term (rule 10).
+/// [`StampOptions::new()`] (the default) is a plain stamp: no floor, nothing
+/// advertised. Options may grow; they are built with the setters.
 ///
 /// ```
 /// use blob_mutex::StampOptions;
@@ -28,6 +30,7 @@ pub(crate) const NEW_RECORD_WAIT: Duration = Duration::from_secs(3);
 /// assert_eq!(StampOptions::default().floor(), 0);
 /// ```
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct StampOptions {
     floor: u64,
     advertised: Option<String>,
@@ -35,13 +38,14 @@ pub struct StampOptions {
 
 impl StampOptions {
     /// No floor (the stored epoch + 1) and nothing advertised: a plain
-    /// [`stamp`](crate::LeaseStore::stamp).
+    /// stamp.
     #[must_use]
     pub fn new() -> StampOptions {
         StampOptions::default()
     }
 
-    /// The least epoch the stamp may return (rule 8 of the contract). A
+    /// The least epoch the stamp may return (rule 8 of the contract); 0,
+    /// the default, for none. A
     /// quorum stamps every account it holds at the largest epoch a majority
     /// has seen plus one.
     #[must_use]
@@ -53,7 +57,10 @@ impl StampOptions {
     /// What the term's holder tells the others of itself, such as the
     /// address at which it takes requests (rule 10 of the contract): at most
     /// [`MAX_ADVERTISED_LEN`](crate::MAX_ADVERTISED_LEN) bytes of printable
-    /// ASCII, checked by the store before anything is sent.
+    /// ASCII, checked by the store before anything is sent. A store that
+    /// keeps no advertised value ([`supports_advertised`](crate::LeaseStore::supports_advertised)
+    /// is `false`) answers such a stamp with
+    /// [`Error::Unsupported`](crate::Error::Unsupported).
     #[must_use]
     pub fn with_advertised(mut self, advertised: impl Into<String>) -> StampOptions {
         self.advertised = Some(advertised.into());

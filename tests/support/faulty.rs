@@ -196,10 +196,10 @@ impl Faulty {
         &self,
         lease: LeaseId,
         holder: &str,
-        floor: u64,
+        options: &StampOptions,
     ) -> impl Future<Output = Result<u64, Error>> + Send + 'static {
         let garbled = self.accounts.garbled.lock().unwrap().as_deref() == Some(&*self.key);
-        let holder = holder.to_owned();
+        let (holder, options) = (holder.to_owned(), options.clone());
         self.call(
             "stamp",
             lease,
@@ -209,8 +209,7 @@ impl Faulty {
                         found: "garbled".to_owned(),
                     });
                 }
-                let options = StampOptions::new().with_floor(floor);
-                inner.stamp_with(lease, &holder, &options).await
+                inner.stamp(lease, &holder, &options).await
             },
             |_| None,
         )
@@ -261,17 +260,9 @@ impl LeaseStore for Faulty {
         &self,
         lease: LeaseId,
         holder: &str,
-    ) -> impl Future<Output = Result<u64, Error>> + Send {
-        self.stamp_call(lease, holder, 0)
-    }
-
-    fn stamp_with(
-        &self,
-        lease: LeaseId,
-        holder: &str,
         options: &StampOptions,
     ) -> impl Future<Output = Result<u64, Error>> + Send {
-        self.stamp_call(lease, holder, options.floor())
+        self.stamp_call(lease, holder, options)
     }
 
     fn inspect(&self) -> impl Future<Output = Result<Option<LeaseInfo>, Error>> + Send {

@@ -1247,7 +1247,7 @@ async fn partitions(container: &str, set: &str, flags: &[&str]) -> Output {
 /// and beta are members, gamma has left. Returns the epoch of each
 /// partition's last term.
 async fn make_set(container: &str) -> std::collections::BTreeMap<String, u64> {
-    use blob_mutex::{Acquire, BlobLeaseSetStore, LeaseId, LeaseSetStore};
+    use blob_mutex::{Acquire, BlobLeaseSetStore, LeaseId, LeaseSetStore, StampOptions};
 
     let store = BlobLeaseSetStore::new(&azurite::shared().settings(container, "jobs")).unwrap();
     let mut epochs = std::collections::BTreeMap::new();
@@ -1265,7 +1265,7 @@ async fn make_set(container: &str) -> std::collections::BTreeMap<String, u64> {
         let id = LeaseId::new();
         let acquired = lease.acquire(id, Duration::from_secs(60)).await.unwrap();
         assert_eq!(acquired, Acquire::Acquired, "{name} for {holder}");
-        let epoch = lease.stamp(id, holder).await.unwrap();
+        let epoch = lease.stamp(id, holder, &StampOptions::new()).await.unwrap();
         if let Some(partition) = name.strip_prefix("partitions/") {
             // Each blob's first epoch comes from storage's clock; a later
             // term of the same blob follows its last one.

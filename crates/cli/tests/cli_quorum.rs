@@ -7,7 +7,7 @@ use blob_mutex_testkit as support;
 use std::process::{Output, Stdio};
 use std::time::Duration;
 
-use blob_mutex::{BlobLeaseManager, BlobSettings, LeaseId, LeaseStore, StampOptions};
+use blob_mutex::{BlobLeaseManager, BlobSettings, LeaseId, StampOptions};
 use support::azurite::{self, Azurite};
 use support::wait_for;
 use tokio::process::Command;
@@ -239,14 +239,11 @@ async fn status_names_a_holder_only_where_the_stamp_shows_it() {
     stores[0].acquire(earlier, minute).await.unwrap();
     let floor = |floor| StampOptions::new().with_floor(floor);
     stores[0]
-        .stamp_with(earlier, "earlier", &floor(3))
+        .stamp(earlier, "earlier", &floor(3))
         .await
         .unwrap();
     stores[1].acquire(newest, minute).await.unwrap();
-    stores[1]
-        .stamp_with(newest, "newest", &floor(4))
-        .await
-        .unwrap();
+    stores[1].stamp(newest, "newest", &floor(4)).await.unwrap();
     stores[2].acquire(newest, minute).await.unwrap();
 
     let out = output(&refs(&quorum.args("status", &[]))).await;
@@ -298,10 +295,7 @@ async fn status_names_a_holder_only_where_the_stamp_shows_it() {
 
     // A renewal brings account 2 up to the stamp: a majority carries it.
     let floor = StampOptions::new().with_floor(4);
-    stores[2]
-        .stamp_with(newest, "newest", &floor)
-        .await
-        .unwrap();
+    stores[2].stamp(newest, "newest", &floor).await.unwrap();
     let table = text(&output(&refs(&quorum.args("status", &[]))).await.stdout);
     assert!(
         lines_end_with(&table, 2, "leased holder newest epoch 4"),
