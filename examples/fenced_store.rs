@@ -21,8 +21,8 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 use blob_mutex::{
-    Backend, BlobDistributedMutex, BlobSettings, CancellationToken, LeaderContext, Leadership,
-    MutexOptions,
+    azure::Backend, term::Leadership, BlobDistributedMutex, BlobSettings, CancellationToken,
+    LeaderContext, MutexOptions,
 };
 use tokio::sync::watch;
 

@@ -25,8 +25,8 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use blob_mutex::{
-    Backend, BlobDistributedMutex, BlobSettings, CancellationToken, Leader, LeaderContext,
-    MutexOptions,
+    azure::Backend, term::Leader, BlobDistributedMutex, BlobSettings, CancellationToken,
+    LeaderContext, MutexOptions,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};

@@ -23,7 +23,8 @@ use std::time::Duration;
 
 use anyhow::Context;
 use blob_mutex::{
-    Backend, BlobLeaseSet, BlobSettings, CancellationToken, LeaseSetOptions, PartitionContext,
+    azure::Backend, BlobLeaseSet, BlobSettings, CancellationToken, LeaseSetOptions,
+    PartitionContext,
 };
 use tokio::sync::broadcast::error::RecvError;
 
@@ -81,7 +82,7 @@ async fn main() -> anyhow::Result<()> {
     let partitions = (0..count).map(|i| format!("p{i:02}"));
     // The set's defaults (a 30 s lease), with this instance's name.
     let options = LeaseSetOptions::default();
-    let mutex = options.mutex.clone().with_holder(id.clone());
+    let mutex = options.mutex().clone().with_holder(id.clone());
     let options = options.with_mutex(mutex);
     run(BlobLeaseSet::new(&settings, partitions, options, work)?, id).await
 }

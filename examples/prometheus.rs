@@ -17,7 +17,9 @@
 use std::time::Duration;
 
 use anyhow::Context;
-use blob_mutex::{Backend, BlobDistributedMutex, BlobSettings, CancellationToken, LeaderContext};
+use blob_mutex::{
+    azure::Backend, BlobDistributedMutex, BlobSettings, CancellationToken, LeaderContext,
+};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;

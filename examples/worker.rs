@@ -21,7 +21,8 @@ use std::time::Duration;
 
 use anyhow::Context;
 use blob_mutex::{
-    Backend, BlobDistributedMutex, BlobSettings, CancellationToken, LeaderContext, MutexOptions,
+    azure::Backend, BlobDistributedMutex, BlobSettings, CancellationToken, LeaderContext,
+    MutexOptions,
 };
 use tokio::sync::broadcast::error::RecvError;
 

@@ -9,7 +9,7 @@ use tokio::time::Instant;
 use crate::error::{Error, Result};
 
 /// The request timeout of [`MutexOptions`](crate::MutexOptions) and of a
-/// store made without one (a bare [`BlobLeaseManager`](crate::BlobLeaseManager), say).
+/// store made without one (a bare [`BlobLeaseManager`](crate::azure::BlobLeaseManager), say).
 pub(crate) const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// Runs `call` for at most `limit`; [`Error::Timeout`] naming `operation`

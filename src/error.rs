@@ -1,4 +1,6 @@
-//! The crate's one error type.
+//! The crate's one error type, [`Error`] (also at the crate root), what
+//! caused a storage or transport error ([`Cause`]), and the boxed error a
+//! leader task may return ([`BoxError`]).
 
 use std::time::Duration;
 
@@ -161,13 +163,13 @@ pub enum Error {
     #[error("the leader task of epoch {} ended with no output ({})", report.epoch, report.reason)]
     TaskFailed {
         /// How the term ended.
-        report: Box<crate::TermReport>,
+        report: Box<crate::term::TermReport>,
         /// The error the task returned, as it returned it.
         #[source]
         source: Option<BoxError>,
     },
 
-    /// Storage refused a state write (see [`LeaseStore::write_state`](crate::LeaseStore::write_state))
+    /// Storage refused a state write (see [`LeaseStore::write_state`](crate::store::LeaseStore::write_state))
     /// because the lease id it carried does not hold the lease any more:
     /// the lease expired, was released, broken, or passed on to another
     /// holder. The write did not land, and no retry with the same lease id
@@ -190,14 +192,14 @@ pub enum Error {
     /// A run-once call with a [`done_key`](crate::OnceOptions::done_key)
     /// that its completion record does not hold yet found the record too
     /// full to keep it: with the key, the record would pass
-    /// [`MAX_STATE_LEN`](crate::MAX_STATE_LEN) (16 069 keys of
-    /// [`DONE_KEY_MAX`](crate::DONE_KEY_MAX) bytes fit). The task did not
+    /// [`MAX_STATE_LEN`](crate::store::MAX_STATE_LEN) (16 069 keys of
+    /// [`DONE_KEY_MAX`](crate::OnceOptions::DONE_KEY_MAX) bytes fit). The task did not
     /// run, and the record is left as it is: no recorded key is ever
     /// dropped to make room. Keep new keys on another lease blob.
     ///
     /// Not an [`Error::InvalidOption`]: the key is valid, and would be
     /// kept on another blob; what refuses it is what this blob holds.
-    #[error("the completion record on {lease} holds {keys} keys in {len} bytes, and with a new key of {} bytes it would pass the state's limit of {} bytes (16 069 keys of the longest length fit): the task did not run, and no key was dropped; keep new keys on another lease blob", key.len(), crate::MAX_STATE_LEN)]
+    #[error("the completion record on {lease} holds {keys} keys in {len} bytes, and with a new key of {} bytes it would pass the state's limit of 4194304 bytes (16 069 keys of the longest length fit): the task did not run, and no key was dropped; keep new keys on another lease blob", key.len())]
     RecordFull {
         /// The lease, as its store names it.
         lease: String,
@@ -210,7 +212,7 @@ pub enum Error {
     },
 
     /// The store does not implement this call: one of the optional calls
-    /// of [`LeaseStore`](crate::LeaseStore), whose default answers this, or
+    /// of [`LeaseStore`](crate::store::LeaseStore), whose default answers this, or
     /// a stamp that advertises a value on a store that keeps none.
     #[error("this lease store does not support {operation}")]
     Unsupported {

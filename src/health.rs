@@ -130,7 +130,7 @@ impl Health {
     /// (`ok`) otherwise. It fails when
     ///
     /// - a term's tasks could be neither stopped nor aborted
-    ///   ([`TaskStop::Stuck`](crate::TaskStop::Stuck)): such a task may run
+    ///   ([`TaskStop::Stuck`](crate::term::TaskStop::Stuck)): such a task may run
     ///   for ever, and the mutex or set leads no more in this process. It
     ///   stays failed;
     /// - a term leads past its deadline and has not reported its end: a

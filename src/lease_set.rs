@@ -16,7 +16,7 @@
 //!   losing membership stops everything this instance runs in the set.
 //! - **Balancing.** Every `balance_interval` (jittered), one List Blobs call
 //!   with metadata reads the whole set: live members and which partitions
-//!   are leased. [`Strategy`](crate::Strategy) decides what to claim and what to give up.
+//!   are leased. [`Strategy`](crate::partitions::Strategy) decides what to claim and what to give up.
 //! - **Partitions.** Each claimed partition is one term of the election
 //!   engine on `<set>/partitions/<name>`: one acquire attempt and, if it
 //!   succeeds, epoch stamp, task, renewals, drain-then-release, exactly as
@@ -148,7 +148,7 @@ type PartitionFn = dyn Fn(PartitionContext) -> TaskFuture + Send + Sync;
 ///   its member blob is one segment under `members/`.
 /// - A set counts as a live member only a leased blob of the exact shape
 ///   `<set>/members/<one segment>` that carries the metadata
-///   [`MEMBER_KEY`](crate::MEMBER_KEY), which only a set's member lease
+///   [`MEMBER_KEY`](crate::azure::metadata::MEMBER_KEY), which only a set's member lease
 ///   writes (when it creates its blob and at every stamp), or that carries
 ///   none but whose `holder` is its own segment, as the members of versions
 ///   before the marker do: while a rolling upgrade goes on, the instances
@@ -400,7 +400,7 @@ impl<S: LeaseSetStore> BlobLeaseSet<S> {
     /// As the mutex's: cancel through `token` to drain and release every
     /// partition; dropping the future aborts the tasks and leaves the
     /// leases to expire. Each partition term that ends so is still reported
-    /// (reason [`dropped`](crate::StopReason::Dropped), or `deadline` when
+    /// (reason [`dropped`](crate::term::StopReason::Dropped), or `deadline` when
     /// its deadline had passed) and leaves [`watch`](Self::watch).
     pub async fn run(&self, token: CancellationToken) -> Result<()> {
         let shared = self.shared.clone();

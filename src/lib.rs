@@ -30,62 +30,57 @@
 #![doc = concat!("[benchmarks]: https://docs.rs/crate/blob-mutex/", env!("CARGO_PKG_VERSION"), "/source/BENCHMARKS.md")]
 #![doc = concat!("[security]: https://docs.rs/crate/blob-mutex/", env!("CARGO_PKG_VERSION"), "/source/SECURITY.md")]
 #![doc = include_str!("../README.md")]
+//!
+//! # Where things are
+//!
+//! The crate root holds what a user starts from: the shapes
+//! ([`BlobDistributedMutex`] and its [`MutexGuard`], run once with
+//! [`OnceOptions`], the [`BlobLeaseSet`]), their settings and options, and
+//! the [`Error`]. The rest lives in modules named for what they hold:
+//! - [`term`]: who leads, a term's heartbeat, and how a term ended;
+//! - [`health`]: liveness and readiness for an orchestrator's probes;
+//! - [`partitions`]: what a lease set reports and how it balances;
+//! - [`store`]: the seam under every shape, to run on another storage, with
+//!   its conformance suite;
+//! - [`azure`]: Azure's stores, backends, credentials and blob metadata;
+//! - [`quorum`]: stores over several storage accounts;
+//! - `testing` (feature `testing`): stores in memory for tests;
+//! - [`error`]: the error's parts; [`guide`]: the guide, chapter by chapter.
 // docs.rs builds with `--cfg docsrs` (see `[package.metadata.docs.rs]`) and marks
 // the items that need an optional feature.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
-mod azure;
+pub mod azure;
 mod backoff;
 mod bounded;
 mod engine;
-mod error;
+pub mod error;
 pub mod guide;
 pub mod health;
 mod lease_set;
 mod limits;
 mod mutex;
 mod options;
-mod quorum;
-mod store;
+pub mod partitions;
+pub mod quorum;
+pub mod store;
+pub mod term;
+#[cfg(feature = "testing")]
+#[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
+pub mod testing;
 
-#[cfg(feature = "azure_identity")]
-#[cfg_attr(docsrs, doc(cfg(feature = "azure_identity")))]
-pub use azure::credential_options::credential_options;
-#[cfg(feature = "azure_identity")]
-#[cfg_attr(docsrs, doc(cfg(feature = "azure_identity")))]
-pub use azure::default_credential::default_credential;
-#[cfg(feature = "official")]
-#[cfg_attr(docsrs, doc(cfg(feature = "official")))]
-pub use azure::official::OfficialSettings;
-pub use azure::protocol::{
-    ACQUIRED_AT_KEY, ADVERTISED_KEY, EPOCH_KEY, HOLDER_KEY, MEMBER_KEY, PRIORITY_KEY, PROPOSED_KEY,
-};
-pub use azure::settings::{BlobSettings, AZURITE_ACCOUNT, AZURITE_ENDPOINT};
-pub use azure::{Backend, BlobLeaseManager, BlobLeaseSetStore};
-pub use engine::ending::{StopReason, TaskStop, TermReport};
-pub use engine::fail_stop::FAIL_STOP_EXIT_CODE;
-pub use engine::leader::Leader;
-pub use engine::leadership::{Heartbeat, LeaderContext, Leadership};
-pub use error::{BoxError, Cause, Error, Result};
-pub use lease_set::balance::Strategy;
-pub use lease_set::{BlobLeaseSet, LeaseSetOptions, PartitionContext, PartitionReport};
+// The root holds what a user starts from: the shapes (the mutex and its
+// guard, run once, the lease set), their settings and options, and the
+// error. Everything else lives in the public modules above, named for what
+// they hold; each item has one path.
+pub use azure::settings::BlobSettings;
+pub use engine::leadership::LeaderContext;
+pub use error::{Error, Result};
+pub use lease_set::{BlobLeaseSet, LeaseSetOptions, PartitionContext};
 pub use mutex::{
     BlobDistributedMutex, MutexGuard, OnceOptions, OnceOutcome, SkipReason, TryAcquire,
-    DONE_KEY_MAX,
 };
-pub use options::{MutexOptions, STOP_SLACK};
-pub use quorum::{
-    AccountLease, Holding, QuorumLeaseSetStore, QuorumLeaseStore, MAX_QUORUM_ACCOUNTS,
-};
-pub use store::collect::Collection;
-#[cfg(feature = "testing")]
-pub use store::conformance;
-#[cfg(feature = "testing")]
-pub use store::memory::{MemoryLeaseSetStore, MemoryLeaseStore};
-pub use store::{
-    Acquire, Candidate, LeaseId, LeaseInfo, LeaseSetStore, LeaseState, LeaseStore, StampOptions,
-    MAX_ADVERTISED_LEN, MAX_STATE_LEN,
-};
+pub use options::MutexOptions;
 
 /// Re-exported so that callers can name the token type without adding the crate.
 pub use tokio_util::sync::CancellationToken;

@@ -6,6 +6,11 @@ use std::time::Duration;
 
 use crate::error::{Error, Result};
 
+/// The largest leader state, in bytes (4 MiB), that
+/// [`LeaseStore::write_state`](crate::store::LeaseStore::write_state) accepts. A single Put Blob takes far more;
+/// the limit keeps every write one request that fits in a renew interval.
+pub const MAX_STATE_LEN: usize = 4 * 1024 * 1024;
+
 /// The longest value, in bytes, that an instance may advertise with its
 /// stamp ([`MutexOptions::advertised`](crate::MutexOptions::advertised)):
 /// it travels as blob metadata, in a request header, on every stamp and
@@ -52,4 +57,25 @@ pub(crate) fn check_advertised(value: &str) -> Result<()> {
         ));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod state_len_tests {
+    use super::MAX_STATE_LEN;
+    use crate::error::Error;
+
+    #[test]
+    fn a_full_record_names_the_states_limit_as_it_is() {
+        let full = Error::RecordFull {
+            lease: "jobs/nightly".into(),
+            keys: 3,
+            len: 90,
+            key: "v4".into(),
+        };
+        assert!(
+            full.to_string()
+                .contains(&format!("limit of {MAX_STATE_LEN} bytes")),
+            "{full}"
+        );
+    }
 }

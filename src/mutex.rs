@@ -27,7 +27,7 @@ mod record;
 
 pub use guard::{MutexGuard, TryAcquire};
 pub use once::OnceOutcome;
-pub use record::{OnceOptions, SkipReason, DONE_KEY_MAX};
+pub use record::{OnceOptions, SkipReason};
 
 /// How many term reports a slow receiver can fall behind.
 const REPORTS_KEPT: usize = 16;
@@ -118,12 +118,6 @@ impl BlobDistributedMutex<BlobLeaseManager> {
     #[must_use]
     pub fn settings(&self) -> &BlobSettings {
         self.core.store.settings()
-    }
-
-    /// The lease manager this mutex uses, for inspecting the blob.
-    #[must_use]
-    pub fn lease_manager(&self) -> &BlobLeaseManager {
-        &self.core.store
     }
 }
 
@@ -297,7 +291,7 @@ impl<S: LeaseStore> BlobDistributedMutex<S> {
     /// sub-tasks are aborted at once, without a grace; the lease is not
     /// released and expires on its own, so no other instance leads before
     /// then. The end of the term is still reported: a [`TermReport`] with
-    /// [`StopReason::Dropped`](crate::StopReason::Dropped) (or `Deadline`
+    /// [`StopReason::Dropped`](crate::term::StopReason::Dropped) (or `Deadline`
     /// when the deadline had passed), the metrics, and [`watch`](Self::watch)
     /// showing [`Leadership::Stopped`] once the future is gone. A task that blocks its thread cannot be aborted: with
     /// [`MutexOptions::fail_stop`] the process still exits before the lease

@@ -8,8 +8,8 @@ use crate::limits::{check_advertised, lease_seconds};
 
 /// Timing and behaviour of a [`BlobDistributedMutex`](crate::BlobDistributedMutex).
 ///
-/// Every field has a default (written in its doc); change them with the
-/// `with_*` methods. [`MutexOptions::validate`] runs when a mutex is made and
+/// Each option has a getter named for it, which says its default, and a
+/// `with_*` setter. [`MutexOptions::validate`] runs when a mutex is made and
 /// refuses a combination that could let two leaders overlap, naming the field.
 ///
 /// # The deadline
@@ -24,128 +24,24 @@ use crate::limits::{check_advertised, lease_seconds};
 /// take effect and for a fail-stop exit). A process that wakes up after its
 /// deadline (it was frozen) stops its tasks at once, with no grace.
 #[derive(Debug, Clone)]
-#[non_exhaustive]
 pub struct MutexOptions {
-    /// How long each lease lasts on the server, in whole seconds from 15 to 60.
-    /// Default: 15 s.
-    pub lease_duration: Duration,
-    /// How often the leader renews. Default: `None`, which means a third of
-    /// `lease_duration` (5 s for the default lease).
-    pub renew_interval: Option<Duration>,
-    /// How long a follower waits between attempts to acquire a lease someone
-    /// else holds (before jitter). After a term that did not fail, the
-    /// instance waits one whole retry period, `acquire_retry × (1 +
-    /// acquire_jitter)`, before it campaigns again, so that a waiting
-    /// follower gets its turn first. Default: 1 s.
-    pub acquire_retry: Duration,
-    /// The jitter applied to every wait, as a fraction: each wait is drawn
-    /// uniformly from `wait × (1 ± acquire_jitter)`. From 0 to 0.9. Default: 0.2.
-    pub acquire_jitter: f64,
-    /// Time kept in hand between the leader's deadline and the earliest
-    /// instant the server could expire the lease. Default: 1 s.
-    pub safety_margin: Duration,
-    /// The largest rate by which this host's monotonic clock may run slower
-    /// than the storage server's, as a fraction; the safety margin grows by
-    /// `lease_duration × clock_drift`. From 0 to 0.1. Default: 0.01 (1 %).
-    pub clock_drift: f64,
-    /// The longest any single storage request may take. Requests made while
-    /// leading are also cut at the deadline. A term's stamp may take 3 s
-    /// more when it makes the lease's record anew (a new blob, or one whose
-    /// record was lost): the record's first epoch waits one to two seconds
-    /// for storage's clock. Default: 3 s.
-    pub request_timeout: Duration,
-    /// How long a cancelled leader task (and its sub-tasks) may take to
-    /// finish before it is aborted. The whole grace is given, except when the
-    /// deadline is closer. For a [`MutexGuard`](crate::MutexGuard), whose
-    /// holder the crate cannot abort: how long the lease is still renewed
-    /// while the term waits for the guard's release (it then waits, without
-    /// renewing, until shortly before the deadline). Default: 3 s.
-    pub stop_grace: Duration,
-    /// How long to wait before campaigning again after the leader task
-    /// failed, panicked or missed its heartbeat (before jitter). A guard
-    /// leads one term and is not affected. Default: 5 s.
-    pub failure_backoff: Duration,
-    /// If set, the leader task must call [`Heartbeat::beat`](crate::Heartbeat::beat)
-    /// at least this often; when it does not, the mutex stops renewing,
-    /// cancels the task and steps down. Default: `None` (no watchdog).
-    pub heartbeat_timeout: Option<Duration>,
-    /// Exit the process (code [`FAIL_STOP_EXIT_CODE`](crate::FAIL_STOP_EXIT_CODE))
-    /// when a leader task can neither be stopped nor aborted, before the lease
-    /// could expire. Default: `false`, which returns
-    /// [`Error::TaskNotStopped`] instead. For a
-    /// [`MutexGuard`](crate::MutexGuard): exit when a term that had to end
-    /// was not released before the lease could expire (without it, the
-    /// lease is left to expire: see the guard's docs).
-    pub fail_stop: bool,
-    /// This instance's name, written to the blob's `holder` metadata and given
-    /// to the leader task. Printable ASCII, 1 to 256 characters.
-    /// Default: `None`, which means `<hostname>-<process id>`.
-    pub holder: Option<String>,
-    /// Seed for the jitter's random numbers, for reproducible tests.
-    /// Default: `None` (seeded from the operating system).
-    pub jitter_seed: Option<u64>,
-    /// Give up when this instance has not become leader within this time of
-    /// the campaign's start: [`run_task_when_mutex_acquired`](crate::BlobDistributedMutex::run_task_when_mutex_acquired)
-    /// returns [`Error::NotAcquired`] when the lease was held by another
-    /// instance, or the error of the last attempt when that attempt failed.
-    /// At least one complete attempt is made (`Duration::ZERO` makes exactly
-    /// one); an attempt is made at the limit itself. Only the first term is
-    /// bounded: once it has led, the campaign goes on. Default: `None` (wait
-    /// as long as it takes).
-    pub acquire_timeout: Option<Duration>,
-    /// How long a campaign retries before it gives up with
-    /// [`Error::FirstContactFailed`] while storage has never answered this
-    /// mutex: no acquire attempt has had an answer (the lease acquired, or
-    /// held by another instance) since the mutex was made. Before that, a
-    /// failure is a setting to fix until proven otherwise (a host that does
-    /// not resolve, a credential that cannot get a token, a permission
-    /// storage refuses), and a process that retried it for ever would look
-    /// healthy and never lead. Once storage has answered, an outage is
-    /// retried for as long as it lasts. Counted from the start of each
-    /// campaign ([`run_task_when_mutex_acquired`](crate::BlobDistributedMutex::run_task_when_mutex_acquired)),
-    /// for a [`BlobLeaseSet`](crate::BlobLeaseSet) from the start of each
-    /// `run` on its member lease. At least one complete attempt is made
-    /// (`Duration::ZERO` makes exactly one). Default: 30 s; `None` retries
-    /// for ever, as a process that must wait out an outage at its start
-    /// needs.
-    pub first_contact_timeout: Option<Duration>,
-    /// This instance's priority as a preferred successor; any integer.
-    /// With a priority set, the instance takes part in planned handovers:
-    /// while it waits for the lease it advertises itself as a candidate
-    /// beside the lease (holder, priority and the lease id its acquire
-    /// attempts propose, on a record the store times out when the instance
-    /// dies), and while it leads it lists the candidates once per renew
-    /// interval. A leader that sees a live candidate with a strictly higher
-    /// priority stops its term ([`StopReason::Handover`](crate::StopReason::Handover):
-    /// cancel, grace, abort, as for any stop) and then changes the lease to
-    /// the candidate's proposed id (Change Lease) instead of releasing it,
-    /// so that no third instance can take it in between. Equal priorities
-    /// never hand over.
-    ///
-    /// Default: `None`: the instance takes no part, sends exactly the
-    /// requests it sent without the option, and is never handed over to.
-    /// Every instance of a service that uses priorities should set one (for
-    /// a rolling upgrade: the old version 0, the new one 1). The store must
-    /// support candidates ([`LeaseStore::supports_candidates`](crate::LeaseStore::supports_candidates));
-    /// otherwise making the mutex fails with [`Error::Unsupported`].
-    /// A [`BlobLeaseSet`](crate::BlobLeaseSet)'s partitions ignore it. A
-    /// [`MutexGuard`](crate::MutexGuard) is handed over only once its
-    /// holder released it.
-    pub priority: Option<i64>,
-    /// What this instance tells the others of itself while it leads: an
-    /// address at which it takes requests, say (`10.0.0.7:8080`,
-    /// `https://worker-3.internal`), or any short string. Written with the
-    /// holder and epoch at each term's stamp, in the same request, and read
-    /// back by every follower's [`leader`](crate::BlobDistributedMutex::leader)
-    /// watch, by a lease set's [`owners`](crate::BlobLeaseSet::owners) and
-    /// by `blob-mutex status`. Printable ASCII, 1 to
-    /// [`MAX_ADVERTISED_LEN`](crate::MAX_ADVERTISED_LEN) (256) bytes, no
-    /// space at either end. The store must support it
-    /// ([`LeaseStore::supports_advertised`](crate::LeaseStore::supports_advertised));
-    /// otherwise making the mutex fails with [`Error::Unsupported`].
-    /// Default: `None`: the stamp carries nothing more, and removes what an
-    /// earlier term advertised.
-    pub advertised: Option<String>,
+    pub(crate) lease_duration: Duration,
+    pub(crate) renew_interval: Option<Duration>,
+    pub(crate) acquire_retry: Duration,
+    pub(crate) acquire_jitter: f64,
+    pub(crate) safety_margin: Duration,
+    pub(crate) clock_drift: f64,
+    pub(crate) request_timeout: Duration,
+    pub(crate) stop_grace: Duration,
+    pub(crate) failure_backoff: Duration,
+    pub(crate) heartbeat_timeout: Option<Duration>,
+    pub(crate) fail_stop: bool,
+    pub(crate) holder: Option<String>,
+    pub(crate) jitter_seed: Option<u64>,
+    pub(crate) acquire_timeout: Option<Duration>,
+    pub(crate) first_contact_timeout: Option<Duration>,
+    pub(crate) priority: Option<i64>,
+    pub(crate) advertised: Option<String>,
 }
 
 impl Default for MutexOptions {
@@ -186,6 +82,194 @@ macro_rules! setters {
 }
 
 impl MutexOptions {
+    /// How long each lease lasts on the server, in whole seconds from 15 to 60.
+    /// Default: 15 s.
+    #[must_use]
+    pub fn lease_duration(&self) -> Duration {
+        self.lease_duration
+    }
+
+    /// How often the leader renews. Default: `None`, which means a third of
+    /// `lease_duration` (5 s for the default lease).
+    #[must_use]
+    pub fn renew_interval(&self) -> Option<Duration> {
+        self.renew_interval
+    }
+
+    /// How long a follower waits between attempts to acquire a lease someone
+    /// else holds (before jitter). After a term that did not fail, the
+    /// instance waits one whole retry period, `acquire_retry × (1 +
+    /// acquire_jitter)`, before it campaigns again, so that a waiting
+    /// follower gets its turn first. Default: 1 s.
+    #[must_use]
+    pub fn acquire_retry(&self) -> Duration {
+        self.acquire_retry
+    }
+
+    /// The jitter applied to every wait, as a fraction: each wait is drawn
+    /// uniformly from `wait × (1 ± acquire_jitter)`. From 0 to 0.9. Default: 0.2.
+    #[must_use]
+    pub fn acquire_jitter(&self) -> f64 {
+        self.acquire_jitter
+    }
+
+    /// Time kept in hand between the leader's deadline and the earliest
+    /// instant the server could expire the lease. Default: 1 s.
+    #[must_use]
+    pub fn safety_margin(&self) -> Duration {
+        self.safety_margin
+    }
+
+    /// The largest rate by which this host's monotonic clock may run slower
+    /// than the storage server's, as a fraction; the safety margin grows by
+    /// `lease_duration × clock_drift`. From 0 to 0.1. Default: 0.01 (1 %).
+    #[must_use]
+    pub fn clock_drift(&self) -> f64 {
+        self.clock_drift
+    }
+
+    /// The longest any single storage request may take. Requests made while
+    /// leading are also cut at the deadline. A term's stamp may take 3 s
+    /// more when it makes the lease's record anew (a new blob, or one whose
+    /// record was lost): the record's first epoch waits one to two seconds
+    /// for storage's clock. Default: 3 s.
+    #[must_use]
+    pub fn request_timeout(&self) -> Duration {
+        self.request_timeout
+    }
+
+    /// How long a cancelled leader task (and its sub-tasks) may take to
+    /// finish before it is aborted. The whole grace is given, except when the
+    /// deadline is closer. For a [`MutexGuard`](crate::MutexGuard), whose
+    /// holder the crate cannot abort: how long the lease is still renewed
+    /// while the term waits for the guard's release (it then waits, without
+    /// renewing, until shortly before the deadline). Default: 3 s.
+    #[must_use]
+    pub fn stop_grace(&self) -> Duration {
+        self.stop_grace
+    }
+
+    /// How long to wait before campaigning again after the leader task
+    /// failed, panicked or missed its heartbeat (before jitter). A guard
+    /// leads one term and is not affected. Default: 5 s.
+    #[must_use]
+    pub fn failure_backoff(&self) -> Duration {
+        self.failure_backoff
+    }
+
+    /// If set, the leader task must call [`Heartbeat::beat`](crate::term::Heartbeat::beat)
+    /// at least this often; when it does not, the mutex stops renewing,
+    /// cancels the task and steps down. Default: `None` (no watchdog).
+    #[must_use]
+    pub fn heartbeat_timeout(&self) -> Option<Duration> {
+        self.heartbeat_timeout
+    }
+
+    /// Exit the process (code [`FAIL_STOP_EXIT_CODE`](crate::term::FAIL_STOP_EXIT_CODE))
+    /// when a leader task can neither be stopped nor aborted, before the lease
+    /// could expire. Default: `false`, which returns
+    /// [`Error::TaskNotStopped`] instead. For a
+    /// [`MutexGuard`](crate::MutexGuard): exit when a term that had to end
+    /// was not released before the lease could expire (without it, the
+    /// lease is left to expire: see the guard's docs).
+    #[must_use]
+    pub fn fail_stop(&self) -> bool {
+        self.fail_stop
+    }
+
+    /// This instance's name, written to the blob's `holder` metadata and given
+    /// to the leader task. Printable ASCII, 1 to 256 characters.
+    /// Default: `None`, which means `<hostname>-<process id>`.
+    #[must_use]
+    pub fn holder(&self) -> Option<&str> {
+        self.holder.as_deref()
+    }
+
+    /// Seed for the jitter's random numbers, for reproducible tests.
+    /// Default: `None` (seeded from the operating system).
+    #[must_use]
+    pub fn jitter_seed(&self) -> Option<u64> {
+        self.jitter_seed
+    }
+
+    /// Give up when this instance has not become leader within this time of
+    /// the campaign's start: [`run_task_when_mutex_acquired`](crate::BlobDistributedMutex::run_task_when_mutex_acquired)
+    /// returns [`Error::NotAcquired`] when the lease was held by another
+    /// instance, or the error of the last attempt when that attempt failed.
+    /// At least one complete attempt is made (`Duration::ZERO` makes exactly
+    /// one); an attempt is made at the limit itself. Only the first term is
+    /// bounded: once it has led, the campaign goes on. Default: `None` (wait
+    /// as long as it takes).
+    #[must_use]
+    pub fn acquire_timeout(&self) -> Option<Duration> {
+        self.acquire_timeout
+    }
+
+    /// How long a campaign retries before it gives up with
+    /// [`Error::FirstContactFailed`] while storage has never answered this
+    /// mutex: no acquire attempt has had an answer (the lease acquired, or
+    /// held by another instance) since the mutex was made. Before that, a
+    /// failure is a setting to fix until proven otherwise (a host that does
+    /// not resolve, a credential that cannot get a token, a permission
+    /// storage refuses), and a process that retried it for ever would look
+    /// healthy and never lead. Once storage has answered, an outage is
+    /// retried for as long as it lasts. Counted from the start of each
+    /// campaign ([`run_task_when_mutex_acquired`](crate::BlobDistributedMutex::run_task_when_mutex_acquired)),
+    /// for a [`BlobLeaseSet`](crate::BlobLeaseSet) from the start of each
+    /// `run` on its member lease. At least one complete attempt is made
+    /// (`Duration::ZERO` makes exactly one). Default: 30 s; `None` retries
+    /// for ever, as a process that must wait out an outage at its start
+    /// needs.
+    #[must_use]
+    pub fn first_contact_timeout(&self) -> Option<Duration> {
+        self.first_contact_timeout
+    }
+
+    /// This instance's priority as a preferred successor; any integer.
+    /// With a priority set, the instance takes part in planned handovers:
+    /// while it waits for the lease it advertises itself as a candidate
+    /// beside the lease (holder, priority and the lease id its acquire
+    /// attempts propose, on a record the store times out when the instance
+    /// dies), and while it leads it lists the candidates once per renew
+    /// interval. A leader that sees a live candidate with a strictly higher
+    /// priority stops its term ([`StopReason::Handover`](crate::term::StopReason::Handover):
+    /// cancel, grace, abort, as for any stop) and then changes the lease to
+    /// the candidate's proposed id (Change Lease) instead of releasing it,
+    /// so that no third instance can take it in between. Equal priorities
+    /// never hand over.
+    ///
+    /// Default: `None`: the instance takes no part, sends exactly the
+    /// requests it sent without the option, and is never handed over to.
+    /// Every instance of a service that uses priorities should set one (for
+    /// a rolling upgrade: the old version 0, the new one 1). The store must
+    /// support candidates ([`LeaseStore::supports_candidates`](crate::store::LeaseStore::supports_candidates));
+    /// otherwise making the mutex fails with [`Error::Unsupported`].
+    /// A [`BlobLeaseSet`](crate::BlobLeaseSet)'s partitions ignore it. A
+    /// [`MutexGuard`](crate::MutexGuard) is handed over only once its
+    /// holder released it.
+    #[must_use]
+    pub fn priority(&self) -> Option<i64> {
+        self.priority
+    }
+
+    /// What this instance tells the others of itself while it leads: an
+    /// address at which it takes requests, say (`10.0.0.7:8080`,
+    /// `https://worker-3.internal`), or any short string. Written with the
+    /// holder and epoch at each term's stamp, in the same request, and read
+    /// back by every follower's [`leader`](crate::BlobDistributedMutex::leader)
+    /// watch, by a lease set's [`owners`](crate::BlobLeaseSet::owners) and
+    /// by `blob-mutex status`. Printable ASCII, 1 to
+    /// [`MAX_ADVERTISED_LEN`](crate::store::MAX_ADVERTISED_LEN) (256) bytes, no
+    /// space at either end. The store must support it
+    /// ([`LeaseStore::supports_advertised`](crate::store::LeaseStore::supports_advertised));
+    /// otherwise making the mutex fails with [`Error::Unsupported`].
+    /// Default: `None`: the stamp carries nothing more, and removes what an
+    /// earlier term advertised.
+    #[must_use]
+    pub fn advertised(&self) -> Option<&str> {
+        self.advertised.as_deref()
+    }
+
     setters! {
         /// Sets [`lease_duration`](Self::lease_duration).
         with_lease_duration: lease_duration: Duration = std::convert::identity;

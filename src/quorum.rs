@@ -1,11 +1,12 @@
-//! A lease store over N independent storage accounts that leads while a
-//! majority of their leases is held: the election survives the loss of a
-//! minority of the accounts.
-//!
-//! It is a store of stores, above the seam it implements and beside the
-//! Azure stores it is usually made of (`from_settings`); its decisions are
-//! pure rules (`rules`, `hold_off`) that the model checker compiles as
-//! they are.
+//! Stores over N independent storage accounts that lead while a majority
+//! of their leases is held, so that the election survives the loss of a
+//! minority of the accounts: [`QuorumLeaseStore`] under a mutex,
+//! [`QuorumLeaseSetStore`] under a lease set. The guide's
+//! [quorum chapter](crate::guide::quorum) says when one is worth its cost.
+
+// A store of stores, above the seam it implements and beside the Azure
+// stores it is usually made of (`from_settings`); its decisions are pure
+// rules (`rules`, `hold_off`) that the model checker compiles as they are.
 
 mod calls;
 mod each;
@@ -250,7 +251,7 @@ const TERMS_KEPT: usize = 16;
 /// # Example
 ///
 /// ```no_run
-/// use blob_mutex::{BlobDistributedMutex, BlobSettings, LeaderContext, MutexOptions, QuorumLeaseStore};
+/// use blob_mutex::{BlobDistributedMutex, BlobSettings, LeaderContext, MutexOptions, quorum::QuorumLeaseStore};
 ///
 /// # fn example(strings: [&str; 3]) -> Result<(), blob_mutex::Error> {
 /// let accounts = strings

@@ -1,15 +1,26 @@
-//! The lease-store seam: what the election needs from any store, and the
-//! words it speaks (lease ids, acquire outcomes, lease states).
+//! The lease-store seam: what the election needs from any store
+//! ([`LeaseStore`] for one lease, [`LeaseSetStore`] for the listing of a
+//! lease set), and the words it speaks: lease ids, acquire outcomes, lease
+//! states, a term's stamp, candidates of a handover.
 //!
-//! Beside it in this folder, what every mode needs whatever the storage:
-//! the names that a lease set and a lease own, and the rules that keep
-//! every other lease out of them (`names`); the collection of stale member
-//! and candidate blobs (`collect`); the in-memory store (`memory`) and the
-//! contract's tests (`conformance`). The Azure stores live apart, in
-//! `azure/`, and the quorum, a store of stores, in `quorum/`.
-//!
-//! Nothing here knows the engine, the mutex, the lease set, the quorum or
-//! Azure (`scripts/check-layers`).
+//! Azure's stores implement it ([`azure`](crate::azure)), and so do the
+//! [quorum](crate::quorum) and the stores in memory of the `testing`
+//! feature. To run the election on another storage, implement the traits
+//! from their docs and run [`conformance`] (feature `testing`) on the store.
+
+// For contributors: how this module is laid out.
+// The lease-store seam: what the election needs from any store, and the
+// words it speaks (lease ids, acquire outcomes, lease states).
+//
+// Beside it in this folder, what every mode needs whatever the storage:
+// the names that a lease set and a lease own, and the rules that keep
+// every other lease out of them (`names`); the collection of stale member
+// and candidate blobs (`collect`); the in-memory store (`memory`) and the
+// contract's tests (`conformance`). The Azure stores live apart, in
+// `azure/`, and the quorum, a store of stores, in `quorum/`.
+//
+// Nothing here knows the engine, the mutex, the lease set, the quorum or
+// Azure (`scripts/check-layers`).
 
 use std::fmt;
 use std::future::Future;
@@ -26,6 +37,7 @@ pub(crate) mod memory;
 pub(crate) mod names;
 pub(crate) mod stamp;
 
+pub use collect::Collection;
 pub use stamp::StampOptions;
 
 /// A lease id: a UUID chosen by this crate (a *proposed* lease id), so that a
@@ -153,7 +165,7 @@ pub struct LeaseInfo {
     /// while the blob shows the `ETag` it first showed.
     pub etag: String,
     /// Whether the lease carries the marker of a lease set's member (on
-    /// Azure, the metadata [`MEMBER_KEY`](crate::MEMBER_KEY)), which only a
+    /// Azure, the metadata [`MEMBER_KEY`](crate::azure::metadata::MEMBER_KEY)), which only a
     /// set's member lease writes: a set collects no other lease, and counts
     /// no other lease as a member unless its `holder` is its name. A
     /// [`LeaseSetStore`] reports it for the leases that its
@@ -236,12 +248,12 @@ impl fmt::Debug for Candidate {
 /// What the election needs from a lease store: one lease, acquired under an
 /// id the caller proposes, renewed, released, and stamped with the epoch.
 ///
-/// [`BlobLeaseManager`](crate::BlobLeaseManager) is the Azure store;
-/// [`MemoryLeaseStore`](crate::MemoryLeaseStore) (feature `testing`) keeps
+/// [`BlobLeaseManager`](crate::azure::BlobLeaseManager) is the Azure store;
+/// [`MemoryLeaseStore`](crate::store::memory::MemoryLeaseStore) (feature `testing`) keeps
 /// the lease in memory for tests. [`BlobDistributedMutex`](crate::BlobDistributedMutex)
 /// runs over any store (see [`BlobDistributedMutex::with_store`](crate::BlobDistributedMutex::with_store)),
 /// and never learns which one it runs on, so everything its safety argument
-/// needs is in this contract. The suite in [`conformance`](crate::conformance)
+/// needs is in this contract. The suite in [`conformance`]
 /// (feature `testing`) checks a store against it.
 ///
 /// # Contract
@@ -535,11 +547,6 @@ pub(crate) fn check_request_timeout(
     }
 }
 
-/// The largest leader state, in bytes (4 MiB), that
-/// [`LeaseStore::write_state`] accepts. A single Put Blob takes far more;
-/// the limit keeps every write one request that fits in a renew interval.
-pub const MAX_STATE_LEN: usize = 4 * 1024 * 1024;
-
 /// Refuses state longer than [`MAX_STATE_LEN`].
 pub(crate) fn check_state_len(state: &[u8]) -> Result<()> {
     if state.len() > MAX_STATE_LEN {
@@ -554,14 +561,14 @@ pub(crate) fn check_state_len(state: &[u8]) -> Result<()> {
     Ok(())
 }
 
-pub use crate::limits::MAX_ADVERTISED_LEN;
 pub(crate) use crate::limits::{check_advertised, lease_seconds};
+pub use crate::limits::{MAX_ADVERTISED_LEN, MAX_STATE_LEN};
 
 /// Many named leases in one namespace, listed together: what a
 /// [`BlobLeaseSet`](crate::BlobLeaseSet) needs for its partitions and its
 /// members. On Azure, a container and a blob-name prefix
-/// ([`BlobLeaseSetStore`](crate::BlobLeaseSetStore)); in memory,
-/// [`MemoryLeaseSetStore`](crate::MemoryLeaseSetStore) (feature `testing`).
+/// ([`BlobLeaseSetStore`](crate::azure::BlobLeaseSetStore)); in memory,
+/// [`MemoryLeaseSetStore`](crate::store::memory::MemoryLeaseSetStore) (feature `testing`).
 ///
 /// # Contract
 ///
@@ -610,7 +617,7 @@ pub trait LeaseSetStore: Send + Sync + 'static {
     /// Deletes leases of the set that are stale and never needed again
     /// (on Azure: member and candidate blobs seen without a lease for long,
     /// a bounded number per call, never one that is leased; see
-    /// [`Collection`](crate::Collection)). `listing` is this cycle's
+    /// [`Collection`]). `listing` is this cycle's
     /// [`list`](Self::list) of the whole set. Returns how many were
     /// deleted. Failures are logged, not returned: collection is tried
     /// again next cycle. The default deletes nothing.

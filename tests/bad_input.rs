@@ -5,8 +5,8 @@ use blob_mutex_testkit as support;
 use std::time::Duration;
 
 use blob_mutex::{
-    Backend, BlobDistributedMutex, BlobLeaseManager, BlobSettings, CancellationToken, Error,
-    LeaderContext, Leadership, MutexOptions,
+    azure::Backend, azure::BlobLeaseManager, term::Leadership, BlobDistributedMutex, BlobSettings,
+    CancellationToken, Error, LeaderContext, MutexOptions,
 };
 use support::azurite;
 

@@ -5,6 +5,7 @@
 //! backend that cannot take them refuses them.
 #![cfg(feature = "official")] // the client options are the official backend's
 
+use blob_mutex::store::LeaseStore;
 use blob_mutex_testkit as support;
 
 use std::sync::{Arc, Mutex};
@@ -15,7 +16,9 @@ use azure_core::http::policies::{Policy, PolicyResult};
 use azure_core::http::{
     ClientOptions, Context, FixedRetryOptions, Request, RetryOptions, UserAgentOptions,
 };
-use blob_mutex::{Acquire, Backend, BlobLeaseManager, BlobSettings, Error, LeaseId};
+use blob_mutex::{
+    azure::Backend, azure::BlobLeaseManager, store::Acquire, store::LeaseId, BlobSettings, Error,
+};
 use support::azurite;
 use support::proxy::{Injected, Proxy};
 

@@ -6,6 +6,7 @@
 //! a blob of member shape that the set did not write is neither counted
 //! nor collected.
 
+use blob_mutex::store::LeaseStore;
 use blob_mutex_testkit as support;
 
 use std::collections::{BTreeSet, HashMap};
@@ -13,9 +14,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use blob_mutex::{
-    BlobDistributedMutex, BlobLeaseManager, BlobLeaseSet, BlobLeaseSetStore, BlobSettings,
-    CancellationToken, Collection, Error, LeaseId, LeaseSetOptions, LeaseSetStore, LeaseState,
-    MutexOptions, MEMBER_KEY,
+    azure::metadata::MEMBER_KEY, azure::BlobLeaseManager, azure::BlobLeaseSetStore,
+    store::Collection, store::LeaseId, store::LeaseSetStore, store::LeaseState,
+    BlobDistributedMutex, BlobLeaseSet, BlobSettings, CancellationToken, Error, LeaseSetOptions,
+    MutexOptions,
 };
 use futures_util::StreamExt;
 use support::{azurite, init_tracing, wait_for};

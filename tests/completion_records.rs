@@ -20,9 +20,10 @@ use std::future::Future;
 use std::time::UNIX_EPOCH;
 
 use blob_mutex::{
-    Acquire, BlobDistributedMutex, CancellationToken, Error, LeaderContext, LeaseId, LeaseInfo,
-    LeaseStore, MemoryLeaseStore, MutexOptions, OnceOptions, OnceOutcome, QuorumLeaseStore,
-    SkipReason, StampOptions, StopReason, DONE_KEY_MAX, MAX_STATE_LEN,
+    quorum::QuorumLeaseStore, store::Acquire, store::LeaseId, store::LeaseInfo, store::LeaseStore,
+    store::StampOptions, store::MAX_STATE_LEN, term::StopReason, testing::MemoryLeaseStore,
+    BlobDistributedMutex, CancellationToken, Error, LeaderContext, MutexOptions, OnceOptions,
+    OnceOutcome, SkipReason,
 };
 
 const PERIOD: Duration = Duration::from_secs(60);
@@ -496,12 +497,12 @@ async fn a_record_of_the_first_format_still_reads_and_keeps_its_key() {
     assert_eq!(runs.load(Ordering::SeqCst), 1);
 }
 
-/// The most keys of [`DONE_KEY_MAX`] bytes a record keeps.
+/// The most keys of [`OnceOptions::DONE_KEY_MAX`] bytes a record keeps.
 const LONGEST_KEYS_KEPT: usize = 16_069;
 
-/// A key of [`DONE_KEY_MAX`] bytes, told apart by `n`.
+/// A key of [`OnceOptions::DONE_KEY_MAX`] bytes, told apart by `n`.
 fn longest_key(n: usize) -> String {
-    format!("{n:0DONE_KEY_MAX$}")
+    format!("{n:0width$}", width = OnceOptions::DONE_KEY_MAX)
 }
 
 #[tokio::test(start_paused = true)]

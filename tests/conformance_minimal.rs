@@ -7,7 +7,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use blob_mutex::{
-    conformance, Acquire, Error, LeaseId, LeaseInfo, LeaseState, LeaseStore, Result, StampOptions,
+    store::conformance, store::Acquire, store::LeaseId, store::LeaseInfo, store::LeaseState,
+    store::LeaseStore, store::StampOptions, Error, Result,
 };
 use tokio::time::Instant;
 

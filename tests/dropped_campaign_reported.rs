@@ -7,8 +7,8 @@
 use std::time::Duration;
 
 use blob_mutex::{
-    BlobDistributedMutex, CancellationToken, LeaderContext, Leadership, MemoryLeaseStore,
-    MutexOptions, StopReason, TaskStop,
+    term::Leadership, term::StopReason, term::TaskStop, testing::MemoryLeaseStore,
+    BlobDistributedMutex, CancellationToken, LeaderContext, MutexOptions,
 };
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 use tokio::time::Instant;

@@ -1,6 +1,7 @@
 //! Elections on a real Azurite: creation, exclusion, handover, expiry,
 //! outside breaks, and tasks that finish or panic.
 
+use blob_mutex::store::LeaseStore;
 use blob_mutex_testkit as support;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -8,8 +9,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use blob_mutex::{
-    BlobDistributedMutex, BlobLeaseManager, BlobSettings, CancellationToken, LeaderContext,
-    Leadership, LeaseState, MutexOptions, StopReason,
+    azure::BlobLeaseManager, store::LeaseState, term::Leadership, term::StopReason,
+    BlobDistributedMutex, BlobSettings, CancellationToken, LeaderContext, MutexOptions,
 };
 use support::{azurite, wait_for};
 use tokio::task::JoinHandle;

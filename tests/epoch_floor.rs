@@ -9,7 +9,10 @@ use blob_mutex_testkit as support;
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use blob_mutex::{BlobLeaseManager, LeaseId, LeaseStore, QuorumLeaseStore, StampOptions};
+use blob_mutex::{
+    azure::BlobLeaseManager, quorum::QuorumLeaseStore, store::LeaseId, store::LeaseStore,
+    store::StampOptions,
+};
 use support::{azurite, raw, wait_for};
 
 const D: Duration = Duration::from_secs(15);
@@ -21,7 +24,7 @@ async fn term<S: LeaseStore>(store: &S) -> u64 {
     let id = LeaseId::new();
     assert_eq!(
         store.acquire(id, D).await.unwrap(),
-        blob_mutex::Acquire::Acquired
+        blob_mutex::store::Acquire::Acquired
     );
     let epoch = store
         .stamp(id, "holder", &StampOptions::new())

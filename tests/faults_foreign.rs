@@ -7,13 +7,14 @@
 // they happened; an underflow would be a test failure anyway.
 #![allow(clippy::unchecked_time_subtraction)]
 
+use blob_mutex::store::LeaseStore;
 use blob_mutex_testkit as support;
 
 use std::time::Duration;
 
 use std::time::Instant;
 
-use blob_mutex::{BlobLeaseManager, BlobSettings};
+use blob_mutex::{azure::BlobLeaseManager, BlobSettings};
 use support::azurite::{unique_container, Azurite};
 use support::backend::{Backend, BackendExt};
 use support::foreign::{Foreign, CALL};
@@ -52,13 +53,13 @@ async fn foreign_content_and_metadata_are_never_overwritten() {
     let foreign = Foreign::new(&azurite.connection_string(), &container, "content");
     // The container and the blob exist before any worker starts.
     let setup = support::azurite::connection_string(&azurite.endpoint);
-    let manager = blob_mutex::BlobLeaseManager::new(
+    let manager = blob_mutex::azure::BlobLeaseManager::new(
         &blob_mutex::BlobSettings::from_connection_string(&setup, container.clone(), "content")
             .unwrap(),
     )
     .unwrap();
     // Creates the container (and an empty blob), then lets go.
-    let id = blob_mutex::LeaseId::new();
+    let id = blob_mutex::store::LeaseId::new();
     manager.acquire(id, Duration::from_secs(15)).await.unwrap();
     manager.release(id).await.unwrap();
     foreign.put("foreign payload", None);

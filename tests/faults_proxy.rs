@@ -4,11 +4,12 @@
 // they happened; an underflow would be a test failure anyway.
 #![allow(clippy::unchecked_time_subtraction)]
 
+use blob_mutex::store::LeaseStore;
 use blob_mutex_testkit as support;
 
 use std::time::{Duration, Instant};
 
-use blob_mutex::{Acquire, BlobLeaseManager, Error, LeaseId};
+use blob_mutex::{azure::BlobLeaseManager, store::Acquire, store::LeaseId, Error};
 use support::azurite;
 use support::proxy::{Direction, Fate, Injected, Mode, Proxy};
 

@@ -14,7 +14,8 @@ use blob_mutex_testkit as support;
 use std::time::Duration;
 
 use blob_mutex::{
-    Acquire, BlobLeaseManager, LeaseId, LeaseState, LeaseStore, QuorumLeaseStore, StampOptions,
+    azure::BlobLeaseManager, quorum::QuorumLeaseStore, store::Acquire, store::LeaseId,
+    store::LeaseState, store::LeaseStore, store::StampOptions,
 };
 use support::azurite::{self, Azurite};
 use support::proxy::Proxy;

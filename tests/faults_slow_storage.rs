@@ -69,7 +69,7 @@ async fn slow_storage(backend: Backend) {
     );
     // It is cancelled `stop_grace` and the stop slack before the deadline,
     // not much earlier: slow answers alone are no reason to give up.
-    let expected = deadline - GRACE - blob_mutex::STOP_SLACK;
+    let expected = deadline - GRACE - blob_mutex::term::STOP_SLACK;
     assert!(
         stopped_at + Duration::from_millis(250) >= expected,
         "the leader gave up at {stopped_at:?}, well before {expected:?}\n{}",

@@ -11,7 +11,7 @@ use blob_mutex_testkit as support;
 
 use std::time::Duration;
 
-use blob_mutex::FAIL_STOP_EXIT_CODE;
+use blob_mutex::term::FAIL_STOP_EXIT_CODE;
 use support::azurite;
 use support::proxy::Proxy;
 use support::workers::{Cluster, Spec, What};

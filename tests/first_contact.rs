@@ -7,9 +7,9 @@
 use std::time::Duration;
 
 use blob_mutex::{
-    Acquire, BlobDistributedMutex, BlobLeaseSet, CancellationToken, Error, LeaderContext,
-    Leadership, LeaseId, LeaseSetOptions, LeaseStore, MemoryLeaseSetStore, MemoryLeaseStore,
-    MutexOptions,
+    store::Acquire, store::LeaseId, store::LeaseStore, term::Leadership,
+    testing::MemoryLeaseSetStore, testing::MemoryLeaseStore, BlobDistributedMutex, BlobLeaseSet,
+    CancellationToken, Error, LeaderContext, LeaseSetOptions, MutexOptions,
 };
 use tokio::time::Instant;
 

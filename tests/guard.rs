@@ -9,8 +9,9 @@ use std::future::Future;
 use std::time::Duration;
 
 use blob_mutex::{
-    Acquire, BlobDistributedMutex, Error, LeaderContext, Leadership, LeaseId, LeaseInfo,
-    LeaseStore, MemoryLeaseStore, MutexOptions, StampOptions, StopReason, TryAcquire,
+    store::Acquire, store::LeaseId, store::LeaseInfo, store::LeaseStore, store::StampOptions,
+    term::Leadership, term::StopReason, testing::MemoryLeaseStore, BlobDistributedMutex, Error,
+    LeaderContext, MutexOptions, TryAcquire,
 };
 use tokio::time::Instant;
 

@@ -8,7 +8,9 @@ use blob_mutex_testkit as support;
 
 use std::time::Duration;
 
-use blob_mutex::{BlobDistributedMutex, Error, LeaderContext, MutexOptions, StopReason, TaskStop};
+use blob_mutex::{
+    term::StopReason, term::TaskStop, BlobDistributedMutex, Error, LeaderContext, MutexOptions,
+};
 use support::azurite;
 use tokio::time::{sleep, Instant};
 

@@ -11,8 +11,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use blob_mutex::{
-    BlobDistributedMutex, Error, LeaderContext, MemoryLeaseStore, MutexGuard, MutexOptions,
-    StopReason, TaskStop,
+    term::StopReason, term::TaskStop, testing::MemoryLeaseStore, BlobDistributedMutex, Error,
+    LeaderContext, MutexGuard, MutexOptions,
 };
 use tokio::time::{sleep, Instant};
 

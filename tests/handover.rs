@@ -10,8 +10,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use blob_mutex::{
-    Acquire, BlobDistributedMutex, CancellationToken, Candidate, Error, LeaderContext, LeaseId,
-    LeaseInfo, LeaseStore, MemoryLeaseStore, MutexOptions, StampOptions, StopReason, TermReport,
+    store::Acquire, store::Candidate, store::LeaseId, store::LeaseInfo, store::LeaseStore,
+    store::StampOptions, term::StopReason, term::TermReport, testing::MemoryLeaseStore,
+    BlobDistributedMutex, CancellationToken, Error, LeaderContext, MutexOptions,
 };
 use tokio::sync::broadcast;
 use tokio::task::JoinHandle;

@@ -13,9 +13,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use blob_mutex::{
-    Acquire, BlobDistributedMutex, BlobLeaseSet, CancellationToken, Error, Leader, LeaderContext,
-    LeaseId, LeaseInfo, LeaseSetOptions, LeaseStore, MemoryLeaseSetStore, MemoryLeaseStore,
-    MutexOptions, QuorumLeaseSetStore, QuorumLeaseStore, StampOptions,
+    quorum::QuorumLeaseSetStore, quorum::QuorumLeaseStore, store::Acquire, store::LeaseId,
+    store::LeaseInfo, store::LeaseStore, store::StampOptions, term::Leader,
+    testing::MemoryLeaseSetStore, testing::MemoryLeaseStore, BlobDistributedMutex, BlobLeaseSet,
+    CancellationToken, Error, LeaderContext, LeaseSetOptions, MutexOptions,
 };
 use owners::owners_are_listed;
 use tokio::sync::watch;
@@ -457,7 +458,8 @@ fn bad_values_and_stores_that_cannot_keep_them_are_refused() {
     }
     let set = LeaseSetOptions::default().with_mutex(
         LeaseSetOptions::default()
-            .mutex
+            .mutex()
+            .clone()
             .with_advertised("é".to_owned()),
     );
     match BlobLeaseSet::with_store(MemoryLeaseSetStore::new(), ["p"], set, |_ctx| async {

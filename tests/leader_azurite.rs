@@ -12,8 +12,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use blob_mutex::{
-    BlobDistributedMutex, BlobLeaseManager, BlobLeaseSetStore, CancellationToken, Leader,
-    LeaderContext, MutexOptions, QuorumLeaseStore,
+    azure::BlobLeaseManager, azure::BlobLeaseSetStore, quorum::QuorumLeaseStore, term::Leader,
+    BlobDistributedMutex, CancellationToken, LeaderContext, MutexOptions,
 };
 use support::azurite;
 use tokio::sync::watch;
@@ -43,7 +43,7 @@ struct Instance {
     run: JoinHandle<blob_mutex::Result<()>>,
 }
 
-fn start<S: blob_mutex::LeaseStore>(mutex: BlobDistributedMutex<S>) -> Instance {
+fn start<S: blob_mutex::store::LeaseStore>(mutex: BlobDistributedMutex<S>) -> Instance {
     let mutex = Arc::new(mutex);
     let token = CancellationToken::new();
     let (m, t) = (mutex.clone(), token.clone());

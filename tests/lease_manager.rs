@@ -1,13 +1,15 @@
 //! `BlobLeaseManager` against a real Azurite: every lease action and the
 //! create-if-missing rule.
 
+use blob_mutex::store::LeaseStore;
 use blob_mutex_testkit as support;
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use blob_mutex::{
-    Acquire, BlobLeaseManager, Error, LeaseId, LeaseState, StampOptions, MAX_STATE_LEN,
+    azure::BlobLeaseManager, store::Acquire, store::LeaseId, store::LeaseState,
+    store::StampOptions, store::MAX_STATE_LEN, Error,
 };
 use support::azurite;
 use support::proxy::Proxy;

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use blob_mutex::{
-    BlobDistributedMutex, CancellationToken, LeaderContext, MemoryLeaseStore, MutexOptions,
+    testing::MemoryLeaseStore, BlobDistributedMutex, CancellationToken, LeaderContext, MutexOptions,
 };
 use tracing_subscriber::fmt::MakeWriter;
 

@@ -22,7 +22,7 @@ mod promises;
 
 use std::time::Duration;
 
-use blob_mutex::{CancellationToken, Error, StopReason};
+use blob_mutex::{term::StopReason, CancellationToken, Error};
 use faulty::Storage;
 use matrix::{
     finish, hit_ended, next_owners, storage, until, Behaviour, Cell, GuardHandoverRow, GuardRow,

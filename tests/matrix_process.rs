@@ -14,7 +14,7 @@ use blob_mutex_testkit as support;
 
 use std::time::Duration;
 
-use blob_mutex::FAIL_STOP_EXIT_CODE;
+use blob_mutex::term::FAIL_STOP_EXIT_CODE;
 use support::matrix_process::{terms, Mode, Rig, Term, LEASE, PARTITIONS, SOON};
 use support::workers::What;
 

@@ -9,7 +9,10 @@ use blob_mutex_testkit as support;
 
 use std::time::Duration;
 
-use blob_mutex::{Acquire, BlobLeaseManager, Error, LeaseId, LeaseState, LeaseStore, StampOptions};
+use blob_mutex::{
+    azure::BlobLeaseManager, store::Acquire, store::LeaseId, store::LeaseState, store::LeaseStore,
+    store::StampOptions, Error,
+};
 use support::azurite;
 use support::backend::official_settings;
 use support::proxy::Proxy;
@@ -76,7 +79,7 @@ async fn a_sas_that_cannot_create_the_missing_container_names_what_to_grant() {
         azurite::shared().endpoint,
         sas::container_sas(&container, "racwdl")
     );
-    let settings = blob_mutex::OfficialSettings::from_container_url(&url, "lease").unwrap();
+    let settings = blob_mutex::azure::OfficialSettings::from_container_url(&url, "lease").unwrap();
     let m = BlobLeaseManager::from_official(&settings).unwrap();
     let e = m.acquire(LeaseId::new(), D).await.unwrap_err();
     assert!(e.is_fatal(), "{e:?}");
@@ -100,8 +103,8 @@ async fn an_account_key_signs_container_tokens_that_storage_accepts() {
         "lease",
     )
     .unwrap()
-    .with_backend(blob_mutex::Backend::Official);
-    let m = blob_mutex::BlobLeaseManager::new(&settings).unwrap();
+    .with_backend(blob_mutex::azure::Backend::Official);
+    let m = blob_mutex::azure::BlobLeaseManager::new(&settings).unwrap();
     let a = LeaseId::new();
     assert_eq!(m.acquire(a, D).await.unwrap(), Acquire::Acquired);
     m.renew(a).await.unwrap();
@@ -129,7 +132,7 @@ async fn an_account_key_signs_container_tokens_that_storage_accepts() {
 /// leave deletes a member blob only once it is not leased.
 #[tokio::test]
 async fn a_set_lists_its_leases_collects_stale_members_and_keeps_leased_ones() {
-    use blob_mutex::{BlobLeaseSetStore, Collection, LeaseSetStore};
+    use blob_mutex::{azure::BlobLeaseSetStore, store::Collection, store::LeaseSetStore};
 
     let container = azurite::unique_container("official-set");
     let settings = official_settings(&azurite::shared().endpoint, &container, "set");

@@ -13,9 +13,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use blob_mutex::{
-    Acquire, BlobLeaseSet, BlobLeaseSetStore, CancellationToken, LeaseId, LeaseInfo,
-    LeaseSetOptions, LeaseSetStore, LeaseStore, MemoryLeaseSetStore, MemoryLeaseStore,
-    PartitionContext, PartitionReport, StampOptions, StopReason,
+    azure::BlobLeaseSetStore, partitions::PartitionReport, store::Acquire, store::LeaseId,
+    store::LeaseInfo, store::LeaseSetStore, store::LeaseStore, store::StampOptions,
+    term::StopReason, testing::MemoryLeaseSetStore, testing::MemoryLeaseStore, BlobLeaseSet,
+    CancellationToken, LeaseSetOptions, PartitionContext,
 };
 use support::azurite;
 use tokio::sync::broadcast;
@@ -82,7 +83,7 @@ where
     let seed = name
         .bytes()
         .fold(7u64, |h, b| h.wrapping_mul(31).wrapping_add(u64::from(b)));
-    let mutex = options.mutex.clone();
+    let mutex = options.mutex().clone();
     let options = options.with_mutex(mutex.with_holder(name.to_owned()).with_jitter_seed(seed));
     BlobLeaseSet::with_store(store.clone(), partitions.to_vec(), options, task).unwrap()
 }
@@ -561,7 +562,8 @@ async fn a_stuck_partition_task_ends_the_run_and_is_never_claimed_twice() {
     let record: Record = Arc::default();
     let rec = record.clone();
     let mutex = LeaseSetOptions::default()
-        .mutex
+        .mutex()
+        .clone()
         .with_lease_duration(Duration::from_secs(15))
         .with_renew_interval(Duration::from_millis(500))
         .with_stop_grace(Duration::from_millis(200))
@@ -617,7 +619,8 @@ async fn a_heartbeat_timeout_watches_partition_tasks_not_the_balancer() {
     let record: Record = Arc::default();
     let rec = record.clone();
     let mutex = LeaseSetOptions::default()
-        .mutex
+        .mutex()
+        .clone()
         .with_heartbeat_timeout(Duration::from_secs(2));
     let options = LeaseSetOptions::default().with_mutex(mutex);
     let set = set_with(&store, "a", &partitions(4), options, move |ctx| {
@@ -712,9 +715,9 @@ async fn a_request_timeout_as_long_as_the_lease_keeps_membership_on_slow_storage
     let rec = record.clone();
     let defaults = LeaseSetOptions::default();
     let mutex = defaults
-        .mutex
+        .mutex()
         .clone()
-        .with_request_timeout(defaults.mutex.lease_duration);
+        .with_request_timeout(defaults.mutex().lease_duration());
     let set = set_with(
         &store,
         "a",
@@ -744,7 +747,7 @@ async fn partitions_of_instances_crashed_one_after_another_are_owned_again_withi
     let all = partitions(12);
     let cycle = Duration::from_secs(1);
     let options = LeaseSetOptions::default().with_balance_interval(cycle);
-    let lease = options.mutex.lease_duration;
+    let lease = options.mutex().lease_duration();
     let names = ["a", "b", "c", "d"];
     let instances: Vec<Instance> = names
         .iter()

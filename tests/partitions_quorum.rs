@@ -6,8 +6,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use blob_mutex::{
-    BlobLeaseSet, CancellationToken, Collection, LeaseSetOptions, LeaseSetStore, LeaseState,
-    MemoryLeaseSetStore, PartitionContext, QuorumLeaseSetStore,
+    quorum::QuorumLeaseSetStore, store::Collection, store::LeaseSetStore, store::LeaseState,
+    testing::MemoryLeaseSetStore, BlobLeaseSet, CancellationToken, LeaseSetOptions,
+    PartitionContext,
 };
 use tokio::time::Instant;
 
@@ -40,7 +41,7 @@ fn spawn_set(
 ) {
     let options = LeaseSetOptions::default();
     let mutex = options
-        .mutex
+        .mutex()
         .clone()
         .with_holder(name.to_owned())
         .with_jitter_seed(name.len() as u64);

@@ -8,8 +8,8 @@ use blob_mutex_testkit as support;
 use std::time::Duration;
 
 use blob_mutex::{
-    Acquire, Backend, BlobLeaseManager, BlobLeaseSetStore, LeaseId, LeaseStore, QuorumLeaseStore,
-    StampOptions,
+    azure::Backend, azure::BlobLeaseManager, azure::BlobLeaseSetStore, quorum::QuorumLeaseStore,
+    store::Acquire, store::LeaseId, store::LeaseStore, store::StampOptions,
 };
 use support::azurite;
 

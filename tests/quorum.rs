@@ -5,8 +5,8 @@
 use blob_mutex_testkit as support;
 
 use blob_mutex::{
-    conformance, Acquire, BlobLeaseManager, BlobSettings, Error, LeaseId, LeaseState, LeaseStore,
-    QuorumLeaseStore, StampOptions,
+    azure::BlobLeaseManager, quorum::QuorumLeaseStore, store::conformance, store::Acquire,
+    store::LeaseId, store::LeaseState, store::LeaseStore, store::StampOptions, BlobSettings, Error,
 };
 use support::azurite::{self, Azurite};
 

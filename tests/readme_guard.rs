@@ -3,12 +3,13 @@
 //! steps and releases; with the lease held elsewhere it says the lease is
 //! busy and fails.
 
+use blob_mutex::store::LeaseStore;
 use blob_mutex_testkit as support;
 
 use std::process::Output;
 use std::time::Duration;
 
-use blob_mutex::{Acquire, BlobLeaseManager, BlobSettings, LeaseId};
+use blob_mutex::{azure::BlobLeaseManager, store::Acquire, store::LeaseId, BlobSettings};
 use support::azurite;
 use support::workers::example_bin;
 

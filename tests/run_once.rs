@@ -9,8 +9,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use blob_mutex::{
-    BlobDistributedMutex, CancellationToken, Error, LeaderContext, Leadership, MemoryLeaseStore,
-    MutexOptions, OnceOutcome, StopReason, TaskStop,
+    term::Leadership, term::StopReason, term::TaskStop, testing::MemoryLeaseStore,
+    BlobDistributedMutex, CancellationToken, Error, LeaderContext, MutexOptions, OnceOutcome,
 };
 
 /// A mutex over `store` whose own task holds the lease until told to stop.

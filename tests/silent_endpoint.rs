@@ -5,11 +5,14 @@
 
 use std::time::Duration;
 
-use blob_mutex::conformance::{
+use blob_mutex::store::conformance::{
     every_call_is_bounded_when_storage_never_answers as bounded,
     every_set_call_is_bounded_when_storage_never_answers as set_bounded,
 };
-use blob_mutex::{Backend, BlobLeaseManager, BlobLeaseSetStore, BlobSettings, QuorumLeaseStore};
+use blob_mutex::{
+    azure::Backend, azure::BlobLeaseManager, azure::BlobLeaseSetStore, quorum::QuorumLeaseStore,
+    BlobSettings,
+};
 use tokio::net::TcpListener;
 
 const LIMIT: Duration = Duration::from_secs(1);
@@ -78,8 +81,8 @@ async fn every_call_of_a_quorum_of_silent_accounts_gives_up_within_its_request_t
 #[tokio::test]
 async fn every_call_of_a_manager_from_official_settings_gives_up_within_its_request_timeout() {
     let url = format!("{}/silent?sv=2024-01-01&sig=x", silent_endpoint().await);
-    let settings = blob_mutex::OfficialSettings::from_container_url(&url, "lease").unwrap();
-    let manager = blob_mutex::BlobLeaseManager::from_official(&settings)
+    let settings = blob_mutex::azure::OfficialSettings::from_container_url(&url, "lease").unwrap();
+    let manager = blob_mutex::azure::BlobLeaseManager::from_official(&settings)
         .unwrap()
         .with_request_timeout(LIMIT);
     bounded(&manager, LIMIT).await;

@@ -4,7 +4,9 @@
 
 use blob_mutex_testkit as support;
 
-use blob_mutex::{conformance, BlobLeaseManager, MemoryLeaseStore, StampOptions};
+use blob_mutex::{
+    azure::BlobLeaseManager, store::conformance, store::StampOptions, testing::MemoryLeaseStore,
+};
 use support::azurite;
 
 fn memory_pair(name: &str) -> (MemoryLeaseStore, MemoryLeaseStore) {
@@ -92,7 +94,7 @@ async fn the_official_store_on_a_container_url_meets_the_contract() {
 #[cfg(all(feature = "official", feature = "sdk-v021"))]
 #[tokio::test]
 async fn the_two_backends_share_one_lease_and_its_epochs() {
-    use blob_mutex::{Acquire, Backend, LeaseId, LeaseStore};
+    use blob_mutex::{azure::Backend, store::Acquire, store::LeaseId, store::LeaseStore};
     use std::time::Duration;
 
     let container = azurite::unique_container("mixed");
@@ -128,7 +130,7 @@ async fn the_two_backends_share_one_lease_and_its_epochs() {
 #[cfg(all(feature = "official", feature = "sdk-v021"))]
 #[tokio::test]
 async fn the_settings_backend_is_the_one_that_speaks() {
-    use blob_mutex::{Backend, LeaseStore};
+    use blob_mutex::{azure::Backend, store::LeaseStore};
 
     let proxy = support::proxy::Proxy::start(azurite::shared().port);
     let container = azurite::unique_container("which-backend");

@@ -11,7 +11,8 @@ use std::time::Duration;
 
 use azure_core::http::Transport;
 use blob_mutex::{
-    Acquire, Backend, BlobLeaseManager, BlobSettings, LeaseId, LeaseStore, StampOptions,
+    azure::Backend, azure::BlobLeaseManager, store::Acquire, store::LeaseId, store::LeaseStore,
+    store::StampOptions, BlobSettings,
 };
 use support::azurite;
 use support::proxy::Proxy;

@@ -16,7 +16,7 @@ use crate::error::Result;
 /// use azure_identity::{ManagedIdentityCredential, ManagedIdentityCredentialOptions};
 ///
 /// let options = ManagedIdentityCredentialOptions {
-///     client_options: blob_mutex::credential_options()?,
+///     client_options: blob_mutex::azure::credential_options()?,
 ///     ..ManagedIdentityCredentialOptions::default()
 /// };
 /// let credential = ManagedIdentityCredential::new(Some(options))

@@ -36,7 +36,7 @@ const CLOCK_POLL: Duration = Duration::from_millis(200);
 
 /// Acquires, renews, releases, breaks, changes and inspects the lease on one
 /// blob, through the backend its [`BlobSettings`] name
-/// ([`Backend`](crate::Backend)). Every call is bounded by the request
+/// ([`Backend`](crate::azure::Backend)). Every call is bounded by the request
 /// timeout, whichever way it is reached (this type's own methods or
 /// [`LeaseStore`]), and the SDKs' own retries are off: the caller (usually
 /// [`BlobDistributedMutex`](crate::BlobDistributedMutex)) decides when to
@@ -151,7 +151,7 @@ impl BlobLeaseManager {
     ///
     /// Dropping the future may or may not leave the lease acquired; acquire
     /// again with the same id to learn which.
-    pub async fn acquire(&self, proposed: LeaseId, duration: Duration) -> Result<Acquire> {
+    pub(super) async fn acquire(&self, proposed: LeaseId, duration: Duration) -> Result<Acquire> {
         let seconds = lease_seconds(duration)?;
         self.bounded("acquire", self.acquire_on(&self.blob, proposed, seconds))
             .await
@@ -162,12 +162,12 @@ impl BlobLeaseManager {
     /// # Errors
     ///
     /// [`Error::LeaseLost`] when the lease is no longer ours (or the answer
-    /// names another id); otherwise as [`BlobLeaseManager::acquire`].
+    /// names another id); otherwise as [`LeaseStore::acquire`](crate::store::LeaseStore::acquire).
     ///
     /// # Cancellation safety
     ///
     /// Safe to drop: the renewal may or may not have happened.
-    pub async fn renew(&self, lease: LeaseId) -> Result<()> {
+    pub(super) async fn renew(&self, lease: LeaseId) -> Result<()> {
         self.bounded("renew", self.renew_on(&self.blob, lease))
             .await
     }
@@ -178,13 +178,13 @@ impl BlobLeaseManager {
     /// # Errors
     ///
     /// [`Error::LeaseLost`] when the lease is held under another id; otherwise
-    /// as [`BlobLeaseManager::acquire`].
+    /// as [`LeaseStore::acquire`](crate::store::LeaseStore::acquire).
     ///
     /// # Cancellation safety
     ///
     /// Safe to drop: the release may or may not have happened; the lease
     /// then expires by itself.
-    pub async fn release(&self, lease: LeaseId) -> Result<()> {
+    pub(super) async fn release(&self, lease: LeaseId) -> Result<()> {
         self.bounded("release", self.release_on(&self.blob, lease))
             .await
     }
@@ -198,7 +198,7 @@ impl BlobLeaseManager {
     ///
     /// [`Error::InvalidOption`] for a period over 60 s; [`Error::Storage`]
     /// with status 409 when there is no lease to break; otherwise as
-    /// [`BlobLeaseManager::acquire`].
+    /// [`LeaseStore::acquire`](crate::store::LeaseStore::acquire).
     ///
     /// # Cancellation safety
     ///
@@ -233,12 +233,12 @@ impl BlobLeaseManager {
     /// # Errors
     ///
     /// [`Error::LeaseLost`] when neither id holds the lease; otherwise as
-    /// [`BlobLeaseManager::acquire`].
+    /// [`LeaseStore::acquire`](crate::store::LeaseStore::acquire).
     ///
     /// # Cancellation safety
     ///
     /// Safe to drop: change again with the same ids to learn the outcome.
-    pub async fn change(&self, from: LeaseId, to: LeaseId) -> Result<()> {
+    pub(super) async fn change(&self, from: LeaseId, to: LeaseId) -> Result<()> {
         self.bounded("change", async {
             let answered = self
                 .calls
@@ -261,7 +261,7 @@ impl BlobLeaseManager {
     ///
     /// # Errors
     ///
-    /// As [`BlobLeaseManager::acquire`].
+    /// As [`LeaseStore::acquire`](crate::store::LeaseStore::acquire).
     ///
     /// # Cancellation safety
     ///
@@ -276,12 +276,12 @@ impl BlobLeaseManager {
     ///
     /// # Errors
     ///
-    /// As [`BlobLeaseManager::acquire`].
+    /// As [`LeaseStore::acquire`](crate::store::LeaseStore::acquire).
     ///
     /// # Cancellation safety
     ///
     /// Safe to drop: it only reads.
-    pub async fn inspect(&self) -> Result<Option<LeaseInfo>> {
+    pub(super) async fn inspect(&self) -> Result<Option<LeaseInfo>> {
         self.bounded("inspect", async {
             match self.calls.properties(&self.blob, None).await {
                 Ok(properties) => Ok(Some(properties.info())),
@@ -307,17 +307,22 @@ impl BlobLeaseManager {
     /// [`Error::LeaseLost`] when the lease is not ours;
     /// [`Error::InvalidEpoch`] when the stored epoch cannot be increased;
     /// [`Error::InvalidOption`] when the advertised value is longer than
-    /// [`MAX_ADVERTISED_LEN`](crate::MAX_ADVERTISED_LEN) bytes or not
+    /// [`MAX_ADVERTISED_LEN`](crate::store::MAX_ADVERTISED_LEN) bytes or not
     /// printable ASCII (nothing is sent);
     /// [`Error::UnexpectedResponse`] when a record made anew cannot be
     /// given an epoch because storage sent no readable `Date`;
-    /// otherwise as [`BlobLeaseManager::acquire`].
+    /// otherwise as [`LeaseStore::acquire`](crate::store::LeaseStore::acquire).
     ///
     /// # Cancellation safety
     ///
     /// Safe to drop: the epoch may or may not have been written; a new
     /// stamp writes a larger one.
-    pub async fn stamp(&self, lease: LeaseId, holder: &str, options: &StampOptions) -> Result<u64> {
+    pub(super) async fn stamp(
+        &self,
+        lease: LeaseId,
+        holder: &str,
+        options: &StampOptions,
+    ) -> Result<u64> {
         self.stamp_term(lease, holder, options.advertised(), options.floor())
             .await
     }
@@ -527,6 +532,19 @@ impl BlobLeaseManager {
     }
 }
 
+/// The contract of [`LeaseStore`] on one blob, and beside it:
+/// - every call is cut at the manager's
+///   [`request_timeout`](BlobLeaseManager::request_timeout);
+/// - `acquire` creates the container and an empty blob when missing,
+///   never overwriting one;
+/// - a `stamp` that makes the record anew (a new blob, or one whose record
+///   was lost) waits until storage's clock has passed the second after the
+///   one it first read, so that no two records start at the same epoch: one
+///   to two seconds, 3 s more than the request timeout at most;
+/// - `read_state` refuses a blob longer than
+///   [`MAX_STATE_LEN`](crate::store::MAX_STATE_LEN) without reading it
+///   whole; `write_state` is Put Blob under the lease with `If-Match`,
+///   carrying the blob's metadata so that the term's record stays.
 // The futures are boxed: the engine awaits them inside its own, which
 // would otherwise carry each call's state (a timer among it) inline.
 impl LeaseStore for BlobLeaseManager {

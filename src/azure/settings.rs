@@ -167,7 +167,7 @@ impl BlobSettings {
 
     /// Settings that authenticate with a credential chosen from the
     /// environment by `azure_identity` 1.x's credentials (see
-    /// [`default_credential`](crate::default_credential) for the order)
+    /// [`default_credential`](crate::azure::default_credential) for the order)
     /// against `https://{account}.blob.core.windows.net`.
     ///
     /// Needs the `azure_identity` feature (on by default). Without it, build a

@@ -16,19 +16,19 @@ const WRITE_ATTEMPTS: u32 = 3;
 
 impl BlobLeaseManager {
     /// The leader state in the lease blob's content (see
-    /// [`LeaseStore::read_state`](crate::LeaseStore::read_state)): empty
+    /// [`LeaseStore::read_state`](crate::store::LeaseStore::read_state)): empty
     /// when the blob does not exist or is empty.
     ///
     /// # Errors
     ///
     /// [`Error::InvalidOption`] (field `state`) when the blob is longer
     /// than [`MAX_STATE_LEN`], which is refused without reading it whole;
-    /// otherwise as [`BlobLeaseManager::acquire`].
+    /// otherwise as [`LeaseStore::acquire`](crate::store::LeaseStore::acquire).
     ///
     /// # Cancellation safety
     ///
     /// Safe to drop: it only reads.
-    pub async fn read_state(&self) -> Result<Vec<u8>> {
+    pub(super) async fn read_state(&self) -> Result<Vec<u8>> {
         self.bounded("read state", async {
             match self.calls.get(&self.blob, MAX_STATE_LEN).await {
                 Ok(content) => Ok(content),
@@ -46,7 +46,7 @@ impl BlobLeaseManager {
     }
 
     /// Replaces the leader state under the lease `lease` (see
-    /// [`LeaseStore::write_state`](crate::LeaseStore::write_state)): Put
+    /// [`LeaseStore::write_state`](crate::store::LeaseStore::write_state)): Put
     /// Blob with the lease id and `If-Match`, sending the blob's metadata
     /// along so that the term's record stays.
     ///
@@ -54,13 +54,13 @@ impl BlobLeaseManager {
     ///
     /// [`Error::StateWriteRefused`] when the lease is no longer ours;
     /// [`Error::InvalidOption`] for state over [`MAX_STATE_LEN`];
-    /// otherwise as [`BlobLeaseManager::acquire`].
+    /// otherwise as [`LeaseStore::acquire`](crate::store::LeaseStore::acquire).
     ///
     /// # Cancellation safety
     ///
     /// Safe to drop: the write may or may not have landed, and only under
     /// the lease.
-    pub async fn write_state(&self, lease: LeaseId, state: &[u8]) -> Result<()> {
+    pub(super) async fn write_state(&self, lease: LeaseId, state: &[u8]) -> Result<()> {
         check_state_len(state)?;
         self.bounded("write state", async {
             // Put Blob replaces all metadata: read it under the lease and

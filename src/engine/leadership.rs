@@ -27,7 +27,7 @@ pub enum Leadership {
         epoch: u64,
     },
     /// A term has ended as the report says: every task of the term has
-    /// stopped (unless the report says [`TaskStop::Stuck`](crate::TaskStop::Stuck)). Campaigning
+    /// stopped (unless the report says [`TaskStop::Stuck`](crate::term::TaskStop::Stuck)). Campaigning
     /// again, or about to stop.
     Ended(TermReport),
     /// `run_task_when_mutex_acquired` has returned.
@@ -280,7 +280,7 @@ impl LeaderContext {
     ///   released or passed on), or the term's deadline has passed: nothing
     ///   was written, and nothing ever will be under this term. Stop.
     /// - [`Error::InvalidOption`](crate::Error::InvalidOption) for state
-    ///   longer than [`MAX_STATE_LEN`](crate::MAX_STATE_LEN) (4 MiB).
+    ///   longer than [`MAX_STATE_LEN`](crate::store::MAX_STATE_LEN) (4 MiB).
     /// - [`Error::Timeout`](crate::Error::Timeout) and the other kinds of a
     ///   failed storage call: the write may or may not have landed (and if
     ///   it did, it was under this term's lease).

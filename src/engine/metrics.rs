@@ -6,7 +6,7 @@
 //! |---|---|---|---|
 //! | `blob_mutex_is_leader` | gauge | `container`, `blob` | 1 while this instance leads, else 0 |
 //! | `blob_mutex_terms_total` | counter | `container`, `blob` | terms started (the epoch was stamped) |
-//! | `blob_mutex_term_ends_total` | counter | `container`, `blob`, `reason` | terms ended, by [`StopReason`](crate::StopReason) word: `lost`, `deadline`, `stalled`, `shutdown`, `finished`, `failed`, `panicked`, `handover`, `dropped` |
+//! | `blob_mutex_term_ends_total` | counter | `container`, `blob`, `reason` | terms ended, by [`StopReason`](crate::term::StopReason) word: `lost`, `deadline`, `stalled`, `shutdown`, `finished`, `failed`, `panicked`, `handover`, `dropped` |
 //! | `blob_mutex_acquire_attempts_total` | counter | `container`, `blob`, `outcome` | acquire attempts: `acquired`, `held`, `error` |
 //! | `blob_mutex_renewals_total` | counter | `container`, `blob` | successful renewals |
 //! | `blob_mutex_renew_failures_total` | counter | `container`, `blob` | failed renewals (transient or not) |
@@ -15,9 +15,9 @@
 //! | `blob_mutex_task_aborts_total` | counter | `container`, `blob` | terms whose tasks had to be aborted |
 //! | `blob_mutex_tasks_stuck_total` | counter | `container`, `blob` | terms with a task that could be neither stopped nor aborted |
 //! | `blob_mutex_guards_unreleased_total` | counter | `container`, `blob` | guards' terms that had to end and were not released before the lease could expire (left to expire) |
-//! | `blob_mutex_collect_refused_total` | counter | `code` | deletions of stale member and candidate blobs that storage refused with a 409 that stays until someone acts, by code: `SnapshotsPresent`, `BlobImmutableDueToPolicy`, `BlobImmutableDueToLegalHold`, `other` (see [`Collection`](crate::Collection)) |
+//! | `blob_mutex_collect_refused_total` | counter | `code` | deletions of stale member and candidate blobs that storage refused with a 409 that stays until someone acts, by code: `SnapshotsPresent`, `BlobImmutableDueToPolicy`, `BlobImmutableDueToLegalHold`, `other` (see [`Collection`](crate::store::Collection)) |
 //!
-//! `container` and `blob` come from [`LeaseStore::name`](crate::LeaseStore::name)
+//! `container` and `blob` come from [`LeaseStore::name`](crate::store::LeaseStore::name)
 //! (`container/blob`; a name without `/` is all `blob`). No label ever
 //! carries a secret or a lease id.
 

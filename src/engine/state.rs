@@ -99,8 +99,8 @@ mod tests {
 
     use super::{Fenced, TermState};
     use crate::{
-        Acquire, BlobDistributedMutex, Error, LeaderContext, LeaseId, LeaseStore, MemoryLeaseStore,
-        MutexOptions, MAX_STATE_LEN,
+        store::Acquire, store::LeaseId, store::LeaseStore, store::MAX_STATE_LEN,
+        testing::MemoryLeaseStore, BlobDistributedMutex, Error, LeaderContext, MutexOptions,
     };
 
     /// Runs a campaign of a mutex over `store` until `token` is cancelled.

@@ -10,7 +10,7 @@
 //!   sends nothing more, and withdraws when the round ends.
 //! - **Leader side.** Once per renew interval the leader lists the live
 //!   candidates. When one has a strictly higher priority than its own, the
-//!   term stops with [`StopReason::Handover`](crate::StopReason::Handover)
+//!   term stops with [`StopReason::Handover`](crate::term::StopReason::Handover)
 //!   (the tasks drain exactly as for any stop) and the lease is changed to
 //!   the candidate's proposed id instead of being released: no third
 //!   instance can take it in between, and the candidate's next attempt finds

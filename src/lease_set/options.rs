@@ -15,29 +15,11 @@ const SET_LEASE: Duration = Duration::from_secs(30);
 
 /// Timing and behaviour of a [`BlobLeaseSet`](crate::BlobLeaseSet).
 #[derive(Debug, Clone)]
-#[non_exhaustive]
 pub struct LeaseSetOptions {
-    /// The election options of every partition's lease and of the member
-    /// lease. Default: [`MutexOptions::default`] with a 30 s lease, renewed
-    /// every 10 s (a third of it). A set renews every lease it owns, so the
-    /// renew interval sets its cost: 360 requests an hour per partition
-    /// instead of the mutex's 720. The price is a slower re-own after a
-    /// crash (up to the lease plus a balance cycle, about 36 s); a graceful
-    /// leave or a join does not wait for the lease. Any duration from 15 to
-    /// 60 s is accepted.
-    pub mutex: MutexOptions,
-    /// How often an instance reads the set and balances. Default: 5 s.
-    pub balance_interval: Duration,
-    /// How partitions are spread. Default: [`Strategy::Balanced`].
-    pub strategy: Strategy,
-    /// The most partitions an over-loaded instance gives up in one balance
-    /// cycle. Default: `None`, as many as the listing shows the other
-    /// members lack (never more than its own excess), so that a join is
-    /// balanced in about two cycles whatever the number of partitions.
-    /// `Some(1)` moves one partition per instance per cycle instead: the
-    /// drains of a large join are spread out, and the join takes about as
-    /// many cycles as the largest excess. Must not be `Some(0)`.
-    pub max_releases_per_cycle: Option<usize>,
+    pub(crate) mutex: MutexOptions,
+    pub(crate) balance_interval: Duration,
+    pub(crate) strategy: Strategy,
+    pub(crate) max_releases_per_cycle: Option<usize>,
 }
 
 impl Default for LeaseSetOptions {
@@ -52,6 +34,43 @@ impl Default for LeaseSetOptions {
 }
 
 impl LeaseSetOptions {
+    /// The election options of every partition's lease and of the member
+    /// lease. Default: [`MutexOptions::default`] with a 30 s lease, renewed
+    /// every 10 s (a third of it). A set renews every lease it owns, so the
+    /// renew interval sets its cost: 360 requests an hour per partition
+    /// instead of the mutex's 720. The price is a slower re-own after a
+    /// crash (up to the lease plus a balance cycle, about 36 s); a graceful
+    /// leave or a join does not wait for the lease. Any duration from 15 to
+    /// 60 s is accepted.
+    #[must_use]
+    pub fn mutex(&self) -> &MutexOptions {
+        &self.mutex
+    }
+
+    /// How often an instance reads the set and balances. Default: 5 s.
+    #[must_use]
+    pub fn balance_interval(&self) -> Duration {
+        self.balance_interval
+    }
+
+    /// How partitions are spread. Default: [`Strategy::Balanced`].
+    #[must_use]
+    pub fn strategy(&self) -> Strategy {
+        self.strategy
+    }
+
+    /// The most partitions an over-loaded instance gives up in one balance
+    /// cycle. Default: `None`, as many as the listing shows the other
+    /// members lack (never more than its own excess), so that a join is
+    /// balanced in about two cycles whatever the number of partitions.
+    /// `Some(1)` moves one partition per instance per cycle instead: the
+    /// drains of a large join are spread out, and the join takes about as
+    /// many cycles as the largest excess. Must not be `Some(0)`.
+    #[must_use]
+    pub fn max_releases_per_cycle(&self) -> Option<usize> {
+        self.max_releases_per_cycle
+    }
+
     /// Sets [`mutex`](Self::mutex).
     #[must_use = "options are built by value; use the returned options"]
     pub fn with_mutex(mut self, mutex: MutexOptions) -> Self {

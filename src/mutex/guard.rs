@@ -75,7 +75,7 @@ type TermHandle = JoinHandle<Result<Option<TermReport>>>;
 ///   before `deadline − STOP_SLACK` lets the lease go as above: released,
 ///   or handed over only then. A holder that has not released by then has
 ///   its lease left to expire: the report says
-///   [`TaskStop::Unreleased`](crate::TaskStop::Unreleased), the next holder
+///   [`TaskStop::Unreleased`](crate::term::TaskStop::Unreleased), the next holder
 ///   leads only once storage has expired the lease, and with
 ///   [`fail_stop`](crate::MutexOptions::fail_stop) the process exits
 ///   before the lease could expire. Either way a step begun while
@@ -83,7 +83,7 @@ type TermHandle = JoinHandle<Result<Option<TermReport>>>;
 ///   the next holder.
 /// - **Frozen past the deadline** ([`StopReason::Deadline`]): the process
 ///   woke after the lease could have expired; the term ends at once
-///   without a release ([`TaskStop::Unreleased`](crate::TaskStop::Unreleased)),
+///   without a release ([`TaskStop::Unreleased`](crate::term::TaskStop::Unreleased)),
 ///   and `is_current()` says `false` before any renewal runs.
 ///
 /// The report reaches [`release`](Self::release) (and

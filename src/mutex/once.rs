@@ -176,7 +176,7 @@ impl<S: LeaseStore> BlobDistributedMutex<S> {
     ///   [`done_key`](OnceOptions::done_key): the task did not run.
     /// - [`Error::Unsupported`] for `at_most_every` on a store that does
     ///   not report storage's clock
-    ///   ([`LeaseInfo::storage_time`](crate::LeaseInfo::storage_time)).
+    ///   ([`LeaseInfo::storage_time`](crate::store::LeaseInfo::storage_time)).
     /// - [`Error::FirstContactFailed`] when storage never answered the
     ///   reads before campaigning within the first-contact timeout; another
     ///   failed read of the record; and as

@@ -20,8 +20,8 @@ const HEADER_V1: &str = "blob-mutex record v1";
 /// What starts any version of a completion record.
 const FAMILY: &str = "blob-mutex record ";
 
-/// The longest [`done_key`](OnceOptions::done_key), in bytes.
-pub const DONE_KEY_MAX: usize = 256;
+/// The longest done key: [`OnceOptions::DONE_KEY_MAX`].
+pub(crate) const DONE_KEY_MAX: usize = 256;
 
 /// Options of a [`run_once_with_options`](crate::BlobDistributedMutex::run_once_with_options)
 /// call: when set, the call keeps a completion record in the lease's
@@ -47,16 +47,28 @@ pub const DONE_KEY_MAX: usize = 256;
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct OnceOptions {
+    pub(crate) done_key: Option<String>,
+    pub(crate) at_most_every: Option<Duration>,
+}
+
+impl OnceOptions {
+    /// The longest [`done_key`](Self::done_key), in bytes: 256.
+    pub const DONE_KEY_MAX: usize = DONE_KEY_MAX;
+
     /// Once per key: skip the task when the record says a task with this
     /// key succeeded (a migration's version, say). Every key recorded is
     /// kept, as a migration tool keeps its history: a host still on an
     /// older version, or a rollback, skips an older key after a newer one
     /// ran. The record holds at most [`MAX_STATE_LEN`] bytes, 16 069 keys
-    /// of [`DONE_KEY_MAX`] bytes (more of shorter ones); a key that it
+    /// of [`DONE_KEY_MAX`](Self::DONE_KEY_MAX) bytes (more of shorter ones); a key that it
     /// could not keep is refused with [`Error::RecordFull`] before the
     /// task runs, and no recorded key is ever dropped to make room. At
-    /// most [`DONE_KEY_MAX`] bytes, not empty, no control characters.
-    pub done_key: Option<String>,
+    /// most [`DONE_KEY_MAX`](Self::DONE_KEY_MAX) bytes, not empty, no control characters.
+    #[must_use]
+    pub fn done_key(&self) -> Option<&str> {
+        self.done_key.as_deref()
+    }
+
     /// At most once per period, counted from the start of the last
     /// successful run, as a schedule counts: skip the task when that run
     /// started less than this before, on storage's clock (a nightly job
@@ -65,10 +77,11 @@ pub struct OnceOptions {
     /// schedule less the period still runs on schedule. Storage's clock
     /// counts whole seconds, so a run may come up to a second early. At
     /// least one second.
-    pub at_most_every: Option<Duration>,
-}
+    #[must_use]
+    pub fn at_most_every(&self) -> Option<Duration> {
+        self.at_most_every
+    }
 
-impl OnceOptions {
     /// Sets [`done_key`](Self::done_key).
     #[must_use = "options are built by value; use the returned options"]
     pub fn with_done_key(mut self, key: impl Into<String>) -> Self {
@@ -93,7 +106,7 @@ impl OnceOptions {
     /// # Errors
     ///
     /// [`Error::InvalidOption`] naming `done_key` (empty, longer than
-    /// [`DONE_KEY_MAX`] bytes, or with a control character) or
+    /// [`DONE_KEY_MAX`](Self::DONE_KEY_MAX) bytes, or with a control character) or
     /// `at_most_every` (shorter than a second: storage's clock counts
     /// seconds).
     pub fn validate(&self) -> Result<()> {

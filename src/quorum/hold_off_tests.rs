@@ -10,7 +10,7 @@ use super::hold_off::HOLD_OFF;
 use super::{QuorumLeaseSetStore, QuorumLeaseStore};
 use crate::error::Error;
 use crate::store::{Acquire, LeaseId, LeaseSetStore, LeaseStore, StampOptions};
-use crate::{MemoryLeaseSetStore, MemoryLeaseStore, MutexOptions};
+use crate::{testing::MemoryLeaseSetStore, testing::MemoryLeaseStore, MutexOptions};
 
 const D: Duration = Duration::from_secs(15);
 

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use super::QuorumLeaseStore;
 use crate::error::Result;
+use crate::store::memory::MemoryLeaseStore;
 use crate::store::{Acquire, LeaseId, LeaseInfo, LeaseStore, StampOptions};
-use crate::MemoryLeaseStore;
 
 const D: Duration = Duration::from_secs(15);
 

@@ -9,7 +9,7 @@ use tokio::time::{advance, Instant};
 
 use super::QuorumLeaseStore;
 use crate::store::{Acquire, LeaseId, LeaseStore, StampOptions};
-use crate::{MemoryLeaseStore, MutexOptions};
+use crate::{testing::MemoryLeaseStore, MutexOptions};
 
 const D: Duration = Duration::from_secs(15);
 

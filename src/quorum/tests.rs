@@ -16,7 +16,7 @@ use super::QuorumLeaseStore;
 use crate::error::{Error, Result};
 use crate::store::conformance;
 use crate::store::{Acquire, LeaseId, LeaseInfo, LeaseState, LeaseStore, StampOptions};
-use crate::{BlobDistributedMutex, LeaderContext, MemoryLeaseStore, MutexOptions};
+use crate::{testing::MemoryLeaseStore, BlobDistributedMutex, LeaderContext, MutexOptions};
 
 const D: Duration = Duration::from_secs(15);
 
@@ -658,7 +658,12 @@ async fn a_store_request_timeout_longer_than_the_callers_is_refused() {
 
     let set_options = crate::LeaseSetOptions::default();
     let sets = (0..3)
-        .map(|i| (format!("account-{i}"), crate::MemoryLeaseSetStore::new()))
+        .map(|i| {
+            (
+                format!("account-{i}"),
+                crate::store::memory::MemoryLeaseSetStore::new(),
+            )
+        })
         .collect();
     let sets = super::QuorumLeaseSetStore::with_labels(sets)
         .unwrap()

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use super::{QuorumLeaseSetStore, QuorumLeaseStore};
 use crate::store::{Acquire, LeaseId, LeaseSetStore, LeaseStore, StampOptions};
-use crate::{MemoryLeaseSetStore, MemoryLeaseStore};
+use crate::{testing::MemoryLeaseSetStore, testing::MemoryLeaseStore};
 
 const D: Duration = Duration::from_secs(15);
 

@@ -15,7 +15,7 @@
 //!
 //! ```no_run
 //! # async fn example() {
-//! use blob_mutex::{conformance, MemoryLeaseStore};
+//! use blob_mutex::{store::conformance, testing::MemoryLeaseStore};
 //!
 //! conformance::run_all(|name| async move {
 //!     let store = MemoryLeaseStore::new(name);

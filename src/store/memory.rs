@@ -26,7 +26,7 @@ use crate::store::{
 ///
 /// ```
 /// use std::time::Duration;
-/// use blob_mutex::{BlobDistributedMutex, CancellationToken, LeaderContext, MemoryLeaseStore, MutexOptions};
+/// use blob_mutex::{BlobDistributedMutex, CancellationToken, LeaderContext, testing::MemoryLeaseStore, MutexOptions};
 ///
 /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
 /// # async fn main() -> Result<(), blob_mutex::Error> {

@@ -1,7 +1,7 @@
 //! What a new term's stamp carries besides its holder: the floor under its
 //! epoch and what the holder advertises (see [`LeaseStore::stamp`]).
 //!
-//! [`LeaseStore::stamp`]: crate::LeaseStore::stamp
+//! [`LeaseStore::stamp`]: crate::store::LeaseStore::stamp
 
 use std::time::Duration;
 
@@ -15,14 +15,14 @@ use std::time::Duration;
 /// stamp of a record that has an epoch waits for nothing.
 pub(crate) const NEW_RECORD_WAIT: Duration = Duration::from_secs(3);
 
-/// How [`LeaseStore::stamp`](crate::LeaseStore::stamp) stamps a new term:
+/// How [`LeaseStore::stamp`](crate::store::LeaseStore::stamp) stamps a new term:
 /// the epoch is `max(stored + 1, floor)` (rule 8), and `advertised`, when
 /// set, is kept beside the holder and epoch for the term (rule 10).
 /// [`StampOptions::new()`] (the default) is a plain stamp: no floor, nothing
 /// advertised. Options may grow; they are built with the setters.
 ///
 /// ```
-/// use blob_mutex::StampOptions;
+/// use blob_mutex::store::StampOptions;
 ///
 /// let options = StampOptions::new().with_floor(8).with_advertised("10.0.0.7:8080");
 /// assert_eq!(options.floor(), 8);
@@ -56,9 +56,9 @@ impl StampOptions {
 
     /// What the term's holder tells the others of itself, such as the
     /// address at which it takes requests (rule 10 of the contract): at most
-    /// [`MAX_ADVERTISED_LEN`](crate::MAX_ADVERTISED_LEN) bytes of printable
+    /// [`MAX_ADVERTISED_LEN`](crate::store::MAX_ADVERTISED_LEN) bytes of printable
     /// ASCII, checked by the store before anything is sent. A store that
-    /// keeps no advertised value ([`supports_advertised`](crate::LeaseStore::supports_advertised)
+    /// keeps no advertised value ([`supports_advertised`](crate::store::LeaseStore::supports_advertised)
     /// is `false`) answers such a stamp with
     /// [`Error::Unsupported`](crate::Error::Unsupported).
     #[must_use]

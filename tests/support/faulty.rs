@@ -11,8 +11,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use blob_mutex::{
-    Acquire, Candidate, Error, LeaseId, LeaseInfo, LeaseSetStore, LeaseStore, MemoryLeaseSetStore,
-    StampOptions,
+    store::Acquire, store::Candidate, store::LeaseId, store::LeaseInfo, store::LeaseSetStore,
+    store::LeaseStore, store::StampOptions, testing::MemoryLeaseSetStore, Error,
 };
 use tokio::time::Instant;
 
@@ -156,7 +156,7 @@ pub struct Faulty {
 }
 
 impl Faulty {
-    fn inner(&self) -> blob_mutex::MemoryLeaseStore {
+    fn inner(&self) -> blob_mutex::testing::MemoryLeaseStore {
         self.accounts.sets[self.account].get(&self.key)
     }
 
@@ -166,7 +166,7 @@ impl Faulty {
         &self,
         operation: &'static str,
         lease: LeaseId,
-        call: impl FnOnce(blob_mutex::MemoryLeaseStore) -> Fut + Send + 'static,
+        call: impl FnOnce(blob_mutex::testing::MemoryLeaseStore) -> Fut + Send + 'static,
         effect: impl FnOnce(&Result<T, Error>) -> Option<Effect> + Send + 'static,
     ) -> impl Future<Output = Result<T, Error>> + Send + 'static
     where

@@ -12,9 +12,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use blob_mutex::{
-    BlobDistributedMutex, BlobLeaseSet, CancellationToken, Error, LeaderContext, Leadership,
-    LeaseId, LeaseSetOptions, LeaseSetStore, LeaseStore, MutexOptions, QuorumLeaseSetStore,
-    QuorumLeaseStore,
+    quorum::QuorumLeaseSetStore, quorum::QuorumLeaseStore, store::LeaseId, store::LeaseSetStore,
+    store::LeaseStore, term::Leadership, BlobDistributedMutex, BlobLeaseSet, CancellationToken,
+    Error, LeaderContext, LeaseSetOptions, MutexOptions,
 };
 use metrics_util::debugging::{DebuggingRecorder, Snapshotter};
 use tokio::sync::broadcast;
@@ -528,7 +528,7 @@ async fn hold_guards<S: LeaseStore>(
         }
         guard.release().await?;
         tokio::select! {
-            () = sleep(mutex.options().acquire_retry) => {}
+            () = sleep(mutex.options().acquire_retry()) => {}
             () = token.cancelled() => return Ok(()),
         }
     }

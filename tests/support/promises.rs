@@ -19,7 +19,7 @@
 
 use std::collections::BTreeMap;
 
-use blob_mutex::LeaseId;
+use blob_mutex::store::LeaseId;
 use metrics_util::debugging::DebugValue;
 use tokio::time::Instant;
 

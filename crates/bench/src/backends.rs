@@ -7,13 +7,14 @@
 //! 200 times a second), each backend in turn; and the crates each feature
 //! set compiles (`cargo tree -e normal`).
 
+use blob_mutex::store::LeaseStore;
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context, Result};
-use blob_mutex::{Acquire, Backend, BlobLeaseManager, LeaseId};
+use blob_mutex::{azure::Backend, azure::BlobLeaseManager, store::Acquire, store::LeaseId};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 

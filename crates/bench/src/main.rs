@@ -275,10 +275,10 @@ fn list(text: &str) -> Result<Vec<usize>> {
 async fn run(config: Config) -> Result<()> {
     let defaults = MutexOptions::default();
     ensure!(
-        (defaults.lease_duration.as_secs_f64() - LEASE_SECS).abs() < 1e-9
+        (defaults.lease_duration().as_secs_f64() - LEASE_SECS).abs() < 1e-9
             && (defaults.effective_renew_interval().as_secs_f64() - RENEW_SECS).abs() < 1e-9
-            && (defaults.acquire_retry.as_secs_f64() - RETRY_SECS).abs() < 1e-9
-            && (defaults.acquire_jitter - JITTER).abs() < 1e-9,
+            && (defaults.acquire_retry().as_secs_f64() - RETRY_SECS).abs() < 1e-9
+            && (defaults.acquire_jitter() - JITTER).abs() < 1e-9,
         "the crate's defaults changed; update the constants at the top of crates/bench/src/main.rs"
     );
     std::fs::create_dir_all(config.out.join("logs"))?;

@@ -2,6 +2,7 @@
 //! request made with the bare SDK client, interleaved on the same Azurite
 //! (without a proxy).
 
+use blob_mutex::store::LeaseStore;
 use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 
@@ -10,7 +11,7 @@ use azure_core_v021::prelude::{LeaseDuration, ProposedLeaseId};
 use azure_core_v021::RetryOptions;
 use azure_storage::{CloudLocation, StorageCredentials};
 use azure_storage_blobs::prelude::{BlobClient, ClientBuilder};
-use blob_mutex::{Acquire, Backend, BlobLeaseManager, LeaseId};
+use blob_mutex::{azure::Backend, azure::BlobLeaseManager, store::Acquire, store::LeaseId};
 
 use crate::azurite::{settings, unique_container, Azurite, ACCOUNT, DEV_KEY};
 use crate::json::Json;

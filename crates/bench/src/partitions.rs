@@ -428,10 +428,10 @@ pub(crate) async fn partitions(
 ) -> Result<()> {
     let defaults = blob_mutex::LeaseSetOptions::default();
     anyhow::ensure!(
-        (defaults.mutex.lease_duration.as_secs_f64() - SET_LEASE_SECS).abs() < 1e-9
-            && (defaults.mutex.effective_renew_interval().as_secs_f64() - SET_RENEW_SECS).abs()
+        (defaults.mutex().lease_duration().as_secs_f64() - SET_LEASE_SECS).abs() < 1e-9
+            && (defaults.mutex().effective_renew_interval().as_secs_f64() - SET_RENEW_SECS).abs()
                 < 1e-9
-            && (defaults.balance_interval.as_secs_f64() - BALANCE_SECS).abs() < 1e-9,
+            && (defaults.balance_interval().as_secs_f64() - BALANCE_SECS).abs() < 1e-9,
         "the lease set's defaults changed; update the constants at the top of crates/bench/src/partitions.rs"
     );
     let mut cells = Vec::new();

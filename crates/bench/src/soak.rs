@@ -35,7 +35,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use blob_mutex::{
-    BlobDistributedMutex, BlobLeaseSet, BlobSettings, CancellationToken, Leadership,
+    term::Leadership, BlobDistributedMutex, BlobLeaseSet, BlobSettings, CancellationToken,
     LeaseSetOptions, PartitionContext,
 };
 use tokio::task::JoinHandle;
@@ -191,9 +191,9 @@ fn lease_set(
     settings: &BlobSettings,
     partitions: &[String],
     holder: &str,
-) -> Result<BlobLeaseSet<blob_mutex::BlobLeaseSetStore>> {
+) -> Result<BlobLeaseSet<blob_mutex::azure::BlobLeaseSetStore>> {
     let options = LeaseSetOptions::default();
-    let mutex = options.mutex.clone().with_holder(holder.to_owned());
+    let mutex = options.mutex().clone().with_holder(holder.to_owned());
     Ok(BlobLeaseSet::new(
         settings,
         partitions.iter().cloned(),

@@ -14,6 +14,7 @@
 //!   blobs, each worker behind its own counting proxy: requests per hour by
 //!   kind, compared with the formula in BENCHMARKS.md.
 
+use blob_mutex::store::LeaseStore;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -21,7 +22,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context, Result};
-use blob_mutex::BlobLeaseManager;
+use blob_mutex::azure::BlobLeaseManager;
 
 use crate::azurite::{settings, Azurite};
 use crate::json::Json;

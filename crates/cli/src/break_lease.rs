@@ -1,6 +1,7 @@
 //! `blob-mutex break`: force the lease free, whoever holds it.
 
 use anyhow::Result;
+use blob_mutex::store::LeaseStore;
 
 use crate::cli::BreakArgs;
 use crate::exit;

@@ -13,7 +13,7 @@ use std::pin::pin;
 use std::process::ExitStatus;
 use std::time::Duration;
 
-use blob_mutex::STOP_SLACK;
+use blob_mutex::term::STOP_SLACK;
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 use tokio::sync::watch;

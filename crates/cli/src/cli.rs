@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use anyhow::Result;
 use blob_mutex::{
-    Backend, BlobLeaseManager, BlobLeaseSetStore, BlobSettings, MutexOptions, QuorumLeaseSetStore,
-    QuorumLeaseStore,
+    azure::Backend, azure::BlobLeaseManager, azure::BlobLeaseSetStore, quorum::QuorumLeaseSetStore,
+    quorum::QuorumLeaseStore, BlobSettings, MutexOptions,
 };
 use clap::{ArgAction, Args, Parser, Subcommand};
 

@@ -29,7 +29,7 @@
 //!   come at once (anything `run` still did could release the lease or start
 //!   a term beside the command), a supervisor sees it before any probe would,
 //!   and a restart is all a probe could have asked for. The library's
-//!   [`TaskStop::Stuck`](blob_mutex::TaskStop::Stuck) likewise ends the campaign: its 503 is seen only in
+//!   [`TaskStop::Stuck`](blob_mutex::term::TaskStop::Stuck) likewise ends the campaign: its 503 is seen only in
 //!   the moment before `run` exits.
 //! - A campaign that blocks its thread: `run` works on one thread, so the
 //!   endpoint answers nothing and the probe times out.

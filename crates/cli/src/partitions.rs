@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use anyhow::Result;
-use blob_mutex::{BlobLeaseSet, LeaseInfo, LeaseSetStore, LeaseState};
+use blob_mutex::{store::LeaseInfo, store::LeaseSetStore, store::LeaseState, BlobLeaseSet};
 
 use crate::cli::PartitionsArgs;
 use crate::exit;

@@ -11,7 +11,8 @@ use std::time::Duration;
 
 use anyhow::{anyhow, Result};
 use blob_mutex::{
-    BlobDistributedMutex, CancellationToken, LeaderContext, LeaseStore, OnceOptions, StopReason,
+    store::LeaseStore, term::StopReason, BlobDistributedMutex, CancellationToken, LeaderContext,
+    OnceOptions,
 };
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;
@@ -113,7 +114,7 @@ pub(crate) async fn run(args: RunArgs) -> Result<u8> {
         forever: args.forever,
         once: once.is_some(),
         records: once.as_ref().is_some_and(once::records),
-        grace: options.stop_grace,
+        grace: options.stop_grace(),
         token: CancellationToken::new(),
         state: Mutex::new(State::default()),
         groups: Groups::new(args.target.name()),
@@ -125,7 +126,7 @@ pub(crate) async fn run(args: RunArgs) -> Result<u8> {
     };
     let task_shared = shared.clone();
     let task = move |ctx| lead(ctx, task_shared.clone());
-    let limit = options.request_timeout;
+    let limit = options.request_timeout();
     match store {
         Ok(quorum) => {
             info!(blob = %shared.name, accounts = quorum.len(), "on a quorum of storage accounts");

@@ -254,7 +254,7 @@ impl UrlAccount {
 
     /// The token credential `--auth` names, from the environment.
     fn credential(&self) -> Result<Arc<dyn TokenCredential>> {
-        let client_options = blob_mutex::credential_options()?;
+        let client_options = blob_mutex::azure::credential_options()?;
         let unusable = |e: &azure_core::Error| {
             UsageError(format!(
                 "--auth {}: {}; {}",

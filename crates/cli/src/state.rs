@@ -1,9 +1,10 @@
 //! `blob-mutex state get|put`: the leader state kept in the lease blob.
 
+use blob_mutex::store::LeaseStore;
 use std::io::{Read, Write};
 
 use anyhow::{Context, Result};
-use blob_mutex::{LeaseId, MAX_STATE_LEN};
+use blob_mutex::{store::LeaseId, store::MAX_STATE_LEN};
 
 use crate::child::LEASE_ID_ENV;
 use crate::cli::{StateCommand, StateGetArgs, StatePutArgs};

@@ -1,9 +1,13 @@
 //! `blob-mutex status`: show the lease's state and holder.
 
+use blob_mutex::store::LeaseStore;
 use std::fmt::Write as _;
 
 use anyhow::Result;
-use blob_mutex::{AccountLease, Holding, LeaseInfo, LeaseState, QuorumLeaseStore};
+use blob_mutex::{
+    quorum::AccountLease, quorum::Holding, quorum::QuorumLeaseStore, store::LeaseInfo,
+    store::LeaseState,
+};
 
 use crate::cli::{StatusArgs, Target};
 use crate::exit;

@@ -8,6 +8,7 @@
 //! the wall-clock time in nanoseconds), and exits when the test creates
 //! `stop-<holder>`.
 
+use blob_mutex::store::LeaseStore;
 use blob_mutex_testkit as support;
 
 use std::path::PathBuf;
@@ -1247,7 +1248,10 @@ async fn partitions(container: &str, set: &str, flags: &[&str]) -> Output {
 /// and beta are members, gamma has left. Returns the epoch of each
 /// partition's last term.
 async fn make_set(container: &str) -> std::collections::BTreeMap<String, u64> {
-    use blob_mutex::{Acquire, BlobLeaseSetStore, LeaseId, LeaseSetStore, StampOptions};
+    use blob_mutex::{
+        azure::BlobLeaseSetStore, store::Acquire, store::LeaseId, store::LeaseSetStore,
+        store::StampOptions,
+    };
 
     let store = BlobLeaseSetStore::new(&azurite::shared().settings(container, "jobs")).unwrap();
     let mut epochs = std::collections::BTreeMap::new();
@@ -1357,7 +1361,7 @@ async fn partitions_names_the_owner_and_epoch_of_each_partition_and_the_live_mem
 
 #[tokio::test]
 async fn partitions_of_an_empty_set_exits_3_and_without_set_2() {
-    use blob_mutex::{BlobLeaseSetStore, LeaseId, LeaseSetStore};
+    use blob_mutex::{azure::BlobLeaseSetStore, store::LeaseId, store::LeaseSetStore};
 
     // Another set whose name starts with this one's, in the same container.
     let container = azurite::unique_container("cli-partitions-empty");

@@ -2,12 +2,13 @@
 //! majority, `status` shows each account and the majority's view, and the
 //! commands that work on one account refuse several.
 
+use blob_mutex::store::LeaseStore;
 use blob_mutex_testkit as support;
 
 use std::process::{Output, Stdio};
 use std::time::Duration;
 
-use blob_mutex::{BlobLeaseManager, BlobSettings, LeaseId, StampOptions};
+use blob_mutex::{azure::BlobLeaseManager, store::LeaseId, store::StampOptions, BlobSettings};
 use support::azurite::{self, Azurite};
 use support::wait_for;
 use tokio::process::Command;

@@ -224,7 +224,7 @@ async fn state_get_and_put_give_up_within_the_request_timeout_on_a_silent_endpoi
                 )
                 .env(
                     "BLOB_MUTEX_LEASE_ID",
-                    blob_mutex::LeaseId::new().to_string(),
+                    blob_mutex::store::LeaseId::new().to_string(),
                 )
                 .env_remove("RUST_LOG")
                 .stdin(stdin)

@@ -4,14 +4,15 @@
 //! that exists is never created; each missing permission is one fatal
 //! error that names what to grant.
 
+use blob_mutex::store::LeaseStore;
 use blob_mutex_testkit as support;
 
 use std::process::Stdio;
 use std::time::Duration;
 
 use blob_mutex::{
-    BlobDistributedMutex, BlobLeaseManager, BlobLeaseSet, BlobSettings, CancellationToken, Error,
-    LeaderContext, LeaseId, LeaseSetOptions, MutexOptions,
+    azure::BlobLeaseManager, store::LeaseId, BlobDistributedMutex, BlobLeaseSet, BlobSettings,
+    CancellationToken, Error, LeaderContext, LeaseSetOptions, MutexOptions,
 };
 use support::azurite;
 use support::sas::{account_sas, blob_sas, container_sas, sas_connection_string};
@@ -302,8 +303,8 @@ async fn a_set_without_delete_still_runs_and_leaves_its_member_blob_behind() {
     create_container(&container).await;
     let settings = with_sas(&container, "set", &container_sas(&container, "racwl"));
     run_set(&settings).await.unwrap();
-    let store = blob_mutex::BlobLeaseSetStore::new(&settings).unwrap();
-    let members = blob_mutex::LeaseSetStore::list(&store, "members/")
+    let store = blob_mutex::azure::BlobLeaseSetStore::new(&settings).unwrap();
+    let members = blob_mutex::store::LeaseSetStore::list(&store, "members/")
         .await
         .unwrap();
     assert_eq!(members.len(), 1, "{members:?}");

@@ -100,9 +100,10 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 use blob_mutex::{
-    Backend, BlobDistributedMutex, BlobLeaseSet, BlobLeaseSetStore, BlobSettings,
-    CancellationToken, LeaderContext, LeaseSetOptions, LeaseSetStore, LeaseStore, MutexOptions,
-    PartitionContext, QuorumLeaseSetStore, QuorumLeaseStore, TermReport,
+    azure::Backend, azure::BlobLeaseSetStore, quorum::QuorumLeaseSetStore,
+    quorum::QuorumLeaseStore, store::LeaseSetStore, store::LeaseStore, term::TermReport,
+    BlobDistributedMutex, BlobLeaseSet, BlobSettings, CancellationToken, LeaderContext,
+    LeaseSetOptions, MutexOptions, PartitionContext,
 };
 use tokio::sync::broadcast;
 
@@ -296,7 +297,7 @@ async fn print_reports(mut reports: broadcast::Receiver<TermReport>, id: String)
 }
 
 /// Prints a `LEADER` line for the watch's value now and at every change.
-async fn print_leader(mut leader: tokio::sync::watch::Receiver<Option<blob_mutex::Leader>>) {
+async fn print_leader(mut leader: tokio::sync::watch::Receiver<Option<blob_mutex::term::Leader>>) {
     loop {
         let line = match &*leader.borrow_and_update() {
             Some(l) => format!(
@@ -322,7 +323,7 @@ fn parse_args() -> anyhow::Result<(String, String, MutexOptions, Behaviour)> {
     let id = args.next().context(usage)?;
     // A lease set starts from the set's defaults (a longer lease).
     let base = if std::env::args().any(|a| a == "--partitions") {
-        LeaseSetOptions::default().mutex
+        LeaseSetOptions::default().mutex().clone()
     } else {
         MutexOptions::default()
     };
@@ -435,7 +436,7 @@ async fn main() -> anyhow::Result<()> {
             .collect::<Result<Vec<_>, _>>()?;
         if let Some(count) = behaviour.partitions {
             let store = QuorumLeaseSetStore::from_settings(&accounts)?
-                .with_request_timeout(options.request_timeout);
+                .with_request_timeout(options.request_timeout());
             return run_set(store, options, behaviour, count).await;
         }
         let store = QuorumLeaseStore::from_settings(&accounts)?;
@@ -452,7 +453,7 @@ async fn main() -> anyhow::Result<()> {
         BlobSettings::from_connection_string(&connection, container, blob)?.with_backend(backend);
     if let Some(count) = behaviour.partitions {
         let store =
-            BlobLeaseSetStore::new(&settings)?.with_request_timeout(options.request_timeout);
+            BlobLeaseSetStore::new(&settings)?.with_request_timeout(options.request_timeout());
         return run_set(store, options, behaviour, count).await;
     }
     let mutex =
@@ -524,7 +525,7 @@ async fn hold_guards<S: LeaseStore>(
         }
         guard.release().await?;
         tokio::select! {
-            () = tokio::time::sleep(mutex.options().acquire_retry) => {}
+            () = tokio::time::sleep(mutex.options().acquire_retry()) => {}
             () = token.cancelled() => return Ok(()),
         }
     }

@@ -14,7 +14,7 @@ use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use blob_mutex::{Backend, BlobSettings};
+use blob_mutex::{azure::Backend, BlobSettings};
 
 /// Azurite's well-known development account key (public, documented by Microsoft).
 pub const DEV_KEY: &str =

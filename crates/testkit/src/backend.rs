@@ -3,7 +3,7 @@
 //! every worker process it starts. `scripts/test` runs the storage tests
 //! once per backend: one row more, the same tests.
 
-pub use blob_mutex::Backend;
+pub use blob_mutex::azure::Backend;
 
 use super::sas;
 
@@ -35,8 +35,8 @@ pub fn official_settings(
     endpoint: &str,
     container: &str,
     blob: &str,
-) -> blob_mutex::OfficialSettings {
-    blob_mutex::OfficialSettings::from_container_url(
+) -> blob_mutex::azure::OfficialSettings {
+    blob_mutex::azure::OfficialSettings::from_container_url(
         &format!("{endpoint}/{container}?{}", account_sas()),
         blob,
     )

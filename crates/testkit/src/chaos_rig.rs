@@ -11,7 +11,7 @@
 use std::process::Command;
 use std::time::Duration;
 
-use blob_mutex::Backend;
+use blob_mutex::azure::Backend;
 
 use super::azurite::{self, Azurite};
 use super::chaos::{env_u64, seed};

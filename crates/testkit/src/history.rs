@@ -230,7 +230,7 @@ impl History {
             }
             What::Killed => self.end_process(worker, at, true, false),
             What::Exited { code } => {
-                let silenced = *code == Some(blob_mutex::FAIL_STOP_EXIT_CODE);
+                let silenced = *code == Some(blob_mutex::term::FAIL_STOP_EXIT_CODE);
                 self.end_process(worker, at, silenced, role.exit_reports && code.is_some());
             }
             _ => {}

@@ -638,7 +638,7 @@ fn assert_reported_once(events: &[Event], terms: &[Term], record: &str) {
                     e.what,
                     What::Killed
                         | What::Exited {
-                            code: Some(blob_mutex::FAIL_STOP_EXIT_CODE)
+                            code: Some(blob_mutex::term::FAIL_STOP_EXIT_CODE)
                         }
                 )
         })

@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use blob_mutex::{BlobLeaseSet, CancellationToken, LeaseSetOptions, LeaseSetStore};
+use blob_mutex::{store::LeaseSetStore, BlobLeaseSet, CancellationToken, LeaseSetOptions};
 use tokio::time::Instant;
 
 /// What instance `name` advertises.
@@ -30,7 +30,9 @@ pub async fn owners_are_listed<S: LeaseSetStore>(
     let mut sets = Vec::new();
     for (seed, name) in ["a", "b"].into_iter().enumerate() {
         let mutex = LeaseSetOptions::default()
-            .mutex
+            .mutex()
+            .clone()
+            .clone()
             .with_holder(name.to_owned())
             .with_advertised(address(name))
             .with_jitter_seed(seed as u64);

@@ -228,7 +228,7 @@ pub struct Cluster {
     events: Arc<Mutex<Vec<Event>>>,
     /// `BLOB_MUTEX_BACKEND` for every worker, when set (else the workers
     /// inherit the test's environment).
-    backend: Option<blob_mutex::Backend>,
+    backend: Option<blob_mutex::azure::Backend>,
 }
 
 impl Default for Cluster {
@@ -249,7 +249,7 @@ impl Cluster {
     }
 
     /// An empty cluster whose workers reach storage through `backend`.
-    pub fn on_backend(backend: blob_mutex::Backend) -> Cluster {
+    pub fn on_backend(backend: blob_mutex::azure::Backend) -> Cluster {
         let mut cluster = Cluster::new();
         cluster.backend = Some(backend);
         cluster
@@ -274,7 +274,8 @@ impl Cluster {
     pub fn spawn(&mut self, mut spec: Spec) -> usize {
         let index = self.procs.len();
         if let Some(backend) = self.backend {
-            spec.command.env(blob_mutex::Backend::ENV, backend.as_str());
+            spec.command
+                .env(blob_mutex::azure::Backend::ENV, backend.as_str());
         }
         let mut child = spec
             .command

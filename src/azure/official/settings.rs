@@ -17,12 +17,12 @@ use crate::azure::settings::{
 
 /// Where the lease blob lives, as the backend on the official Azure SDK
 /// takes it: the container's URL and how requests are authenticated.
-/// [`BlobLeaseManager::from_official`](crate::BlobLeaseManager::from_official)
-/// and [`BlobLeaseSetStore::from_official`](crate::BlobLeaseSetStore::from_official)
+/// [`BlobLeaseManager::from_official`](crate::azure::BlobLeaseManager::from_official)
+/// and [`BlobLeaseSetStore::from_official`](crate::azure::BlobLeaseSetStore::from_official)
 /// build the stores from it.
 ///
 /// Most code never names it: [`BlobSettings`] on the backend
-/// [`Backend::Official`](crate::Backend::Official) (the default) builds
+/// [`Backend::Official`](crate::azure::Backend::Official) (the default) builds
 /// it ([`OfficialSettings::from_blob_settings`]), whatever its credential;
 /// an account key signs short-lived SAS tokens locally, since the official
 /// SDK takes no shared key. Build it directly from a container URL with a

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Result;
-use blob_mutex::{Backend, BlobSettings, MutexOptions, QuorumLeaseStore};
+use blob_mutex::{azure::Backend, quorum::QuorumLeaseStore, BlobSettings, MutexOptions};
 use clap::{ArgAction, Args};
 
 use super::{parse_backend, parse_duration};
@@ -321,7 +321,7 @@ impl Account {
     /// The request timeout to use: the flag's value or the library's default.
     pub(crate) fn request_timeout(&self) -> Duration {
         self.request_timeout
-            .unwrap_or(MutexOptions::default().request_timeout)
+            .unwrap_or(MutexOptions::default().request_timeout())
     }
 
     /// The backend to use: the flag's (or the environment's) or the library's default.

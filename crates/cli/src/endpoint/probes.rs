@@ -71,7 +71,9 @@ mod tests {
     use std::convert::Infallible;
     use std::time::Duration;
 
-    use blob_mutex::{BlobDistributedMutex, CancellationToken, MemoryLeaseStore, MutexOptions};
+    use blob_mutex::{
+        testing::MemoryLeaseStore, BlobDistributedMutex, CancellationToken, MutexOptions,
+    };
     use tokio::time::advance;
 
     use super::*;

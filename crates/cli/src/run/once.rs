@@ -7,7 +7,9 @@
 use std::sync::Arc;
 
 use anyhow::{anyhow, Result};
-use blob_mutex::{BlobDistributedMutex, LeaderContext, LeaseStore, OnceOptions, OnceOutcome};
+use blob_mutex::{
+    store::LeaseStore, BlobDistributedMutex, LeaderContext, OnceOptions, OnceOutcome,
+};
 
 use super::{exit_code as run_exit_code, lead, Outcome, Shared};
 use crate::cli::RunArgs;
@@ -62,7 +64,7 @@ fn usage(message: String) -> anyhow::Error {
 
 /// Whether `options` keep a completion record.
 pub(super) fn records(options: &OnceOptions) -> bool {
-    options.done_key.is_some() || options.at_most_every.is_some()
+    options.done_key().is_some() || options.at_most_every().is_some()
 }
 
 /// Leads one term that runs the command, through the library: it reads
