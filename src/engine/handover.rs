@@ -1,5 +1,5 @@
 //! The decisions of a planned handover (see `successor`), as pure functions
-//! (std only: no clock, no I/O), so that the model checker (tests/model)
+//! (std only: no clock, no I/O), so that the model checker (crates/model/tests/model)
 //! compiles this file as it is and runs the same decisions: which candidate
 //! is the successor, what a term does with its lease at its end, and what
 //! follows an attempt at Change Lease.

@@ -1,7 +1,7 @@
 //! What one instance of a lease set does in one balance cycle, decided from
 //! one listing: which free partitions to claim, and which ones to give up.
 //! A pure function, so that every instance reading the same listing agrees;
-//! std only (no clock, no I/O), so that the model checker (tests/model)
+//! std only (no clock, no I/O), so that the model checker (crates/model/tests/model)
 //! compiles this file as it is and runs the same decisions.
 //!
 //! # How many to give up

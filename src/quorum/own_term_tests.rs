@@ -1,7 +1,7 @@
 //! The hold-off's record after this store's own term: an account that the
 //! term stamped or renewed carried an epoch, or the term's lease, since the
 //! store first saw it without one, and may have forgotten since only once
-//! the term was over. Found by the model checker (`tests/model`).
+//! the term was over. Found by the model checker (`crates/model/tests/model`).
 
 use std::time::Duration;
 

@@ -5,7 +5,7 @@
 //!
 //! No I/O, no clock, no runtime, nothing but `std`: the store's calls
 //! (`calls.rs`, `epoch.rs`) decide with these, and so does the model checker
-//! in `tests/model`, which compiles this file on its own and explores every
+//! in `crates/model/tests/model`, which compiles this file on its own and explores every
 //! interleaving of them (see the guide's chapter on the model).
 
 /// How one account's answer counts.

@@ -38,7 +38,7 @@
 //!
 //! The quorum group's trace of a 40 s run of each of these seeds is kept in
 //! `tests/fixtures/traces`, where the model checker replays it through the
-//! quorum model (`tests/model/replay.rs`), as it replays the runs here when
+//! quorum model (`crates/model/tests/model/replay.rs`), as it replays the runs here when
 //! `BLOB_MUTEX_TRACE_DIR` is set (`scripts/test` sets it).
 
 use blob_mutex_testkit as support;
@@ -197,7 +197,7 @@ fn excerpt(cluster: &Cluster, at: Duration, resource: &str) -> String {
 }
 
 /// Writes the quorum group's trace into `BLOB_MUTEX_TRACE_DIR`, when set,
-/// for the model checker to replay (`tests/model/replay.rs`); `scripts/test`
+/// for the model checker to replay (`crates/model/tests/model/replay.rs`); `scripts/test`
 /// sets it, and its model step replays what the runs here wrote.
 fn keep_trace(history: &History, cluster: &Cluster, command: &str) {
     let Some(dir) = std::env::var_os("BLOB_MUTEX_TRACE_DIR") else {

@@ -1,7 +1,7 @@
 //! The quorum group of a chaos run as the model checker reads it: each
 //! worker's start, terms, pauses and end, the network faults on its paths,
 //! and the accounts restarted empty, on the run's clock in milliseconds.
-//! `tests/model/replay.rs` replays a trace through the quorum model's
+//! `crates/model/tests/model/replay.rs` replays a trace through the quorum model's
 //! transition relation: a trace the model cannot produce is a finding about
 //! the model or the code.
 //!

@@ -5,22 +5,22 @@
 //! chapter on the model (docs/guide/model.md).
 
 // The decisions the quorum store runs, the same file.
-#[path = "../../src/quorum/rules.rs"]
+#[path = "../../../../src/quorum/rules.rs"]
 #[allow(dead_code, unreachable_pub)]
 mod rules;
 
 // The hold-off of a new term, the same file.
-#[path = "../../src/quorum/hold_off.rs"]
+#[path = "../../../../src/quorum/hold_off.rs"]
 #[allow(dead_code, unreachable_pub)]
 mod hold_off;
 
 // The lease set's balancer, the same file.
-#[path = "../../src/lease_set/balance.rs"]
+#[path = "../../../../src/lease_set/balance.rs"]
 #[allow(dead_code, unreachable_pub)]
 mod balance;
 
 // The handover's decisions, the same file.
-#[path = "../../src/engine/handover.rs"]
+#[path = "../../../../src/engine/handover.rs"]
 #[allow(dead_code, unreachable_pub)]
 mod handover_rules;
 
@@ -339,7 +339,7 @@ fn a_lease_set_of_three_instances_owns_every_partition_within_the_bound_after_a_
 /// folder (`scripts/test` sets it for its chaos runs), every trace in it.
 fn chaos_traces() -> Vec<(String, Trace)> {
     let mut dirs =
-        vec![std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/traces")];
+        vec![std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/traces")];
     if let Some(dir) = std::env::var_os("BLOB_MUTEX_TRACE_DIR") {
         dirs.push(dir.into());
     }
