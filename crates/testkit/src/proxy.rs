@@ -178,10 +178,15 @@ impl Kind {
     }
 
     /// The kind of a request with this method, target (path and query) and
-    /// `x-ms-lease-action`.
+    /// `x-ms-lease-action`. Only `comp` and `restype` name an operation: a
+    /// SAS (`sv`, `sig`, ...) or a `timeout` in the query changes nothing.
     pub fn of(method: &str, target: &str, lease_action: Option<&str>) -> Kind {
         let query = target.split_once('?').map_or("", |(_, q)| q);
         let has = |param: &str| query.split('&').any(|p| p.eq_ignore_ascii_case(param));
+        let names_operation = query.split('&').any(|p| {
+            let key = p.split('=').next().unwrap_or_default();
+            key.eq_ignore_ascii_case("comp") || key.eq_ignore_ascii_case("restype")
+        });
         if has("comp=lease") {
             return match lease_action.map(str::to_ascii_lowercase).as_deref() {
                 Some("acquire") => Kind::Acquire,
@@ -195,7 +200,7 @@ impl Kind {
         match method {
             "PUT" if has("comp=metadata") => Kind::SetMetadata,
             "PUT" if has("restype=container") => Kind::CreateContainer,
-            "PUT" if query.is_empty() => Kind::PutBlob,
+            "PUT" if !names_operation => Kind::PutBlob,
             "HEAD" => Kind::GetProperties,
             "GET" if has("comp=metadata") => Kind::GetProperties,
             "GET" if has("comp=list") => Kind::List,
@@ -914,6 +919,34 @@ mod tests {
         ] {
             assert_eq!(Kind::of(method, target, None), kind, "{method} {target}");
         }
+    }
+
+    #[test]
+    fn a_request_signed_with_a_sas_is_told_by_its_operation_not_its_signature() {
+        let sas = "sv=2022-11-02&sr=c&sp=racwdl&sig=iQzn%2BMc%3D";
+        for (method, target, kind) in [
+            ("PUT", format!("/a/c/b?{sas}"), Kind::PutBlob),
+            (
+                "PUT",
+                format!("/a/c?restype=container&{sas}"),
+                Kind::CreateContainer,
+            ),
+            (
+                "PUT",
+                format!("/a/c/b?comp=metadata&{sas}"),
+                Kind::SetMetadata,
+            ),
+            ("HEAD", format!("/a/c/b?{sas}"), Kind::GetProperties),
+            (
+                "GET",
+                format!("/a/c?restype=container&comp=list&{sas}"),
+                Kind::List,
+            ),
+        ] {
+            assert_eq!(Kind::of(method, &target, None), kind, "{method} {target}");
+        }
+        let acquire = Kind::of("PUT", &format!("/a/c/b?comp=lease&{sas}"), Some("acquire"));
+        assert_eq!(acquire, Kind::Acquire);
     }
 
     #[test]
