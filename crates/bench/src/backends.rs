@@ -15,13 +15,14 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context, Result};
 use blob_mutex::{azure::Backend, azure::BlobLeaseManager, store::Acquire, store::LeaseId};
+use blob_mutex_testkit::azurite::{unique_container, Azurite};
+use blob_mutex_testkit::proxy::{Kind, Proxy};
+use blob_mutex_testkit::workers::{parse_line, What};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
-use crate::azurite::{connection_string, settings, unique_container, Azurite};
 use crate::footprint::{clock_ticks, cpu_ns, cpu_ticks};
 use crate::json::Json;
-use crate::proxy::{Kind, Proxy};
 use crate::report::{ms, Report};
 use crate::stats::{float, stats};
 use crate::{Config, IDLE_WORK_MS};
@@ -80,11 +81,11 @@ struct Latency {
 /// blob of its own, interleaved call by call, alternating which backend
 /// goes first.
 async fn latency(config: &Config, azurite: &Azurite) -> Result<Latency> {
-    let container = unique_container("backends");
+    let container = unique_container("bench-backends");
     let managers = Backend::ALL
         .into_iter()
         .map(|backend| {
-            let settings = settings(&azurite.endpoint, &container, backend.as_str())?;
+            let settings = azurite.settings(&container, backend.as_str());
             Ok(BlobLeaseManager::new(&settings.with_backend(backend))?)
         })
         .collect::<Result<Vec<_>>>()?;
@@ -139,15 +140,15 @@ struct RenewalCpu {
 /// proxy, with `backend`: its CPU over `--set-secs`, and the renewals the
 /// proxy saw in the same window.
 async fn renewal_cpu(config: &Config, azurite: &Azurite, backend: Backend) -> Result<RenewalCpu> {
-    let proxy = Proxy::start(azurite.upstream).await?;
-    let connection = connection_string(&proxy.endpoint);
+    let proxy = Proxy::start(azurite.port);
+    let connection = proxy.connection_string();
     let size = config.set_size.to_string();
     let lease = LEASE.as_secs().to_string();
     let id = format!("backends-{backend}");
     let log = std::fs::File::create(config.out.join("logs").join(format!("{id}.log")))?;
     let started = Instant::now();
     let mut child = Command::new(&config.worker)
-        .args([&unique_container("backends-set"), "set", &id])
+        .args([&unique_container("bench-backends-set"), "set", &id])
         .args(["--partitions", &size, "--lease-secs", &lease])
         .args(["--work-ms", IDLE_WORK_MS])
         .env("AZURE_STORAGE_CONNECTION_STRING", connection)
@@ -171,7 +172,7 @@ async fn renewal_cpu(config: &Config, azurite: &Azurite, backend: Backend) -> Re
     let to = Instant::now();
     let (ticks_after, ns_after) = (cpu_ticks(pid)?, cpu_ns(pid).unwrap_or(0));
     let renewals = proxy
-        .between(from, to)
+        .kinds_between(from, to)
         .iter()
         .filter(|(_, kind)| *kind == Kind::Renew)
         .count();
@@ -202,16 +203,12 @@ async fn owns_all(child: &mut Child, size: usize) -> Result<()> {
         let Some(line) = line? else {
             bail!("the worker exited; see its log");
         };
-        let partition = line
-            .split_whitespace()
-            .find_map(|w| w.strip_prefix("partition="))
-            .map(str::to_owned);
-        match (line.split_whitespace().next(), partition) {
-            (Some("OWNING"), Some(p)) => {
-                owned.insert(p);
+        match parse_line(&line) {
+            Some(What::Owning { partition, .. }) => {
+                owned.insert(partition);
             }
-            (Some("RELEASED"), Some(p)) => {
-                owned.remove(&p);
+            Some(What::Released { partition, .. } | What::ReleasedStuck { partition, .. }) => {
+                owned.remove(&partition);
             }
             _ => {}
         }

@@ -9,12 +9,12 @@ use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Result};
 use blob_mutex::{BlobDistributedMutex, CancellationToken, MutexOptions};
+use blob_mutex_testkit::azurite::{unique_container, Azurite};
+use blob_mutex_testkit::proxy::Proxy;
 
-use crate::azurite::{settings, unique_container, Azurite};
-use crate::json::Json;
-use crate::proxy::{count_by_kind, counts_json, Proxy};
+use crate::json::{counts_json, Json};
 use crate::report::{secs, Report};
-use crate::stats::float;
+use crate::stats::{count_by_kind, float};
 use crate::{Config, RENEW_SECS, RETRY_SECS};
 
 /// Starts `--candidates` mutexes (default options) through one counting
@@ -27,8 +27,8 @@ pub(crate) async fn contention(
     azurite: &Azurite,
     report: &mut Report,
 ) -> Result<()> {
-    let proxy = Proxy::start(azurite.upstream).await?;
-    let container = unique_container("contention");
+    let proxy = Proxy::start(azurite.port);
+    let container = unique_container("bench-contention");
     let n = config.candidates;
     let leaders_now = Arc::new(AtomicUsize::new(0));
     let most_at_once = Arc::new(AtomicUsize::new(0));
@@ -39,7 +39,7 @@ pub(crate) async fn contention(
         let (now, most, terms) = (leaders_now.clone(), most_at_once.clone(), terms.clone());
         let options = MutexOptions::default().with_holder(format!("candidate-{i}"));
         let mutex = BlobDistributedMutex::with_options(
-            settings(&proxy.endpoint, &container, "leader")?,
+            proxy.settings(&container, "leader"),
             options,
             move |ctx| {
                 let (now, most, terms) = (now.clone(), most.clone(), terms.clone());
@@ -78,11 +78,11 @@ pub(crate) async fn contention(
         tokio::time::sleep(Duration::from_millis(2)).await;
     };
     let time_to_leader = (elected - start).as_secs_f64();
-    let election_requests = proxy.between(start, elected);
+    let election_requests = proxy.kinds_between(start, elected);
     let steady_from = elected + Duration::from_secs(3);
     let end = start + config.contention_window.max(Duration::from_secs(8));
     tokio::time::sleep_until(tokio::time::Instant::from_std(end)).await;
-    let steady = proxy.between(steady_from, end);
+    let steady = proxy.kinds_between(steady_from, end);
     let steady_secs = (end - steady_from).as_secs_f64();
     let terms_seen = terms.lock().expect("terms").clone();
     let most = most_at_once.load(Ordering::SeqCst);

@@ -7,16 +7,16 @@ use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
+use blob_mutex_testkit::azurite::Azurite;
+use blob_mutex_testkit::proxy::{Kind, Proxy};
 
 mod resources;
 
-use crate::azurite::Azurite;
 use crate::footprint::{clock_ticks, cpu_ns, cpu_ticks, vm_kib};
-use crate::json::Json;
-use crate::proxy::{count_by_kind, counts_json, Kind, Proxy};
+use crate::group::{Event, Group, Worker};
+use crate::json::{counts_json, Json};
 use crate::report::{percent, secs, Report};
-use crate::stats::float;
-use crate::workers::{Group, Worker};
+use crate::stats::{count_by_kind, float};
 use crate::{Config, IDLE_WORK_MS, JITTER};
 
 /// Options of one run of workers; the renew interval is the default, a
@@ -186,8 +186,8 @@ async fn start(config: &Config, azurite: &Azurite) -> Result<Vec<Run>> {
         let mut group = Group::new(config, &format!("cost{index}"), &args);
         let mut proxies = BTreeMap::new();
         for _ in 0..=variant.followers {
-            let proxy = Proxy::start(azurite.upstream).await?;
-            let id = group.spawn(&proxy.endpoint)?;
+            let proxy = Proxy::start(azurite.port);
+            let id = group.spawn(&proxy.endpoint());
             proxies.insert(id, proxy);
         }
         runs.push(Run {
@@ -236,7 +236,7 @@ async fn count(runs: &[Run], length: Duration) -> Result<Window> {
 
 /// A worker's requests, CPU and memory over the window.
 fn measure(run: &Run, worker: &Worker, window: &Window) -> Result<Measured> {
-    let requests = run.proxies[&worker.id].between(window.start, window.end);
+    let requests = run.proxies[&worker.id].kinds_between(window.start, window.end);
     let leader = worker.id == run.leader;
     let main = if leader { Kind::Renew } else { Kind::Acquire };
     let times: Vec<Instant> = requests
@@ -365,7 +365,7 @@ pub(crate) async fn cost(config: &Config, azurite: &Azurite, report: &mut Report
     let mut defaults: Vec<Measured> = Vec::new();
     let mut watchers: Vec<Measured> = Vec::new();
     for run in &mut runs {
-        let changed = run.group.drain().iter().any(|e| e.is("LEADING"));
+        let changed = run.group.drain().iter().any(Event::is_leading);
         let measured = run
             .group
             .workers()
@@ -383,7 +383,7 @@ pub(crate) async fn cost(config: &Config, azurite: &Azurite, report: &mut Report
         } else if run.variant.watch {
             watchers = measured.into_iter().filter(|m| !m.leader).collect();
         }
-        run.group.stop_all().await;
+        run.group.stop_all();
     }
 
     report.section(

@@ -6,12 +6,12 @@ use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Result};
+use blob_mutex_testkit::azurite::Azurite;
 
-use crate::azurite::Azurite;
+use crate::group::{Event, Group};
 use crate::json::Json;
 use crate::report::{secs, Report};
 use crate::stats::{fresh_rng, stats};
-use crate::workers::{Event, Group};
 use crate::{Config, IDLE_WORK_MS, JITTER, LEASE_SECS, RETRY_SECS};
 
 /// How the leader is made to go.
@@ -63,7 +63,7 @@ pub(crate) async fn handover(
     let name = exit.name();
     let mut group = Group::new(config, name, &["--work-ms", IDLE_WORK_MS]);
     for _ in 0..3 {
-        group.spawn(&azurite.endpoint)?;
+        group.spawn(&azurite.endpoint);
     }
     let (mut leader, _) = group.next_leader(None, Duration::from_secs(60)).await?;
     let mut rng = fresh_rng();
@@ -85,12 +85,12 @@ pub(crate) async fn handover(
         let changes: Vec<Event> = group
             .drain()
             .into_iter()
-            .filter(|e| e.is("LEADING"))
+            .filter(Event::is_leading)
             .collect();
         ensure!(
             changes.is_empty(),
             "leadership changed without a kill: {:?}",
-            changes.iter().map(|e| &e.line).collect::<Vec<_>>()
+            changes.iter().map(|e| (&e.id, &e.what)).collect::<Vec<_>>()
         );
         let killed_at = Instant::now();
         match exit {
@@ -104,7 +104,7 @@ pub(crate) async fn handover(
         if exit == Exit::Graceful {
             let stopped = seen
                 .iter()
-                .find(|e| e.id == leader.id && e.is("STOPPED"))
+                .find(|e| e.id == leader.id && e.is_stopped())
                 .map(|e| e.at);
             match stopped {
                 Some(at) => result.stop_latency.push((at - killed_at).as_secs_f64()),
@@ -122,10 +122,10 @@ pub(crate) async fn handover(
         );
         result.samples.push(took);
         group.reap(&leader.id).await?;
-        group.spawn(&azurite.endpoint)?;
+        group.spawn(&azurite.endpoint);
         leader = next;
     }
-    group.stop_all().await;
+    group.stop_all();
     Ok(result)
 }
 

@@ -1,6 +1,9 @@
 //! The results file, written without a JSON dependency.
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
+
+use blob_mutex_testkit::proxy::Kind;
 
 use crate::stats::Stats;
 
@@ -118,6 +121,11 @@ impl Json {
             }
         }
     }
+}
+
+/// Requests counted by kind, as an object keyed by kind name.
+pub(crate) fn counts_json(counts: &BTreeMap<Kind, usize>) -> Json {
+    Json::obj(counts.iter().map(|(k, n)| (k.name(), Json::count(*n))))
 }
 
 #[cfg(test)]

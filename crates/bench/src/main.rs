@@ -41,42 +41,41 @@
 //! and so does `backends`; `--quick`
 //! leaves `partitions` out unless it is named],
 //! `--out DIR` [`bench-results`], `--endpoint URL` (use a running Azurite's
-//! blob endpoint, `http://<ip>:<port>/devstoreaccount1`, instead of starting
-//! one). The worker processes are the test kit's `fault-worker` example
-//! (`crates/testkit/examples/fault_worker.rs`), in `examples/` beside this
-//! program.
+//! blob endpoint on this host, `http://127.0.0.1:<port>/devstoreaccount1`,
+//! instead of starting one). The worker processes are the test kit's
+//! `fault-worker` example (`crates/testkit/examples/fault_worker.rs`), in
+//! `examples/` beside this program.
 //!
 //! One module per section (`overhead.rs`, `contention.rs`, `cost.rs` with
 //! `footprint.rs`, `failover.rs` for `handover` and `crash`, `successor.rs`,
-//! `partitions.rs`, `quorum.rs`, `soak.rs`, `backends.rs`);
-//! the rest is
-//! shared: `azurite.rs`, `proxy.rs` (the counting proxy), `workers.rs` (the
-//! worker processes), `stats.rs`, `json.rs` and `report.rs`.
+//! `partitions.rs`, `quorum.rs`, `soak.rs`, `backends.rs`); the rest is
+//! shared: `group.rs` (the worker processes of a measurement), `stats.rs`,
+//! `json.rs` and `report.rs`. Azurite, the counting proxy and the workers'
+//! lines are the test kit's (`blob-mutex-testkit`: `azurite`, `proxy`,
+//! `workers`).
 
-mod azurite;
 mod backends;
 mod contention;
 mod cost;
 mod failover;
 mod footprint;
+mod group;
 mod json;
 mod overhead;
 mod partitions;
-mod proxy;
 mod quorum;
 mod report;
 mod soak;
 mod stats;
 mod successor;
-mod workers;
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context, Result};
 use blob_mutex::MutexOptions;
+use blob_mutex_testkit::azurite::Azurite;
 
-use crate::azurite::Azurite;
 use crate::failover::Exit;
 use crate::json::Json;
 use crate::report::Report;
@@ -287,10 +286,7 @@ async fn run(config: Config) -> Result<()> {
         "worker not found at {}; run scripts/bench, which builds it",
         config.worker.display()
     );
-    let azurite = match &config.endpoint {
-        Some(endpoint) => Azurite::external(endpoint)?,
-        None => Azurite::start(&config.out)?,
-    };
+    let azurite = azurite(&config)?;
     let began = Instant::now();
     let mut report = Report::default();
     report.section("machine", report::machine());
@@ -371,6 +367,23 @@ async fn run(config: Config) -> Result<()> {
     println!("{table}");
     eprintln!("wrote {} and {}", results.display(), table_md.display());
     Ok(())
+}
+
+/// The Azurite to measure against: a new one logging to
+/// `<out>/logs/azurite.log`, or the running one `--endpoint` names, on
+/// 127.0.0.1 where the counting proxies forward to.
+fn azurite(config: &Config) -> Result<Azurite> {
+    let Some(endpoint) = &config.endpoint else {
+        return Azurite::start_logged(&config.out.join("logs/azurite.log"))
+            .map_err(anyhow::Error::msg);
+    };
+    let host = endpoint
+        .strip_prefix("http://127.0.0.1:")
+        .and_then(|rest| rest.split('/').next())
+        .context("--endpoint must be http://127.0.0.1:<port>/<account>")?;
+    host.parse::<u16>()
+        .with_context(|| format!("--endpoint names no port: {endpoint}"))?;
+    Ok(Azurite::external(endpoint))
 }
 
 #[tokio::main]

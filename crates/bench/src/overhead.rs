@@ -12,8 +12,8 @@ use azure_core_v021::RetryOptions;
 use azure_storage::{CloudLocation, StorageCredentials};
 use azure_storage_blobs::prelude::{BlobClient, ClientBuilder};
 use blob_mutex::{azure::Backend, azure::BlobLeaseManager, store::Acquire, store::LeaseId};
+use blob_mutex_testkit::azurite::{unique_container, Azurite, ACCOUNT, DEV_KEY};
 
-use crate::azurite::{settings, unique_container, Azurite, ACCOUNT, DEV_KEY};
 use crate::json::Json;
 use crate::report::{ms, percent, Report};
 use crate::stats::stats;
@@ -62,10 +62,10 @@ impl Clients {
     /// Clients of two new blobs, each leased: "own" under `ours`, "held"
     /// under `theirs`.
     async fn set_up(azurite: &Azurite) -> Result<Clients> {
-        let container = unique_container("overhead");
+        let container = unique_container("bench-overhead");
         let manager = |blob: &str| -> Result<BlobLeaseManager> {
             // The 0.21 backend, to compare like with like.
-            let settings = settings(&azurite.endpoint, &container, blob)?;
+            let settings = azurite.settings(&container, blob);
             Ok(BlobLeaseManager::new(
                 &settings.with_backend(Backend::SdkV021),
             )?)

@@ -13,14 +13,15 @@ use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
+use blob_mutex_testkit::azurite::Azurite;
+use blob_mutex_testkit::proxy::{Kind, Proxy};
+use blob_mutex_testkit::workers::What;
 
-use crate::azurite::Azurite;
 use crate::footprint::{clock_ticks, cpu_ticks, vm_kib};
-use crate::json::Json;
-use crate::proxy::{count_by_kind, counts_json, Kind, Proxy};
+use crate::group::{Event, Group};
+use crate::json::{counts_json, Json};
 use crate::report::{ms, percent, secs, Report};
-use crate::stats::{float, stats};
-use crate::workers::{Event, Group};
+use crate::stats::{count_by_kind, float, stats};
 use crate::{Config, IDLE_WORK_MS, RETRY_SECS};
 
 /// The set's default balance interval, lease and renew interval, restated
@@ -32,12 +33,6 @@ const SET_RENEW_SECS: f64 = 10.0;
 /// The longest wait for a set to balance before the figure is given up.
 const BALANCE_LIMIT: Duration = Duration::from_secs(300);
 
-/// The value of `key=` in a worker's line.
-fn field<'a>(line: &'a str, key: &str) -> Option<&'a str> {
-    line.split(' ')
-        .find_map(|w| w.strip_prefix(key)?.strip_prefix('='))
-}
-
 /// Who owns which partition, from the workers' lines, and which workers
 /// are live instances of the set.
 struct Owners {
@@ -46,7 +41,7 @@ struct Owners {
     live: BTreeSet<String>,
     /// `RELEASED … reason=deadline` lines.
     deadlines: usize,
-    /// `RELEASED` lines by reason.
+    /// `RELEASED` lines by reason (`stuck` for `tasks=stuck`).
     released: BTreeMap<String, usize>,
 }
 
@@ -63,25 +58,25 @@ impl Owners {
 
     /// Applies one line; true when it was `OWNING` or `RELEASED`.
     fn apply(&mut self, e: &Event) -> bool {
-        let Some(partition) = field(&e.line, "partition") else {
-            return false;
+        let (partition, reason) = match &e.what {
+            What::Owning { partition, .. } => {
+                self.owner.insert(partition.clone(), e.id.clone());
+                return true;
+            }
+            What::Released {
+                partition, reason, ..
+            } => (partition, reason.as_str()),
+            What::ReleasedStuck { partition, .. } => (partition, "stuck"),
+            _ => return false,
         };
-        if e.is("OWNING") {
-            self.owner.insert(partition.to_owned(), e.id.clone());
-            true
-        } else if e.is("RELEASED") {
-            if self.owner.get(partition) == Some(&e.id) {
-                self.owner.remove(partition);
-            }
-            let reason = field(&e.line, "reason").unwrap_or("?");
-            if reason == "deadline" {
-                self.deadlines += 1;
-            }
-            *self.released.entry(reason.to_owned()).or_default() += 1;
-            true
-        } else {
-            false
+        if self.owner.get(partition) == Some(&e.id) {
+            self.owner.remove(partition);
         }
+        if reason == "deadline" {
+            self.deadlines += 1;
+        }
+        *self.released.entry(reason.to_owned()).or_default() += 1;
+        true
     }
 
     /// Partitions owned by each live instance.
@@ -112,7 +107,7 @@ impl Owners {
 /// Reads lines until the set is balanced; the seconds from `since` to the
 /// line that balanced it, `NaN` when it did not within [`BALANCE_LIMIT`].
 async fn until_balanced(group: &mut Group, owners: &mut Owners, since: Instant) -> f64 {
-    let until = tokio::time::Instant::from_std(since) + BALANCE_LIMIT;
+    let until = since + BALANCE_LIMIT;
     if owners.balanced() {
         return 0.0;
     }
@@ -219,17 +214,17 @@ impl Cell {
 }
 
 /// Starts one worker of the set behind a proxy of its own.
-async fn spawn(
+fn spawn(
     group: &mut Group,
     azurite: &Azurite,
     proxies: &mut BTreeMap<String, Proxy>,
     owners: &mut Owners,
-) -> Result<String> {
-    let proxy = Proxy::start(azurite.upstream).await?;
-    let id = group.spawn(&proxy.endpoint)?;
+) -> String {
+    let proxy = Proxy::start(azurite.port);
+    let id = group.spawn(&proxy.endpoint());
     proxies.insert(id.clone(), proxy);
     owners.live.insert(id.clone());
-    Ok(id)
+    id
 }
 
 /// One cell: N instances from cold, the steady window, then a join, a
@@ -250,7 +245,7 @@ async fn cell(config: &Config, azurite: &Azurite, n: usize, m: usize) -> Result<
 
     let start = Instant::now();
     for _ in 0..n {
-        spawn(&mut group, azurite, &mut proxies, &mut owners).await?;
+        spawn(&mut group, azurite, &mut proxies, &mut owners);
     }
     let cold = until_balanced(&mut group, &mut owners, start).await;
 
@@ -270,7 +265,7 @@ async fn cell(config: &Config, azurite: &Azurite, n: usize, m: usize) -> Result<
     let costs = owned_before
         .iter()
         .map(|(id, owned)| {
-            let requests = proxies[id].between(from, to);
+            let requests = proxies[id].kinds_between(from, to);
             let counts = count_by_kind(&requests);
             let schedule =
                 counts.get(&Kind::Renew).unwrap_or(&0) + counts.get(&Kind::List).unwrap_or(&0);
@@ -286,7 +281,7 @@ async fn cell(config: &Config, azurite: &Azurite, n: usize, m: usize) -> Result<
         .collect();
 
     let at = Instant::now();
-    let newcomer = spawn(&mut group, azurite, &mut proxies, &mut owners).await?;
+    let newcomer = spawn(&mut group, azurite, &mut proxies, &mut owners);
     let join = until_balanced(&mut group, &mut owners, at).await;
 
     let at = Instant::now();
@@ -313,7 +308,7 @@ async fn cell(config: &Config, azurite: &Azurite, n: usize, m: usize) -> Result<
     for e in group.drain() {
         owners.apply(&e);
     }
-    group.stop_all().await;
+    group.stop_all();
     Ok(Cell {
         n,
         m,
@@ -357,7 +352,7 @@ async fn big(config: &Config, azurite: &Azurite, size: usize) -> Result<Big> {
     let mut proxies = BTreeMap::new();
     let mut owners = Owners::new(size);
     let start = Instant::now();
-    let id = spawn(&mut group, azurite, &mut proxies, &mut owners).await?;
+    let id = spawn(&mut group, azurite, &mut proxies, &mut owners);
     let to_own_all = until_balanced(&mut group, &mut owners, start).await;
     let pid = group.workers().first().context("the worker")?.pid;
     tokio::time::sleep(Duration::from_secs(3)).await;
@@ -380,11 +375,15 @@ async fn big(config: &Config, azurite: &Azurite, size: usize) -> Result<Big> {
         owners.apply(&e);
     }
     let proxy = &proxies[&id];
-    let requests = proxy.between(from, to);
+    let requests = proxy.kinds_between(from, to);
     let counts = count_by_kind(&requests);
     let schedule = counts.get(&Kind::Renew).unwrap_or(&0) + counts.get(&Kind::List).unwrap_or(&0);
-    let renew = proxy.latencies(Kind::Renew, from, to);
-    group.stop_all().await;
+    let renew: Vec<f64> = proxy
+        .latencies(Kind::Renew, from, to)
+        .iter()
+        .map(Duration::as_secs_f64)
+        .collect();
+    group.stop_all();
     let log = std::fs::read_to_string(config.out.join("logs").join(format!("{id}.log")))
         .unwrap_or_default();
     Ok(Big {
@@ -667,7 +666,7 @@ mod tests {
         Event {
             at: Instant::now(),
             id: id.to_owned(),
-            line: line.to_owned(),
+            what: blob_mutex_testkit::workers::parse_line(line).expect("a worker's line"),
         }
     }
 

@@ -9,14 +9,14 @@ use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Result};
+use blob_mutex_testkit::azurite::Azurite;
+use blob_mutex_testkit::proxy::{Kind, Proxy};
 
-use crate::azurite::Azurite;
 use crate::failover::Exit;
-use crate::json::Json;
-use crate::proxy::{count_by_kind, counts_json, Kind, Proxy};
+use crate::group::{Event, Group};
+use crate::json::{counts_json, Json};
 use crate::report::{secs, Report};
-use crate::stats::{float, fresh_rng, stats, Rng};
-use crate::workers::Group;
+use crate::stats::{count_by_kind, float, fresh_rng, stats, Rng};
 use crate::{Config, IDLE_WORK_MS};
 
 const HOURS_PER_YEAR: f64 = 8766.0;
@@ -51,16 +51,16 @@ struct Measured {
 }
 
 pub(crate) async fn quorum(config: &Config, azurite: &Azurite, report: &mut Report) -> Result<()> {
+    let logs = config.out.join("logs");
     let others = [
-        Azurite::start_logged(&config.out, "azurite-quorum-1")?,
-        Azurite::start_logged(&config.out, "azurite-quorum-2")?,
+        Azurite::start_logged(&logs.join("azurite-quorum-1.log")).map_err(anyhow::Error::msg)?,
+        Azurite::start_logged(&logs.join("azurite-quorum-2.log")).map_err(anyhow::Error::msg)?,
     ];
-    let upstreams = [azurite.upstream, others[0].upstream, others[1].upstream];
-    let mut proxies = Vec::new();
-    for upstream in upstreams {
-        proxies.push(Proxy::start(upstream).await?);
-    }
-    let endpoints: Vec<String> = proxies.iter().map(|p| p.endpoint.clone()).collect();
+    let proxies: Vec<Proxy> = [azurite.port, others[0].port, others[1].port]
+        .into_iter()
+        .map(Proxy::start)
+        .collect();
+    let endpoints: Vec<String> = proxies.iter().map(Proxy::endpoint).collect();
     let mut measured = Vec::new();
     for mode in [Mode::Single, Mode::Quorum] {
         let accounts = match mode {
@@ -87,7 +87,7 @@ pub(crate) async fn quorum(config: &Config, azurite: &Azurite, report: &mut Repo
 }
 
 /// Starts one worker of `mode` in `group`.
-fn spawn(group: &mut Group, mode: Mode, accounts: &[String]) -> Result<String> {
+fn spawn(group: &mut Group, mode: Mode, accounts: &[String]) -> String {
     match mode {
         Mode::Single => group.spawn(&accounts[0]),
         Mode::Quorum => group.spawn_quorum(accounts),
@@ -109,7 +109,7 @@ async fn requests_per_hour(
         &["--work-ms", IDLE_WORK_MS],
     );
     for _ in 0..3 {
-        spawn(&mut group, mode, accounts)?;
+        spawn(&mut group, mode, accounts);
     }
     group.next_leader(None, Duration::from_secs(60)).await?;
     // The window starts after the leader's first renewal (5 s after its
@@ -119,8 +119,11 @@ async fn requests_per_hour(
     let from = Instant::now();
     tokio::time::sleep(config.quorum_window).await;
     let to = Instant::now();
-    let requests: Vec<_> = proxies.iter().flat_map(|p| p.between(from, to)).collect();
-    group.stop_all().await;
+    let requests: Vec<_> = proxies
+        .iter()
+        .flat_map(|p| p.kinds_between(from, to))
+        .collect();
+    group.stop_all();
     let counts = count_by_kind(&requests);
     let reads_and_stamps: usize = [Kind::GetProperties, Kind::SetMetadata]
         .iter()
@@ -142,7 +145,7 @@ async fn failovers(
     let prefix = format!("quorum-{}-{}", exit.name(), mode.name());
     let mut group = Group::new(config, &prefix, &["--work-ms", IDLE_WORK_MS]);
     for _ in 0..3 {
-        spawn(&mut group, mode, accounts)?;
+        spawn(&mut group, mode, accounts);
     }
     let (mut leader, _) = group.next_leader(None, Duration::from_secs(60)).await?;
     let mut rng = fresh_rng();
@@ -153,11 +156,7 @@ async fn failovers(
     };
     for rep in 1..=reps {
         tokio::time::sleep(rng.between(Duration::from_secs(1), Duration::from_secs(6))).await;
-        let changes = group
-            .drain()
-            .into_iter()
-            .filter(|e| e.is("LEADING"))
-            .count();
+        let changes = group.drain().into_iter().filter(Event::is_leading).count();
         ensure!(changes == 0, "leadership changed without a signal");
         let at = Instant::now();
         match exit {
@@ -177,10 +176,10 @@ async fn failovers(
         );
         samples.push(took);
         group.reap(&leader.id).await?;
-        spawn(&mut group, mode, accounts)?;
+        spawn(&mut group, mode, accounts);
         leader = next;
     }
-    group.stop_all().await;
+    group.stop_all();
     Ok((samples, increasing))
 }
 

@@ -38,14 +38,14 @@ use blob_mutex::{
     term::Leadership, BlobDistributedMutex, BlobLeaseSet, BlobSettings, CancellationToken,
     LeaseSetOptions, PartitionContext,
 };
+use blob_mutex_testkit::azurite::{unique_container, Azurite};
 use tokio::task::JoinHandle;
 
-use crate::azurite::{settings, unique_container, Azurite};
 use crate::footprint::{clock_ticks, cpu_ticks, vm_kib};
+use crate::group::Group;
 use crate::json::Json;
 use crate::report::Report;
 use crate::stats::fit;
-use crate::workers::Group;
 use crate::{Config, IDLE_WORK_MS};
 
 /// One reading of this process.
@@ -138,8 +138,8 @@ pub(crate) async fn soak(config: &Config, azurite: &Azurite, report: &mut Report
     let churn = Arc::new(Churn::default());
     let readings = Arc::new(Mutex::new(Vec::new()));
 
-    let container = unique_container("soak");
-    let set_settings = settings(&azurite.endpoint, &container, "set")?;
+    let container = unique_container("bench-soak");
+    let set_settings = azurite.settings(&container, "set");
     let partitions: Vec<String> = (0..config.set_size).map(|i| format!("p{i:04}")).collect();
     let steady = Arc::new(lease_set(&set_settings, &partitions, "steady")?);
     let steady_stop = stop.child_token();
@@ -340,9 +340,9 @@ async fn mutex_churn(
     stop: CancellationToken,
 ) -> Result<()> {
     let mut group = Group::new(config, "soakmutex", &["--work-ms", IDLE_WORK_MS]);
-    let settings = settings(&azurite.endpoint, group.container(), "leader")?;
+    let settings = azurite.settings(group.container(), "leader");
     let mut local = [contender(&settings, &churn)?, contender(&settings, &churn)?];
-    let mut worker = group.spawn(&azurite.endpoint)?;
+    let mut worker = group.spawn(&azurite.endpoint);
     for round in 0usize.. {
         tokio::select! {
             () = tokio::time::sleep(every) => {}
@@ -371,10 +371,10 @@ async fn mutex_churn(
                 group.kill(&worker)?;
             }
             group.reap(&worker).await?;
-            worker = group.spawn(&azurite.endpoint)?;
+            worker = group.spawn(&azurite.endpoint);
         }
         for event in group.drain() {
-            if event.is("LEADING") {
+            if event.is_leading() {
                 churn.mutex_terms.fetch_add(1, Ordering::Relaxed);
             }
         }
@@ -383,7 +383,7 @@ async fn mutex_churn(
         c.token.cancel();
         let _ = c.run.await;
     }
-    group.stop_all().await;
+    group.stop_all();
     Ok(())
 }
 

@@ -1,5 +1,10 @@
-//! Summary statistics of the samples, a least-squares fit, and the random
-//! pauses between repetitions.
+//! Summary statistics of the samples, a least-squares fit, the random
+//! pauses between repetitions, and requests counted by kind.
+
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+use blob_mutex_testkit::proxy::Kind;
 
 #[allow(clippy::cast_precision_loss)] // counts far below 2^52
 pub(crate) fn float(n: usize) -> f64 {
@@ -52,6 +57,15 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 
 /// The test kit's `SplitMix64`, for the random pauses between repetitions.
 pub(crate) use blob_mutex_testkit::chaos::Rng;
+
+/// How many requests of each kind.
+pub(crate) fn count_by_kind(requests: &[(Instant, Kind)]) -> BTreeMap<Kind, usize> {
+    let mut counts = BTreeMap::new();
+    for (_, kind) in requests {
+        *counts.entry(*kind).or_insert(0) += 1;
+    }
+    counts
+}
 
 /// A random source seeded from a fresh UUID.
 pub(crate) fn fresh_rng() -> Rng {

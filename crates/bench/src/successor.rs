@@ -23,13 +23,14 @@ use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context, Result};
 use blob_mutex::azure::BlobLeaseManager;
+use blob_mutex_testkit::azurite::Azurite;
+use blob_mutex_testkit::proxy::{Kind, Proxy};
+use blob_mutex_testkit::workers::What;
 
-use crate::azurite::{settings, Azurite};
-use crate::json::Json;
-use crate::proxy::{count_by_kind, counts_json, Kind, Proxy};
+use crate::group::{Event, Group};
+use crate::json::{counts_json, Json};
 use crate::report::{percent, secs, Report};
-use crate::stats::{float, fresh_rng, stats, Stats};
-use crate::workers::Group;
+use crate::stats::{count_by_kind, float, fresh_rng, stats, Stats};
 use crate::{Config, IDLE_WORK_MS, JITTER, RENEW_SECS, RETRY_SECS};
 
 /// How often the watcher reads the lease's state during a handover.
@@ -220,30 +221,32 @@ async fn handover_once(
         &format!("successor{rep}"),
         &["--work-ms", IDLE_WORK_MS],
     );
-    let (old_proxy, new_proxy) = (
-        Proxy::start(azurite.upstream).await?,
-        Proxy::start(azurite.upstream).await?,
-    );
-    let old = group.spawn_with(&old_proxy.endpoint, &["--priority", "0"])?;
+    let (old_proxy, new_proxy) = (Proxy::start(azurite.port), Proxy::start(azurite.port));
+    let old = group.spawn_with(&old_proxy.endpoint(), &["--priority", "0"]);
     let (first_term, _) = group.next_leader(None, Duration::from_secs(60)).await?;
     // The leader's listing cycle starts with its term.
     tokio::time::sleep(pause).await;
-    let lease = BlobLeaseManager::new(&settings(&azurite.endpoint, group.container(), "leader")?)?;
+    let lease = BlobLeaseManager::new(&azurite.settings(group.container(), "leader"))?;
     let watcher = Watcher::start(lease);
     let started = Instant::now();
-    let new = group.spawn_with(&new_proxy.endpoint, &["--priority", "1"])?;
+    let new = group.spawn_with(&new_proxy.endpoint(), &["--priority", "1"]);
     let (next, seen) = group
         .next_leader(Some(&old), Duration::from_secs(60))
         .await?;
     let (reads, free_reads) = watcher.stop().await?;
     ensure!(next.id == new, "{} led instead of {new}", next.id);
-    let stopped = seen.iter().find(|e| e.id == old && e.is("STOPPED"));
+    let stopped = seen.iter().find(|e| e.id == old && e.is_stopped());
     let now = Instant::now();
-    let (old_log, new_log) = (old_proxy.between(began, now), new_proxy.between(began, now));
+    let (old_log, new_log) = (
+        old_proxy.kinds_between(began, now),
+        new_proxy.kinds_between(began, now),
+    );
     let led = next.at;
     let sample = Sample {
         timeline: Timeline::read(&old_log, &new_log, started, stopped.map(|e| e.at), led),
-        reason_handover: stopped.is_some_and(|e| e.line.contains("reason=handover")),
+        reason_handover: stopped.is_some_and(
+            |e| matches!(&e.what, What::Stopped { reason, .. } if reason == "handover"),
+        ),
         next_epoch: matches!((first_term.epoch(), next.epoch()), (Some(a), Some(b)) if b == a + 1),
         changes: how_many(&old_log, Kind::Change, started, led),
         releases: how_many(&old_log, Kind::Release, started, led),
@@ -252,7 +255,7 @@ async fn handover_once(
         reads,
         free_reads,
     };
-    group.stop_all().await;
+    group.stop_all();
     Ok(sample)
 }
 
@@ -340,8 +343,8 @@ async fn advertising_cost(config: &Config, azurite: &Azurite) -> Result<(Vec<Flo
         let mut group = Group::new(config, prefix, &["--work-ms", IDLE_WORK_MS]);
         let mut proxies = BTreeMap::new();
         for _ in 0..INSTANCES {
-            let proxy = Proxy::start(azurite.upstream).await?;
-            proxies.insert(group.spawn_with(&proxy.endpoint, args)?, proxy);
+            let proxy = Proxy::start(azurite.port);
+            proxies.insert(group.spawn_with(&proxy.endpoint(), args), proxy);
         }
         runs.push((name, !args.is_empty(), group, proxies));
     }
@@ -361,16 +364,16 @@ async fn advertising_cost(config: &Config, azurite: &Azurite) -> Result<(Vec<Flo
     let end = Instant::now();
     let mut flocks = Vec::new();
     for ((name, priority, mut group, proxies), leader) in runs.into_iter().zip(leaders) {
-        let changed = group.drain().iter().any(|e| e.is("LEADING"));
+        let changed = group.drain().iter().any(Event::is_leading);
         let members = proxies
             .iter()
             .map(|(id, proxy)| Member {
                 id: id.clone(),
                 leader: *id == leader,
-                requests: proxy.between(start, end),
+                requests: proxy.kinds_between(start, end),
             })
             .collect();
-        group.stop_all().await;
+        group.stop_all();
         flocks.push(Flock {
             name,
             priority,

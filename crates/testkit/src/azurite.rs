@@ -7,14 +7,20 @@
 //!
 //! Azurite runs under `sh`, which kills it when this process's end of its
 //! standard input closes, so no Azurite outlives the test process.
+//!
+//! The benchmark starts its Azurite with [`Azurite::start_logged`], which
+//! keeps the log and returns an error instead of panicking.
 
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::OnceLock;
 use std::time::Duration;
 
 use blob_mutex::{azure::Backend, BlobSettings};
+
+/// Azurite's development account.
+pub const ACCOUNT: &str = "devstoreaccount1";
 
 /// Azurite's well-known development account key (public, documented by Microsoft).
 pub const DEV_KEY: &str =
@@ -49,6 +55,36 @@ impl Azurite {
             endpoint: endpoint(port),
             port,
             process: Some(process),
+            location: None,
+        }
+    }
+
+    /// A new in-memory Azurite on a free port that writes its output to
+    /// `log` and leaves it there.
+    ///
+    /// # Errors
+    ///
+    /// When Azurite is not installed, cannot be started, or does not listen
+    /// within 60 s: a message saying which.
+    pub fn start_logged(log: &Path) -> Result<Azurite, String> {
+        let bin = try_azurite_bin()?;
+        let (process, port) = try_spawn(&bin, 0, None, &[], log)?;
+        Ok(Azurite {
+            endpoint: endpoint(port),
+            port,
+            process: Some(process),
+            location: None,
+        })
+    }
+
+    /// A running Azurite's blob endpoint, such as
+    /// `http://127.0.0.1:10000/devstoreaccount1`, that this process did not
+    /// start (and does not stop).
+    pub fn external(endpoint: &str) -> Azurite {
+        Azurite {
+            port: port_of(endpoint),
+            endpoint: endpoint.trim_end_matches('/').to_owned(),
+            process: None,
             location: None,
         }
     }
@@ -145,7 +181,7 @@ pub fn connection_string(endpoint: &str) -> String {
         .split_once("://")
         .map_or("http", |(scheme, _)| scheme);
     format!(
-        "DefaultEndpointsProtocol={scheme};AccountName=devstoreaccount1;AccountKey={DEV_KEY};BlobEndpoint={endpoint};"
+        "DefaultEndpointsProtocol={scheme};AccountName={ACCOUNT};AccountKey={DEV_KEY};BlobEndpoint={endpoint};"
     )
 }
 
@@ -153,12 +189,7 @@ pub fn connection_string(endpoint: &str) -> String {
 pub fn shared() -> &'static Azurite {
     static SHARED: OnceLock<Azurite> = OnceLock::new();
     SHARED.get_or_init(|| match std::env::var("BLOB_MUTEX_TEST_AZURITE") {
-        Ok(endpoint) if !endpoint.is_empty() => Azurite {
-            port: port_of(&endpoint),
-            endpoint,
-            process: None,
-            location: None,
-        },
+        Ok(endpoint) if !endpoint.is_empty() => Azurite::external(&endpoint),
         _ => Azurite::start(),
     })
 }
@@ -192,7 +223,7 @@ fn unique_suffix() -> u64 {
 }
 
 fn endpoint(port: u16) -> String {
-    format!("http://127.0.0.1:{port}/devstoreaccount1")
+    format!("http://127.0.0.1:{port}/{ACCOUNT}")
 }
 
 fn port_of(endpoint: &str) -> u16 {
@@ -206,17 +237,21 @@ fn port_of(endpoint: &str) -> u16 {
 /// The Azurite blob command: `BLOB_MUTEX_AZURITE_BIN`, or the one that
 /// `tools/azurite` installs.
 pub fn azurite_bin() -> PathBuf {
+    try_azurite_bin().unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// [`azurite_bin`], or why there is none.
+fn try_azurite_bin() -> Result<PathBuf, String> {
     if let Ok(bin) = std::env::var("BLOB_MUTEX_AZURITE_BIN") {
-        return PathBuf::from(bin);
+        return Ok(PathBuf::from(bin));
     }
     let bin = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
         .join("tools/azurite/node_modules/.bin/azurite-blob");
-    assert!(
-        bin.exists(),
-        "{INSTALL_HINT} (looked for {})",
-        bin.display()
-    );
-    bin
+    if bin.exists() {
+        Ok(bin)
+    } else {
+        Err(format!("{INSTALL_HINT} (looked for {})", bin.display()))
+    }
 }
 
 fn spawn(port: u16, location: Option<&std::path::Path>) -> ((Child, ChildStdin), u16) {
@@ -229,6 +264,25 @@ fn spawn_with(
     extra: &[&str],
 ) -> ((Child, ChildStdin), u16) {
     let bin = azurite_bin();
+    let log = std::env::temp_dir().join(format!(
+        "blob-mutex-azurite-{}-{}.log",
+        std::process::id(),
+        unique_suffix()
+    ));
+    let started = try_spawn(&bin, port, location, extra, &log);
+    let _ = std::fs::remove_file(&log);
+    started.unwrap_or_else(|e| panic!("{e}. {INSTALL_HINT}"))
+}
+
+/// Starts `bin` (Azurite's blob service) writing to `log`, and waits until it
+/// listens; returns it and its port.
+fn try_spawn(
+    bin: &Path,
+    port: u16,
+    location: Option<&std::path::Path>,
+    extra: &[&str],
+    log: &Path,
+) -> Result<((Child, ChildStdin), u16), String> {
     let mut args = vec![
         bin.display().to_string(),
         "--blobHost".into(),
@@ -252,27 +306,26 @@ fn spawn_with(
     // background reader stops Azurite as soon as this process closes (or
     // writes to) the shell's standard input, kept on fd 3 because a
     // background list's own standard input is /dev/null.
-    let log = std::env::temp_dir().join(format!(
-        "blob-mutex-azurite-{}-{}.log",
-        std::process::id(),
-        unique_suffix()
-    ));
+    let _ = std::fs::remove_file(log);
     let script = r#"log=$1; shift; exec 3<&0; "$@" >"$log" 2>&1 </dev/null & pid=$!; (read _ <&3; kill $pid 2>/dev/null) & wait $pid"#;
     let mut child = Command::new("sh")
         .arg("-c")
         .arg(script)
         .arg("azurite")
-        .arg(&log)
+        .arg(log)
         .args(&args)
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())
         .spawn()
-        .unwrap_or_else(|e| panic!("cannot start Azurite ({e}). {INSTALL_HINT}"));
-    let stdin = child.stdin.take().expect("piped stdin");
+        .map_err(|e| format!("cannot start Azurite ({e})"))?;
+    let stdin = child
+        .stdin
+        .take()
+        .ok_or("Azurite's shell has no standard input")?;
     let started = std::time::Instant::now();
     loop {
-        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        let text = std::fs::read_to_string(log).unwrap_or_default();
         let found = [
             "listens on http://127.0.0.1:",
             "listens on https://127.0.0.1:",
@@ -280,21 +333,21 @@ fn spawn_with(
         .into_iter()
         .find_map(|marker| Some(text.find(marker)? + marker.len()));
         if let Some(at) = found {
-            let port: u16 = text[at..]
+            return text[at..]
                 .lines()
                 .next()
                 .and_then(|p| p.trim().parse().ok())
-                .expect("Azurite printed its port");
-            let _ = std::fs::remove_file(&log);
-            return ((child, stdin), port);
+                .map(|port| ((child, stdin), port))
+                .ok_or_else(|| format!("Azurite printed no port: {text}"));
         }
         if let Ok(Some(status)) = child.try_wait() {
-            panic!("Azurite exited ({status}) before it listened: {text}. {INSTALL_HINT}");
+            return Err(format!(
+                "Azurite exited ({status}) before it listened: {text}"
+            ));
         }
-        assert!(
-            started.elapsed() < Duration::from_secs(60),
-            "Azurite did not start within 60 s: {text}. {INSTALL_HINT}"
-        );
+        if started.elapsed() >= Duration::from_secs(60) {
+            return Err(format!("Azurite did not start within 60 s: {text}"));
+        }
         std::thread::sleep(Duration::from_millis(25));
     }
 }

@@ -19,9 +19,10 @@
 //!   storage late.
 //!
 //! Every request on the client→server stream is parsed (HTTP/1.1 request head
-//! and `Content-Length` body) and logged with what happened to it, so tests
-//! can count requests, bound their rate, and find when the last renew of a
-//! lease reached storage. When the upstream refuses connections (Azurite
+//! and `Content-Length` body) and logged with what happened to it and when
+//! its answer began to arrive, so tests can count requests, bound their
+//! rate, and find when the last renew of a lease reached storage, and the
+//! benchmark can count requests by [`Kind`] and time them. When the upstream refuses connections (Azurite
 //! stopped), the proxy still reads and logs the first request of each
 //! connection, then resets it.
 
@@ -108,6 +109,10 @@ pub struct Request {
     pub version: Option<String>,
     /// What the proxy did with it.
     pub fate: Fate,
+    /// When the first bytes of storage's answer reached the proxy, if any
+    /// did. The clients here do not pipeline: the first bytes storage sends
+    /// after a request was forwarded on a connection are its answer.
+    pub answered_at: Option<Instant>,
 }
 
 impl Request {
@@ -123,6 +128,84 @@ impl Request {
     /// Whether it is the given lease action.
     pub fn is(&self, action: &str) -> bool {
         self.lease_action.as_deref() == Some(action)
+    }
+
+    /// The storage operation it is.
+    pub fn kind(&self) -> Kind {
+        Kind::of(&self.method, &self.target, self.lease_action.as_deref())
+    }
+
+    /// The time from its arrival at the proxy to the first bytes of its
+    /// answer, if it got one.
+    pub fn latency(&self) -> Option<Duration> {
+        Some(self.answered_at?.saturating_duration_since(self.at))
+    }
+}
+
+/// A storage request, told by its method, its query and its lease action.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Kind {
+    Acquire,
+    Renew,
+    Release,
+    Break,
+    Change,
+    /// Get Blob Properties (`HEAD`) or Get Blob Metadata.
+    GetProperties,
+    SetMetadata,
+    CreateContainer,
+    PutBlob,
+    List,
+    Other,
+}
+
+impl Kind {
+    /// Its name in figures and reports: `acquire`, `get_properties`, ...
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Acquire => "acquire",
+            Kind::Renew => "renew",
+            Kind::Release => "release",
+            Kind::Break => "break",
+            Kind::Change => "change",
+            Kind::GetProperties => "get_properties",
+            Kind::SetMetadata => "set_metadata",
+            Kind::CreateContainer => "create_container",
+            Kind::PutBlob => "put_blob",
+            Kind::List => "list",
+            Kind::Other => "other",
+        }
+    }
+
+    /// The kind of a request with this method, target (path and query) and
+    /// `x-ms-lease-action`. Only `comp` and `restype` name an operation: a
+    /// SAS (`sv`, `sig`, ...) or a `timeout` in the query changes nothing.
+    pub fn of(method: &str, target: &str, lease_action: Option<&str>) -> Kind {
+        let query = target.split_once('?').map_or("", |(_, q)| q);
+        let has = |param: &str| query.split('&').any(|p| p.eq_ignore_ascii_case(param));
+        let names_operation = query.split('&').any(|p| {
+            let key = p.split('=').next().unwrap_or_default();
+            key.eq_ignore_ascii_case("comp") || key.eq_ignore_ascii_case("restype")
+        });
+        if has("comp=lease") {
+            return match lease_action.map(str::to_ascii_lowercase).as_deref() {
+                Some("acquire") => Kind::Acquire,
+                Some("renew") => Kind::Renew,
+                Some("release") => Kind::Release,
+                Some("break") => Kind::Break,
+                Some("change") => Kind::Change,
+                _ => Kind::Other,
+            };
+        }
+        match method {
+            "PUT" if has("comp=metadata") => Kind::SetMetadata,
+            "PUT" if has("restype=container") => Kind::CreateContainer,
+            "PUT" if !names_operation => Kind::PutBlob,
+            "HEAD" => Kind::GetProperties,
+            "GET" if has("comp=metadata") => Kind::GetProperties,
+            "GET" if has("comp=list") => Kind::List,
+            _ => Kind::Other,
+        }
     }
 }
 
@@ -396,6 +479,25 @@ impl Proxy {
         lock(&self.shared.log).clone()
     }
 
+    /// The arrival time and kind of each request that arrived in `[from, to)`.
+    pub fn kinds_between(&self, from: Instant, to: Instant) -> Vec<(Instant, Kind)> {
+        lock(&self.shared.log)
+            .iter()
+            .filter(|r| r.at >= from && r.at < to)
+            .map(|r| (r.at, r.kind()))
+            .collect()
+    }
+
+    /// The [`Request::latency`] of each request of `kind` that arrived in
+    /// `[from, to)` and got an answer.
+    pub fn latencies(&self, kind: Kind, from: Instant, to: Instant) -> Vec<Duration> {
+        lock(&self.shared.log)
+            .iter()
+            .filter(|r| r.at >= from && r.at < to && r.kind() == kind)
+            .filter_map(Request::latency)
+            .collect()
+    }
+
     /// The last instant any `acquire` or `renew` was written to storage. On a
     /// proxy that serves one worker, the server's expiry of that worker's
     /// lease is at least that instant plus the lease duration.
@@ -492,6 +594,7 @@ async fn serve(shared: Arc<Shared>, mut client: TcpStream, id: u64) {
     let (mut client_open, mut server_open) = (true, true);
     let mut from_client = vec![0u8; 64 * 1024];
     let mut from_server = vec![0u8; 64 * 1024];
+    let mut unanswered = VecDeque::new(); // forwarded requests not answered yet
 
     let end = loop {
         if (!server_open && to_client.is_empty()) || (!client_open && to_server.is_empty()) {
@@ -542,6 +645,8 @@ async fn serve(shared: Arc<Shared>, mut client: TcpStream, id: u64) {
                     Ok(0) | Err(_) => { server_open = false; continue; }
                     Ok(n) => n,
                 };
+                // The first bytes after a forwarded request: its answer.
+                if let Some(i) = unanswered.pop_front() { stamp(&shared, i, |r| r.answered_at = Some(Instant::now())); }
                 let mode = lock(&shared.faults).mode(Direction::ToClient);
                 if mode == Mode::Reset {
                     break End::Reset;
@@ -553,9 +658,8 @@ async fn serve(shared: Arc<Shared>, mut client: TcpStream, id: u64) {
             () = sleep_until(up_at) => {
                 let q = to_server.pop_front().expect("a queued request");
                 if let Some(index) = q.request {
-                    if let Some(r) = lock(&shared.log).get_mut(index) {
-                        r.forwarded_at = Some(Instant::now());
-                    }
+                    stamp(&shared, index, |r| r.forwarded_at = Some(Instant::now()));
+                    unanswered.push_back(index);
                 }
                 if server.write_all(&q.bytes).await.is_err() {
                     break End::Close;
@@ -572,6 +676,13 @@ async fn serve(shared: Arc<Shared>, mut client: TcpStream, id: u64) {
     if matches!(end, End::Reset) {
         let _ = client.set_zero_linger();
         let _ = server.set_zero_linger();
+    }
+}
+
+/// Notes a time in the log's request `index`.
+fn stamp(shared: &Shared, index: usize, note: impl FnOnce(&mut Request)) {
+    if let Some(request) = lock(&shared.log).get_mut(index) {
+        note(request);
     }
 }
 
@@ -713,6 +824,7 @@ impl Head {
             proposed_lease_id: self.proposed_lease_id,
             version: self.version,
             fate,
+            answered_at: None,
         }
     }
 }
@@ -780,4 +892,99 @@ fn error_response(kind: Injected, is_head: bool) -> Vec<u8> {
         body.len()
     )
     .into_bytes()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::{Read, Write};
+
+    use super::*;
+
+    #[test]
+    fn tells_the_kinds_of_the_requests_the_election_makes() {
+        let lease = |action| Kind::of("PUT", "/devstoreaccount1/c/b?comp=lease", Some(action));
+        assert_eq!(lease("acquire"), Kind::Acquire);
+        assert_eq!(lease("Renew"), Kind::Renew);
+        assert_eq!(lease("release"), Kind::Release);
+        assert_eq!(lease("break"), Kind::Break);
+        assert_eq!(lease("change"), Kind::Change);
+        for (method, target, kind) in [
+            ("PUT", "/a/c/b?comp=metadata", Kind::SetMetadata),
+            ("PUT", "/a/c?restype=container", Kind::CreateContainer),
+            ("PUT", "/a/c/b", Kind::PutBlob),
+            ("HEAD", "/a/c/b", Kind::GetProperties),
+            ("GET", "/a/c/b?comp=metadata", Kind::GetProperties),
+            ("GET", "/a/c?restype=container&comp=list", Kind::List),
+            ("GET", "/a/c/b", Kind::Other),
+        ] {
+            assert_eq!(Kind::of(method, target, None), kind, "{method} {target}");
+        }
+    }
+
+    #[test]
+    fn a_request_signed_with_a_sas_is_told_by_its_operation_not_its_signature() {
+        let sas = "sv=2022-11-02&sr=c&sp=racwdl&sig=iQzn%2BMc%3D";
+        for (method, target, kind) in [
+            ("PUT", format!("/a/c/b?{sas}"), Kind::PutBlob),
+            (
+                "PUT",
+                format!("/a/c?restype=container&{sas}"),
+                Kind::CreateContainer,
+            ),
+            (
+                "PUT",
+                format!("/a/c/b?comp=metadata&{sas}"),
+                Kind::SetMetadata,
+            ),
+            ("HEAD", format!("/a/c/b?{sas}"), Kind::GetProperties),
+            (
+                "GET",
+                format!("/a/c?restype=container&comp=list&{sas}"),
+                Kind::List,
+            ),
+        ] {
+            assert_eq!(Kind::of(method, &target, None), kind, "{method} {target}");
+        }
+        let acquire = Kind::of("PUT", &format!("/a/c/b?comp=lease&{sas}"), Some("acquire"));
+        assert_eq!(acquire, Kind::Acquire);
+    }
+
+    #[test]
+    fn a_forwarded_request_is_logged_with_its_kind_and_the_time_to_its_answer() {
+        let upstream = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = upstream.local_addr().unwrap().port();
+        let server = std::thread::spawn(move || {
+            let (mut stream, _) = upstream.accept().unwrap();
+            let mut head = Vec::new();
+            let mut byte = [0u8; 1];
+            while find(&head, b"\r\n\r\n").is_none() && stream.read(&mut byte).unwrap() == 1 {
+                head.push(byte[0]);
+            }
+            stream
+                .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
+                .unwrap();
+        });
+        let proxy = Proxy::start(port);
+        let from = Instant::now();
+        let mut client = std::net::TcpStream::connect(("127.0.0.1", proxy.port())).unwrap();
+        client
+            .write_all(
+                b"PUT /devstoreaccount1/c/b?comp=lease HTTP/1.1\r\n\
+                  x-ms-lease-action: renew\r\nContent-Length: 0\r\n\r\n",
+            )
+            .unwrap();
+        let mut answer = [0u8; 64];
+        let read = client.read(&mut answer).unwrap();
+        let round_trip = from.elapsed();
+        assert!(answer[..read].starts_with(b"HTTP/1.1 200"));
+        server.join().unwrap();
+
+        let to = Instant::now();
+        assert_eq!(proxy.kinds_between(from, to).len(), 1);
+        assert_eq!(proxy.kinds_between(from, to)[0].1, Kind::Renew);
+        let latencies = proxy.latencies(Kind::Renew, from, to);
+        assert_eq!(latencies.len(), 1, "{:?}", proxy.log());
+        assert!(latencies[0] <= round_trip, "{latencies:?} > {round_trip:?}");
+        assert!(proxy.latencies(Kind::Acquire, from, to).is_empty());
+    }
 }

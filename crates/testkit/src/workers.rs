@@ -19,13 +19,17 @@
 //! record into leadership intervals: a process leads from `LEADING` until its
 //! `STOPPED`, until the library logs that it aborted the task, until the
 //! moment it was killed (SIGKILL), or until it exited, whichever comes first.
+//! A [`Feed`] hands each event over as it is recorded, for a program (the
+//! benchmark) that waits for the next one.
 
 use std::fmt::Write as _;
 use std::io::{BufRead, BufReader};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
+
+use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 
 mod terms;
 
@@ -102,6 +106,31 @@ pub enum What {
     Log(String),
 }
 
+impl What {
+    /// The epoch of the term the line is about, if it names one.
+    pub fn epoch(&self) -> Option<u64> {
+        match self {
+            What::Leading { epoch }
+            | What::Stopped { epoch, .. }
+            | What::Stuck { epoch }
+            | What::Work { epoch, .. }
+            | What::Owning { epoch, .. }
+            | What::Released { epoch, .. }
+            | What::ReleasedStuck { epoch, .. }
+            | What::StateWritten { epoch, .. }
+            | What::StateRead { epoch, .. }
+            | What::StateRefused { epoch, .. }
+            | What::Fenced { epoch, .. } => Some(*epoch),
+            What::ExitedLine
+            | What::Killed
+            | What::Terminated
+            | What::Exited { .. }
+            | What::Aborted
+            | What::Log(_) => None,
+        }
+    }
+}
+
 /// How long a cluster just started may take to elect its first leader
 /// (process start-up included).
 pub const FIRST_LEADER: Duration = Duration::from_secs(20);
@@ -137,24 +166,44 @@ impl Spec {
         blob: &str,
         options: &[&str],
     ) -> Spec {
-        let mut command = Command::new(worker_bin());
+        let mut spec = Spec::worker_at(
+            &worker_bin(),
+            name,
+            connection_string,
+            container,
+            blob,
+            options,
+        );
+        if std::env::var_os("RUST_LOG").is_none() {
+            spec.command.env("RUST_LOG", "warn,blob_mutex=debug");
+        }
+        spec
+    }
+
+    /// As [`Spec::worker`], with the fault worker at `bin`, and its own log
+    /// filter unless `RUST_LOG` says otherwise: for a program that is not a
+    /// test binary (the benchmark, which finds the worker beside itself).
+    pub fn worker_at(
+        bin: &Path,
+        name: &str,
+        connection_string: &str,
+        container: &str,
+        blob: &str,
+        options: &[&str],
+    ) -> Spec {
+        let mut command = Command::new(bin);
         command
             .arg(container)
             .arg(blob)
             .arg(name)
             .args(options)
             .env("AZURE_STORAGE_CONNECTION_STRING", connection_string);
-        if std::env::var_os("RUST_LOG").is_none() {
-            command.env("RUST_LOG", "warn,blob_mutex=debug");
-        }
         Spec {
             name: name.to_owned(),
             command,
         }
     }
-}
 
-impl Spec {
     /// The fault worker `name` on a quorum of the accounts reached with
     /// `connection_strings`, one per account.
     pub fn quorum_worker(
@@ -164,12 +213,17 @@ impl Spec {
         blob: &str,
         options: &[&str],
     ) -> Spec {
-        let mut spec = Spec::worker(name, "", container, blob, options);
-        spec.command.env(
+        Spec::worker(name, "", container, blob, options).on_quorum(connection_strings)
+    }
+
+    /// This worker on a quorum of the accounts reached with
+    /// `connection_strings`, one per account.
+    pub fn on_quorum(mut self, connection_strings: &[String]) -> Spec {
+        self.command.env(
             "BLOB_MUTEX_QUORUM_CONNECTION_STRINGS",
             connection_strings.join("\n"),
         );
-        spec
+        self
     }
 }
 
@@ -217,6 +271,49 @@ struct Proc {
     child: Arc<Mutex<Child>>,
 }
 
+/// The events recorded so far, in time order, and the feeds that are
+/// handed each new one.
+#[derive(Default)]
+struct Record {
+    events: Mutex<Vec<Event>>,
+    feeds: Mutex<Vec<UnboundedSender<Event>>>,
+}
+
+impl Record {
+    /// Adds `event` in time order and hands it to every feed still open.
+    fn add(&self, event: Event) {
+        let mut events = lock(&self.events);
+        let mut feeds = lock(&self.feeds);
+        feeds.retain(|feed| feed.send(event.clone()).is_ok());
+        insert(&mut events, event);
+    }
+}
+
+/// The events a [`Cluster`] records from the moment [`Cluster::follow`]
+/// was called, one at a time, in the order they were recorded.
+pub struct Feed {
+    events: UnboundedReceiver<Event>,
+}
+
+impl Feed {
+    /// The next event, or `None` when none is recorded before `deadline`.
+    pub async fn next_before(&mut self, deadline: Instant) -> Option<Event> {
+        tokio::time::timeout_at(deadline.into(), self.events.recv())
+            .await
+            .ok()
+            .flatten()
+    }
+
+    /// The events recorded since the last look, without waiting.
+    pub fn drain(&mut self) -> Vec<Event> {
+        let mut out = Vec::new();
+        while let Ok(event) = self.events.try_recv() {
+            out.push(event);
+        }
+        out
+    }
+}
+
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
@@ -225,10 +322,13 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 pub struct Cluster {
     start: Instant,
     procs: Vec<Proc>,
-    events: Arc<Mutex<Vec<Event>>>,
+    record: Arc<Record>,
     /// `BLOB_MUTEX_BACKEND` for every worker, when set (else the workers
     /// inherit the test's environment).
     backend: Option<blob_mutex::azure::Backend>,
+    /// Where the workers' standard error goes, one `<name>.log` each, when
+    /// set (else it is recorded as [`What::Log`] lines).
+    logs: Option<PathBuf>,
 }
 
 impl Default for Cluster {
@@ -243,9 +343,25 @@ impl Cluster {
         Cluster {
             start: Instant::now(),
             procs: Vec::new(),
-            events: Arc::new(Mutex::new(Vec::new())),
+            record: Arc::default(),
             backend: None,
+            logs: None,
         }
+    }
+
+    /// This cluster with its workers' logs (standard error) written to
+    /// `<dir>/<name>.log` instead of recorded: for long runs. The record
+    /// then has no [`What::Log`] lines, and no [`What::Aborted`] either.
+    pub fn logs_in(mut self, dir: &Path) -> Cluster {
+        self.logs = Some(dir.to_owned());
+        self
+    }
+
+    /// A [`Feed`] of every event recorded from now on.
+    pub fn follow(&self) -> Feed {
+        let (feed, events) = unbounded_channel();
+        lock(&self.record.feeds).push(feed);
+        Feed { events }
     }
 
     /// An empty cluster whose workers reach storage through `backend`.
@@ -277,28 +393,39 @@ impl Cluster {
             spec.command
                 .env(blob_mutex::azure::Backend::ENV, backend.as_str());
         }
+        let stderr = match &self.logs {
+            Some(dir) => {
+                let path = dir.join(format!("{}.log", spec.name));
+                let file = std::fs::File::create(&path)
+                    .unwrap_or_else(|e| panic!("cannot create {}: {e}", path.display()));
+                Stdio::from(file)
+            }
+            None => Stdio::piped(),
+        };
         let mut child = spec
             .command
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
+            .stderr(stderr)
             .spawn()
             .unwrap_or_else(|e| panic!("cannot start worker {}: {e}", spec.name));
         let stdout = child.stdout.take().expect("piped stdout");
-        let stderr = child.stderr.take().expect("piped stderr");
+        let start = self.start;
+        if let Some(stderr) = child.stderr.take() {
+            let events = self.record.clone();
+            std::thread::spawn(move || {
+                for line in BufReader::new(stderr).lines() {
+                    let Ok(line) = line else { break };
+                    if line.contains(ABORT_MESSAGE) {
+                        record(&events, start, index, What::Aborted);
+                    }
+                    record(&events, start, index, What::Log(line));
+                }
+            });
+        }
         let pid = child.id();
         let child = Arc::new(Mutex::new(child));
-        let (events, start) = (self.events.clone(), self.start);
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines() {
-                let Ok(line) = line else { break };
-                if line.contains(ABORT_MESSAGE) {
-                    record(&events, start, index, What::Aborted);
-                }
-                record(&events, start, index, What::Log(line));
-            }
-        });
-        let (events, reaped) = (self.events.clone(), child.clone());
+        let (events, reaped) = (self.record.clone(), child.clone());
         std::thread::spawn(move || {
             for line in BufReader::new(stdout).lines() {
                 let Ok(line) = line else { break };
@@ -371,6 +498,11 @@ impl Cluster {
         &self.procs[worker].name
     }
 
+    /// A worker's process id.
+    pub fn pid(&self, worker: usize) -> u32 {
+        self.procs[worker].pid
+    }
+
     /// SIGKILLs a worker; returns the instant (cluster clock) the signal was
     /// sent, which ends its leadership in the record.
     pub fn kill(&self, worker: usize) -> Duration {
@@ -420,18 +552,18 @@ impl Cluster {
     }
 
     fn push(&self, worker: usize, what: What, at: Duration) {
-        insert(&mut lock(&self.events), Event { at, worker, what });
+        self.record.add(Event { at, worker, what });
     }
 
     /// Every event so far, in time order.
     pub fn events(&self) -> Vec<Event> {
-        lock(&self.events).clone()
+        lock(&self.record.events).clone()
     }
 
     /// `look` at every event so far, in time order, without copying them
     /// (the readers wait meanwhile: keep it short).
     pub fn scan<T>(&self, look: impl FnOnce(&[Event]) -> T) -> T {
-        look(&lock(&self.events))
+        look(&lock(&self.record.events))
     }
 
     /// The record so far, analysed up to now.
@@ -612,9 +744,9 @@ impl Drop for Cluster {
     }
 }
 
-fn record(events: &Mutex<Vec<Event>>, start: Instant, worker: usize, what: What) {
+fn record(events: &Record, start: Instant, worker: usize, what: What) {
     let at = start.elapsed();
-    insert(&mut lock(events), Event { at, worker, what });
+    events.add(Event { at, worker, what });
 }
 
 /// Adds `event` in time order. Stamps are taken just before the lock, so an
