@@ -43,6 +43,7 @@ pub mod guide;
 pub mod health;
 mod lease_set;
 mod limits;
+mod locks;
 mod mutex;
 mod options;
 mod quorum;
@@ -69,6 +70,7 @@ pub use engine::leadership::{Heartbeat, LeaderContext, Leadership};
 pub use error::{BoxError, Cause, Error, Result};
 pub use lease_set::balance::Strategy;
 pub use lease_set::{BlobLeaseSet, LeaseSetOptions, PartitionContext, PartitionReport};
+pub use locks::BlobLocks;
 pub use mutex::{
     BlobDistributedMutex, MutexGuard, OnceOptions, OnceOutcome, SkipReason, TryAcquire,
     DONE_KEY_MAX,
