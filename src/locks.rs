@@ -262,10 +262,16 @@ impl<S: LeaseSetStore> BlobLocks<S> {
         self.mutex(name)?.try_acquire().await
     }
 
-    /// The lease of the lock `name`, its name checked first.
+    /// The lease of the lock `name`, its name checked first (and by the
+    /// store, which knows the prefix: a name too long with it).
     fn lease(&self, name: &str) -> Result<S::Lease> {
         check_name(name)?;
-        self.store.lease(name)
+        self.store.lease(name).map_err(|e| match e {
+            Error::InvalidOption { reason, .. } => {
+                Error::invalid("name", format!("not a lock name: {reason}"))
+            }
+            e => e,
+        })
     }
 }
 
