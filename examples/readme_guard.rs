@@ -7,7 +7,7 @@ async fn main() -> anyhow::Result<()> {
     let connection_string = std::env::var("AZURE_STORAGE_CONNECTION_STRING")?;
     // Every lock is a blob under locks/ in the container leases.
     let settings = BlobSettings::from_connection_string(&connection_string, "leases", "locks")?;
-    let locks = BlobLocks::new(settings)?;
+    let locks = BlobLocks::new(&settings)?;
     let guard = match locks.try_acquire("reindex").await? {
         TryAcquire::Acquired(guard) => guard,
         TryAcquire::Held(leader) => anyhow::bail!("busy: {leader:?}"),

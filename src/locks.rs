@@ -21,7 +21,8 @@ use crate::store::{check_request_timeout, LeaseSetStore};
 /// [`mutex`](Self::mutex) and [`mutex_with_task`](Self::mutex_with_task)
 /// give the [`BlobDistributedMutex`] of a name, for guards or for a task.
 ///
-/// Made once, from [`BlobSettings`] and [`MutexOptions`]; every lock it
+/// Made once, from [`BlobSettings`] (by reference, as a
+/// [`BlobLeaseSet`](crate::BlobLeaseSet) is) and [`MutexOptions`]; every lock it
 /// hands out shares its one HTTP client (one pool of connections) and its
 /// one credential (on the official backend, one signer of the account
 /// key's SAS; one token cache for a token credential), and takes its
@@ -72,7 +73,7 @@ use crate::store::{check_request_timeout, LeaseSetStore};
 /// let connection_string = std::env::var("AZURE_STORAGE_CONNECTION_STRING").unwrap_or_default();
 /// // Every lock is a blob under locks/ in the container leases.
 /// let settings = BlobSettings::from_connection_string(&connection_string, "leases", "locks")?;
-/// let locks = BlobLocks::new(settings)?;
+/// let locks = BlobLocks::new(&settings)?;
 ///
 /// let guard = locks.acquire("order-42").await?;
 /// if guard.is_current() {
@@ -117,7 +118,7 @@ impl BlobLocks<BlobLeaseSetStore> {
     /// # Errors
     ///
     /// As [`BlobLocks::with_options`].
-    pub fn new(settings: BlobSettings) -> Result<Self> {
+    pub fn new(settings: &BlobSettings) -> Result<Self> {
         Self::with_options(settings, MutexOptions::default())
     }
 
@@ -131,10 +132,9 @@ impl BlobLocks<BlobLeaseSetStore> {
     /// naming the first invalid option or setting,
     /// [`Error::InvalidConnectionString`] when the settings' SAS token is
     /// malformed.
-    pub fn with_options(settings: BlobSettings, options: MutexOptions) -> Result<Self> {
+    pub fn with_options(settings: &BlobSettings, options: MutexOptions) -> Result<Self> {
         options.validate()?;
-        let store =
-            BlobLeaseSetStore::new(&settings)?.with_request_timeout(options.request_timeout);
+        let store = BlobLeaseSetStore::new(settings)?.with_request_timeout(options.request_timeout);
         Self::with_store(store, options)
     }
 
@@ -321,7 +321,10 @@ mod tests {
             deep.as_str(),
         ] {
             match check_name(bad) {
-                Err(Error::InvalidOption { field: "name", reason }) => {
+                Err(Error::InvalidOption {
+                    field: "name",
+                    reason,
+                }) => {
                     assert!(reason.starts_with("not a lock name: "), "{bad:?}: {reason}");
                 }
                 other => panic!("{bad:?} was not refused as a name: {other:?}"),
@@ -350,7 +353,8 @@ mod tests {
             let name: String = (0..len)
                 .map(|i| {
                     let pick = (seed >> (i % 56)) % 8;
-                    ['a', '/', '.', '\\', '\u{7}', 'é', '-', '\u{10ffff}'][usize::try_from(pick).unwrap_or(0)]
+                    ['a', '/', '.', '\\', '\u{7}', 'é', '-', '\u{10ffff}']
+                        [usize::try_from(pick).unwrap_or(0)]
                 })
                 .collect();
             let _ = check_name(&name);
@@ -359,12 +363,10 @@ mod tests {
 
     /// The backends built in.
     fn backends() -> Vec<Backend> {
-        let mut all = Vec::new();
-        #[cfg(feature = "official")]
-        all.push(Backend::Official);
-        #[cfg(feature = "sdk-v021")]
-        all.push(Backend::SdkV021);
-        all
+        Backend::ALL
+            .into_iter()
+            .filter(|b| b.check_built_in().is_ok())
+            .collect()
     }
 
     #[test]
@@ -373,7 +375,7 @@ mod tests {
             let settings = BlobSettings::azurite("locks", "prefix")
                 .unwrap()
                 .with_backend(backend);
-            let locks = BlobLocks::new(settings).unwrap();
+            let locks = BlobLocks::new(&settings).unwrap();
             let names = ["a", "b", "orders/42"];
             let mutexes: Vec<_> = names.iter().map(|n| locks.mutex(n).unwrap()).collect();
             let first = mutexes[0].lease_manager();

@@ -209,13 +209,19 @@ async fn a_mutex_made_for_guards_hands_out_guards_and_refuses_to_run_a_task_it_d
         mutex.run_once(token.clone()).await.map(|_| ()),
     ] {
         match refused {
-            Err(Error::InvalidOption { field: "task", reason }) => {
+            Err(Error::InvalidOption {
+                field: "task",
+                reason,
+            }) => {
                 assert!(reason.contains("for_guards"), "{reason}");
             }
             other => panic!("expected the task refused, got {other:?}"),
         }
     }
-    assert!(!store.is_held(), "nothing was acquired for the refused calls");
+    assert!(
+        !store.is_held(),
+        "nothing was acquired for the refused calls"
+    );
     assert_eq!(store.epoch(), 0);
     let guard = mutex.acquire().await.unwrap();
     assert_eq!((store.epoch(), store.holder().as_deref()), (1, Some("a")));
@@ -225,15 +231,14 @@ async fn a_mutex_made_for_guards_hands_out_guards_and_refuses_to_run_a_task_it_d
     };
     assert_eq!(guard.epoch(), 2);
     guard.release().await.unwrap();
-    let (_, led) = mutex
+    let outcome = mutex
         .run_once_with(token, |ctx: LeaderContext| async move {
             Ok::<_, Error>(ctx.epoch())
         })
         .await
-        .map(|outcome| match outcome {
-            blob_mutex::OnceOutcome::Ran { output, .. } => ((), output),
-            other => panic!("ran: {other:?}"),
-        })
         .unwrap();
+    let blob_mutex::OnceOutcome::Ran { output: led, .. } = outcome else {
+        panic!("a task given to run_once_with did not run: {outcome:?}");
+    };
     assert_eq!(led, 3, "a task given to run_once_with runs");
 }

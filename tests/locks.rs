@@ -41,7 +41,10 @@ async fn two_providers_contend_for_one_name_and_hold_different_names_at_once() {
     assert_eq!((leader.holder.as_str(), leader.epoch), ("a", order.epoch()));
 
     let other = b.acquire("order-43").await.unwrap();
-    assert!(order.is_current() && other.is_current(), "both hold at once");
+    assert!(
+        order.is_current() && other.is_current(),
+        "both hold at once"
+    );
     assert_eq!(store.get("order-42").holder().as_deref(), Some("a"));
     assert_eq!(store.get("order-43").holder().as_deref(), Some("b"));
     tokio::time::sleep(LEASE * 3).await;
@@ -82,7 +85,10 @@ async fn one_provider_never_hands_out_a_second_guard_of_a_name_while_the_first_l
     });
     tokio::time::sleep(LEASE * 4).await;
     assert!(!second.is_finished(), "the second acquire waits");
-    assert!(first.is_current(), "and never takes the lease from the first");
+    assert!(
+        first.is_current(),
+        "and never takes the lease from the first"
+    );
     drop(first);
     let second = tokio::time::timeout(POLL * 2, second)
         .await
@@ -96,7 +102,15 @@ async fn one_provider_never_hands_out_a_second_guard_of_a_name_while_the_first_l
 async fn names_that_cannot_name_a_lock_are_refused_before_any_lease_is_made() {
     let store = MemoryLeaseSetStore::new();
     let locks = locks(&store, "a");
-    for bad in ["", "members/a", "partitions/p", "a/members/b", "x.candidates", "a//b", "a\0"] {
+    for bad in [
+        "",
+        "members/a",
+        "partitions/p",
+        "a/members/b",
+        "x.candidates",
+        "a//b",
+        "a\0",
+    ] {
         for refused in [
             locks.acquire(bad).await.map(drop),
             locks.try_acquire(bad).await.map(drop),
@@ -111,7 +125,10 @@ async fn names_that_cannot_name_a_lock_are_refused_before_any_lease_is_made() {
             }
         }
     }
-    assert!(store.list("").await.unwrap().is_empty(), "no lease was made");
+    assert!(
+        store.list("").await.unwrap().is_empty(),
+        "no lease was made"
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -136,7 +153,10 @@ async fn a_names_mutex_is_for_guards_unless_made_with_a_task() {
         .unwrap();
     assert_eq!(mutex.holder(), "a", "the provider's options");
     let outcome = mutex.run_once(token).await.unwrap();
-    assert!(matches!(outcome, blob_mutex::OnceOutcome::Ran { .. }), "{outcome:?}");
+    assert!(
+        matches!(outcome, blob_mutex::OnceOutcome::Ran { .. }),
+        "{outcome:?}"
+    );
     assert_eq!(store.get("job").epoch(), 1);
 }
 
@@ -146,7 +166,10 @@ fn the_providers_options_are_checked_when_it_is_made_and_a_default_holder_taken_
     let bad = MutexOptions::default().with_lease_duration(Duration::from_secs(5));
     assert!(matches!(
         BlobLocks::with_store(store.clone(), bad),
-        Err(Error::InvalidOption { field: "lease_duration", .. })
+        Err(Error::InvalidOption {
+            field: "lease_duration",
+            ..
+        })
     ));
     let locks = BlobLocks::with_store(store, MutexOptions::default()).unwrap();
     let holder = locks.options().holder.clone().expect("a holder taken once");

@@ -13,16 +13,20 @@ use support::azurite;
 
 fn provider(settings: &blob_mutex::BlobSettings, holder: &str) -> BlobLocks {
     let options = MutexOptions::default().with_holder(holder.to_owned());
-    BlobLocks::with_options(settings.clone(), options).unwrap()
+    BlobLocks::with_options(settings, options).unwrap()
 }
 
 /// The lease of the lock `name` as another client sees it: its state and
 /// holder.
 async fn seen(settings: &blob_mutex::BlobSettings, name: &str) -> (LeaseState, Option<String>) {
     let blob = format!("{}/{name}", settings.blob());
-    let lease = BlobLeaseManager::new(&settings.for_blob(settings.container(), blob).unwrap())
-        .unwrap();
-    let info = lease.inspect().await.unwrap().expect("the lock's blob exists");
+    let lease =
+        BlobLeaseManager::new(&settings.for_blob(settings.container(), blob).unwrap()).unwrap();
+    let info = lease
+        .inspect()
+        .await
+        .unwrap()
+        .expect("the lock's blob exists");
     (info.state, info.holder)
 }
 
@@ -43,7 +47,10 @@ async fn two_providers_contend_for_a_name_and_hold_different_names_at_once() {
     };
 
     let other = b.acquire("orders/43").await.unwrap();
-    assert!(order.is_current() && other.is_current(), "both hold at once");
+    assert!(
+        order.is_current() && other.is_current(),
+        "both hold at once"
+    );
     assert_eq!(
         seen(&settings, "order-42").await,
         (LeaseState::Leased, Some("a".to_owned()))
@@ -100,12 +107,24 @@ async fn names_that_cannot_name_a_lock_are_refused_before_any_request() {
         .with_endpoint("http://127.0.0.1:9/devstoreaccount1")
         .unwrap()
         .with_backend(support::backend::current());
-    let locks = BlobLocks::new(settings).unwrap();
+    let locks = BlobLocks::new(&settings).unwrap();
     // 1 020 characters pass alone, and not under the prefix `prefix/`.
     let long = "a".repeat(1020);
-    for bad in ["", "members/a", "partitions/p", "a/members/b", "x.candidates", "a//b", "a.", &long] {
+    for bad in [
+        "",
+        "members/a",
+        "partitions/p",
+        "a/members/b",
+        "x.candidates",
+        "a//b",
+        "a.",
+        &long,
+    ] {
         match locks.try_acquire(bad).await {
-            Err(Error::InvalidOption { field: "name", reason }) => {
+            Err(Error::InvalidOption {
+                field: "name",
+                reason,
+            }) => {
                 assert!(reason.contains("not a lock name"), "{reason}");
             }
             other => panic!("{bad:?} was not refused: {other:?}"),

@@ -54,9 +54,12 @@ async fn the_readmes_guard_program_leads_and_releases_or_says_the_lease_is_busy(
     assert!(stdout.starts_with("released: term "), "{stdout}");
 
     // The lock reindex of the program's locks under locks/.
-    let settings =
-        BlobSettings::from_connection_string(&storage.connection_string(), "leases", "locks/reindex")
-            .unwrap();
+    let settings = BlobSettings::from_connection_string(
+        &storage.connection_string(),
+        "leases",
+        "locks/reindex",
+    )
+    .unwrap();
     let holder = BlobLeaseManager::new(&settings).unwrap();
     let id = LeaseId::new();
     let held = holder.acquire(id, Duration::from_secs(15)).await.unwrap();
