@@ -36,15 +36,15 @@ use blob_mutex::health::{Health, Verdict, UNREACHABLE_AFTER};
 #[allow(unused_imports)]
 use blob_mutex::{
     conformance, credential_options, default_credential, guide, health, AccountLease, Acquire,
-    Backend, BlobDistributedMutex, BlobLeaseManager, BlobLeaseSet, BlobLeaseSetStore, BlobSettings,
-    BoxError, CancellationToken, Candidate, Cause, Collection, Error, Heartbeat, Holding, Leader,
-    LeaderContext, Leadership, LeaseId, LeaseInfo, LeaseSetOptions, LeaseSetStore, LeaseState,
-    LeaseStore, MemoryLeaseSetStore, MemoryLeaseStore, MutexGuard, MutexOptions, OfficialSettings,
-    OnceOptions, OnceOutcome, PartitionContext, PartitionReport, QuorumLeaseSetStore,
-    QuorumLeaseStore, Result, SkipReason, StampOptions, StopReason, Strategy, TaskStop, TermReport,
-    TryAcquire, ACQUIRED_AT_KEY, ADVERTISED_KEY, AZURITE_ACCOUNT, AZURITE_ENDPOINT, DONE_KEY_MAX,
-    EPOCH_KEY, FAIL_STOP_EXIT_CODE, HOLDER_KEY, MAX_ADVERTISED_LEN, MAX_QUORUM_ACCOUNTS,
-    MAX_STATE_LEN, MEMBER_KEY, PRIORITY_KEY, PROPOSED_KEY, STOP_SLACK,
+    Backend, BlobDistributedMutex, BlobLeaseManager, BlobLeaseSet, BlobLeaseSetStore, BlobLocks,
+    BlobSettings, BoxError, CancellationToken, Candidate, Cause, Collection, Error, Heartbeat,
+    Holding, Leader, LeaderContext, Leadership, LeaseId, LeaseInfo, LeaseSetOptions, LeaseSetStore,
+    LeaseState, LeaseStore, MemoryLeaseSetStore, MemoryLeaseStore, MutexGuard, MutexOptions,
+    OfficialSettings, OnceOptions, OnceOutcome, PartitionContext, PartitionReport,
+    QuorumLeaseSetStore, QuorumLeaseStore, Result, SkipReason, StampOptions, StopReason, Strategy,
+    TaskStop, TermReport, TryAcquire, ACQUIRED_AT_KEY, ADVERTISED_KEY, AZURITE_ACCOUNT,
+    AZURITE_ENDPOINT, DONE_KEY_MAX, EPOCH_KEY, FAIL_STOP_EXIT_CODE, HOLDER_KEY, MAX_ADVERTISED_LEN,
+    MAX_QUORUM_ACCOUNTS, MAX_STATE_LEN, MEMBER_KEY, PRIORITY_KEY, PROPOSED_KEY, STOP_SLACK,
 };
 
 /// The items named above.
@@ -60,6 +60,7 @@ const NAMED: &[&str] = &[
     "blob_mutex::BlobLeaseManager",
     "blob_mutex::BlobLeaseSet",
     "blob_mutex::BlobLeaseSetStore",
+    "blob_mutex::BlobLocks",
     "blob_mutex::BlobSettings",
     "blob_mutex::BoxError",
     "blob_mutex::CancellationToken",
