@@ -1,14 +1,14 @@
 //! The README's guard program, as written there (`tests/readme_guard.rs`
 //! checks that the two stay the same, and runs this one on Azurite).
-use blob_mutex::{BlobDistributedMutex, BlobSettings, LeaderContext, TryAcquire};
+use blob_mutex::{BlobLocks, BlobSettings, TryAcquire};
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let connection_string = std::env::var("AZURE_STORAGE_CONNECTION_STRING")?;
-    let settings = BlobSettings::from_connection_string(&connection_string, "leases", "reindex")?;
-    // No task: the guard is the holding.
-    let mutex = BlobDistributedMutex::new(settings, |_: LeaderContext| async { anyhow::Ok(()) })?;
-    let guard = match mutex.try_acquire().await? {
+    // Every lock is a blob under locks/ in the container leases.
+    let settings = BlobSettings::from_connection_string(&connection_string, "leases", "locks")?;
+    let locks = BlobLocks::new(&settings)?;
+    let guard = match locks.try_acquire("reindex").await? {
         TryAcquire::Acquired(guard) => guard,
         TryAcquire::Held(leader) => anyhow::bail!("busy: {leader:?}"),
         _ => anyhow::bail!("not acquired"),

@@ -4,7 +4,7 @@
 //!
 //! | chapter | what it covers |
 //! |---|---|
-//! | [Choosing a shape](shapes) | the task form, run once and the guard: what each can do, and which job wants which |
+//! | [Choosing a shape](shapes) | the task form, run once and the guard: what each can do, and which job wants which; many locks by name from one provider |
 //! | [How an election works](election) | one round step by step, what is observable, cancel, drop and sub-tasks, the safety argument |
 //! | [Guarantees and limits](guarantees) | what is promised, the assumptions, how each property is tested, the fault matrix |
 //! | [Partitions](partitions) | many leases shared among instances: [`BlobLeaseSet`](crate::BlobLeaseSet) |

@@ -34,9 +34,9 @@
 //! # Where things are
 //!
 //! The crate root holds what a user starts from: the shapes
-//! ([`BlobDistributedMutex`] and its [`MutexGuard`], run once with
-//! [`OnceOptions`], the [`BlobLeaseSet`]), their settings and options, and
-//! the [`Error`]. The rest lives in modules named for what they hold:
+//! ([`BlobDistributedMutex`] and its [`MutexGuard`], locks by name from
+//! [`BlobLocks`], run once with [`OnceOptions`], the [`BlobLeaseSet`]),
+//! their settings and options, and the [`Error`]. The rest lives in modules named for what they hold:
 //! - [`term`]: who leads, a term's heartbeat, and how a term ended;
 //! - [`health`]: liveness and readiness for an orchestrator's probes;
 //! - [`partitions`]: what a lease set reports and how it balances;
@@ -59,6 +59,7 @@ pub mod guide;
 pub mod health;
 mod lease_set;
 mod limits;
+mod locks;
 mod mutex;
 mod options;
 pub mod partitions;
@@ -70,13 +71,14 @@ pub mod term;
 pub mod testing;
 
 // The root holds what a user starts from: the shapes (the mutex and its
-// guard, run once, the lease set), their settings and options, and the
+// guard, locks by name, run once, the lease set), their settings and options, and the
 // error. Everything else lives in the public modules above, named for what
 // they hold; each item has one path.
 pub use azure::settings::BlobSettings;
 pub use engine::leadership::LeaderContext;
 pub use error::{Error, Result};
 pub use lease_set::{BlobLeaseSet, LeaseSetOptions, PartitionContext};
+pub use locks::BlobLocks;
 pub use mutex::{
     BlobDistributedMutex, MutexGuard, OnceOptions, OnceOutcome, SkipReason, TryAcquire,
 };

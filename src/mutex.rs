@@ -48,7 +48,8 @@ pub(crate) struct Core<S> {
     store: Arc<S>,
     options: MutexOptions,
     holder: Arc<str>,
-    task: Arc<TaskFn>,
+    /// The task of the task form; `None` for a mutex made for guards.
+    task: Option<Arc<TaskFn>>,
     state: watch::Sender<Leadership>,
     reports: broadcast::Sender<TermReport>,
     metrics: Metrics,
@@ -114,6 +115,52 @@ impl BlobDistributedMutex<BlobLeaseManager> {
         Self::with_store(manager, options, task)
     }
 
+    /// A mutex for guards only, with default [`MutexOptions`]: it has no
+    /// task, and hands out its lease through
+    /// [`acquire`](Self::acquire) and [`try_acquire`](Self::try_acquire).
+    /// For many leases by name over one client, see
+    /// [`BlobLocks`](crate::BlobLocks).
+    ///
+    /// # Errors
+    ///
+    /// As [`BlobDistributedMutex::for_guards_with_options`].
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn example() -> Result<(), blob_mutex::Error> {
+    /// use blob_mutex::{BlobDistributedMutex, BlobSettings};
+    ///
+    /// let settings = BlobSettings::azurite("leases", "reindex")?;
+    /// let mutex = BlobDistributedMutex::for_guards(settings)?;
+    /// let guard = mutex.acquire().await?;
+    /// // ... steps, each begun only while guard.is_current() ...
+    /// guard.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn for_guards(settings: BlobSettings) -> Result<Self> {
+        Self::for_guards_with_options(settings, MutexOptions::default())
+    }
+
+    /// A mutex for guards only, with the given options.
+    ///
+    /// [`run_task_when_mutex_acquired`](Self::run_task_when_mutex_acquired)
+    /// and [`run_once`](Self::run_once), which run the task given at
+    /// construction, return [`Error::InvalidOption`] naming `task` on such
+    /// a mutex, before any request; [`run_once_with`](Self::run_once_with)
+    /// and [`run_once_with_options`](Self::run_once_with_options), which
+    /// take their task as an argument, work.
+    ///
+    /// # Errors
+    ///
+    /// As [`BlobDistributedMutex::with_options`].
+    pub fn for_guards_with_options(settings: BlobSettings, options: MutexOptions) -> Result<Self> {
+        options.validate()?;
+        let manager = BlobLeaseManager::from_settings(settings)?
+            .with_request_timeout(options.request_timeout);
+        Self::with_store_for_guards(manager, options)
+    }
+
     /// Where the lease blob lives.
     #[must_use]
     pub fn settings(&self) -> &BlobSettings {
@@ -142,6 +189,17 @@ impl<S: LeaseStore> BlobDistributedMutex<S> {
         Self::sharing(store, options, task, Arc::default())
     }
 
+    /// A mutex for guards only over any [`LeaseStore`]: as
+    /// [`for_guards_with_options`](BlobDistributedMutex::for_guards_with_options),
+    /// on the store given.
+    ///
+    /// # Errors
+    ///
+    /// As [`with_store`](Self::with_store).
+    pub fn with_store_for_guards(store: S, options: MutexOptions) -> Result<Self> {
+        Self::build(store, options, None, Arc::default())
+    }
+
     /// As [`with_store`](Self::with_store), its steps going to `vitals`
     /// (a lease set's membership shares the set's).
     pub(crate) fn sharing<F, Fut, E>(
@@ -155,6 +213,16 @@ impl<S: LeaseStore> BlobDistributedMutex<S> {
         Fut: Future<Output = Result<(), E>> + Send + 'static,
         E: Into<BoxError> + 'static,
     {
+        Self::build(store, options, Some(box_task(task)), vitals)
+    }
+
+    /// The one constructor: `task` is `None` for a mutex made for guards.
+    fn build(
+        store: S,
+        options: MutexOptions,
+        task: Option<Arc<TaskFn>>,
+        vitals: Arc<Vitals>,
+    ) -> Result<Self> {
         options.validate()?;
         check_request_timeout(store.min_request_timeout(), options.request_timeout)?;
         if options.priority.is_some() && !store.supports_candidates() {
@@ -175,7 +243,7 @@ impl<S: LeaseStore> BlobDistributedMutex<S> {
                 store: Arc::new(store),
                 options,
                 holder,
-                task: box_task(task),
+                task,
                 state: watch::channel(Leadership::Follower).0,
                 reports: broadcast::channel(REPORTS_KEPT).0,
                 campaigning: AtomicBool::new(false),
@@ -278,6 +346,8 @@ impl<S: LeaseStore> BlobDistributedMutex<S> {
     /// campaign of this mutex returns it too, at once, while that task may
     /// still run),
     /// [`Error::AlreadyCampaigning`] when this mutex is campaigning already,
+    /// [`Error::InvalidOption`] naming `task`, at once, on a mutex made
+    /// for guards ([`for_guards`](BlobDistributedMutex::for_guards)),
     /// and, with [`MutexOptions::acquire_timeout`], [`Error::NotAcquired`] or
     /// the last attempt's error when it did not lead in time. Transient
     /// failures are retried with backoff and logged.
@@ -297,16 +367,26 @@ impl<S: LeaseStore> BlobDistributedMutex<S> {
     /// [`MutexOptions::fail_stop`] the process still exits before the lease
     /// could expire.
     pub async fn run_task_when_mutex_acquired(&self, token: CancellationToken) -> Result<()> {
+        let task = self.core.task()?;
         let _one = OneCampaign::enter(&self.core)?;
         let observer = MutexObserver::new(&self.core);
-        self.core
-            .engine(&observer, self.core.task.clone())
-            .run(token)
-            .await
+        self.core.engine(&observer, task).run(token).await
     }
 }
 
 impl<S: LeaseStore> Core<S> {
+    /// The task given at construction; refused on a mutex made for guards.
+    pub(crate) fn task(&self) -> Result<Arc<TaskFn>> {
+        self.task.clone().ok_or_else(|| {
+            Error::invalid(
+                "task",
+                "this mutex was made for guards (for_guards) and has no task to run: hold its \
+                 lease with acquire or try_acquire, give run_once_with a task, or make the mutex \
+                 with new, with_options or with_store and a task",
+            )
+        })
+    }
+
     /// The engine of this mutex, running `task` and telling `observer`.
     pub(crate) fn engine<'a>(
         &'a self,

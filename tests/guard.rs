@@ -195,3 +195,51 @@ async fn try_acquire_returns_the_error_when_the_lease_was_acquired_but_the_stamp
     );
     assert!(!memory.is_held(), "the lease was given back");
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_mutex_made_for_guards_hands_out_guards_and_refuses_to_run_a_task_it_does_not_have() {
+    let store = MemoryLeaseStore::new("guard");
+    let mutex = BlobDistributedMutex::with_store_for_guards(
+        store.clone(),
+        MutexOptions::default().with_holder("a".to_owned()),
+    )
+    .unwrap();
+    let token = blob_mutex::CancellationToken::new();
+    for refused in [
+        mutex.run_task_when_mutex_acquired(token.clone()).await,
+        mutex.run_once(token.clone()).await.map(|_| ()),
+    ] {
+        match refused {
+            Err(Error::InvalidOption {
+                field: "task",
+                reason,
+            }) => {
+                assert!(reason.contains("for_guards"), "{reason}");
+            }
+            other => panic!("expected the task refused, got {other:?}"),
+        }
+    }
+    assert!(
+        !store.is_held(),
+        "nothing was acquired for the refused calls"
+    );
+    assert_eq!(store.epoch(), 0);
+    let guard = mutex.acquire().await.unwrap();
+    assert_eq!((store.epoch(), store.holder().as_deref()), (1, Some("a")));
+    guard.release().await.unwrap();
+    let TryAcquire::Acquired(guard) = mutex.try_acquire().await.unwrap() else {
+        panic!("the lease is free");
+    };
+    assert_eq!(guard.epoch(), 2);
+    guard.release().await.unwrap();
+    let outcome = mutex
+        .run_once_with(token, |ctx: LeaderContext| async move {
+            Ok::<_, Error>(ctx.epoch())
+        })
+        .await
+        .unwrap();
+    let blob_mutex::OnceOutcome::Ran { output: led, .. } = outcome else {
+        panic!("a task given to run_once_with did not run: {outcome:?}");
+    };
+    assert_eq!(led, 3, "a task given to run_once_with runs");
+}

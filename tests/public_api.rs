@@ -17,9 +17,9 @@ mod blob_mutex {
     #[allow(unused_imports)]
     use blob_mutex::{
         azure, error, guide, health, partitions, quorum, store, term, testing,
-        BlobDistributedMutex, BlobLeaseSet, BlobSettings, CancellationToken, Error, LeaderContext,
-        LeaseSetOptions, MutexGuard, MutexOptions, OnceOptions, OnceOutcome, PartitionContext,
-        Result, SkipReason, TryAcquire,
+        BlobDistributedMutex, BlobLeaseSet, BlobLocks, BlobSettings, CancellationToken, Error,
+        LeaderContext, LeaseSetOptions, MutexGuard, MutexOptions, OnceOptions, OnceOutcome,
+        PartitionContext, Result, SkipReason, TryAcquire,
     };
 }
 mod blob_mutex_azure {
@@ -100,6 +100,7 @@ mod blob_mutex_testing {
 const NAMED: &[&str] = &[
     "blob_mutex::BlobDistributedMutex",
     "blob_mutex::BlobLeaseSet",
+    "blob_mutex::BlobLocks",
     "blob_mutex::BlobSettings",
     "blob_mutex::CancellationToken",
     "blob_mutex::Error",

@@ -25,7 +25,7 @@ fn the_example_is_the_readmes_program_as_written() {
         .strip_prefix(HEADER)
         .expect("the example starts with its header");
     let at = readme
-        .find("The same lease held as a guard")
+        .find("held as a guard, for a critical section")
         .expect("the README's guard section");
     let start = readme[at..].find("```rust,no_run\n").unwrap() + at + "```rust,no_run\n".len();
     let end = readme[start..].find("```\n").unwrap() + start;
@@ -54,9 +54,13 @@ async fn the_readmes_guard_program_leads_and_releases_or_says_the_lease_is_busy(
     assert!(out.status.success(), "{out:?}");
     assert!(stdout.starts_with("released: term "), "{stdout}");
 
-    let settings =
-        BlobSettings::from_connection_string(&storage.connection_string(), "leases", "reindex")
-            .unwrap();
+    // The lock reindex of the program's locks under locks/.
+    let settings = BlobSettings::from_connection_string(
+        &storage.connection_string(),
+        "leases",
+        "locks/reindex",
+    )
+    .unwrap();
     let holder = BlobLeaseManager::new(&settings).unwrap();
     let id = LeaseId::new();
     let held = holder.acquire(id, Duration::from_secs(15)).await.unwrap();

@@ -102,6 +102,22 @@ impl AnyCalls {
     }
 }
 
+impl AnyCalls {
+    /// Whether `self` and `other` send through one client (one connection
+    /// pool, one credential).
+    #[cfg(test)]
+    pub(crate) fn same_client(&self, other: &AnyCalls) -> bool {
+        match (self, other) {
+            #[cfg(feature = "official")]
+            (AnyCalls::Official(a), AnyCalls::Official(b)) => a.same_client(b),
+            #[cfg(feature = "sdk-v021")]
+            (AnyCalls::SdkV021(a), AnyCalls::SdkV021(b)) => a.same_client(b),
+            #[allow(unreachable_patterns)] // with one backend built in
+            _ => false,
+        }
+    }
+}
+
 impl BlobCalls for AnyCalls {
     fn container(&self) -> &str {
         match self {

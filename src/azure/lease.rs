@@ -101,6 +101,13 @@ impl BlobLeaseManager {
         }
     }
 
+    /// Whether this manager and `other` send through one client (one
+    /// connection pool, one credential).
+    #[cfg(test)]
+    pub(crate) fn shares_client_with(&self, other: &BlobLeaseManager) -> bool {
+        self.calls.same_client(&other.calls)
+    }
+
     /// The same manager as a lease set's member lease: it marks its blob
     /// ([`MEMBER_KEY`]) when it creates it and at every stamp.
     pub(crate) fn marking_member(mut self) -> Self {

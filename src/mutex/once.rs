@@ -86,13 +86,16 @@ impl<S: LeaseStore> BlobDistributedMutex<S> {
     ///
     /// # Errors
     ///
-    /// As [`run_once_with`](Self::run_once_with).
+    /// As [`run_once_with`](Self::run_once_with); [`Error::InvalidOption`]
+    /// naming `task`, at once, on a mutex made for guards
+    /// ([`for_guards`](BlobDistributedMutex::for_guards)), which has no
+    /// task.
     ///
     /// # Cancellation safety
     ///
     /// As [`run_once_with`](Self::run_once_with).
     pub async fn run_once(&self, token: CancellationToken) -> Result<OnceOutcome<()>> {
-        let task = self.core.task.clone();
+        let task = self.core.task()?;
         self.run_once_with(token, move |ctx| task(ctx)).await
     }
 

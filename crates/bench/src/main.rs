@@ -3,8 +3,9 @@
 //! call, the worker's CPU and memory footprint, 50-way contention, planned
 //! handover to a preferred successor, lease sets of many partitions, and a
 //! quorum of three accounts against one (with a simulation of leader
-//! availability under independent account outages), and a soak of one
-//! process with churn (its memory, descriptors, tasks and CPU over an hour).
+//! availability under independent account outages), a soak of one
+//! process with churn (its memory, descriptors, tasks and CPU over an hour),
+//! and many locks by name held at once through one provider.
 //!
 //! ```text
 //! cargo build --release -p blob-mutex-bench -p blob-mutex-testkit --examples --bins
@@ -36,9 +37,11 @@
 //! `--soak-cycle-secs N` (a set instance's join-and-leave cycle) [120],
 //! `--soak-churn-secs N` (between two restarts of a mutex contender) [20],
 //! `--soak-warmup-secs N` (left out of the soak's fit) [a sixth of the run],
-//! `--sections overhead,contention,cost,handover,crash,successor,partitions,quorum,soak,backends`
-//! [all but `soak` and `backends`, in that order; `soak` runs only when named,
-//! and so does `backends`; `--quick`
+//! `--locks N` (names held at once through one provider) [1000],
+//! `--locks-secs N` (their request-count window) [120 / 60],
+//! `--sections overhead,contention,cost,handover,crash,successor,partitions,quorum,soak,backends,locks`
+//! [all but `soak`, `backends` and `locks`, in that order; `soak` runs only when named,
+//! and so do `backends` and `locks`; `--quick`
 //! leaves `partitions` out unless it is named],
 //! `--out DIR` [`bench-results`], `--endpoint URL` (use a running Azurite's
 //! blob endpoint on this host, `http://127.0.0.1:<port>/devstoreaccount1`,
@@ -48,7 +51,7 @@
 //!
 //! One module per section (`overhead.rs`, `contention.rs`, `cost.rs` with
 //! `footprint.rs`, `failover.rs` for `handover` and `crash`, `successor.rs`,
-//! `partitions.rs`, `quorum.rs`, `soak.rs`, `backends.rs`); the rest is
+//! `partitions.rs`, `quorum.rs`, `soak.rs`, `backends.rs`, `locks.rs`); the rest is
 //! shared: `group.rs` (the worker processes of a measurement), `stats.rs`,
 //! `json.rs` and `report.rs`. Azurite, the counting proxy and the workers'
 //! lines are the test kit's (`blob-mutex-testkit`: `azurite`, `proxy`,
@@ -61,6 +64,7 @@ mod failover;
 mod footprint;
 mod group;
 mod json;
+mod locks;
 mod overhead;
 mod partitions;
 mod quorum;
@@ -92,7 +96,7 @@ const JITTER: f64 = 0.2;
 const IDLE_WORK_MS: &str = "600000";
 
 /// The sections, in the order they run.
-const SECTIONS: [&str; 10] = [
+const SECTIONS: [&str; 11] = [
     "overhead",
     "contention",
     "cost",
@@ -103,6 +107,7 @@ const SECTIONS: [&str; 10] = [
     "quorum",
     "soak",
     "backends",
+    "locks",
 ];
 
 struct Config {
@@ -124,6 +129,10 @@ struct Config {
     /// How long the quorum section counts requests, per mode.
     quorum_window: Duration,
     soak: soak::Soak,
+    /// Names held at once through one provider in the `locks` section.
+    locks: usize,
+    /// How long the `locks` section counts requests.
+    locks_window: Duration,
     sections: Vec<String>,
     out: PathBuf,
     endpoint: Option<String>,
@@ -169,9 +178,15 @@ impl Config {
                 churn: Duration::from_secs(20),
                 warmup: None,
             },
+            locks: 1000,
+            locks_window: Duration::from_secs(if quick { 60 } else { 120 }),
             sections: SECTIONS
                 .iter()
-                .filter(|s| **s != "soak" && **s != "backends" && !(quick && **s == "partitions"))
+                .filter(|s| {
+                    let only_when_named = matches!(**s, "soak" | "backends" | "locks");
+                    let long = quick && **s == "partitions";
+                    !only_when_named && !long
+                })
                 .map(|s| (*s).to_owned())
                 .collect(),
             out: PathBuf::from("bench-results"),
@@ -218,6 +233,8 @@ impl Config {
                 "--soak-warmup-secs" => {
                     config.soak.warmup = Some(Duration::from_secs(value()?.parse()?));
                 }
+                "--locks" => config.locks = value()?.parse()?,
+                "--locks-secs" => config.locks_window = Duration::from_secs(value()?.parse()?),
                 "--out" => config.out = PathBuf::from(value()?),
                 "--endpoint" => config.endpoint = Some(value()?),
                 other => bail!("unknown option {other} (see the top of crates/bench/src/main.rs)"),
@@ -271,6 +288,7 @@ fn list(text: &str) -> Result<Vec<usize>> {
 
 // Long: the sections in the order they run, each a few lines; the work is
 // in their modules.
+#[allow(clippy::too_many_lines)]
 async fn run(config: Config) -> Result<()> {
     let defaults = MutexOptions::default();
     ensure!(
@@ -340,6 +358,13 @@ async fn run(config: Config) -> Result<()> {
     }
     if config.runs("backends") {
         backends::backends(&config, &azurite, &mut report).await?;
+    }
+    if config.runs("locks") {
+        eprintln!(
+            "locks: {} names held through one provider ...",
+            config.locks
+        );
+        locks::locks(&config, &azurite, &mut report).await?;
     }
     let elapsed = began.elapsed().as_secs_f64();
     report.section(

@@ -39,6 +39,12 @@ impl OfficialCalls {
             container: settings.container().into(),
         })
     }
+
+    /// Whether both send through one client.
+    #[cfg(test)]
+    pub(crate) fn same_client(&self, other: &OfficialCalls) -> bool {
+        Arc::ptr_eq(&self.client, &other.client)
+    }
 }
 
 /// The lease id in an answer, when it is one.

@@ -1,6 +1,8 @@
 //! The blob calls on the frozen 0.21 SDK (`azure_storage_blobs`): one
 //! request each, answered in the words of `calls`.
 
+use std::sync::Arc;
+
 use azure_core_v021::prelude::{IfMatchCondition, LeaseBreakPeriod, ProposedLeaseId};
 use azure_core_v021::request_options::Metadata as SdkMetadata;
 use azure_storage_blobs::blob::BlobProperties;
@@ -17,15 +19,21 @@ use crate::store::{LeaseId, LeaseState};
 /// pool of kept-alive connections) shared by every blob of it.
 #[derive(Clone)]
 pub(crate) struct SdkV021Calls {
-    client: ContainerClient,
+    client: Arc<ContainerClient>,
 }
 
 impl SdkV021Calls {
     /// The calls on the settings' container.
     pub(crate) fn from_settings(settings: &BlobSettings) -> Result<Self> {
         Ok(SdkV021Calls {
-            client: container_client(settings)?,
+            client: Arc::new(container_client(settings)?),
         })
+    }
+
+    /// Whether both send through one client.
+    #[cfg(test)]
+    pub(crate) fn same_client(&self, other: &SdkV021Calls) -> bool {
+        Arc::ptr_eq(&self.client, &other.client)
     }
 }
 
