@@ -172,11 +172,7 @@ fn the_providers_options_are_checked_when_it_is_made_and_a_default_holder_taken_
         })
     ));
     let locks = BlobLocks::with_store(store, MutexOptions::default()).unwrap();
-    let holder = locks
-        .options()
-        .holder()
-        .clone()
-        .expect("a holder taken once");
+    let holder = locks.options().holder().expect("a holder taken once");
     assert_eq!(locks.mutex("x").unwrap().holder(), holder);
     assert_eq!(locks.mutex("y").unwrap().holder(), holder);
 }
