@@ -143,59 +143,6 @@ impl BlobLeaseManager {
         self.request_timeout
     }
 
-    /// Acquires a lease of `duration` (15 to 60 whole seconds) with the proposed
-    /// id. Creates the container and an empty blob when missing, never
-    /// overwriting an existing blob. Acquiring again with the id that already
-    /// holds the lease succeeds, so a retried attempt is idempotent.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::InvalidOption`] for a duration out of range;
-    /// [`Error::Authentication`], [`Error::Storage`], [`Error::Transport`] or
-    /// [`Error::Timeout`] when storage cannot be asked or refuses.
-    ///
-    /// # Cancellation safety
-    ///
-    /// Dropping the future may or may not leave the lease acquired; acquire
-    /// again with the same id to learn which.
-    pub(super) async fn acquire(&self, proposed: LeaseId, duration: Duration) -> Result<Acquire> {
-        let seconds = lease_seconds(duration)?;
-        self.bounded("acquire", self.acquire_on(&self.blob, proposed, seconds))
-            .await
-    }
-
-    /// Renews the lease held under `lease`.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::LeaseLost`] when the lease is no longer ours (or the answer
-    /// names another id); otherwise as [`LeaseStore::acquire`](crate::store::LeaseStore::acquire).
-    ///
-    /// # Cancellation safety
-    ///
-    /// Safe to drop: the renewal may or may not have happened.
-    pub(super) async fn renew(&self, lease: LeaseId) -> Result<()> {
-        self.bounded("renew", self.renew_on(&self.blob, lease))
-            .await
-    }
-
-    /// Releases the lease held under `lease`, so that another instance may
-    /// acquire it at once.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::LeaseLost`] when the lease is held under another id; otherwise
-    /// as [`LeaseStore::acquire`](crate::store::LeaseStore::acquire).
-    ///
-    /// # Cancellation safety
-    ///
-    /// Safe to drop: the release may or may not have happened; the lease
-    /// then expires by itself.
-    pub(super) async fn release(&self, lease: LeaseId) -> Result<()> {
-        self.bounded("release", self.release_on(&self.blob, lease))
-            .await
-    }
-
     /// Breaks whatever lease the blob has: at once with `None` or a zero
     /// period, else after `period` (at most 60 s). Returns the time until
     /// the lease is broken. For operators: a running leader finds out at its
@@ -235,34 +182,6 @@ impl BlobLeaseManager {
         .await
     }
 
-    /// Passes the lease held under `from` to the id `to` (Change Lease).
-    ///
-    /// # Errors
-    ///
-    /// [`Error::LeaseLost`] when neither id holds the lease; otherwise as
-    /// [`LeaseStore::acquire`](crate::store::LeaseStore::acquire).
-    ///
-    /// # Cancellation safety
-    ///
-    /// Safe to drop: change again with the same ids to learn the outcome.
-    pub(super) async fn change(&self, from: LeaseId, to: LeaseId) -> Result<()> {
-        self.bounded("change", async {
-            let answered = self
-                .calls
-                .change_lease(&self.blob, from, to)
-                .await
-                .map_err(|e| e.into_error("change"))?;
-            if answered == Some(to) {
-                Ok(())
-            } else {
-                Err(Error::LeaseLost(
-                    "change answered with another lease id".into(),
-                ))
-            }
-        })
-        .await
-    }
-
     /// Creates the container and the empty lease blob when missing, never
     /// overwriting either.
     ///
@@ -275,62 +194,6 @@ impl BlobLeaseManager {
     /// Safe to drop: call again.
     pub async fn create_if_missing(&self) -> Result<()> {
         self.bounded("create", self.create_blob(&self.blob, self.member))
-            .await
-    }
-
-    /// The lease's state and the last term's holder and epoch; `None` when
-    /// the blob (or its container) does not exist.
-    ///
-    /// # Errors
-    ///
-    /// As [`LeaseStore::acquire`](crate::store::LeaseStore::acquire).
-    ///
-    /// # Cancellation safety
-    ///
-    /// Safe to drop: it only reads.
-    pub(super) async fn inspect(&self) -> Result<Option<LeaseInfo>> {
-        self.bounded("inspect", async {
-            match self.calls.properties(&self.blob, None).await {
-                Ok(properties) => Ok(Some(properties.info())),
-                Err(e) if e.status() == Some(404) => Ok(None),
-                Err(e) => Err(e.into_error("inspect")),
-            }
-        })
-        .await
-    }
-
-    /// Records `holder` as the holder of a new term under the lease `lease`,
-    /// as `options` say, and returns the term's epoch: `max(stored + 1,
-    /// floor)`, with the advertised value, if any, kept beside the holder
-    /// for the term ([`LeaseStore::stamp`], rules 8 and 10). A record that
-    /// has no epoch (a new blob, or one whose record was lost) is made anew
-    /// at storage's clock: the stamp then waits until storage's clock has
-    /// passed the second after the one it first read (one to two
-    /// seconds), so that no two records start at the same epoch; it takes
-    /// the request timeout and 3 s more at most.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::LeaseLost`] when the lease is not ours;
-    /// [`Error::InvalidEpoch`] when the stored epoch cannot be increased;
-    /// [`Error::InvalidOption`] when the advertised value is longer than
-    /// [`MAX_ADVERTISED_LEN`](crate::store::MAX_ADVERTISED_LEN) bytes or not
-    /// printable ASCII (nothing is sent);
-    /// [`Error::UnexpectedResponse`] when a record made anew cannot be
-    /// given an epoch because storage sent no readable `Date`;
-    /// otherwise as [`LeaseStore::acquire`](crate::store::LeaseStore::acquire).
-    ///
-    /// # Cancellation safety
-    ///
-    /// Safe to drop: the epoch may or may not have been written; a new
-    /// stamp writes a larger one.
-    pub(super) async fn stamp(
-        &self,
-        lease: LeaseId,
-        holder: &str,
-        options: &StampOptions,
-    ) -> Result<u64> {
-        self.stamp_term(lease, holder, options.advertised(), options.floor())
             .await
     }
 
@@ -407,12 +270,14 @@ impl BlobLeaseManager {
     }
 
     /// Runs `call` within the request timeout: the one limit of every call.
-    pub(super) async fn bounded<T>(
+    /// Not an `async fn`: the future is [`bounded`]'s own, with no state
+    /// machine of its own around it.
+    pub(super) fn bounded<T>(
         &self,
         operation: &'static str,
         call: impl std::future::Future<Output = Result<T>>,
-    ) -> Result<T> {
-        bounded(operation, self.request_timeout, call).await
+    ) -> impl std::future::Future<Output = Result<T>> {
+        bounded(operation, self.request_timeout, call)
     }
 
     /// The blob's metadata and `ETag`, read under `lease`, and storage's
@@ -552,23 +417,28 @@ impl BlobLeaseManager {
 ///   [`MAX_STATE_LEN`](crate::store::MAX_STATE_LEN) without reading it
 ///   whole; `write_state` is Put Blob under the lease with `If-Match`,
 ///   carrying the blob's metadata so that the term's record stays.
-// The futures are boxed: the engine awaits them inside its own, which
-// would otherwise carry each call's state (a timer among it) inline.
+// Each call is one future over the backend's, which boxes the SDK's
+// request (the large part): one allocation per request.
 impl LeaseStore for BlobLeaseManager {
     async fn acquire(&self, proposed: LeaseId, duration: Duration) -> Result<Acquire> {
-        Box::pin(BlobLeaseManager::acquire(self, proposed, duration)).await
+        let seconds = lease_seconds(duration)?;
+        self.bounded("acquire", self.acquire_on(&self.blob, proposed, seconds))
+            .await
     }
 
     async fn renew(&self, lease: LeaseId) -> Result<()> {
-        Box::pin(BlobLeaseManager::renew(self, lease)).await
+        self.bounded("renew", self.renew_on(&self.blob, lease))
+            .await
     }
 
     async fn release(&self, lease: LeaseId) -> Result<()> {
-        Box::pin(BlobLeaseManager::release(self, lease)).await
+        self.bounded("release", self.release_on(&self.blob, lease))
+            .await
     }
 
     async fn stamp(&self, lease: LeaseId, holder: &str, options: &StampOptions) -> Result<u64> {
-        Box::pin(BlobLeaseManager::stamp(self, lease, holder, options)).await
+        self.stamp_term(lease, holder, options.advertised(), options.floor())
+            .await
     }
 
     fn supports_advertised(&self) -> bool {
@@ -576,11 +446,32 @@ impl LeaseStore for BlobLeaseManager {
     }
 
     async fn change(&self, from: LeaseId, to: LeaseId) -> Result<()> {
-        Box::pin(BlobLeaseManager::change(self, from, to)).await
+        self.bounded("change", async {
+            let answered = self
+                .calls
+                .change_lease(&self.blob, from, to)
+                .await
+                .map_err(|e| e.into_error("change"))?;
+            if answered == Some(to) {
+                Ok(())
+            } else {
+                Err(Error::LeaseLost(
+                    "change answered with another lease id".into(),
+                ))
+            }
+        })
+        .await
     }
 
     async fn inspect(&self) -> Result<Option<LeaseInfo>> {
-        Box::pin(BlobLeaseManager::inspect(self)).await
+        self.bounded("inspect", async {
+            match self.calls.properties(&self.blob, None).await {
+                Ok(properties) => Ok(Some(properties.info())),
+                Err(e) if e.status() == Some(404) => Ok(None),
+                Err(e) => Err(e.into_error("inspect")),
+            }
+        })
+        .await
     }
 
     fn name(&self) -> String {
@@ -588,11 +479,11 @@ impl LeaseStore for BlobLeaseManager {
     }
 
     async fn read_state(&self) -> Result<Vec<u8>> {
-        Box::pin(BlobLeaseManager::read_state(self)).await
+        BlobLeaseManager::read_state(self).await
     }
 
     async fn write_state(&self, lease: LeaseId, state: &[u8]) -> Result<()> {
-        Box::pin(BlobLeaseManager::write_state(self, lease, state)).await
+        BlobLeaseManager::write_state(self, lease, state).await
     }
 
     fn supports_candidates(&self) -> bool {
@@ -605,18 +496,18 @@ impl LeaseStore for BlobLeaseManager {
         candidate: &Candidate,
         duration: Duration,
     ) -> Result<Acquire> {
-        Box::pin(self.advertise_record(record, candidate, duration)).await
+        self.advertise_record(record, candidate, duration).await
     }
 
     async fn keep_advertising(&self, record: LeaseId, holder: &str) -> Result<()> {
-        Box::pin(self.keep_record(record, holder)).await
+        self.keep_record(record, holder).await
     }
 
     async fn withdraw(&self, record: LeaseId, holder: &str) -> Result<()> {
-        Box::pin(self.withdraw_record(record, holder)).await
+        self.withdraw_record(record, holder).await
     }
 
     async fn candidates(&self) -> Result<Vec<Candidate>> {
-        Box::pin(self.list_candidates()).await
+        self.list_candidates().await
     }
 }
