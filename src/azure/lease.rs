@@ -17,7 +17,7 @@ use crate::azure::protocol::{
 };
 use crate::azure::settings::BlobSettings;
 use crate::bounded::DEFAULT_REQUEST_TIMEOUT;
-use crate::bounded::{bounded, bounded_since};
+use crate::bounded::{bounded_since, within};
 use crate::error::{Error, Result};
 use crate::store::collect::{Collection, Collector};
 use crate::store::lease_seconds;
@@ -269,15 +269,15 @@ impl BlobLeaseManager {
         }
     }
 
-    /// Runs `call` within the request timeout: the one limit of every call.
-    /// Not an `async fn`: the future is [`bounded`]'s own, with no state
-    /// machine of its own around it.
+    /// Runs `call` within the request timeout: the limit of every call,
+    /// and its one timer unless the caller cuts the call sooner
+    /// ([`within`]). Not an `async fn`: the future is [`within`]'s own.
     pub(super) fn bounded<T>(
         &self,
         operation: &'static str,
         call: impl std::future::Future<Output = Result<T>>,
     ) -> impl std::future::Future<Output = Result<T>> {
-        bounded(operation, self.request_timeout, call)
+        within(operation, self.request_timeout, call)
     }
 
     /// The blob's metadata and `ETag`, read under `lease`, and storage's

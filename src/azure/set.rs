@@ -13,7 +13,7 @@ use super::backend::AnyCalls;
 use super::calls::{BlobCalls, Listed};
 use super::settings::BlobSettings;
 use super::BlobLeaseManager;
-use crate::bounded::bounded;
+use crate::bounded::within;
 use crate::bounded::DEFAULT_REQUEST_TIMEOUT;
 use crate::error::Result;
 use crate::store::collect::{self, Collection, Collector};
@@ -105,7 +105,7 @@ impl LeaseSetStore for BlobLeaseSetStore {
 
     async fn list(&self, prefix: &str) -> Result<Vec<(String, LeaseInfo)>> {
         let set = format!("{}/", self.settings.blob());
-        let listed = bounded(
+        let listed = within(
             "list",
             self.request_timeout,
             list(&self.calls, &format!("{set}{prefix}"), "list"),
