@@ -31,7 +31,10 @@ pub(crate) async fn bounded<T>(
     if limit.is_zero() {
         return Err(timed_out(operation, limit));
     }
-    let cut = Instant::now() + limit;
+    // A limit past the clock's reach (`Duration::MAX`) cuts nothing.
+    let Some(cut) = Instant::now().checked_add(limit) else {
+        return call.await;
+    };
     tokio::time::timeout_at(cut, CUT.scope(cut, call))
         .await
         .unwrap_or_else(|_| Err(timed_out(operation, limit)))
@@ -49,7 +52,11 @@ pub(crate) async fn within<T>(
 ) -> Result<T> {
     let outer_first = !limit.is_zero()
         && CUT
-            .try_with(|&outer| outer <= Instant::now() + limit)
+            .try_with(|&outer| {
+                Instant::now()
+                    .checked_add(limit)
+                    .is_none_or(|own| outer <= own)
+            })
             .unwrap_or(false);
     if outer_first {
         call.await
@@ -70,7 +77,9 @@ pub(crate) async fn bounded_since<T>(
     if left.is_zero() {
         return Err(timed_out(operation, limit));
     }
-    let cut = Instant::now() + left;
+    let Some(cut) = Instant::now().checked_add(left) else {
+        return call.await;
+    };
     if CUT.try_with(|&outer| outer <= cut).unwrap_or(false) {
         return call.await;
     }

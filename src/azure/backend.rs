@@ -33,16 +33,17 @@ use crate::azure::official::{OfficialCalls, OfficialSettings};
 use crate::azure::sdk_v021::SdkV021Calls;
 
 /// Calls `$body` with `$calls` bound to the SDK's calls in `$any`. The
-/// official SDK's futures are large (kilobytes): each is boxed, so that
-/// every future that awaits a storage call (the mutex's campaign among
-/// them) stays small; one allocation per request is nothing beside it.
+/// official SDK's futures are large (kilobytes): the stores' public calls
+/// box each call once, the SDK's request in it (`lease.rs`, `set.rs`), so
+/// that every future that awaits a storage call (the mutex's campaign
+/// among them) stays small, at one allocation per request.
 macro_rules! each {
     ($any:expr, $calls:ident => $body:expr) => {
         match $any {
             #[cfg(feature = "official")]
-            AnyCalls::Official(ref $calls) => Box::pin($body).await,
+            AnyCalls::Official(ref $calls) => $body.await,
             #[cfg(feature = "sdk-v021")]
-            AnyCalls::SdkV021(ref $calls) => Box::pin($body).await,
+            AnyCalls::SdkV021(ref $calls) => $body.await,
             #[cfg(not(any(feature = "official", feature = "sdk-v021")))]
             AnyCalls::None(never) => match *never {},
         }

@@ -165,7 +165,7 @@ impl BlobLeaseManager {
             Some(p) => u8::try_from(p.as_secs()).unwrap_or(60),
             None => 0,
         };
-        self.bounded("break", async {
+        Box::pin(self.bounded("break", async {
             match self.calls.break_lease(&self.blob, seconds).await {
                 Ok(left) => Ok(Duration::from_secs(left)),
                 // No lease to break is not a lost lease of ours.
@@ -178,7 +178,7 @@ impl BlobLeaseManager {
                 }),
                 Err(e) => Err(e.into_error("break")),
             }
-        })
+        }))
         .await
     }
 
@@ -193,8 +193,7 @@ impl BlobLeaseManager {
     ///
     /// Safe to drop: call again.
     pub async fn create_if_missing(&self) -> Result<()> {
-        self.bounded("create", self.create_blob(&self.blob, self.member))
-            .await
+        Box::pin(self.bounded("create", self.create_blob(&self.blob, self.member))).await
     }
 
     /// The one stamp: the term's record written under `lease`, with the
@@ -417,28 +416,25 @@ impl BlobLeaseManager {
 ///   [`MAX_STATE_LEN`](crate::store::MAX_STATE_LEN) without reading it
 ///   whole; `write_state` is Put Blob under the lease with `If-Match`,
 ///   carrying the blob's metadata so that the term's record stays.
-// Each call is one future over the backend's, which boxes the SDK's
-// request (the large part): one allocation per request.
+// Each call is boxed, the SDK's request in it (kilobytes for the official
+// SDK): the engine awaits it inside its own futures, which stay small, and
+// a request costs one allocation.
 impl LeaseStore for BlobLeaseManager {
     async fn acquire(&self, proposed: LeaseId, duration: Duration) -> Result<Acquire> {
         let seconds = lease_seconds(duration)?;
-        self.bounded("acquire", self.acquire_on(&self.blob, proposed, seconds))
-            .await
+        Box::pin(self.bounded("acquire", self.acquire_on(&self.blob, proposed, seconds))).await
     }
 
     async fn renew(&self, lease: LeaseId) -> Result<()> {
-        self.bounded("renew", self.renew_on(&self.blob, lease))
-            .await
+        Box::pin(self.bounded("renew", self.renew_on(&self.blob, lease))).await
     }
 
     async fn release(&self, lease: LeaseId) -> Result<()> {
-        self.bounded("release", self.release_on(&self.blob, lease))
-            .await
+        Box::pin(self.bounded("release", self.release_on(&self.blob, lease))).await
     }
 
     async fn stamp(&self, lease: LeaseId, holder: &str, options: &StampOptions) -> Result<u64> {
-        self.stamp_term(lease, holder, options.advertised(), options.floor())
-            .await
+        Box::pin(self.stamp_term(lease, holder, options.advertised(), options.floor())).await
     }
 
     fn supports_advertised(&self) -> bool {
@@ -446,31 +442,34 @@ impl LeaseStore for BlobLeaseManager {
     }
 
     async fn change(&self, from: LeaseId, to: LeaseId) -> Result<()> {
-        self.bounded("change", async {
-            let answered = self
-                .calls
-                .change_lease(&self.blob, from, to)
-                .await
-                .map_err(|e| e.into_error("change"))?;
-            if answered == Some(to) {
-                Ok(())
-            } else {
-                Err(Error::LeaseLost(
-                    "change answered with another lease id".into(),
-                ))
-            }
+        Box::pin(async move {
+            self.bounded("change", async {
+                let answered = self
+                    .calls
+                    .change_lease(&self.blob, from, to)
+                    .await
+                    .map_err(|e| e.into_error("change"))?;
+                if answered == Some(to) {
+                    Ok(())
+                } else {
+                    Err(Error::LeaseLost(
+                        "change answered with another lease id".into(),
+                    ))
+                }
+            })
+            .await
         })
         .await
     }
 
     async fn inspect(&self) -> Result<Option<LeaseInfo>> {
-        self.bounded("inspect", async {
+        Box::pin(self.bounded("inspect", async {
             match self.calls.properties(&self.blob, None).await {
                 Ok(properties) => Ok(Some(properties.info())),
                 Err(e) if e.status() == Some(404) => Ok(None),
                 Err(e) => Err(e.into_error("inspect")),
             }
-        })
+        }))
         .await
     }
 
@@ -479,11 +478,11 @@ impl LeaseStore for BlobLeaseManager {
     }
 
     async fn read_state(&self) -> Result<Vec<u8>> {
-        BlobLeaseManager::read_state(self).await
+        Box::pin(BlobLeaseManager::read_state(self)).await
     }
 
     async fn write_state(&self, lease: LeaseId, state: &[u8]) -> Result<()> {
-        BlobLeaseManager::write_state(self, lease, state).await
+        Box::pin(BlobLeaseManager::write_state(self, lease, state)).await
     }
 
     fn supports_candidates(&self) -> bool {
@@ -496,18 +495,18 @@ impl LeaseStore for BlobLeaseManager {
         candidate: &Candidate,
         duration: Duration,
     ) -> Result<Acquire> {
-        self.advertise_record(record, candidate, duration).await
+        Box::pin(self.advertise_record(record, candidate, duration)).await
     }
 
     async fn keep_advertising(&self, record: LeaseId, holder: &str) -> Result<()> {
-        self.keep_record(record, holder).await
+        Box::pin(self.keep_record(record, holder)).await
     }
 
     async fn withdraw(&self, record: LeaseId, holder: &str) -> Result<()> {
-        self.withdraw_record(record, holder).await
+        Box::pin(self.withdraw_record(record, holder)).await
     }
 
     async fn candidates(&self) -> Result<Vec<Candidate>> {
-        self.list_candidates().await
+        Box::pin(self.list_candidates()).await
     }
 }

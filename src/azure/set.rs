@@ -105,11 +105,11 @@ impl LeaseSetStore for BlobLeaseSetStore {
 
     async fn list(&self, prefix: &str) -> Result<Vec<(String, LeaseInfo)>> {
         let set = format!("{}/", self.settings.blob());
-        let listed = within(
+        let listed = Box::pin(within(
             "list",
             self.request_timeout,
             list(&self.calls, &format!("{set}{prefix}"), "list"),
-        )
+        ))
         .await?;
         Ok(listed
             .into_iter()
@@ -126,7 +126,13 @@ impl LeaseSetStore for BlobLeaseSetStore {
                 .map(|(name, info)| (format!("{set}/{name}"), info)),
             tokio::time::Instant::now(),
         );
-        delete_stale(&self.calls, &self.collector, due, self.request_timeout).await
+        Box::pin(delete_stale(
+            &self.calls,
+            &self.collector,
+            due,
+            self.request_timeout,
+        ))
+        .await
     }
 
     async fn remove(&self, name: &str) -> bool {
