@@ -170,6 +170,26 @@ pub(crate) enum Command {
     /// none.
     #[command(after_help = format!("{PARTITIONS_EXAMPLES}\n\n{TABLE}"))]
     Partitions(PartitionsArgs),
+    /// Print the completion script of SHELL (bash, zsh, fish, elvish or
+    /// powershell), made from this command's own definition.
+    ///
+    /// For example, `blob-mutex completions bash >
+    /// /usr/share/bash-completion/completions/blob-mutex`.
+    Completions {
+        /// The shell to complete in.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the manual page (roff) of blob-mutex, or of one COMMAND,
+    /// made from this help.
+    ///
+    /// For example, `blob-mutex man run > blob-mutex-run.1`, or
+    /// `blob-mutex man | man -l -`.
+    Man {
+        /// The subcommand whose page to print (run, status, break, state,
+        /// partitions); without one, the page of blob-mutex itself.
+        command: Option<String>,
+    },
     /// Internal: the guard `run` starts with each command (see guard.rs).
     #[command(name = crate::guard::SUBCOMMAND, hide = true)]
     Guard,
@@ -184,7 +204,10 @@ impl Command {
             Command::Status(args) => args.target.sign_in().await,
             Command::Break(args) => args.target.sign_in().await,
             Command::Partitions(args) => args.target.sign_in().await,
-            Command::State(_) | Command::Guard => Ok(()),
+            Command::State(_)
+            | Command::Guard
+            | Command::Completions { .. }
+            | Command::Man { .. } => Ok(()),
         }
     }
 }

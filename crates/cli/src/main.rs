@@ -22,6 +22,7 @@ mod exit;
 mod group;
 mod guard;
 mod logs;
+mod manual;
 mod partitions;
 mod recorder;
 mod run;
@@ -52,8 +53,12 @@ fn main() -> ExitCode {
             }
         },
     };
-    if let Command::Guard = cli.command {
-        return guard::serve();
+    // What needs neither a runtime nor logs.
+    match &cli.command {
+        Command::Guard => return guard::serve(),
+        Command::Completions { shell } => return manual::completions(*shell),
+        Command::Man { command } => return manual::man(command.as_deref()),
+        _ => {}
     }
     logs::init();
     let runtime = match tokio::runtime::Builder::new_current_thread()
@@ -75,7 +80,9 @@ fn main() -> ExitCode {
             Command::Break(args) => break_lease::break_lease(args).await,
             Command::State(command) => state::state(command).await,
             Command::Partitions(args) => partitions::partitions(args).await,
-            Command::Guard => unreachable!("the guard was dispatched before the runtime"),
+            Command::Guard | Command::Completions { .. } | Command::Man { .. } => {
+                unreachable!("dispatched before the runtime")
+            }
         }
     });
     match result {

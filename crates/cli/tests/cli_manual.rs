@@ -1,0 +1,94 @@
+//! `blob-mutex completions SHELL` and `blob-mutex man [COMMAND]`: made
+//! from the command's own definition, without storage or settings, and
+//! what a package installs.
+
+use std::process::{Command, Output};
+
+const BIN: &str = env!("CARGO_BIN_EXE_blob-mutex");
+
+fn blob_mutex(args: &[&str]) -> Output {
+    Command::new(BIN)
+        .args(args)
+        // Settings in the environment change nothing here.
+        .env_remove("AZURE_STORAGE_CONNECTION_STRING")
+        .output()
+        .expect("the command starts")
+}
+
+fn stdout(output: &Output) -> String {
+    assert!(
+        output.status.success(),
+        "exit {:?}: {}",
+        output.status.code(),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout.clone()).expect("UTF-8")
+}
+
+#[test]
+fn completions_are_printed_for_bash_zsh_and_fish_with_every_subcommand_and_no_hidden_one() {
+    let bash = stdout(&blob_mutex(&["completions", "bash"]));
+    assert!(bash.contains("complete -F _blob__mutex"), "{bash}");
+    let zsh = stdout(&blob_mutex(&["completions", "zsh"]));
+    assert!(zsh.starts_with("#compdef blob-mutex"), "{zsh}");
+    let fish = stdout(&blob_mutex(&["completions", "fish"]));
+    assert!(fish.contains("complete -c blob-mutex"), "{fish}");
+    for script in [&bash, &zsh, &fish] {
+        for word in [
+            "run",
+            "status",
+            "break",
+            "partitions",
+            "--forever",
+            "--container",
+        ] {
+            assert!(script.contains(word), "no {word} in:\n{script}");
+        }
+        assert!(!script.contains("__guard"), "the internal guard is offered");
+    }
+}
+
+#[test]
+fn an_unknown_shell_is_a_usage_error_naming_the_known_ones() {
+    let output = blob_mutex(&["completions", "tcsh"]);
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("bash") && stderr.contains("fish"),
+        "{stderr}"
+    );
+    assert!(output.stdout.is_empty());
+}
+
+#[test]
+fn the_manual_pages_of_the_command_and_of_run_are_roff_made_from_the_help() {
+    let page = stdout(&blob_mutex(&["man"]));
+    assert!(page.contains(".TH blob-mutex 1"), "{page}");
+    let version = concat!("\"blob-mutex ", env!("CARGO_PKG_VERSION"), "\"");
+    assert!(page.contains(version), "the source names the version");
+    assert!(page.contains("partitions"), "{page}");
+    let run = stdout(&blob_mutex(&["man", "run"]));
+    assert!(run.contains(".TH blob-mutex-run 1"), "{run}");
+    // roff writes each hyphen as `\-`.
+    assert!(run.contains("blob\\-mutex run"), "{run}");
+    // The flags and the exit codes of `--help` are on the page.
+    for word in [
+        "\\-\\-forever",
+        "\\-\\-grace",
+        "done\\-key",
+        "BLOB_MUTEX_EPOCH",
+        "exit code 3",
+    ] {
+        assert!(run.contains(word), "no {word} on the run page");
+    }
+}
+
+#[test]
+fn a_page_of_an_unknown_or_internal_command_is_a_usage_error() {
+    for name in ["nosuch", "__guard"] {
+        let output = blob_mutex(&["man", name]);
+        assert_eq!(output.status.code(), Some(2), "man {name}");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(stderr.contains("one of: run, status"), "{stderr}");
+    }
+}
