@@ -3,7 +3,7 @@
 //! lease set), and the words it speaks: lease ids, acquire outcomes, lease
 //! states, a term's stamp, candidates of a handover.
 //!
-//! Azure's stores implement it ([`azure`](crate::azure)), and so do the
+//! Azure's stores implement it (module `azure`), and so do the
 //! [quorum](crate::quorum) and the stores in memory of the `testing`
 //! feature. To run the election on another storage, implement the traits
 //! from their docs and run [`conformance`] (feature `testing`) on the store.
@@ -165,7 +165,7 @@ pub struct LeaseInfo {
     /// while the blob shows the `ETag` it first showed.
     pub etag: String,
     /// Whether the lease carries the marker of a lease set's member (on
-    /// Azure, the metadata [`MEMBER_KEY`](crate::azure::metadata::MEMBER_KEY)), which only a
+    /// Azure, the metadata `MEMBER_KEY`), which only a
     /// set's member lease writes: a set collects no other lease, and counts
     /// no other lease as a member unless its `holder` is its name. A
     /// [`LeaseSetStore`] reports it for the leases that its
@@ -248,7 +248,7 @@ impl fmt::Debug for Candidate {
 /// What the election needs from a lease store: one lease, acquired under an
 /// id the caller proposes, renewed, released, and stamped with the epoch.
 ///
-/// [`BlobLeaseManager`](crate::azure::BlobLeaseManager) is the Azure store;
+/// `BlobLeaseManager` (module `azure`) is the Azure store;
 /// [`MemoryLeaseStore`](crate::store::memory::MemoryLeaseStore) (feature `testing`) keeps
 /// the lease in memory for tests. [`BlobDistributedMutex`](crate::BlobDistributedMutex)
 /// runs over any store (see [`BlobDistributedMutex::with_store`](crate::BlobDistributedMutex::with_store)),
@@ -567,7 +567,7 @@ pub use crate::limits::{MAX_ADVERTISED_LEN, MAX_STATE_LEN};
 /// Many named leases in one namespace, listed together: what a
 /// [`BlobLeaseSet`](crate::BlobLeaseSet) needs for its partitions and its
 /// members. On Azure, a container and a blob-name prefix
-/// ([`BlobLeaseSetStore`](crate::azure::BlobLeaseSetStore)); in memory,
+/// (`BlobLeaseSetStore`); in memory,
 /// [`MemoryLeaseSetStore`](crate::store::memory::MemoryLeaseSetStore) (feature `testing`).
 ///
 /// # Contract

@@ -64,8 +64,8 @@ use crate::store::{LeaseInfo, LeaseState};
 pub(crate) const DELETES_IN_FLIGHT: usize = 4;
 
 /// How stale member and candidate blobs are collected (see
-/// [`BlobLeaseSetStore::with_collection`](crate::azure::BlobLeaseSetStore::with_collection)
-/// and [`BlobLeaseManager::with_collection`](crate::azure::BlobLeaseManager::with_collection)).
+/// `BlobLeaseSetStore::with_collection`
+/// and `BlobLeaseManager::with_collection`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Collection {

@@ -30,7 +30,7 @@
 //! 2. **Members by their exact shape and a marker that only the set
 //!    writes.** A set reads as a member only `members/<one segment>`
 //!    ([`live_member`]), and collects only such a blob that carries the metadata
-//!    [`MEMBER_KEY`](crate::azure::metadata::MEMBER_KEY) ([`collectable`]): the set's member
+//!    `MEMBER_KEY` ([`collectable`]): the set's member
 //!    lease writes it when it creates the blob and at every stamp, and no
 //!    other lease ever does. A blob of member shape without it (written by a
 //!    version before the marker, or by another client) is never collected;
