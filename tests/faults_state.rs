@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use support::azurite::{unique_container, Azurite};
 use support::foreign::Foreign;
+use support::proxy::Proxy;
 use support::workers::{Cluster, What};
 
 const LEASE: Duration = Duration::from_secs(15);
@@ -22,7 +23,9 @@ fn azurite() -> Azurite {
     Azurite::start_with_args(&["--skipApiVersionCheck"])
 }
 
-fn workers(azurite: &Azurite, container: &str) -> Cluster {
+/// Two workers on `container`; worker `i` reaches storage through
+/// `connection_string(i)`.
+fn workers_through(container: &str, connection_string: impl Fn(usize) -> String) -> Cluster {
     let mut cluster = Cluster::new();
     cluster.spawn_workers(
         2,
@@ -36,9 +39,25 @@ fn workers(azurite: &Azurite, container: &str) -> Cluster {
             "--write-state-ms",
             "200",
         ],
-        |_| azurite.connection_string(),
+        connection_string,
     );
     cluster
+}
+
+fn workers(azurite: &Azurite, container: &str) -> Cluster {
+    workers_through(container, |_| azurite.connection_string())
+}
+
+/// Waits until `proxy` has forwarded a renewal that arrived after `after`.
+async fn renewed_after(proxy: &Proxy, after: std::time::Instant) {
+    support::wait_for("a renewal of the leader", Duration::from_secs(10), || async {
+        proxy
+            .log()
+            .iter()
+            .any(|r| r.is("renew") && r.at >= after && r.forwarded_at.is_some())
+            .then_some(())
+    })
+    .await;
 }
 
 /// Every state write of `epoch` that landed, with its time and tick.
@@ -92,10 +111,16 @@ async fn read_at_start(cluster: &Cluster, epoch: u64) -> String {
 async fn a_leader_whose_lease_was_broken_is_refused_by_storage() {
     let azurite = azurite();
     let container = unique_container("state-break");
-    let cluster = workers(&azurite, &container);
+    // Each worker through a proxy of its own, to see when the leader renews.
+    let proxies = Proxy::start_many(2, azurite.port);
+    let cluster = workers_through(&container, |i| proxies[i].connection_string());
     let (old, epoch, _) = cluster.wait_first_leader().await;
     first_write(&cluster, epoch, Duration::from_secs(10)).await;
     let foreign = Foreign::new(&azurite.connection_string(), &container, "state");
+    // Break right after a renewal, so that the leader keeps writing (every
+    // 200 ms) for most of the 2 s until its next renewal tells it: at a
+    // random moment, the renewal could come before the next write.
+    renewed_after(&proxies[old], std::time::Instant::now()).await;
     let before = cluster.now();
     foreign.break_lease();
     // The foreign client returns a moment after the break took effect: the
