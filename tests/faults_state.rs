@@ -50,13 +50,17 @@ fn workers(azurite: &Azurite, container: &str) -> Cluster {
 
 /// Waits until `proxy` has forwarded a renewal that arrived after `after`.
 async fn renewed_after(proxy: &Proxy, after: std::time::Instant) {
-    support::wait_for("a renewal of the leader", Duration::from_secs(10), || async {
-        proxy
-            .log()
-            .iter()
-            .any(|r| r.is("renew") && r.at >= after && r.forwarded_at.is_some())
-            .then_some(())
-    })
+    support::wait_for(
+        "a renewal of the leader",
+        Duration::from_secs(10),
+        || async {
+            proxy
+                .log()
+                .iter()
+                .any(|r| r.is("renew") && r.at >= after && r.forwarded_at.is_some())
+                .then_some(())
+        },
+    )
     .await;
 }
 
