@@ -926,3 +926,31 @@ async fn a_lease_held_on_the_accounts_that_answer_is_held_whatever_their_order()
         "one account down, one held at once, one held 40 ms later"
     );
 }
+
+/// With one account down (failing at once), every call rests on both
+/// others: one that answers 300 ms after the other still takes part. Its
+/// answer decides the call, so it is not a straggler to give up on.
+#[tokio::test(start_paused = true)]
+async fn with_one_account_down_a_slower_account_still_decides_every_call() {
+    let accounts = accounts(3);
+    term(&quorum(&accounts), "first").await.unwrap();
+    accounts[0].set_unavailable(true);
+    let stores = Stalling::each(&accounts);
+    stores[2].latency_ms.store(300, Ordering::SeqCst);
+    let store = QuorumLeaseStore::new(stores).unwrap();
+    let id = LeaseId::new();
+    assert_eq!(store.acquire(id, D).await.unwrap(), Acquire::Acquired);
+    store.renew(id).await.unwrap();
+    let epoch = store.stamp(id, "slow", &StampOptions::new()).await.unwrap();
+    assert_eq!(epoch, 2);
+    store.release(id).await.unwrap();
+    assert_eq!(held(&accounts), [false, false, false]);
+    let start = Instant::now();
+    let next = LeaseId::new();
+    assert_eq!(store.acquire(next, D).await.unwrap(), Acquire::Acquired);
+    assert!(
+        start.elapsed() < Duration::from_millis(700),
+        "an acquire waits for the slower account, not for its time limit: {:?}",
+        start.elapsed()
+    );
+}

@@ -137,14 +137,20 @@ where
     }
 
     /// Takes answers until `decided`, or until a majority of the accounts
-    /// has answered and the others stayed silent for a
+    /// has answered without failing and the others stayed silent for a
     /// [`straggler_grace`] after that: an account that answers much later
     /// than the others counts as failed.
+    ///
+    /// A failure does not start the grace: an account that is down fails
+    /// at once (its connection is refused), and the call then rests on the
+    /// others. Were it counted, an account answering a few milliseconds
+    /// after another would count as failed whenever one was down, and no
+    /// call could be decided; it is waited for, as a single store would be,
+    /// within the call's own time limit.
     pub(crate) async fn settle(&mut self, decided: impl Fn(Votes) -> bool) {
         let start = Instant::now();
         let majority = self.votes.majority();
-        self.until(|v| decided(v) || v.yes + v.no + v.failed >= majority)
-            .await;
+        self.until(|v| decided(v) || v.yes + v.no >= majority).await;
         if !decided(self.votes) {
             let grace = straggler_grace(start.elapsed());
             let _ = tokio::time::timeout(grace, self.until(&decided)).await;
