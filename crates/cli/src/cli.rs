@@ -11,9 +11,11 @@ use blob_mutex::{
     azure::Backend, azure::BlobLeaseManager, azure::BlobLeaseSetStore, quorum::QuorumLeaseSetStore,
     quorum::QuorumLeaseStore, BlobSettings, MutexOptions,
 };
+use clap::builder::BoolishValueParser;
 use clap::{ArgAction, Args, Parser, Subcommand};
 
-use crate::child::{ACCOUNT_URL_ENV, AUTH_ENV, BLOB_ENV, CONTAINER_ENV, DEV_ENV};
+use crate::child::{BLOB_ENV, CONTAINER_ENV, HOLDER_ENV};
+use crate::exit::UsageError;
 use crate::exit::TABLE;
 use crate::signin::Auth;
 
@@ -96,6 +98,18 @@ pub(crate) struct Cli {
     /// What to do.
     #[command(subcommand)]
     pub(crate) command: Command,
+    /// How the logs on stderr are written: text, or json (one object per
+    /// line, for a log shipper). RUST_LOG chooses what is logged
+    /// [default: the leader's start and end, warnings and errors].
+    #[arg(
+        long,
+        global = true,
+        value_enum,
+        value_name = "FORMAT",
+        env = "BLOB_MUTEX_LOG_FORMAT",
+        default_value_t = crate::logs::LogFormat::Text
+    )]
+    pub(crate) log_format: crate::logs::LogFormat,
 }
 
 /// The subcommands.
@@ -219,13 +233,13 @@ pub(crate) struct Target {
     account: Account,
     /// The container of the lease blob (run creates it when missing); may
     /// be left out when --account-url is a container's URL.
-    #[arg(long = "container", short = 'c', value_name = "CONTAINER")]
+    #[arg(long = "container", short = 'c', value_name = "CONTAINER", env = CONTAINER_ENV)]
     container_flag: Option<String>,
     /// The container: --container's or --account-url's (see [`Target::sign_in`]).
     #[arg(skip)]
     pub(crate) container: String,
     /// The lease blob (run creates it, empty, when missing).
-    #[arg(long, short = 'b')]
+    #[arg(long, short = 'b', env = BLOB_ENV)]
     pub(crate) blob: String,
 }
 
@@ -233,6 +247,7 @@ impl Target {
     /// Settles the container and signs in to the accounts given by URL
     /// (see [`Account::sign_in`]): before anything else.
     pub(crate) async fn sign_in(&mut self) -> Result<()> {
+        self.account.read_environment(env_var)?;
         self.container = self.account.container(self.container_flag.as_deref())?;
         self.account.sign_in().await
     }
@@ -283,14 +298,14 @@ pub(crate) struct SetTarget {
     account: Account,
     /// The container of the lease set; may be left out when --account-url
     /// is a container's URL.
-    #[arg(long = "container", short = 'c', value_name = "CONTAINER")]
+    #[arg(long = "container", short = 'c', value_name = "CONTAINER", env = CONTAINER_ENV)]
     container_flag: Option<String>,
     /// The container: --container's or --account-url's (see [`SetTarget::sign_in`]).
     #[arg(skip)]
     pub(crate) container: String,
     /// The lease set: the prefix of its blobs, SET/members/HOLDER and
     /// SET/partitions/NAME.
-    #[arg(long, short = 's')]
+    #[arg(long, short = 's', env = "BLOB_MUTEX_SET")]
     pub(crate) set: String,
 }
 
@@ -298,6 +313,7 @@ impl SetTarget {
     /// Settles the container and signs in to the accounts given by URL
     /// (see [`Account::sign_in`]): before anything else.
     pub(crate) async fn sign_in(&mut self) -> Result<()> {
+        self.account.read_environment(env_var)?;
         self.container = self.account.container(self.container_flag.as_deref())?;
         self.account.sign_in().await
     }
@@ -349,22 +365,22 @@ fn as_set(error: anyhow::Error) -> anyhow::Error {
 #[derive(Debug, Args)]
 pub(crate) struct LeaseArgs {
     /// How long each lease lasts on the server, 15s to 60s [default: 15s].
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, env = "BLOB_MUTEX_LEASE_DURATION")]
     lease_duration: Option<Duration>,
     /// How often the leader renews [default: a third of --lease-duration].
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, env = "BLOB_MUTEX_RENEW_INTERVAL")]
     renew_interval: Option<Duration>,
     /// How long to wait between attempts while another host leads [default: 1s].
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, env = "BLOB_MUTEX_ACQUIRE_RETRY")]
     acquire_retry: Option<Duration>,
     /// How long CMD has to exit after SIGTERM; SIGKILL comes a little
     /// earlier (by a quarter of it, at most 1s), so that CMD is gone before
     /// the lease could expire. Not after a broken or taken lease: SIGKILL
     /// then comes 100 ms after SIGTERM [default: 3s].
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, env = "BLOB_MUTEX_GRACE")]
     grace: Option<Duration>,
     /// This host's name in the blob's metadata [default: <hostname>-<pid>].
-    #[arg(long, value_name = "NAME")]
+    #[arg(long, value_name = "NAME", env = HOLDER_ENV)]
     holder: Option<String>,
     /// What this host tells the others while it leads, written beside its
     /// name at each term's stamp: where to reach it, for example
@@ -380,7 +396,7 @@ pub(crate) struct LeaseArgs {
     /// permission are settings to fix, not outages to wait out. Once
     /// storage has answered, an outage is retried for as long as it lasts.
     /// 0 makes one attempt; `never` retries for ever [default: 30s].
-    #[arg(long, value_name = "DURATION|never", value_parser = parse_bound)]
+    #[arg(long, value_name = "DURATION|never", value_parser = parse_bound, env = "BLOB_MUTEX_FIRST_CONTACT_TIMEOUT")]
     first_contact_timeout: Option<Bound>,
 }
 
@@ -440,19 +456,19 @@ pub(crate) struct RunArgs {
     /// --at-most-every, a host that gives up waiting exits 3 without
     /// knowing whether CMD ran elsewhere: set it longer than CMD takes, or
     /// leave it out. [default: wait as long as it takes]
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, env = "BLOB_MUTEX_WAIT")]
     pub(crate) wait: Option<Duration>,
     /// Run until stopped by a signal: after CMD exits or the lease is lost,
     /// release, campaign again and restart CMD (after a 5s back-off when CMD
     /// failed), never while a process of the old CMD's group may still run.
     /// Not with --once.
-    #[arg(long)]
+    #[arg(long, env = "BLOB_MUTEX_FOREVER", value_parser = BoolishValueParser::new())]
     pub(crate) forever: bool,
     /// Lead one term only: campaign, run CMD once, release, and exit with
     /// CMD's code (or 4 when the lease was lost). Never campaigns again,
     /// whatever happens in the term. Needed by --done-key and
     /// --at-most-every. Not with --forever.
-    #[arg(long)]
+    #[arg(long, env = "BLOB_MUTEX_ONCE", value_parser = BoolishValueParser::new())]
     pub(crate) once: bool,
     /// With --once: run CMD once per KEY across all hosts. After CMD exits 0
     /// by itself, the key is recorded in the lease blob's state, under the
@@ -467,7 +483,7 @@ pub(crate) struct RunArgs {
     /// runs, and no key is ever dropped. 1 to 256 bytes, no control
     /// characters. The record owns the blob's state: CMD gets no
     /// BLOB_MUTEX_LEASE_ID (no `state put`). One storage account only.
-    #[arg(long, value_name = "KEY")]
+    #[arg(long, value_name = "KEY", env = "BLOB_MUTEX_DONE_KEY")]
     pub(crate) done_key: Option<String>,
     /// With --once: run CMD at most once per DURATION across all hosts (a
     /// job that every host's cron starts), counted from the start of the
@@ -480,7 +496,7 @@ pub(crate) struct RunArgs {
     /// (20h for a daily job): however long CMD takes, the next day's run is
     /// due. With --done-key, skips when either says so. One storage account
     /// only.
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, env = "BLOB_MUTEX_AT_MOST_EVERY")]
     pub(crate) at_most_every: Option<Duration>,
     /// This host's priority as a preferred successor, any integer. While
     /// another host leads, this one advertises itself beside the lease; a
@@ -488,7 +504,12 @@ pub(crate) struct RunArgs {
     /// over (Change Lease). Equal priorities never hand over. Set it on
     /// every host of the service (for a rolling upgrade: old version 0, new
     /// version 1). [default: none, takes no part]
-    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    #[arg(
+        long,
+        value_name = "N",
+        allow_negative_numbers = true,
+        env = "BLOB_MUTEX_PRIORITY"
+    )]
     pub(crate) priority: Option<i64>,
     /// Serve, on this address only (for example 127.0.0.1:9898): the
     /// metrics in the Prometheus text format on /metrics; /livez for a
@@ -501,7 +522,7 @@ pub(crate) struct RunArgs {
     /// to send its request; at most 64 connections at a time (a quarter of
     /// the open-files limit when lower), the oldest idle one closed for a
     /// new one. [default: off]
-    #[arg(long, value_name = "ADDR")]
+    #[arg(long, value_name = "ADDR", env = "BLOB_MUTEX_METRICS_ADDR")]
     pub(crate) metrics_addr: Option<std::net::SocketAddr>,
     /// The command to run, and its arguments, after `--`.
     #[arg(last = true, required = true, value_name = "CMD")]
@@ -553,11 +574,11 @@ pub(crate) struct StateTarget {
     connection_string: Vec<String>,
     /// The storage account by URL, signed in to with --auth (inside run's
     /// command, the one run was given), as for `run`.
-    #[arg(long, value_name = "URL", env = ACCOUNT_URL_ENV, requires = "auth")]
+    #[arg(long, value_name = "URL", requires = "auth")]
     account_url: Option<String>,
     /// How to sign in to --account-url, as for `run` (inside run's
     /// command, the way run was given).
-    #[arg(long, value_name = "KIND", env = AUTH_ENV)]
+    #[arg(long, value_name = "KIND")]
     auth: Option<Auth>,
     /// The client id of the user-assigned managed identity or of the
     /// application, as for `run`.
@@ -565,7 +586,7 @@ pub(crate) struct StateTarget {
     client_id: Option<String>,
     /// Use Azurite's default account at http://127.0.0.1:10000 (ignores any
     /// connection string).
-    #[arg(long, env = DEV_ENV)]
+    #[arg(long)]
     dev: bool,
     /// The container of the lease blob.
     #[arg(long, short = 'c', env = CONTAINER_ENV)]
@@ -638,6 +659,24 @@ pub(crate) struct PartitionsArgs {
 
 /// Parses a duration in `jiff`'s friendly format (`500ms`, `15s`, `1m30s`,
 /// `1.5s`, `2h 30m`; ISO 8601's `PT15S` too), or a bare number of seconds.
+/// A yes or a no in the variable `name`: 1, true, yes or on; 0, false, no
+/// or off (in any case), as clap reads the variable of a switch.
+pub(crate) fn parse_switch(name: &str, value: &str) -> Result<bool> {
+    match value.trim().to_ascii_lowercase().as_str() {
+        "1" | "true" | "yes" | "on" => Ok(true),
+        "0" | "false" | "no" | "off" => Ok(false),
+        _ => Err(UsageError(format!(
+            "{name} is neither a yes (1, true, yes, on) nor a no (0, false, no, off)"
+        ))
+        .into()),
+    }
+}
+
+/// A variable of the process's environment, when it is Unicode.
+fn env_var(name: &str) -> Option<String> {
+    std::env::var(name).ok()
+}
+
 fn parse_duration(text: &str) -> Result<Duration, String> {
     let text = text.trim();
     let bad = |why: &dyn std::fmt::Display| {

@@ -1,6 +1,7 @@
-//! The command's logs: to stderr, chosen by `RUST_LOG` (default: warnings
-//! and errors), and below info only from this crate's own targets, whatever
-//! `RUST_LOG` says.
+//! The command's logs: to stderr, as text or JSON lines, chosen by
+//! `RUST_LOG` (default: the leader's start and end, warnings and errors),
+//! and below info only from this crate's own targets, whatever `RUST_LOG`
+//! says.
 //!
 //! At debug the storage SDKs and the HTTP stack under them log what carries
 //! credentials: `azure_core` 0.21 logs every request with its URL (a SAS
@@ -21,29 +22,57 @@ use tracing_subscriber::registry::LookupSpan;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{EnvFilter, Layer};
 
-/// Starts logging to stderr as `RUST_LOG` says.
-pub(crate) fn init() {
-    let directives = std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".to_owned());
+/// The target of the lines that say when this host's command starts and
+/// ends as leader: logged at info, and shown by default.
+pub(crate) const LEADER: &str = "blob_mutex::leader";
+
+/// What is logged when `RUST_LOG` is not set: the leader's start and end
+/// lines, warnings and errors.
+const DEFAULT_DIRECTIVES: &str = "warn,blob_mutex::leader=info";
+
+/// How the logs are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum LogFormat {
+    /// A line of text per event (with colours on a terminal).
+    Text,
+    /// A JSON object per line: `timestamp`, `level`, `target`, the
+    /// event's fields (`message` among them) and its spans.
+    Json,
+}
+
+/// Starts logging to stderr as `RUST_LOG` says, in `format`.
+pub(crate) fn init(format: LogFormat) {
+    let directives = std::env::var("RUST_LOG").unwrap_or_else(|_| DEFAULT_DIRECTIVES.to_owned());
     let ansi = std::io::stderr().is_terminal();
     tracing_subscriber::registry()
-        .with(layer(&directives, std::io::stderr, ansi))
+        .with(layer(&directives, std::io::stderr, ansi, format))
         .init();
 }
 
-/// The layer that writes the logs `directives` choose to `writer`, capped.
-/// Directives that do not parse are replaced by `warn`.
-fn layer<S, W>(directives: &str, writer: W, ansi: bool) -> impl Layer<S>
+/// The layer that writes the logs `directives` choose to `writer` in
+/// `format`, capped. Directives that do not parse are replaced by the
+/// default ones.
+fn layer<S, W>(directives: &str, writer: W, ansi: bool, format: LogFormat) -> impl Layer<S>
 where
     S: Subscriber + for<'a> LookupSpan<'a>,
     W: for<'w> MakeWriter<'w> + Send + Sync + 'static,
 {
-    let filter = EnvFilter::try_new(directives).unwrap_or_else(|_| EnvFilter::new("warn"));
-    tracing_subscriber::fmt::layer()
-        .with_writer(writer)
-        .with_ansi(ansi)
-        .with_target(false)
-        .with_filter(filter)
-        .with_filter(filter_fn(allowed))
+    let filter =
+        EnvFilter::try_new(directives).unwrap_or_else(|_| EnvFilter::new(DEFAULT_DIRECTIVES));
+    let written: Box<dyn Layer<S> + Send + Sync> = match format {
+        LogFormat::Text => tracing_subscriber::fmt::layer()
+            .with_writer(writer)
+            .with_ansi(ansi)
+            .with_target(false)
+            .boxed(),
+        LogFormat::Json => tracing_subscriber::fmt::layer()
+            .json()
+            .with_writer(writer)
+            .with_current_span(false)
+            .with_span_list(true)
+            .boxed(),
+    };
+    written.with_filter(filter).with_filter(filter_fn(allowed))
 }
 
 /// Whether an event or span may be logged at all: at info or above from any
@@ -102,8 +131,12 @@ mod tests {
     fn logged(directives: &str) -> String {
         let buffer = Buffer::default();
         let writer = buffer.clone();
-        let subscriber =
-            tracing_subscriber::registry().with(layer(directives, move || writer.clone(), false));
+        let subscriber = tracing_subscriber::registry().with(layer(
+            directives,
+            move || writer.clone(),
+            false,
+            super::LogFormat::Text,
+        ));
         tracing::subscriber::with_default(subscriber, || {
             emit_from!(
                 "azure_core::policies::transport",

@@ -60,7 +60,7 @@ fn main() -> ExitCode {
         Command::Man { command } => return manual::man(command.as_deref()),
         _ => {}
     }
-    logs::init();
+    logs::init(cli.log_format);
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -23,6 +23,7 @@ use tracing::{info, warn};
 use crate::child::{self, Child, Groups, SpawnError, StopTimes, Watched};
 use crate::cli::RunArgs;
 use crate::endpoint::Endpoint;
+use crate::logs::LEADER;
 use crate::{exit, guard};
 
 /// How the run ended; it chooses the exit code.
@@ -295,7 +296,7 @@ async fn lead(ctx: LeaderContext, shared: Arc<Shared>) -> Result<()> {
             return guard_failed(&shared, format!("cannot start the guard process: {e}"));
         }
     };
-    info!(epoch = ctx.epoch(), pid = child.pid(), group = %child.group(), "leader: started the command");
+    info!(target: LEADER, epoch = ctx.epoch(), pid = child.pid(), group = %child.group(), "leader: started the command");
     shared.state().running = Some(child.group());
     let mut abort = AbortGuard {
         ctx: &ctx,
@@ -388,6 +389,14 @@ enum Ended {
 /// `--forever`) another campaign.
 fn conclude(ctx: &LeaderContext, shared: &Shared, ended: Ended) -> Result<()> {
     let epoch = ctx.epoch();
+    match &ended {
+        Ended::ByItself(status) => {
+            info!(target: LEADER, epoch, status = %exit::describe(*status), "leader: the command ended; the lease is released");
+        }
+        Ended::Stopped(reason, status) => {
+            info!(target: LEADER, epoch, %reason, status = %exit::describe(*status), "leader: the command was stopped; the lease is released unless it was lost");
+        }
+    }
     match ended {
         Ended::ByItself(status) if !shared.forever || shared.token.is_cancelled() => {
             shared.finish(Outcome::Exited(status));

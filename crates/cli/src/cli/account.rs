@@ -2,6 +2,14 @@
 //! quorum of accounts): a connection string, an account URL and how to sign
 //! in to it, an accounts file, `--dev`, the request timeout and the backend;
 //! and the library's settings and stores made from them.
+//!
+//! The account itself (connection strings, account URL and its sign-in,
+//! accounts file, `--dev`) is taken whole, from the flags when any of them
+//! is given, else from the `BLOB_MUTEX_*` variables of the same names, else
+//! from `AZURE_STORAGE_CONNECTION_STRING`: never a part from each, so that
+//! a command started inside `run`'s command (which has `run`'s account in
+//! its environment) and given its own account never becomes a quorum of
+//! both, nor signs in to its account with its parent's credential.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -10,13 +18,17 @@ use anyhow::Result;
 use blob_mutex::{azure::Backend, quorum::QuorumLeaseStore, BlobSettings, MutexOptions};
 use clap::{ArgAction, Args};
 
-use super::{parse_backend, parse_duration};
+use super::{parse_backend, parse_duration, parse_switch};
 use crate::child::{ACCOUNT_URL_ENV, AUTH_ENV, DEV_ENV};
 use crate::exit::UsageError;
 use crate::signin::{AccountUrl, Auth, UrlAccount};
 
-/// The environment variable of the connection string.
+/// Azure's environment variable of the connection string, read last.
 const CONNECTION_STRING_ENV: &str = "AZURE_STORAGE_CONNECTION_STRING";
+/// The command's own variable of the connection string.
+const OWN_CONNECTION_STRING_ENV: &str = "BLOB_MUTEX_CONNECTION_STRING";
+/// The variable of the accounts file.
+const ACCOUNTS_FILE_ENV: &str = "BLOB_MUTEX_ACCOUNTS_FILE";
 
 /// How to reach the storage account: the flags every command shares.
 #[derive(Debug, Args)]
@@ -26,11 +38,13 @@ const CONNECTION_STRING_ENV: &str = "AZURE_STORAGE_CONNECTION_STRING";
 // The fields are the parent's too: `state` takes the same flags under its
 // own help and builds an `Account` from them.
 pub(crate) struct Account {
-    /// Storage connection string (never printed), or from
-    /// AZURE_STORAGE_CONNECTION_STRING when neither this flag nor
-    /// --account-url is given. Given once per account, several times,
-    /// `run`, `status` and `partitions` use a quorum of the accounts: the
-    /// lease is held while a majority of them is.
+    /// Storage connection string (never printed). Given once per account,
+    /// several times, `run`, `status` and `partitions` use a quorum of the
+    /// accounts: the lease is held while a majority of them is. The account
+    /// is taken whole from these flags (this one, --account-url with
+    /// --auth, --accounts-file, --dev) when any is given, else from their
+    /// variables, else from AZURE_STORAGE_CONNECTION_STRING.
+    /// [env: BLOB_MUTEX_CONNECTION_STRING]
     #[arg(long, value_name = "STRING", action = ArgAction::Append)]
     pub(super) connection_string: Vec<String>,
     /// The storage account by URL, signed in to with --auth (no key or
@@ -38,8 +52,7 @@ pub(crate) struct Account {
     /// or a container's URL https://<account>.blob.core.windows.net/<container>
     /// (then --container may be left out). On an IP address or localhost,
     /// the account is the first path segment: https://127.0.0.1:10000/<account>.
-    /// Never read from BLOB_MUTEX_ACCOUNT_URL, which `run` sets for `state`
-    /// in its command: a `run` inside it uses the account it is given.
+    /// [env: BLOB_MUTEX_ACCOUNT_URL, with BLOB_MUTEX_AUTH]
     #[arg(long, value_name = "URL", requires = "auth")]
     pub(super) account_url: Option<String>,
     /// How to sign in to --account-url and to the accounts of --accounts-file
@@ -51,8 +64,8 @@ pub(crate) struct Account {
     /// read from the file PATH at start). The identity needs the role
     /// Storage Blob Data Contributor. One token is fetched before anything
     /// else: a credential that cannot get one within 10s exits with code 2,
-    /// saying what to check. Never read from BLOB_MUTEX_AUTH (for `state`
-    /// in run's command).
+    /// saying what to check. [env: BLOB_MUTEX_AUTH, with the account of
+    /// the variables only]
     #[arg(long, value_name = "KIND")]
     pub(super) auth: Option<Auth>,
     /// The client id of the user-assigned managed identity, or of the
@@ -65,15 +78,15 @@ pub(crate) struct Account {
     /// connection string, or an account URL followed by its --auth kind
     /// (`https://acct2.blob.core.windows.net managed-identity`; the kind of
     /// --auth when left out). Blank lines and lines starting with # are
-    /// skipped; nothing of it is printed.
+    /// skipped; nothing of it is printed. [env: BLOB_MUTEX_ACCOUNTS_FILE]
     #[arg(long, value_name = "FILE")]
     pub(super) accounts_file: Option<PathBuf>,
     /// Use Azurite's default account at http://127.0.0.1:10000 (ignores any
-    /// connection string).
+    /// connection string). [env: BLOB_MUTEX_DEV]
     #[arg(long)]
     pub(super) dev: bool,
     /// The longest any single storage request may take [default: 3s].
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, env = "BLOB_MUTEX_REQUEST_TIMEOUT")]
     pub(super) request_timeout: Option<Duration>,
     /// The storage backend: official (Microsoft's official Azure SDK,
     /// azure_storage_blob 1.x) or sdk-v021 (the azure_storage_blobs 0.21
@@ -85,20 +98,6 @@ pub(crate) struct Account {
     /// The accounts, once signed in (see [`Account::sign_in`]).
     #[arg(skip)]
     pub(super) signed_in: Option<Vec<Given>>,
-}
-
-/// What to say to a command given no account while `run`'s account for
-/// `state` is in its environment: that it is not read, and how to use it.
-fn parents_account_hint() -> String {
-    let set = |name| std::env::var_os(name).is_some_and(|value| !value.is_empty());
-    if !(set(ACCOUNT_URL_ENV) || set(AUTH_ENV)) {
-        return String::new();
-    }
-    format!(
-        " ({ACCOUNT_URL_ENV} and {AUTH_ENV}, which `run` sets in its command, are read only by \
-         `state get` and `state put`; to use that account, pass --account-url \
-         \"${ACCOUNT_URL_ENV}\" --auth \"${AUTH_ENV}\")"
-    )
 }
 
 /// One storage account as given: by connection string, or by URL with
@@ -148,11 +147,13 @@ impl Account {
             return Ok(BlobSettings::azurite(container, blob)?.with_backend(self.backend()));
         }
         match self.given()?.as_slice() {
-            [] => Err(UsageError(format!(
-                "no storage account: pass --account-url with --auth, --connection-string, set \
-                 AZURE_STORAGE_CONNECTION_STRING, or use --dev for Azurite{}",
-                parents_account_hint()
-            ))
+            [] => Err(UsageError(
+                "no storage account: pass --account-url with --auth, --connection-string, \
+                 --accounts-file, or --dev for Azurite; or set BLOB_MUTEX_ACCOUNT_URL with \
+                 BLOB_MUTEX_AUTH, BLOB_MUTEX_CONNECTION_STRING, BLOB_MUTEX_ACCOUNTS_FILE, \
+                 BLOB_MUTEX_DEV or AZURE_STORAGE_CONNECTION_STRING"
+                    .to_owned(),
+            )
             .into()),
             [one] => one.settings(container, blob, self.backend()),
             several => Err(UsageError(format!(
@@ -222,10 +223,13 @@ impl Account {
         Ok(given)
     }
 
-    /// The connection strings of the flags, or of the environment when
-    /// neither --connection-string nor --account-url is given.
+    /// The connection strings of the flags (or of their variables), or of
+    /// `AZURE_STORAGE_CONNECTION_STRING` when no account is given otherwise.
     fn connection_strings(&self) -> Vec<String> {
-        if !self.connection_string.is_empty() || self.account_url.is_some() {
+        if !self.connection_string.is_empty()
+            || self.account_url.is_some()
+            || self.accounts_file.is_some()
+        {
             return self.connection_string.clone();
         }
         std::env::var(CONNECTION_STRING_ENV)
@@ -233,6 +237,45 @@ impl Account {
             .filter(|s| !s.trim().is_empty())
             .into_iter()
             .collect()
+    }
+
+    /// Takes the account from the `BLOB_MUTEX_*` variables `var` reads when
+    /// no flag gives one: all of it from one side, never a part from each.
+    /// Variables set to an empty value count as unset.
+    ///
+    /// # Errors
+    ///
+    /// A usage error when `BLOB_MUTEX_DEV` is not a yes or a no.
+    pub(crate) fn read_environment(&mut self, var: impl Fn(&str) -> Option<String>) -> Result<()> {
+        let given = !self.connection_string.is_empty()
+            || self.account_url.is_some()
+            || self.auth.is_some()
+            || self.accounts_file.is_some()
+            || self.dev;
+        if given {
+            return Ok(());
+        }
+        let var = |name: &str| var(name).filter(|value| !value.trim().is_empty());
+        if let Some(dev) = var(DEV_ENV) {
+            self.dev = parse_switch(DEV_ENV, &dev)?;
+        }
+        self.connection_string
+            .extend(var(OWN_CONNECTION_STRING_ENV));
+        self.account_url = var(ACCOUNT_URL_ENV);
+        if let Some(auth) = var(AUTH_ENV) {
+            let auth = auth
+                .parse()
+                .map_err(|reason| UsageError(format!("{AUTH_ENV}: {reason}")))?;
+            self.auth = Some(auth);
+        }
+        if self.account_url.is_some() && self.auth.is_none() {
+            return Err(UsageError(format!(
+                "{ACCOUNT_URL_ENV} needs {AUTH_ENV} to say how to sign in"
+            ))
+            .into());
+        }
+        self.accounts_file = var(ACCOUNTS_FILE_ENV).map(PathBuf::from);
+        Ok(())
     }
 
     /// The accounts of the accounts file: a connection string, or an
