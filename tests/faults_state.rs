@@ -255,11 +255,15 @@ async fn the_state_survives_a_handover_and_a_crash() {
     let (_, epoch3, _) = cluster
         .wait_leading_after(killed, LEASE + Duration::from_secs(10))
         .await;
+    // The write in flight at the kill may have landed before the worker
+    // could say so: the next leader reads the last write said, or that one.
     let last = written(&cluster, epoch2).last().copied().unwrap().1;
-    assert_eq!(
-        read_at_start(&cluster, epoch3).await,
-        format!("epoch={epoch2}_tick={last}"),
-        "{}",
+    let read = read_at_start(&cluster, epoch3).await;
+    assert!(
+        [last, last + 1]
+            .iter()
+            .any(|tick| read == format!("epoch={epoch2}_tick={tick}")),
+        "read {read:?}, the last write said was tick {last} of epoch {epoch2}\n{}",
         cluster.dump()
     );
     cluster.history().assert_safe(&cluster.dump());
