@@ -8,11 +8,12 @@ release, a restricted security context), then prints, one per line:
 
     probe <path>          each probe's path (liveness, then readiness)
     stop <seconds>        terminationGracePeriodSeconds
-    arg <value>           the container's args, as Kubernetes passes them
+    arg <value>           the container's args, to run against Azurite
+    full <value>          the container's args, as Kubernetes passes them
 
-The args are the manifest's with three changes, so that they run against a
-local Azurite: $(VAR) is expanded from the container's env (a fieldRef gets
-the name "<CONTAINER>-0"), --account-url URL and --auth KIND are left out
+Both have $(VAR) expanded from the container's env (a fieldRef gets the
+name "<CONTAINER>-0"). The `arg` lines have two more changes, so that they
+run against a local Azurite: --account-url URL and --auth KIND are left out
 (the test gives a connection string in the environment instead; the
 container that the URL names becomes --container), and the
 --metrics-addr value becomes ADDR.
@@ -97,6 +98,8 @@ def main():
     print(f"stop {stop}")
     for arg in out:
         print(f"arg {arg}")
+    for arg in expanded:
+        print(f"full {arg}")
 
 
 main()
