@@ -8,7 +8,8 @@
 //! server certificates trusted when either the bundled webpki roots or the
 //! platform's store (on Linux the system bundle, or `SSL_CERT_FILE` /
 //! `SSL_CERT_DIR`) vouch for them: a private CA or a TLS-inspecting proxy
-//! is trusted once the host trusts it.
+//! is trusted once the host trusts it. A host without any store (a
+//! `FROM scratch` container has no /etc/ssl) trusts the bundled roots alone.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -19,6 +20,7 @@ use rustls::client::WebPkiServerVerifier;
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::{DigitallySignedStruct, SignatureScheme};
+use tracing::{debug, warn};
 
 use crate::error::{Cause, Error};
 
@@ -65,13 +67,15 @@ fn client() -> Result<reqwest::Client, Error> {
 }
 
 /// Trusts a server certificate that chains to a bundled webpki root or to
-/// a root of the platform's store. The bundled roots come first (no file
-/// is read); the platform's are read once, when first needed. Signatures
-/// of the handshake are checked as webpki checks them.
+/// a root of the platform's store. The bundled roots come first; the
+/// platform's store is read once, when the client is made, and left out
+/// when it holds no certificate. Signatures of the handshake are checked as
+/// webpki checks them.
 #[derive(Debug)]
 struct EitherRoots {
     bundled: Arc<WebPkiServerVerifier>,
-    platform: rustls_platform_verifier::Verifier,
+    /// `None` when the platform has no store, or an empty one.
+    platform: Option<rustls_platform_verifier::Verifier>,
 }
 
 impl EitherRoots {
@@ -83,8 +87,30 @@ impl EitherRoots {
             WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider.clone())
                 .build()
                 .map_err(|e| rustls::Error::General(e.to_string()))?;
-        let platform = rustls_platform_verifier::Verifier::new(provider.clone())?;
+        let platform = platform_roots(provider);
         Ok(EitherRoots { bundled, platform })
+    }
+}
+
+/// The verifier of the platform's store, or `None` when the store holds no
+/// certificate (a `FROM scratch` image, or `SSL_CERT_FILE` naming an empty
+/// file).
+fn platform_roots(provider: &Arc<CryptoProvider>) -> Option<rustls_platform_verifier::Verifier> {
+    match rustls_platform_verifier::Verifier::new(provider.clone()) {
+        Ok(platform) => Some(platform),
+        Err(e) => {
+            // Named explicitly, an empty or unreadable store is worth a
+            // word; a host without any store is simply one.
+            let named = ["SSL_CERT_FILE", "SSL_CERT_DIR"]
+                .iter()
+                .any(|name| std::env::var_os(name).is_some());
+            if named {
+                warn!(error = %e, "SSL_CERT_FILE or SSL_CERT_DIR gives no certificate: only the bundled roots are trusted");
+            } else {
+                debug!(error = %e, "no certificate store on this host: only the bundled roots are trusted");
+            }
+            None
+        }
     }
 }
 
@@ -101,7 +127,11 @@ impl ServerCertVerifier for EitherRoots {
             verifier.verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now)
         };
         // The platform's answer names what is wrong when neither trusts it.
-        verify(self.bundled.as_ref()).or_else(|_| verify(&self.platform))
+        let bundled = verify(self.bundled.as_ref());
+        match &self.platform {
+            Some(platform) => bundled.or_else(|_| verify(platform)),
+            None => bundled,
+        }
     }
 
     fn verify_tls12_signature(

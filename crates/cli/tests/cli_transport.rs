@@ -111,3 +111,25 @@ async fn a_private_ca_the_host_trusts_is_trusted() {
     .await;
     assert!(trusted.status.success(), "{trusted:?}");
 }
+
+#[tokio::test]
+async fn a_host_without_any_certificate_store_trusts_the_bundled_roots() {
+    // A `FROM scratch` image has no /etc/ssl: the platform's store is empty,
+    // as it is here with SSL_CERT_FILE naming an empty file.
+    let empty = std::env::temp_dir().join(format!("blob-mutex-no-ca-{}.pem", std::process::id()));
+    std::fs::write(&empty, "").expect("write the empty bundle");
+    let container = azurite::unique_container("cli-no-ca");
+    let empty_file = empty.display().to_string();
+    let out = run_once(
+        &azurite::shared().connection_string(),
+        "official",
+        &container,
+        &[
+            ("SSL_CERT_FILE", &empty_file),
+            ("SSL_CERT_DIR", &empty_file),
+        ],
+    )
+    .await;
+    let _ = std::fs::remove_file(&empty);
+    assert!(out.status.success(), "{out:?}");
+}
