@@ -4,9 +4,7 @@
 
 use blob_mutex_testkit as support;
 
-use blob_mutex::{
-    azure::BlobLeaseManager, store::conformance, store::StampOptions, testing::MemoryLeaseStore,
-};
+use blob_mutex::{azure::BlobLeaseManager, store::conformance, testing::MemoryLeaseStore};
 use support::azurite;
 
 fn memory_pair(name: &str) -> (MemoryLeaseStore, MemoryLeaseStore) {
@@ -94,7 +92,8 @@ async fn the_official_store_on_a_container_url_meets_the_contract() {
 #[cfg(all(feature = "official", feature = "sdk-v021"))]
 #[tokio::test]
 async fn the_two_backends_share_one_lease_and_its_epochs() {
-    use blob_mutex::{azure::Backend, store::Acquire, store::LeaseId, store::LeaseStore};
+    use blob_mutex::azure::Backend;
+    use blob_mutex::store::{Acquire, LeaseId, LeaseStore, StampOptions};
     use std::time::Duration;
 
     let container = azurite::unique_container("mixed");
