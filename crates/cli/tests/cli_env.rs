@@ -109,6 +109,28 @@ async fn every_flag_of_run_and_of_the_account_names_its_variable_in_help() {
     }
 }
 
+/// `run --once` of one term on `container`/`job`, the account given by
+/// flag; the command and any further flags are appended by the caller.
+fn run_once_on<'a>(connection: &'a str, container: &'a str) -> Vec<&'a str> {
+    vec![
+        "run",
+        "--connection-string",
+        connection,
+        "--container",
+        container,
+        "--blob",
+        "job",
+        "--once",
+    ]
+}
+
+/// Asserts that `output` is a usage error (exit code 2) that names `name`.
+fn assert_usage_error_naming(output: &Output, name: &str) {
+    let stderr = text(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains(name), "{stderr}");
+}
+
 /// A scratch file that the command of a run creates.
 fn marker(dir: &Path) -> String {
     dir.join("ran").display().to_string()
@@ -186,24 +208,9 @@ async fn an_account_flag_takes_the_whole_account_and_no_variable_of_it() {
         ("BLOB_MUTEX_AUTH", auth.as_str()),
         ("BLOB_MUTEX_CONNECTION_STRING", "not a connection string"),
     ];
-    let run = output(command(
-        &[
-            "run",
-            "--connection-string",
-            &connection,
-            "--container",
-            &container,
-            "--blob",
-            "job",
-            "--once",
-            "--wait",
-            "30s",
-            "--",
-            "true",
-        ],
-        &env,
-    ))
-    .await;
+    let mut args = run_once_on(&connection, &container);
+    args.extend_from_slice(&["--wait", "30s", "--", "true"]);
+    let run = output(command(&args, &env)).await;
     assert_eq!(run.status.code(), Some(0), "{}", text(&run.stderr));
 
     // No flag: the variables' account, which here cannot be reached.
@@ -234,23 +241,13 @@ async fn an_account_url_variable_without_its_sign_in_is_a_usage_error() {
         )],
     ))
     .await;
-    assert_eq!(status.status.code(), Some(2), "{}", text(&status.stderr));
-    assert!(
-        text(&status.stderr).contains("BLOB_MUTEX_AUTH"),
-        "{}",
-        text(&status.stderr)
-    );
+    assert_usage_error_naming(&status, "BLOB_MUTEX_AUTH");
     let dev = output(command(
         &["status", "--container", "c", "--blob", "b"],
         &[("BLOB_MUTEX_DEV", "perhaps")],
     ))
     .await;
-    assert_eq!(dev.status.code(), Some(2), "{}", text(&dev.stderr));
-    assert!(
-        text(&dev.stderr).contains("BLOB_MUTEX_DEV"),
-        "{}",
-        text(&dev.stderr)
-    );
+    assert_usage_error_naming(&dev, "BLOB_MUTEX_DEV is neither a yes");
 }
 
 /// A run of `sleep 0.2` as leader, once, with the given extra flags; its
@@ -259,16 +256,7 @@ async fn leader_logs(flags: &[&str]) -> String {
     let azurite = azurite::shared();
     let container = azurite::unique_container("cli-env-logs");
     let connection = azurite.connection_string();
-    let mut args = vec![
-        "run",
-        "--connection-string",
-        &connection,
-        "--container",
-        &container,
-        "--blob",
-        "job",
-        "--once",
-    ];
+    let mut args = run_once_on(&connection, &container);
     args.extend_from_slice(flags);
     args.extend_from_slice(&["--", "sleep", "0.2"]);
     let run = output(command(&args, &[])).await;
