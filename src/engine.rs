@@ -217,6 +217,7 @@ impl<S: LeaseStore> Engine<'_, S> {
             Err(e) => return Err(e),
         };
         let (lease, deadline) = acquired;
+        self.observer.acquired();
         // Many terms of one set may start together: their first renewal
         // comes at a random point of the second half of the renew interval,
         // so that their renewals do not come in bursts.

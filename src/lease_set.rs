@@ -25,7 +25,7 @@
 //!   terms are sub-tasks of the membership term.
 //! - **Cost.** All leases of a set share one HTTP client and its pool of
 //!   kept-alive connections. Claims of one cycle are paced 5 ms apart (at
-//!   most 200 acquires a second), at most 16 of them in flight at once (so
+//!   most 200 acquires a second), at most 16 acquires in flight at once (so
 //!   that slow storage makes claims wait instead of piling up requests in
 //!   front of the renewals), and each partition term renews the first time
 //!   at a random point of the second half of the renew interval, so that
@@ -86,10 +86,14 @@ use fate::{is_partition_fault, Fate};
 /// partitions sends at most 200 acquires a second.
 const CLAIM_PACE: Duration = Duration::from_millis(5);
 /// The most claims of one instance in flight at once (from the acquire
-/// until the epoch is stamped): when storage slows down, claims wait here
-/// instead of piling up requests (and connections) in front of the
-/// renewals of the member lease and of the partitions already owned. With
-/// storage answering in a few milliseconds it never binds: the pace does.
+/// until the lease is held, or the attempt ends without it): when storage
+/// slows down, claims wait here instead of piling up requests (and
+/// connections) in front of the renewals of the member lease and of the
+/// partitions already owned. With storage answering in a few milliseconds
+/// it never binds: the pace does. The stamp after the acquire holds no
+/// slot: a blob made anew waits there a second or so for storage's clock,
+/// sending one read, and a cold start on new blobs would otherwise be
+/// paced by that wait (16 claims a second or so) instead of by the pace.
 const CLAIMS_IN_FLIGHT: usize = 16;
 
 /// What a partition's task is given: everything a [`LeaderContext`] gives
@@ -650,9 +654,21 @@ struct PartitionObserver<'s> {
     partition: &'s str,
     owned: &'s watch::Sender<BTreeMap<String, u64>>,
     reports: &'s broadcast::Sender<PartitionReport>,
+    /// The claim's slot ([`CLAIMS_IN_FLIGHT`]), given back once the lease
+    /// is held.
+    permit: Mutex<Option<OwnedSemaphorePermit>>,
 }
 
 impl Observer for PartitionObserver<'_> {
+    fn acquired(&self) {
+        drop(
+            self.permit
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .take(),
+        );
+    }
+
     fn started(&self, epoch: u64) {
         self.owned.send_modify(|o| {
             o.insert(self.partition.to_owned(), epoch);
@@ -672,8 +688,9 @@ impl Observer for PartitionObserver<'_> {
 }
 
 /// One term on one partition: acquire once, lead, drain, release. The
-/// claim's `permit` is given back once the term's task starts (the epoch is
-/// stamped), or when the attempt ends without a term.
+/// claim's `permit` is given back once the lease is held, or when the
+/// attempt ends without one: the stamp that follows, which for a blob made
+/// anew waits for storage's clock to pass a second, holds no slot.
 async fn run_partition<S: LeaseSetStore>(
     shared: &Arc<Shared<S>>,
     partition: &str,
@@ -683,9 +700,7 @@ async fn run_partition<S: LeaseSetStore>(
     let store = Arc::new(shared.store.lease(&format!("{PARTITIONS}{partition}"))?);
     let name: Arc<str> = partition.into();
     let user = shared.task.clone();
-    let permit = std::sync::Mutex::new(permit);
     let task = box_task(move |leader: LeaderContext| {
-        drop(permit.lock().unwrap_or_else(PoisonError::into_inner).take());
         user(PartitionContext {
             leader,
             partition: name.clone(),
@@ -696,6 +711,7 @@ async fn run_partition<S: LeaseSetStore>(
         partition,
         owned: &shared.owned,
         reports: &shared.reports,
+        permit: Mutex::new(permit),
     };
     let metrics = Metrics::new(&store.name(), shared.vitals.clone());
     let engine = Engine {

@@ -20,6 +20,10 @@ use crate::engine::term_tasks::TermTasks;
 /// Who hears of a term's start and end besides the state channel and the
 /// metrics. Called synchronously, so that a dropped term can still report.
 pub(crate) trait Observer: Send + Sync {
+    /// The lease is held and the term is about to be stamped (a term of
+    /// [`Engine::lead_once`](crate::engine::Engine::lead_once): a partition's).
+    fn acquired(&self) {}
+
     /// A term has started with this epoch; its task is about to run.
     fn started(&self, _epoch: u64) {}
 
