@@ -22,7 +22,10 @@
     allow(unreachable_code, unused_variables, unused_mut, clippy::unused_async)
 )]
 
+use std::sync::Arc;
+
 use crate::azure::calls::{BlobCalls, Call, Listed, Metadata, Properties, Put};
+use crate::azure::in_flight::{InFlight, Kind};
 use crate::azure::settings::{Backend, BlobSettings};
 use crate::error::{Error, Result};
 use crate::store::LeaseId;
@@ -32,27 +35,38 @@ use crate::azure::official::{OfficialCalls, OfficialSettings};
 #[cfg(feature = "sdk-v021")]
 use crate::azure::sdk_v021::SdkV021Calls;
 
-/// Calls `$body` with `$calls` bound to the SDK's calls in `$any`. The
-/// official SDK's futures are large (kilobytes): the stores' public calls
-/// box each call once, the SDK's request in it (`lease.rs`, `set.rs`), so
-/// that every future that awaits a storage call (the mutex's campaign
-/// among them) stays small, at one allocation per request.
+/// Calls `$body` with `$calls` bound to the SDK's calls in `$any`, in a
+/// slot of the client's requests in flight ([`InFlight`]) for a request of
+/// `$kind`. The official SDK's futures are large (kilobytes): the stores'
+/// public calls box each call once, the SDK's request in it (`lease.rs`,
+/// `set.rs`), so that every future that awaits a storage call (the mutex's
+/// campaign among them) stays small, at one allocation per request.
 macro_rules! each {
-    ($any:expr, $calls:ident => $body:expr) => {
-        match $any {
+    ($any:expr, $kind:expr, $calls:ident => $body:expr) => {{
+        let _slot = $any.in_flight.enter($kind).await;
+        match &$any.sdk {
             #[cfg(feature = "official")]
-            AnyCalls::Official(ref $calls) => $body.await,
+            Sdk::Official($calls) => $body.await,
             #[cfg(feature = "sdk-v021")]
-            AnyCalls::SdkV021(ref $calls) => $body.await,
+            Sdk::SdkV021($calls) => $body.await,
             #[cfg(not(any(feature = "official", feature = "sdk-v021")))]
-            AnyCalls::None(never) => match *never {},
+            Sdk::None(never) => match *never {},
         }
-    };
+    }};
 }
 
-/// The blob calls of the SDK that the settings name.
+/// The blob calls of the SDK that the settings name, and the slots of
+/// its client's requests in flight (shared by every clone, as the client
+/// is).
 #[derive(Clone)]
-pub(crate) enum AnyCalls {
+pub(crate) struct AnyCalls {
+    sdk: Sdk,
+    in_flight: Arc<InFlight>,
+}
+
+/// The calls of one SDK.
+#[derive(Clone)]
+enum Sdk {
     #[cfg(feature = "official")]
     Official(OfficialCalls),
     #[cfg(feature = "sdk-v021")]
@@ -90,16 +104,30 @@ impl AnyCalls {
                 ),
             ));
         }
-        Ok(match backend {
+        let sdk = match backend {
             #[cfg(feature = "official")]
-            Backend::Official => AnyCalls::Official(OfficialCalls::new(
+            Backend::Official => Sdk::Official(OfficialCalls::new(
                 &OfficialSettings::from_blob_settings(settings)?,
             )?),
             #[cfg(feature = "sdk-v021")]
-            Backend::SdkV021 => AnyCalls::SdkV021(SdkV021Calls::from_settings(settings)?),
+            Backend::SdkV021 => Sdk::SdkV021(SdkV021Calls::from_settings(settings)?),
             #[allow(unreachable_patterns)] // every backend when all are built in
             _ => unreachable!("check_built_in refused {backend}"),
-        })
+        };
+        Ok(AnyCalls::of(sdk))
+    }
+
+    /// The official SDK's calls, with a client of their own.
+    #[cfg(feature = "official")]
+    pub(crate) fn official(calls: OfficialCalls) -> Self {
+        AnyCalls::of(Sdk::Official(calls))
+    }
+
+    fn of(sdk: Sdk) -> Self {
+        AnyCalls {
+            sdk,
+            in_flight: Arc::default(),
+        }
     }
 }
 
@@ -108,26 +136,27 @@ impl AnyCalls {
     /// pool, one credential).
     #[cfg(test)]
     pub(crate) fn same_client(&self, other: &AnyCalls) -> bool {
-        match (self, other) {
+        let same_sdk_client = match (&self.sdk, &other.sdk) {
             #[cfg(feature = "official")]
-            (AnyCalls::Official(a), AnyCalls::Official(b)) => a.same_client(b),
+            (Sdk::Official(a), Sdk::Official(b)) => a.same_client(b),
             #[cfg(feature = "sdk-v021")]
-            (AnyCalls::SdkV021(a), AnyCalls::SdkV021(b)) => a.same_client(b),
+            (Sdk::SdkV021(a), Sdk::SdkV021(b)) => a.same_client(b),
             #[allow(unreachable_patterns)] // with one backend built in
             _ => false,
-        }
+        };
+        same_sdk_client && Arc::ptr_eq(&self.in_flight, &other.in_flight)
     }
 }
 
 impl BlobCalls for AnyCalls {
     fn container(&self) -> &str {
-        match self {
+        match &self.sdk {
             #[cfg(feature = "official")]
-            AnyCalls::Official(calls) => calls.container(),
+            Sdk::Official(calls) => calls.container(),
             #[cfg(feature = "sdk-v021")]
-            AnyCalls::SdkV021(calls) => calls.container(),
+            Sdk::SdkV021(calls) => calls.container(),
             #[cfg(not(any(feature = "official", feature = "sdk-v021")))]
-            AnyCalls::None(never) => match *never {},
+            Sdk::None(never) => match *never {},
         }
     }
 
@@ -137,27 +166,27 @@ impl BlobCalls for AnyCalls {
         proposed: LeaseId,
         seconds: u8,
     ) -> Call<Option<LeaseId>> {
-        each!(self, c => c.acquire_lease(blob, proposed, seconds))
+        each!(self, Kind::Other, c => c.acquire_lease(blob, proposed, seconds))
     }
 
     async fn renew_lease(&self, blob: &str, lease: LeaseId) -> Call<Option<LeaseId>> {
-        each!(self, c => c.renew_lease(blob, lease))
+        each!(self, Kind::Keeps, c => c.renew_lease(blob, lease))
     }
 
     async fn change_lease(&self, blob: &str, from: LeaseId, to: LeaseId) -> Call<Option<LeaseId>> {
-        each!(self, c => c.change_lease(blob, from, to))
+        each!(self, Kind::Keeps, c => c.change_lease(blob, from, to))
     }
 
     async fn release_lease(&self, blob: &str, lease: LeaseId) -> Call<()> {
-        each!(self, c => c.release_lease(blob, lease))
+        each!(self, Kind::Keeps, c => c.release_lease(blob, lease))
     }
 
     async fn break_lease(&self, blob: &str, seconds: u8) -> Call<u64> {
-        each!(self, c => c.break_lease(blob, seconds))
+        each!(self, Kind::Other, c => c.break_lease(blob, seconds))
     }
 
     async fn properties(&self, blob: &str, lease: Option<LeaseId>) -> Call<Properties> {
-        each!(self, c => c.properties(blob, lease))
+        each!(self, Kind::Other, c => c.properties(blob, lease))
     }
 
     async fn set_metadata(
@@ -167,26 +196,26 @@ impl BlobCalls for AnyCalls {
         lease: LeaseId,
         if_match: Option<&str>,
     ) -> Call<()> {
-        each!(self, c => c.set_metadata(blob, metadata, lease, if_match))
+        each!(self, Kind::Other, c => c.set_metadata(blob, metadata, lease, if_match))
     }
 
     async fn put(&self, blob: &str, put: Put<'_>) -> Call<()> {
-        each!(self, c => c.put(blob, put))
+        each!(self, Kind::Other, c => c.put(blob, put))
     }
 
     async fn get(&self, blob: &str, max_len: usize) -> Call<Vec<u8>> {
-        each!(self, c => c.get(blob, max_len))
+        each!(self, Kind::Other, c => c.get(blob, max_len))
     }
 
     async fn delete(&self, blob: &str, if_match: Option<&str>) -> Call<()> {
-        each!(self, c => c.delete(blob, if_match))
+        each!(self, Kind::Other, c => c.delete(blob, if_match))
     }
 
     async fn create_container(&self) -> Call<()> {
-        each!(self, c => c.create_container())
+        each!(self, Kind::Other, c => c.create_container())
     }
 
     async fn list(&self, prefix: &str) -> Call<Vec<Listed>> {
-        each!(self, c => c.list(prefix))
+        each!(self, Kind::Other, c => c.list(prefix))
     }
 }

@@ -17,7 +17,7 @@ impl BlobLeaseManager {
     /// refuses the container URL; [`Error::Transport`](crate::Error::Transport)
     /// when the HTTP client cannot be built.
     pub fn from_official(settings: &OfficialSettings) -> Result<Self> {
-        let calls = AnyCalls::Official(OfficialCalls::new(settings)?);
+        let calls = AnyCalls::official(OfficialCalls::new(settings)?);
         Ok(BlobLeaseManager::on(calls, settings.names()?))
     }
 }
@@ -30,7 +30,7 @@ impl BlobLeaseSetStore {
     ///
     /// As [`BlobLeaseManager::from_official`].
     pub fn from_official(settings: &OfficialSettings) -> Result<Self> {
-        let calls = AnyCalls::Official(OfficialCalls::new(settings)?);
+        let calls = AnyCalls::official(OfficialCalls::new(settings)?);
         Ok(BlobLeaseSetStore::on(calls, settings.names()?))
     }
 }
