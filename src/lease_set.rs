@@ -62,13 +62,17 @@ use crate::engine::metrics::Metrics;
 use crate::engine::vitals::Vitals;
 use crate::engine::{box_task, Engine, Observer};
 use crate::error::{BoxError, Chain, Error, Result};
-use crate::lease_set::balance::{free, plan, FreeSince, Plan, View, ORPHAN_CYCLES};
+use crate::lease_set::balance::{
+    free, plan, share, FreeSince, Plan, Strategy, View, ORPHAN_CYCLES,
+};
+use crate::lease_set::cadence::{whole_set_due, Cycle, LastFull, Seen};
 use crate::mutex::BlobDistributedMutex;
 use crate::options::{default_holder, MutexOptions, ABORT_WAIT, STOP_SLACK};
 use crate::store::names::{self, member_segment, MEMBERS, PARTITIONS};
 use crate::store::{check_request_timeout, LeaseInfo, LeaseSetStore, LeaseState, LeaseStore};
 
 pub(crate) mod balance;
+mod cadence;
 mod fate;
 mod options;
 
@@ -476,54 +480,39 @@ async fn balance<S: LeaseSetStore>(ctx: LeaderContext, shared: Arc<Shared<S>>) -
     let mut random = Jitter::new(options.mutex.jitter_seed, options.mutex.acquire_jitter);
     let mut claims: BTreeMap<String, Claim> = BTreeMap::new();
     let mut free_since = FreeSince::default();
-    let grace = options.balance_interval * ORPHAN_CYCLES;
+    // What the last listing of the whole set left (see `cadence`).
+    let mut last: Option<LastFull> = None;
     loop {
+        let before = claims.len();
         claims.retain(|_, claim| !claim.handle.is_finished());
-        match read_set(&shared, &ctx).await {
-            Ok(Listing {
-                members,
-                leased,
-                epochs,
-            }) => {
-                let mine: BTreeSet<String> = claims.keys().cloned().collect();
-                let free = free(&shared.partitions, &mine, &leased);
-                let with_epochs: Vec<(&String, u64)> = free
-                    .iter()
-                    .map(|p| (*p, epochs.get(*p).copied().unwrap_or(0)))
-                    .collect();
-                let now = Instant::now();
-                let orphaned = free_since.observe(&with_epochs, now, |since| {
-                    now.duration_since(since) >= grace
-                });
-                let view = View {
-                    me: &shared.holder,
-                    members: &members,
-                    partitions: &shared.partitions,
-                    mine: &mine,
-                    leased: &leased,
-                    orphaned: &orphaned,
-                };
-                let Plan { claim, release } =
-                    plan(&view, options.strategy, &mut |n| random.below(n));
-                let most = options.max_releases_per_cycle.unwrap_or(usize::MAX);
-                for partition in release.into_iter().take(most) {
-                    debug!(holder = %shared.holder, %partition, "giving a partition up to balance the set");
-                    if let Some(claim) = claims.get(&partition) {
-                        claim.token.cancel();
-                    }
+        let claims_changed = claims.len() < before || {
+            let owned = shared.owned.borrow();
+            claims.keys().any(|p| !owned.contains_key(p))
+        };
+        match read_set(&shared, &ctx, last.as_ref(), claims_changed).await {
+            Ok(None) => {
+                if let Some(last) = &mut last {
+                    last.listed_members();
                 }
-                let claim = claim.into_iter().filter(|p| shared.claimable(p));
-                for (i, partition) in claim.enumerate() {
-                    let delay = CLAIM_PACE * u32::try_from(i).unwrap_or(u32::MAX);
-                    let claim = start_claim(&ctx, &shared, partition.clone(), delay);
-                    claims.insert(partition, claim);
-                }
+            }
+            Ok(Some(listing)) => {
+                let seen = plan_cycle(
+                    &ctx,
+                    &shared,
+                    &listing,
+                    &mut claims,
+                    &mut free_since,
+                    &mut random,
+                );
+                last = Some(LastFull::new(listing.members, seen));
             }
             Err(e) if e.is_fatal() => {
                 shared.end_run(e);
                 return Ok(());
             }
             Err(e) => {
+                // Nothing is known of this cycle: the next lists the whole set.
+                last = None;
                 warn!(holder = %shared.holder, error = %Chain(&e), "cannot read the set; balancing later");
             }
         }
@@ -532,6 +521,84 @@ async fn balance<S: LeaseSetStore>(ctx: LeaderContext, shared: Arc<Shared<S>>) -
             _ = ctx.cancelled() => return Ok(()),
             () = tokio::time::sleep(wait) => {}
         }
+    }
+}
+
+/// Plans one cycle from a listing of the whole set: gives up and claims
+/// partitions, and returns what the listing showed (for `cadence`).
+fn plan_cycle<S: LeaseSetStore>(
+    ctx: &LeaderContext,
+    shared: &Arc<Shared<S>>,
+    listing: &Listing,
+    claims: &mut BTreeMap<String, Claim>,
+    free_since: &mut FreeSince<Instant>,
+    random: &mut Jitter,
+) -> Seen {
+    let options = &shared.options;
+    let grace = options.balance_interval * ORPHAN_CYCLES;
+    let mine: BTreeSet<String> = claims.keys().cloned().collect();
+    let free = free(&shared.partitions, &mine, &listing.leased);
+    let with_epochs: Vec<(&String, u64)> = free
+        .iter()
+        .map(|p| (*p, listing.epochs.get(*p).copied().unwrap_or(0)))
+        .collect();
+    let now = Instant::now();
+    let orphaned = free_since.observe(&with_epochs, now, |since| {
+        now.duration_since(since) >= grace
+    });
+    let view = View {
+        me: &shared.holder,
+        members: &listing.members,
+        partitions: &shared.partitions,
+        mine: &mine,
+        leased: &listing.leased,
+        orphaned: &orphaned,
+    };
+    let Plan { claim, release } = plan(&view, options.strategy, &mut |n| random.below(n));
+    let seen = Seen {
+        moved: !claim.is_empty() || !release.is_empty(),
+        free: !free.is_empty(),
+        ..seen_holders(&view, options.strategy)
+    };
+    let most = options.max_releases_per_cycle.unwrap_or(usize::MAX);
+    for partition in release.into_iter().take(most) {
+        debug!(holder = %shared.holder, %partition, "giving a partition up to balance the set");
+        if let Some(claim) = claims.get(&partition) {
+            claim.token.cancel();
+        }
+    }
+    let claim = claim.into_iter().filter(|p| shared.claimable(p));
+    for (i, partition) in claim.enumerate() {
+        let delay = CLAIM_PACE * u32::try_from(i).unwrap_or(u32::MAX);
+        let claim = start_claim(ctx, shared, partition.clone(), delay);
+        claims.insert(partition, claim);
+    }
+    seen
+}
+
+/// Whether a leased partition's holder is not a live member (or unknown),
+/// and whether a live member, this one counted with its claims, does not
+/// hold its share (never under [`Strategy::Greedy`](crate::partitions::Strategy::Greedy)).
+fn seen_holders(view: &View<'_>, strategy: Strategy) -> Seen {
+    let mut all = view.members.clone();
+    all.insert(view.me.to_owned());
+    let mut held: BTreeMap<&str, usize> = BTreeMap::new();
+    let mut stray = false;
+    for (partition, holder) in view.leased {
+        match holder.as_deref() {
+            Some(h) if all.contains(h) => *held.entry(h).or_default() += 1,
+            _ => stray |= !view.mine.contains(partition),
+        }
+    }
+    held.insert(view.me, view.mine.len());
+    let off_share = strategy == Strategy::Balanced
+        && all.iter().any(|m| {
+            held.get(m.as_str()).copied().unwrap_or(0) != share(m, &all, view.partitions.len())
+        });
+    Seen {
+        stray,
+        off_share,
+        ..Seen::default()
     }
 }
 
@@ -558,42 +625,117 @@ struct Listing {
     epochs: BTreeMap<String, u64>,
 }
 
-/// One listing of the whole set.
-async fn read_set<S: LeaseSetStore>(shared: &Shared<S>, ctx: &LeaderContext) -> Result<Listing> {
-    let limit = shared.options.mutex.request_timeout;
-    let listing = tokio::select! {
-        _ = ctx.cancelled() => return Err(Error::Cancelled),
-        r = bounded("list", limit, shared.store.list("")) => r?,
+/// This cycle's listing: of the members only, or of the whole set when
+/// [`whole_set_due`] says so (before listing, or once the members listed
+/// differ from the last full listing's, when the cycle lists twice).
+/// `None` when the members only were listed: there is nothing to plan.
+async fn read_set<S: LeaseSetStore>(
+    shared: &Shared<S>,
+    ctx: &LeaderContext,
+    last: Option<&LastFull>,
+    claims_changed: bool,
+) -> Result<Option<Listing>> {
+    let mut cycle = Cycle {
+        claims_changed,
+        members: None,
     };
-    // Stale members and candidates, a bounded number a cycle (see `collect`).
-    tokio::select! {
-        _ = ctx.cancelled() => return Err(Error::Cancelled),
-        _ = shared.store.collect(&listing) => {}
-    }
-    let (mut members, mut partitions) = (BTreeSet::new(), BTreeMap::new());
-    let mut epochs = BTreeMap::new();
-    let mut owners = BTreeMap::new();
-    let mut unmarked = 0;
-    for (name, info) in listing {
-        if let Some(member) = names::live_member(&name, &info) {
-            members.insert(member.to_owned());
-        } else if info.state != LeaseState::Leased {
-            unmarked += usize::from(member_segment(&name).is_some() && !info.member);
-            if let Some(partition) = name.strip_prefix(PARTITIONS) {
-                epochs.insert(partition.to_owned(), info.epoch);
-            }
-        } else if let Some(partition) = name.strip_prefix(PARTITIONS) {
-            if let Some(owner) = Leader::from_info(&info) {
-                owners.insert(partition.to_owned(), owner);
-            }
-            partitions.insert(partition.to_owned(), info.holder);
+    let listed = if whole_set_due(last, cycle) {
+        list(shared, ctx, "").await?
+    } else {
+        let listed = list(shared, ctx, MEMBERS).await?;
+        let members = parse(shared, &listed).members;
+        cycle.members = Some(&members);
+        if !whole_set_due(last, cycle) {
+            collect(shared, ctx, &listed).await?;
+            return Ok(None);
         }
-    }
+        list(shared, ctx, "").await?
+    };
+    collect(shared, ctx, &listed).await?;
+    let (listing, owners) = parse(shared, &listed).into_parts();
     shared.owners.send_if_modified(|shown| {
         let changed = *shown != owners;
         *shown = owners;
         changed
     });
+    Ok(Some(listing))
+}
+
+/// One List Blobs call of the set's leases under `prefix`.
+async fn list<S: LeaseSetStore>(
+    shared: &Shared<S>,
+    ctx: &LeaderContext,
+    prefix: &str,
+) -> Result<Vec<(String, LeaseInfo)>> {
+    let limit = shared.options.mutex.request_timeout;
+    tokio::select! {
+        _ = ctx.cancelled() => Err(Error::Cancelled),
+        r = bounded("list", limit, shared.store.list(prefix)) => r,
+    }
+}
+
+/// Collects stale members and candidates, a bounded number a cycle (see
+/// `collect`). Every cycle's listing, of the members only or of the whole
+/// set, has every blob that can be collected (member blobs: partition
+/// blobs never are), so collection runs on either, once a cycle: on the
+/// last listing of a cycle that lists twice.
+async fn collect<S: LeaseSetStore>(
+    shared: &Shared<S>,
+    ctx: &LeaderContext,
+    listed: &[(String, LeaseInfo)],
+) -> Result<()> {
+    tokio::select! {
+        _ = ctx.cancelled() => Err(Error::Cancelled),
+        _ = shared.store.collect(listed) => Ok(()),
+    }
+}
+
+/// What a listing says, with the owners of the leased partitions.
+struct Parsed {
+    members: BTreeSet<String>,
+    leased: BTreeMap<String, Option<String>>,
+    epochs: BTreeMap<String, u64>,
+    owners: BTreeMap<String, Leader>,
+}
+
+impl Parsed {
+    fn into_parts(self) -> (Listing, BTreeMap<String, Leader>) {
+        let listing = Listing {
+            members: self.members,
+            leased: self.leased,
+            epochs: self.epochs,
+        };
+        (listing, self.owners)
+    }
+}
+
+/// Reads a listing (of the members only, or of the whole set), and tells
+/// once of member blobs that are never collected.
+fn parse<S: LeaseSetStore>(shared: &Shared<S>, listed: &[(String, LeaseInfo)]) -> Parsed {
+    let mut parsed = Parsed {
+        members: BTreeSet::new(),
+        leased: BTreeMap::new(),
+        epochs: BTreeMap::new(),
+        owners: BTreeMap::new(),
+    };
+    let mut unmarked = 0;
+    for (name, info) in listed {
+        if let Some(member) = names::live_member(name, info) {
+            parsed.members.insert(member.to_owned());
+        } else if info.state != LeaseState::Leased {
+            unmarked += usize::from(member_segment(name).is_some() && !info.member);
+            if let Some(partition) = name.strip_prefix(PARTITIONS) {
+                parsed.epochs.insert(partition.to_owned(), info.epoch);
+            }
+        } else if let Some(partition) = name.strip_prefix(PARTITIONS) {
+            if let Some(owner) = Leader::from_info(info) {
+                parsed.owners.insert(partition.to_owned(), owner);
+            }
+            parsed
+                .leased
+                .insert(partition.to_owned(), info.holder.clone());
+        }
+    }
     if unmarked > 0 && !shared.told_unmarked.swap(true, Ordering::Relaxed) {
         info!(
             holder = %shared.holder,
@@ -603,11 +745,7 @@ async fn read_set<S: LeaseSetStore>(shared: &Shared<S>, ctx: &LeaderContext) -> 
              by hand once they are not leased and are no other lease"
         );
     }
-    Ok(Listing {
-        members,
-        leased: partitions,
-        epochs,
-    })
+    parsed
 }
 
 /// Starts one partition's term as a sub-task of the membership term, after
