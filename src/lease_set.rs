@@ -2,9 +2,9 @@
 //! instance at a time, with the guarantees of the mutex for each.
 //!
 //! Beside it in this folder: the set's options (`options`), the balancer's
-//! plan (`balance`), what ends a run and which partitions are skipped
-//! (`fate`), and the tests of the names a set owns on the in-memory store
-//! (`names_tests`).
+//! plan (`balance`), when a cycle lists the whole set (`cadence`), what ends
+//! a run and which partitions are skipped (`fate`), and the tests of the
+//! names a set owns on the in-memory store (`names_tests`).
 //!
 //! # How it works
 //!
@@ -15,8 +15,14 @@
 //!   compared between hosts. The membership term's task is the balancer, so
 //!   losing membership stops everything this instance runs in the set.
 //! - **Balancing.** Every `balance_interval` (jittered), one List Blobs call
-//!   with metadata reads the whole set: live members and which partitions
-//!   are leased. [`Strategy`](crate::partitions::Strategy) decides what to claim and what to give up.
+//!   with metadata reads the live members, and the whole set (which
+//!   partitions are leased, by whom) when a full listing is due: the first
+//!   cycle of a membership term, a cycle whose members differ from the last
+//!   full listing's (it lists the whole set at once, a second call), every
+//!   cycle while the last full listing left the set unsettled or this
+//!   instance's claims changed since, and every fourth cycle anyway (see
+//!   `cadence`). [`Strategy`](crate::partitions::Strategy) decides, from
+//!   each full listing, what to claim and what to give up.
 //! - **Partitions.** Each claimed partition is one term of the election
 //!   engine on `<set>/partitions/<name>`: one acquire attempt and, if it
 //!   succeeds, epoch stamp, task, renewals, drain-then-release, exactly as
@@ -33,8 +39,15 @@
 //!   instance owning `k` of `M` partitions, with defaults (a 30 s lease
 //!   renewed every 10 s, a 5 s cycle): `3600/10` renewals of each owned
 //!   partition and of the member blob (`360 × (k + 1)`), plus one List
-//!   Blobs call per cycle (`720`), plus the acquire, stamp (two requests)
-//!   and release of each move.
+//!   Blobs call per cycle (`720`; one more in a cycle whose members
+//!   changed), plus the acquire, stamp (two requests) and release of each
+//!   move. What a listing reads is what grows with the set: in a settled
+//!   set (nobody joining or leaving, every partition owned by a live member
+//!   at its share) a cycle lists the `N` member blobs, and the whole set
+//!   (`M + N` blobs, one request per 5 000) at most every fourth cycle, so
+//!   an instance lists about `720 × (N + M / 4)` blobs an hour instead of
+//!   `720 × (N + M)`; while the set moves, every cycle lists the whole set,
+//!   as before.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
@@ -185,7 +198,8 @@ struct Shared<S: LeaseSetStore> {
     holder: Arc<str>,
     task: Arc<PartitionFn>,
     owned: watch::Sender<BTreeMap<String, u64>>,
-    /// The owner of each leased partition, from the last listing.
+    /// The owner of each leased partition, from the last listing of the
+    /// whole set.
     owners: watch::Sender<BTreeMap<String, Leader>>,
     reports: broadcast::Sender<PartitionReport>,
     /// Permits for claims in flight ([`CLAIMS_IN_FLIGHT`]).
@@ -341,20 +355,27 @@ impl<S: LeaseSetStore> BlobLeaseSet<S> {
     }
 
     /// The owner of every partition that is owned, as the set's last
-    /// listing showed it: its [`Leader`] (holder, epoch, start and
+    /// listing of the whole set showed it: its [`Leader`] (holder, epoch, start and
     /// [`advertised`](MutexOptions::advertised) value), by partition name;
     /// a partition nobody owns is missing. Every instance of the set has it,
     /// for routing a partition's work to its owner.
     ///
-    /// It costs nothing more: the listing that balances the set carries it,
-    /// so it is as fresh as the last balance cycle
+    /// It costs nothing more: the listings of the whole set that balance
+    /// the set carry it, so it is as fresh as the last of them, and is
+    /// updated while this instance is a member of the set. While the set
+    /// moves (a join, a leave, a crash, a partition free or changing hands,
+    /// this instance's own claims starting or ending) every balance cycle
+    /// lists the whole set, so it is as fresh as the last cycle
     /// ([`balance_interval`](LeaseSetOptions::balance_interval), plus the
-    /// listing's request), and is updated while this instance is a member
-    /// of the set. A partition whose lease was seen free is dropped at that
-    /// listing; this instance's own partitions are shown from its listings
-    /// too (see [`watch`](Self::watch) for those at once). It is empty
-    /// while this instance is not a member (before the first listing, and
-    /// once [`run`](Self::run) has returned).
+    /// listing's request). In a settled set, where the cycles in between
+    /// list the members only, it is at most four cycles old (20 s with
+    /// defaults): an owner that changed in that time without any member
+    /// joining or leaving (a term that ended by itself and was claimed
+    /// again) is shown at the next full listing. A partition whose lease
+    /// was seen free is dropped at that listing; this instance's own
+    /// partitions are shown from its listings too (see [`watch`](Self::watch)
+    /// for those at once). It is empty while this instance is not a member
+    /// (before the first listing, and once [`run`](Self::run) has returned).
     #[must_use]
     pub fn owners(&self) -> watch::Receiver<BTreeMap<String, Leader>> {
         self.shared.owners.subscribe()
@@ -485,6 +506,8 @@ async fn balance<S: LeaseSetStore>(ctx: LeaderContext, shared: Arc<Shared<S>>) -
     loop {
         let before = claims.len();
         claims.retain(|_, claim| !claim.handle.is_finished());
+        // A claim ended, or one is not in a term (not started yet, or its
+        // term is over and it is still ending).
         let claims_changed = claims.len() < before || {
             let owned = shared.owned.borrow();
             claims.keys().any(|p| !owned.contains_key(p))
