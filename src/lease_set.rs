@@ -78,7 +78,7 @@ use crate::error::{BoxError, Chain, Error, Result};
 use crate::lease_set::balance::{
     free, plan, share, FreeSince, Plan, Strategy, View, ORPHAN_CYCLES,
 };
-use crate::lease_set::cadence::{whole_set_due, Cycle, LastFull, Seen};
+use crate::lease_set::cadence::{whole_set_due, Cycle, LastFull, Unsettled};
 use crate::mutex::BlobDistributedMutex;
 use crate::options::{default_holder, MutexOptions, ABORT_WAIT, STOP_SLACK};
 use crate::store::names::{self, member_segment, MEMBERS, PARTITIONS};
@@ -519,7 +519,7 @@ async fn balance<S: LeaseSetStore>(ctx: LeaderContext, shared: Arc<Shared<S>>) -
                 }
             }
             Ok(Some(listing)) => {
-                let seen = plan_cycle(
+                let unsettled = plan_cycle(
                     &ctx,
                     &shared,
                     &listing,
@@ -527,7 +527,7 @@ async fn balance<S: LeaseSetStore>(ctx: LeaderContext, shared: Arc<Shared<S>>) -
                     &mut free_since,
                     &mut random,
                 );
-                last = Some(LastFull::new(listing.members, seen));
+                last = Some(LastFull::new(listing.members, unsettled));
             }
             Err(e) if e.is_fatal() => {
                 shared.end_run(e);
@@ -548,7 +548,8 @@ async fn balance<S: LeaseSetStore>(ctx: LeaderContext, shared: Arc<Shared<S>>) -
 }
 
 /// Plans one cycle from a listing of the whole set: gives up and claims
-/// partitions, and returns what the listing showed (for `cadence`).
+/// partitions, and returns why the set is not settled, if it is not (for
+/// `cadence`).
 fn plan_cycle<S: LeaseSetStore>(
     ctx: &LeaderContext,
     shared: &Arc<Shared<S>>,
@@ -556,7 +557,7 @@ fn plan_cycle<S: LeaseSetStore>(
     claims: &mut BTreeMap<String, Claim>,
     free_since: &mut FreeSince<Instant>,
     random: &mut Jitter,
-) -> Seen {
+) -> Option<Unsettled> {
     let options = &shared.options;
     let grace = options.balance_interval * ORPHAN_CYCLES;
     let mine: BTreeSet<String> = claims.keys().cloned().collect();
@@ -578,10 +579,12 @@ fn plan_cycle<S: LeaseSetStore>(
         orphaned: &orphaned,
     };
     let Plan { claim, release } = plan(&view, options.strategy, &mut |n| random.below(n));
-    let seen = Seen {
-        moved: !claim.is_empty() || !release.is_empty(),
-        free: !free.is_empty(),
-        ..seen_holders(&view, options.strategy)
+    let unsettled = if !claim.is_empty() || !release.is_empty() {
+        Some(Unsettled::Moved)
+    } else if !free.is_empty() {
+        Some(Unsettled::Free)
+    } else {
+        unsettled_holders(&view, options.strategy)
     };
     let most = options.max_releases_per_cycle.unwrap_or(usize::MAX);
     for partition in release.into_iter().take(most) {
@@ -596,21 +599,22 @@ fn plan_cycle<S: LeaseSetStore>(
         let claim = start_claim(ctx, shared, partition.clone(), delay);
         claims.insert(partition, claim);
     }
-    seen
+    unsettled
 }
 
-/// Whether a leased partition's holder is not a live member (or unknown),
-/// and whether a live member, this one counted with its claims, does not
-/// hold its share (never under [`Strategy::Greedy`](crate::partitions::Strategy::Greedy)).
-fn seen_holders(view: &View<'_>, strategy: Strategy) -> Seen {
+/// [`Unsettled::Stray`] when a leased partition's holder is not a live
+/// member (or unknown), else [`Unsettled::OffShare`] when a live member,
+/// this one counted with its claims, does not hold its share (never under
+/// [`Strategy::Greedy`](crate::partitions::Strategy::Greedy)).
+fn unsettled_holders(view: &View<'_>, strategy: Strategy) -> Option<Unsettled> {
     let mut all = view.members.clone();
     all.insert(view.me.to_owned());
     let mut held: BTreeMap<&str, usize> = BTreeMap::new();
-    let mut stray = false;
     for (partition, holder) in view.leased {
         match holder.as_deref() {
             Some(h) if all.contains(h) => *held.entry(h).or_default() += 1,
-            _ => stray |= !view.mine.contains(partition),
+            _ if view.mine.contains(partition) => {}
+            _ => return Some(Unsettled::Stray),
         }
     }
     held.insert(view.me, view.mine.len());
@@ -618,11 +622,7 @@ fn seen_holders(view: &View<'_>, strategy: Strategy) -> Seen {
         && all.iter().any(|m| {
             held.get(m.as_str()).copied().unwrap_or(0) != share(m, &all, view.partitions.len())
         });
-    Seen {
-        stray,
-        off_share,
-        ..Seen::default()
-    }
+    off_share.then_some(Unsettled::OffShare)
 }
 
 /// Empties the map of owners when it goes: nothing keeps it up to date.

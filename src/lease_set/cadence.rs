@@ -16,7 +16,7 @@
 //!    members are listed, so such a cycle lists twice, the members then the
 //!    whole set, and balances a join or a leave as soon as before;
 //! 3. the last full listing left the set unsettled as this instance saw it
-//!    ([`Seen::settled`]), or this instance's own claims changed since then
+//!    ([`Unsettled`]), or this instance's own claims changed since then
 //!    (a claim ended, or one has not started its term yet);
 //! 4. and at least every [`FULL_LISTING_EVERY`] cycles anyway.
 //!
@@ -44,29 +44,22 @@ use std::collections::BTreeSet;
 /// more for twice the wait.
 pub(crate) const FULL_LISTING_EVERY: u32 = 4;
 
-/// What one listing of the whole set showed, once the cycle had planned
-/// from it, as this instance saw it.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(crate) struct Seen {
+/// Why a listing of the whole set left the set unsettled, as this instance
+/// saw it once the cycle had planned from it. A settled set is none of
+/// these: no move planned, every partition leased by a live member, every
+/// member at its share.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Unsettled {
     /// The plan claimed or gave up a partition.
-    pub(crate) moved: bool,
+    Moved,
     /// A partition was neither leased nor this instance's: free (and so
     /// tracked as free for the orphan grace, which tracks exactly these).
-    pub(crate) free: bool,
+    Free,
     /// A leased partition's holder was not a live member, or unknown.
-    pub(crate) stray: bool,
+    Stray,
     /// A live member (this one counted, with its claims) did not hold its
     /// share; never under a strategy without shares.
-    pub(crate) off_share: bool,
-}
-
-impl Seen {
-    /// Whether nothing was moving: no move planned, every partition leased
-    /// by a live member, every member at its share.
-    #[must_use]
-    pub(crate) fn settled(&self) -> bool {
-        !(self.moved || self.free || self.stray || self.off_share)
-    }
+    OffShare,
 }
 
 /// What the last listing of the whole set left, in this membership term.
@@ -74,19 +67,20 @@ impl Seen {
 pub(crate) struct LastFull {
     /// The live members it showed.
     pub(crate) members: BTreeSet<String>,
-    /// Whether it left the set settled ([`Seen::settled`]).
+    /// Whether it left the set settled (see [`Unsettled`]).
     pub(crate) settled: bool,
     /// How many cycles listed the members only since.
     pub(crate) members_only: u32,
 }
 
 impl LastFull {
-    /// After a listing of the whole set that showed `members` and `seen`.
+    /// After a listing of the whole set that showed `members`, and left the
+    /// set `unsettled` for that reason or settled (`None`).
     #[must_use]
-    pub(crate) fn new(members: BTreeSet<String>, seen: Seen) -> Self {
+    pub(crate) fn new(members: BTreeSet<String>, unsettled: Option<Unsettled>) -> Self {
         LastFull {
             members,
-            settled: seen.settled(),
+            settled: unsettled.is_none(),
             members_only: 0,
         }
     }
@@ -134,7 +128,7 @@ mod tests {
     }
 
     fn settled(names: &[&str]) -> LastFull {
-        LastFull::new(members(names), Seen::default())
+        LastFull::new(members(names), None)
     }
 
     #[test]
@@ -175,31 +169,17 @@ mod tests {
 
     #[test]
     fn a_listing_that_left_the_set_unsettled_is_followed_by_another() {
-        let unsettled = [
-            Seen {
-                moved: true,
-                ..Seen::default()
-            },
-            Seen {
-                free: true,
-                ..Seen::default()
-            },
-            Seen {
-                stray: true,
-                ..Seen::default()
-            },
-            Seen {
-                off_share: true,
-                ..Seen::default()
-            },
-        ];
         let same = members(&["a", "b"]);
-        for seen in unsettled {
-            assert!(!seen.settled(), "{seen:?}");
-            let last = LastFull::new(same.clone(), seen);
-            assert!(whole_set_due(Some(&last), Cycle::default()), "{seen:?}");
+        for why in [
+            Unsettled::Moved,
+            Unsettled::Free,
+            Unsettled::Stray,
+            Unsettled::OffShare,
+        ] {
+            let last = LastFull::new(same.clone(), Some(why));
+            assert!(!last.settled, "{why:?}");
+            assert!(whole_set_due(Some(&last), Cycle::default()), "{why:?}");
         }
-        assert!(Seen::default().settled());
     }
 
     #[test]
