@@ -21,7 +21,7 @@
 //!   full listing's (it lists the whole set at once, a second call), every
 //!   cycle while the last full listing left the set unsettled or this
 //!   instance's claims changed since, and every fourth cycle anyway (see
-//!   `cadence`). [`Strategy`](crate::partitions::Strategy) decides, from
+//!   `cadence`). [`Strategy`] decides, from
 //!   each full listing, what to claim and what to give up.
 //! - **Partitions.** Each claimed partition is one term of the election
 //!   engine on `<set>/partitions/<name>`: one acquire attempt and, if it
@@ -605,7 +605,7 @@ fn plan_cycle<S: LeaseSetStore>(
 /// [`Unsettled::Stray`] when a leased partition's holder is not a live
 /// member (or unknown), else [`Unsettled::OffShare`] when a live member,
 /// this one counted with its claims, does not hold its share (never under
-/// [`Strategy::Greedy`](crate::partitions::Strategy::Greedy)).
+/// [`Strategy::Greedy`]).
 fn unsettled_holders(view: &View<'_>, strategy: Strategy) -> Option<Unsettled> {
     let mut all = view.members.clone();
     all.insert(view.me.to_owned());
