@@ -2,9 +2,9 @@
 //! instance at a time, with the guarantees of the mutex for each.
 //!
 //! Beside it in this folder: the set's options (`options`), the balancer's
-//! plan (`balance`), what ends a run and which partitions are skipped
-//! (`fate`), and the tests of the names a set owns on the in-memory store
-//! (`names_tests`).
+//! plan (`balance`), when a cycle lists the whole set (`cadence`), what ends
+//! a run and which partitions are skipped (`fate`), and the tests of the
+//! names a set owns on the in-memory store (`names_tests`).
 //!
 //! # How it works
 //!
@@ -15,8 +15,14 @@
 //!   compared between hosts. The membership term's task is the balancer, so
 //!   losing membership stops everything this instance runs in the set.
 //! - **Balancing.** Every `balance_interval` (jittered), one List Blobs call
-//!   with metadata reads the whole set: live members and which partitions
-//!   are leased. [`Strategy`](crate::partitions::Strategy) decides what to claim and what to give up.
+//!   with metadata reads the live members, and the whole set (which
+//!   partitions are leased, by whom) when a full listing is due: the first
+//!   cycle of a membership term, a cycle whose members differ from the last
+//!   full listing's (it lists the whole set at once, a second call), every
+//!   cycle while the last full listing left the set unsettled or this
+//!   instance's claims changed since, and every fourth cycle anyway (see
+//!   `cadence`). [`Strategy`] decides, from
+//!   each full listing, what to claim and what to give up.
 //! - **Partitions.** Each claimed partition is one term of the election
 //!   engine on `<set>/partitions/<name>`: one acquire attempt and, if it
 //!   succeeds, epoch stamp, task, renewals, drain-then-release, exactly as
@@ -33,8 +39,15 @@
 //!   instance owning `k` of `M` partitions, with defaults (a 30 s lease
 //!   renewed every 10 s, a 5 s cycle): `3600/10` renewals of each owned
 //!   partition and of the member blob (`360 × (k + 1)`), plus one List
-//!   Blobs call per cycle (`720`), plus the acquire, stamp (two requests)
-//!   and release of each move.
+//!   Blobs call per cycle (`720`; one more in a cycle whose members
+//!   changed), plus the acquire, stamp (two requests) and release of each
+//!   move. What a listing reads is what grows with the set: in a settled
+//!   set (nobody joining or leaving, every partition owned by a live member
+//!   at its share) a cycle lists the `N` member blobs, and the whole set
+//!   (`M + N` blobs, one request per 5 000) at most every fourth cycle, so
+//!   an instance lists about `720 × (N + M / 4)` blobs an hour instead of
+//!   `720 × (N + M)`; while the set moves, every cycle lists the whole set,
+//!   as before.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
@@ -62,13 +75,17 @@ use crate::engine::metrics::Metrics;
 use crate::engine::vitals::Vitals;
 use crate::engine::{box_task, Engine, Observer};
 use crate::error::{BoxError, Chain, Error, Result};
-use crate::lease_set::balance::{free, plan, FreeSince, Plan, View, ORPHAN_CYCLES};
+use crate::lease_set::balance::{
+    free, plan, share, FreeSince, Plan, Strategy, View, ORPHAN_CYCLES,
+};
+use crate::lease_set::cadence::{whole_set_due, Cycle, LastFull, Unsettled};
 use crate::mutex::BlobDistributedMutex;
 use crate::options::{default_holder, MutexOptions, ABORT_WAIT, STOP_SLACK};
 use crate::store::names::{self, member_segment, MEMBERS, PARTITIONS};
 use crate::store::{check_request_timeout, LeaseInfo, LeaseSetStore, LeaseState, LeaseStore};
 
 pub(crate) mod balance;
+mod cadence;
 mod fate;
 mod options;
 
@@ -181,7 +198,8 @@ struct Shared<S: LeaseSetStore> {
     holder: Arc<str>,
     task: Arc<PartitionFn>,
     owned: watch::Sender<BTreeMap<String, u64>>,
-    /// The owner of each leased partition, from the last listing.
+    /// The owner of each leased partition, from the last listing of the
+    /// whole set.
     owners: watch::Sender<BTreeMap<String, Leader>>,
     reports: broadcast::Sender<PartitionReport>,
     /// Permits for claims in flight ([`CLAIMS_IN_FLIGHT`]).
@@ -337,20 +355,27 @@ impl<S: LeaseSetStore> BlobLeaseSet<S> {
     }
 
     /// The owner of every partition that is owned, as the set's last
-    /// listing showed it: its [`Leader`] (holder, epoch, start and
+    /// listing of the whole set showed it: its [`Leader`] (holder, epoch, start and
     /// [`advertised`](MutexOptions::advertised) value), by partition name;
     /// a partition nobody owns is missing. Every instance of the set has it,
     /// for routing a partition's work to its owner.
     ///
-    /// It costs nothing more: the listing that balances the set carries it,
-    /// so it is as fresh as the last balance cycle
+    /// It costs nothing more: the listings of the whole set that balance
+    /// the set carry it, so it is as fresh as the last of them, and is
+    /// updated while this instance is a member of the set. While the set
+    /// moves (a join, a leave, a crash, a partition free or changing hands,
+    /// this instance's own claims starting or ending) every balance cycle
+    /// lists the whole set, so it is as fresh as the last cycle
     /// ([`balance_interval`](LeaseSetOptions::balance_interval), plus the
-    /// listing's request), and is updated while this instance is a member
-    /// of the set. A partition whose lease was seen free is dropped at that
-    /// listing; this instance's own partitions are shown from its listings
-    /// too (see [`watch`](Self::watch) for those at once). It is empty
-    /// while this instance is not a member (before the first listing, and
-    /// once [`run`](Self::run) has returned).
+    /// listing's request). In a settled set, where the cycles in between
+    /// list the members only, it is at most four cycles old (20 s with
+    /// defaults): an owner that changed in that time without any member
+    /// joining or leaving (a term that ended by itself and was claimed
+    /// again) is shown at the next full listing. A partition whose lease
+    /// was seen free is dropped at that listing; this instance's own
+    /// partitions are shown from its listings too (see [`watch`](Self::watch)
+    /// for those at once). It is empty while this instance is not a member
+    /// (before the first listing, and once [`run`](Self::run) has returned).
     #[must_use]
     pub fn owners(&self) -> watch::Receiver<BTreeMap<String, Leader>> {
         self.shared.owners.subscribe()
@@ -476,54 +501,41 @@ async fn balance<S: LeaseSetStore>(ctx: LeaderContext, shared: Arc<Shared<S>>) -
     let mut random = Jitter::new(options.mutex.jitter_seed, options.mutex.acquire_jitter);
     let mut claims: BTreeMap<String, Claim> = BTreeMap::new();
     let mut free_since = FreeSince::default();
-    let grace = options.balance_interval * ORPHAN_CYCLES;
+    // What the last listing of the whole set left (see `cadence`).
+    let mut last: Option<LastFull> = None;
     loop {
+        let before = claims.len();
         claims.retain(|_, claim| !claim.handle.is_finished());
-        match read_set(&shared, &ctx).await {
-            Ok(Listing {
-                members,
-                leased,
-                epochs,
-            }) => {
-                let mine: BTreeSet<String> = claims.keys().cloned().collect();
-                let free = free(&shared.partitions, &mine, &leased);
-                let with_epochs: Vec<(&String, u64)> = free
-                    .iter()
-                    .map(|p| (*p, epochs.get(*p).copied().unwrap_or(0)))
-                    .collect();
-                let now = Instant::now();
-                let orphaned = free_since.observe(&with_epochs, now, |since| {
-                    now.duration_since(since) >= grace
-                });
-                let view = View {
-                    me: &shared.holder,
-                    members: &members,
-                    partitions: &shared.partitions,
-                    mine: &mine,
-                    leased: &leased,
-                    orphaned: &orphaned,
-                };
-                let Plan { claim, release } =
-                    plan(&view, options.strategy, &mut |n| random.below(n));
-                let most = options.max_releases_per_cycle.unwrap_or(usize::MAX);
-                for partition in release.into_iter().take(most) {
-                    debug!(holder = %shared.holder, %partition, "giving a partition up to balance the set");
-                    if let Some(claim) = claims.get(&partition) {
-                        claim.token.cancel();
-                    }
+        // A claim ended, or one is not in a term (not started yet, or its
+        // term is over and it is still ending).
+        let claims_changed = claims.len() < before || {
+            let owned = shared.owned.borrow();
+            claims.keys().any(|p| !owned.contains_key(p))
+        };
+        match read_set(&shared, &ctx, last.as_ref(), claims_changed).await {
+            Ok(None) => {
+                if let Some(last) = &mut last {
+                    last.listed_members();
                 }
-                let claim = claim.into_iter().filter(|p| shared.claimable(p));
-                for (i, partition) in claim.enumerate() {
-                    let delay = CLAIM_PACE * u32::try_from(i).unwrap_or(u32::MAX);
-                    let claim = start_claim(&ctx, &shared, partition.clone(), delay);
-                    claims.insert(partition, claim);
-                }
+            }
+            Ok(Some(listing)) => {
+                let unsettled = plan_cycle(
+                    &ctx,
+                    &shared,
+                    &listing,
+                    &mut claims,
+                    &mut free_since,
+                    &mut random,
+                );
+                last = Some(LastFull::new(listing.members, unsettled));
             }
             Err(e) if e.is_fatal() => {
                 shared.end_run(e);
                 return Ok(());
             }
             Err(e) => {
+                // Nothing is known of this cycle: the next lists the whole set.
+                last = None;
                 warn!(holder = %shared.holder, error = %Chain(&e), "cannot read the set; balancing later");
             }
         }
@@ -533,6 +545,84 @@ async fn balance<S: LeaseSetStore>(ctx: LeaderContext, shared: Arc<Shared<S>>) -
             () = tokio::time::sleep(wait) => {}
         }
     }
+}
+
+/// Plans one cycle from a listing of the whole set: gives up and claims
+/// partitions, and returns why the set is not settled, if it is not (for
+/// `cadence`).
+fn plan_cycle<S: LeaseSetStore>(
+    ctx: &LeaderContext,
+    shared: &Arc<Shared<S>>,
+    listing: &Listing,
+    claims: &mut BTreeMap<String, Claim>,
+    free_since: &mut FreeSince<Instant>,
+    random: &mut Jitter,
+) -> Option<Unsettled> {
+    let options = &shared.options;
+    let grace = options.balance_interval * ORPHAN_CYCLES;
+    let mine: BTreeSet<String> = claims.keys().cloned().collect();
+    let free = free(&shared.partitions, &mine, &listing.leased);
+    let with_epochs: Vec<(&String, u64)> = free
+        .iter()
+        .map(|p| (*p, listing.epochs.get(*p).copied().unwrap_or(0)))
+        .collect();
+    let now = Instant::now();
+    let orphaned = free_since.observe(&with_epochs, now, |since| {
+        now.duration_since(since) >= grace
+    });
+    let view = View {
+        me: &shared.holder,
+        members: &listing.members,
+        partitions: &shared.partitions,
+        mine: &mine,
+        leased: &listing.leased,
+        orphaned: &orphaned,
+    };
+    let Plan { claim, release } = plan(&view, options.strategy, &mut |n| random.below(n));
+    let unsettled = if !claim.is_empty() || !release.is_empty() {
+        Some(Unsettled::Moved)
+    } else if !free.is_empty() {
+        Some(Unsettled::Free)
+    } else {
+        unsettled_holders(&view, options.strategy)
+    };
+    let most = options.max_releases_per_cycle.unwrap_or(usize::MAX);
+    for partition in release.into_iter().take(most) {
+        debug!(holder = %shared.holder, %partition, "giving a partition up to balance the set");
+        if let Some(claim) = claims.get(&partition) {
+            claim.token.cancel();
+        }
+    }
+    let claim = claim.into_iter().filter(|p| shared.claimable(p));
+    for (i, partition) in claim.enumerate() {
+        let delay = CLAIM_PACE * u32::try_from(i).unwrap_or(u32::MAX);
+        let claim = start_claim(ctx, shared, partition.clone(), delay);
+        claims.insert(partition, claim);
+    }
+    unsettled
+}
+
+/// [`Unsettled::Stray`] when a leased partition's holder is not a live
+/// member (or unknown), else [`Unsettled::OffShare`] when a live member,
+/// this one counted with its claims, does not hold its share (never under
+/// [`Strategy::Greedy`]).
+fn unsettled_holders(view: &View<'_>, strategy: Strategy) -> Option<Unsettled> {
+    let mut all = view.members.clone();
+    all.insert(view.me.to_owned());
+    let mut held: BTreeMap<&str, usize> = BTreeMap::new();
+    for (partition, holder) in view.leased {
+        match holder.as_deref() {
+            Some(h) if all.contains(h) => *held.entry(h).or_default() += 1,
+            _ if view.mine.contains(partition) => {}
+            _ => return Some(Unsettled::Stray),
+        }
+    }
+    held.insert(view.me, view.mine.len());
+    let off_share = strategy == Strategy::Balanced
+        && all.iter().any(|m| {
+            held.get(m.as_str()).copied().unwrap_or(0) != share(m, &all, view.partitions.len())
+        });
+    off_share.then_some(Unsettled::OffShare)
 }
 
 /// Empties the map of owners when it goes: nothing keeps it up to date.
@@ -558,42 +648,117 @@ struct Listing {
     epochs: BTreeMap<String, u64>,
 }
 
-/// One listing of the whole set.
-async fn read_set<S: LeaseSetStore>(shared: &Shared<S>, ctx: &LeaderContext) -> Result<Listing> {
-    let limit = shared.options.mutex.request_timeout;
-    let listing = tokio::select! {
-        _ = ctx.cancelled() => return Err(Error::Cancelled),
-        r = bounded("list", limit, shared.store.list("")) => r?,
+/// This cycle's listing: of the members only, or of the whole set when
+/// [`whole_set_due`] says so (before listing, or once the members listed
+/// differ from the last full listing's, when the cycle lists twice).
+/// `None` when the members only were listed: there is nothing to plan.
+async fn read_set<S: LeaseSetStore>(
+    shared: &Shared<S>,
+    ctx: &LeaderContext,
+    last: Option<&LastFull>,
+    claims_changed: bool,
+) -> Result<Option<Listing>> {
+    let mut cycle = Cycle {
+        claims_changed,
+        members: None,
     };
-    // Stale members and candidates, a bounded number a cycle (see `collect`).
-    tokio::select! {
-        _ = ctx.cancelled() => return Err(Error::Cancelled),
-        _ = shared.store.collect(&listing) => {}
-    }
-    let (mut members, mut partitions) = (BTreeSet::new(), BTreeMap::new());
-    let mut epochs = BTreeMap::new();
-    let mut owners = BTreeMap::new();
-    let mut unmarked = 0;
-    for (name, info) in listing {
-        if let Some(member) = names::live_member(&name, &info) {
-            members.insert(member.to_owned());
-        } else if info.state != LeaseState::Leased {
-            unmarked += usize::from(member_segment(&name).is_some() && !info.member);
-            if let Some(partition) = name.strip_prefix(PARTITIONS) {
-                epochs.insert(partition.to_owned(), info.epoch);
-            }
-        } else if let Some(partition) = name.strip_prefix(PARTITIONS) {
-            if let Some(owner) = Leader::from_info(&info) {
-                owners.insert(partition.to_owned(), owner);
-            }
-            partitions.insert(partition.to_owned(), info.holder);
+    let listed = if whole_set_due(last, cycle) {
+        list(shared, ctx, "").await?
+    } else {
+        let listed = list(shared, ctx, MEMBERS).await?;
+        let members = parse(shared, &listed).members;
+        cycle.members = Some(&members);
+        if !whole_set_due(last, cycle) {
+            collect(shared, ctx, &listed).await?;
+            return Ok(None);
         }
-    }
+        list(shared, ctx, "").await?
+    };
+    collect(shared, ctx, &listed).await?;
+    let (listing, owners) = parse(shared, &listed).into_parts();
     shared.owners.send_if_modified(|shown| {
         let changed = *shown != owners;
         *shown = owners;
         changed
     });
+    Ok(Some(listing))
+}
+
+/// One List Blobs call of the set's leases under `prefix`.
+async fn list<S: LeaseSetStore>(
+    shared: &Shared<S>,
+    ctx: &LeaderContext,
+    prefix: &str,
+) -> Result<Vec<(String, LeaseInfo)>> {
+    let limit = shared.options.mutex.request_timeout;
+    tokio::select! {
+        _ = ctx.cancelled() => Err(Error::Cancelled),
+        r = bounded("list", limit, shared.store.list(prefix)) => r,
+    }
+}
+
+/// Collects stale members and candidates, a bounded number a cycle (see
+/// `collect`). Every cycle's listing, of the members only or of the whole
+/// set, has every blob that can be collected (member blobs: partition
+/// blobs never are), so collection runs on either, once a cycle: on the
+/// last listing of a cycle that lists twice.
+async fn collect<S: LeaseSetStore>(
+    shared: &Shared<S>,
+    ctx: &LeaderContext,
+    listed: &[(String, LeaseInfo)],
+) -> Result<()> {
+    tokio::select! {
+        _ = ctx.cancelled() => Err(Error::Cancelled),
+        _ = shared.store.collect(listed) => Ok(()),
+    }
+}
+
+/// What a listing says, with the owners of the leased partitions.
+struct Parsed {
+    members: BTreeSet<String>,
+    leased: BTreeMap<String, Option<String>>,
+    epochs: BTreeMap<String, u64>,
+    owners: BTreeMap<String, Leader>,
+}
+
+impl Parsed {
+    fn into_parts(self) -> (Listing, BTreeMap<String, Leader>) {
+        let listing = Listing {
+            members: self.members,
+            leased: self.leased,
+            epochs: self.epochs,
+        };
+        (listing, self.owners)
+    }
+}
+
+/// Reads a listing (of the members only, or of the whole set), and tells
+/// once of member blobs that are never collected.
+fn parse<S: LeaseSetStore>(shared: &Shared<S>, listed: &[(String, LeaseInfo)]) -> Parsed {
+    let mut parsed = Parsed {
+        members: BTreeSet::new(),
+        leased: BTreeMap::new(),
+        epochs: BTreeMap::new(),
+        owners: BTreeMap::new(),
+    };
+    let mut unmarked = 0;
+    for (name, info) in listed {
+        if let Some(member) = names::live_member(name, info) {
+            parsed.members.insert(member.to_owned());
+        } else if info.state != LeaseState::Leased {
+            unmarked += usize::from(member_segment(name).is_some() && !info.member);
+            if let Some(partition) = name.strip_prefix(PARTITIONS) {
+                parsed.epochs.insert(partition.to_owned(), info.epoch);
+            }
+        } else if let Some(partition) = name.strip_prefix(PARTITIONS) {
+            if let Some(owner) = Leader::from_info(info) {
+                parsed.owners.insert(partition.to_owned(), owner);
+            }
+            parsed
+                .leased
+                .insert(partition.to_owned(), info.holder.clone());
+        }
+    }
     if unmarked > 0 && !shared.told_unmarked.swap(true, Ordering::Relaxed) {
         info!(
             holder = %shared.holder,
@@ -603,11 +768,7 @@ async fn read_set<S: LeaseSetStore>(shared: &Shared<S>, ctx: &LeaderContext) -> 
              by hand once they are not leased and are no other lease"
         );
     }
-    Ok(Listing {
-        members,
-        leased: partitions,
-        epochs,
-    })
+    parsed
 }
 
 /// Starts one partition's term as a sub-task of the membership term, after

@@ -618,7 +618,8 @@ pub trait LeaseSetStore: Send + Sync + 'static {
     /// (on Azure: member and candidate blobs seen without a lease for long,
     /// a bounded number per call, never one that is leased; see
     /// [`Collection`]). `listing` is this cycle's
-    /// [`list`](Self::list) of the whole set. Returns how many were
+    /// [`list`](Self::list): of the set's members (`members/`), or of the
+    /// whole set, both of which have every member blob. Returns how many were
     /// deleted. Failures are logged, not returned: collection is tried
     /// again next cycle. The default deletes nothing.
     fn collect(&self, listing: &[(String, LeaseInfo)]) -> impl Future<Output = usize> + Send {

@@ -35,7 +35,9 @@ impl Drop for Running {
     }
 }
 
-async fn work(ctx: PartitionContext, record: Record) -> Result<(), blob_mutex::Error> {
+/// Records the start of a task's run; the end is recorded when the result
+/// is dropped.
+fn running(ctx: &PartitionContext, record: Record) -> Running {
     let index = {
         let mut r = record.lock().unwrap();
         r.push((
@@ -46,7 +48,11 @@ async fn work(ctx: PartitionContext, record: Record) -> Result<(), blob_mutex::E
         ));
         r.len() - 1
     };
-    let _running = Running(record, index);
+    Running(record, index)
+}
+
+async fn work(ctx: PartitionContext, record: Record) -> Result<(), blob_mutex::Error> {
+    let _running = running(&ctx, record);
     ctx.cancelled().await;
     Ok(())
 }
@@ -823,5 +829,225 @@ async fn partitions_of_instances_crashed_one_after_another_are_owned_again_withi
     }
     for i in instances {
         let _ = i.handle.await;
+    }
+}
+
+/// The in-memory set, counting its listings: of the whole set, and of the
+/// members only.
+#[derive(Clone)]
+struct Counting {
+    inner: MemoryLeaseSetStore,
+    whole: Arc<AtomicUsize>,
+    members: Arc<AtomicUsize>,
+}
+
+impl Counting {
+    fn over(inner: &MemoryLeaseSetStore) -> Self {
+        Counting {
+            inner: inner.clone(),
+            whole: Arc::default(),
+            members: Arc::default(),
+        }
+    }
+
+    /// Listings of the whole set and of the members so far.
+    fn listed(&self) -> (usize, usize) {
+        (
+            self.whole.load(Ordering::SeqCst),
+            self.members.load(Ordering::SeqCst),
+        )
+    }
+}
+
+impl LeaseSetStore for Counting {
+    type Lease = MemoryLeaseStore;
+
+    fn lease(&self, name: &str) -> blob_mutex::Result<MemoryLeaseStore> {
+        self.inner.lease(name)
+    }
+
+    fn min_request_timeout(&self) -> Option<Duration> {
+        self.inner.min_request_timeout()
+    }
+
+    async fn list(&self, prefix: &str) -> blob_mutex::Result<Vec<(String, LeaseInfo)>> {
+        match prefix {
+            "" => self.whole.fetch_add(1, Ordering::SeqCst),
+            "members/" => self.members.fetch_add(1, Ordering::SeqCst),
+            other => panic!("a listing of {other:?}"),
+        };
+        self.inner.list(prefix).await
+    }
+
+    fn collect(&self, listing: &[(String, LeaseInfo)]) -> impl Future<Output = usize> + Send {
+        self.inner.collect(listing)
+    }
+
+    fn remove(&self, name: &str) -> impl Future<Output = bool> + Send {
+        self.inner.remove(name)
+    }
+}
+
+/// In a settled set (nobody joins or leaves, every partition owned by a
+/// live member at its share), a cycle lists the members only, and the
+/// whole set at most every fourth cycle: over 60 s (twelve cycles of 5 s,
+/// jittered) each of two instances with 32 of 64 partitions lists the whole
+/// set at most 60 / 5 / 4 + 1 times.
+#[tokio::test(start_paused = true)]
+async fn a_settled_set_lists_the_whole_set_only_every_fourth_cycle() {
+    let memory = MemoryLeaseSetStore::new();
+    let stores = [Counting::over(&memory), Counting::over(&memory)];
+    let record: Record = Arc::default();
+    let all = partitions(64);
+    let a = start(&stores[0], "a", &all, &record);
+    let b = start(&stores[1], "b", &all, &record);
+    settle(&[&a, &b], &[32, 32], Duration::from_secs(60)).await;
+    // The cycles that follow the last claims still list the whole set.
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let before = stores.each_ref().map(Counting::listed);
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    for (name, (store, (whole0, members0))) in ["a", "b"].iter().zip(stores.iter().zip(before)) {
+        let (whole, members) = store.listed();
+        let (whole, members) = (whole - whole0, members - members0);
+        println!(
+            "{name} listed the whole set {whole} times and its members {members} times in 60 s"
+        );
+        assert!(
+            whole <= 60 / 5 / 4 + 1,
+            "{name} listed the whole set {whole} times in 60 s ({members} listings of its members)"
+        );
+        assert!(
+            whole + members >= 10,
+            "{name} listed {whole} + {members} times in 60 s"
+        );
+    }
+    assert_eq!(counts(&[&a, &b]), [32, 32]);
+    assert_eq!(record.lock().unwrap().len(), 64, "a partition moved");
+    for i in [a, b] {
+        i.token.cancel();
+        i.handle.await.unwrap();
+    }
+}
+
+/// Runs until cancelled, or fails once its partition is named in `fail`
+/// (and takes the name out).
+async fn work_until_failed(
+    ctx: PartitionContext,
+    record: Record,
+    fail: Arc<Mutex<Vec<String>>>,
+) -> Result<(), blob_mutex::Error> {
+    let _running = running(&ctx, record);
+    loop {
+        {
+            let mut fail = fail.lock().unwrap();
+            if let Some(i) = fail.iter().position(|p| p == ctx.partition()) {
+                fail.remove(i);
+                return Err(blob_mutex::Error::LeaseLost("failed as told".into()));
+            }
+        }
+        tokio::select! {
+            _ = ctx.cancelled() => return Ok(()),
+            () = tokio::time::sleep(Duration::from_millis(100)) => {}
+        }
+    }
+}
+
+/// How a partition's term ends by itself in the test below.
+#[derive(Debug, Clone, Copy)]
+enum Ending {
+    /// Its lease is broken, as an operator would.
+    Broken,
+    /// Its task returns an error.
+    Failed,
+}
+
+/// In a settled set of two instances, one partition's term ends by itself;
+/// returns how long after that end the partition was owned again.
+async fn owned_again_after(ending: Ending) -> Duration {
+    let memory = MemoryLeaseSetStore::new();
+    let record: Record = Arc::default();
+    let fail: Arc<Mutex<Vec<String>>> = Arc::default();
+    let all = partitions(8);
+    let instances: Vec<Instance> = ["a", "b"]
+        .into_iter()
+        .map(|name| {
+            let (record, fail) = (record.clone(), fail.clone());
+            let set = set_with(
+                &memory,
+                name,
+                &all,
+                LeaseSetOptions::default(),
+                move |ctx| work_until_failed(ctx, record.clone(), fail.clone()),
+            );
+            let owned = set.watch();
+            let token = CancellationToken::new();
+            let run = token.clone();
+            let handle = tokio::spawn(async move { set.run(run).await.unwrap() });
+            Instance {
+                owned,
+                token,
+                handle,
+            }
+        })
+        .collect();
+    let refs: Vec<&Instance> = instances.iter().collect();
+    settle(&refs, &[4, 4], Duration::from_secs(60)).await;
+    // Settled for a few cycles: the members only are listed.
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    let partition = instances[0].owned.borrow().keys().next().unwrap().clone();
+    match ending {
+        Ending::Broken => memory.get(&format!("partitions/{partition}")).break_lease(),
+        Ending::Failed => fail.lock().unwrap().push(partition.clone()),
+    }
+    let ended = loop {
+        let end = record
+            .lock()
+            .unwrap()
+            .iter()
+            .find(|r| r.0 == partition)
+            .and_then(|r| r.3);
+        if let Some(end) = end {
+            break end;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let again = loop {
+        let start = record
+            .lock()
+            .unwrap()
+            .iter()
+            .find(|r| r.0 == partition && r.2 >= ended)
+            .map(|r| r.2);
+        if let Some(start) = start {
+            break start;
+        }
+        assert!(
+            ended.elapsed() < Duration::from_secs(120),
+            "{partition} not owned again in 120 s after its term ended ({ending:?})"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    settle(&refs, &[4, 4], Duration::from_secs(60)).await;
+    assert_no_overlap(&record);
+    for i in instances {
+        i.token.cancel();
+        i.handle.await.unwrap();
+    }
+    again - ended
+}
+
+/// A partition whose term ends by itself on one instance of a settled set
+/// (its lease broken, or its task failing) is owned again within
+/// `FULL_LISTING_EVERY` (4) + 2 cycles of 5 s, jittered by up to 20 %.
+#[tokio::test(start_paused = true)]
+async fn a_partition_whose_term_ends_by_itself_in_a_settled_set_is_owned_again_within_six_cycles() {
+    let bound = Duration::from_secs(5) * 6 * 6 / 5;
+    for ending in [Ending::Broken, Ending::Failed] {
+        let took = owned_again_after(ending).await;
+        println!("{ending:?}: owned again {took:?} after its term ended");
+        assert!(
+            took <= bound,
+            "{ending:?}: owned again {took:?} after its term ended (bound {bound:?})"
+        );
     }
 }

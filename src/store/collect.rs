@@ -11,7 +11,8 @@
 //!   the lease, with a Delete that carries no lease id, which storage
 //!   refuses while anyone holds a lease on the blob.
 //! - **Collection.** An instance that lists them (a set's balancer every
-//!   cycle, a leader with a priority every renew interval) deletes those it
+//!   cycle, whether it lists the members only or the whole set; a leader
+//!   with a priority every renew interval) deletes those it
 //!   has seen without a lease, and unchanged (the same `ETag`), for longer
 //!   than [`Collection::stale_after`], measured by its own monotonic clock:
 //!   no clock is compared between hosts. At most
