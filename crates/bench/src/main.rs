@@ -52,8 +52,8 @@
 //! One module per section (`overhead.rs`, `contention.rs`, `cost.rs` with
 //! `footprint.rs`, `failover.rs` for `handover` and `crash`, `successor.rs`,
 //! `partitions.rs`, `quorum.rs`, `soak.rs`, `backends.rs`, `locks.rs`); the rest is
-//! shared: `group.rs` (the worker processes of a measurement), `stats.rs`,
-//! `json.rs` and `report.rs`. Azurite, the counting proxy and the workers'
+//! shared: `group.rs` (the worker processes of a measurement), `sets.rs` (what the
+//! sections on lease sets share), `stats.rs`, `json.rs` and `report.rs`. Azurite, the counting proxy and the workers'
 //! lines are the test kit's (`blob-mutex-testkit`: `azurite`, `proxy`,
 //! `workers`).
 
@@ -69,6 +69,7 @@ mod overhead;
 mod partitions;
 mod quorum;
 mod report;
+mod sets;
 mod soak;
 mod stats;
 mod successor;
