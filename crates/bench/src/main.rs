@@ -279,6 +279,33 @@ impl Config {
     }
 }
 
+/// Runs the tasks `each(0)` … `each(count - 1)`, at most `in_flight` at
+/// once; their outputs, in the order they finished.
+async fn bounded_all<T, F>(
+    count: usize,
+    in_flight: usize,
+    each: impl Fn(usize) -> F,
+) -> Result<Vec<T>>
+where
+    F: std::future::Future<Output = Result<T>> + Send + 'static,
+    T: Send + 'static,
+{
+    let permits = std::sync::Arc::new(tokio::sync::Semaphore::new(in_flight));
+    let mut set = tokio::task::JoinSet::new();
+    for i in 0..count {
+        let (permits, task) = (permits.clone(), each(i));
+        set.spawn(async move {
+            let _permit = permits.acquire_owned().await?;
+            task.await
+        });
+    }
+    let mut out = Vec::with_capacity(count);
+    while let Some(joined) = set.join_next().await {
+        out.push(joined.context("a task panicked")??);
+    }
+    Ok(out)
+}
+
 /// A comma-separated list of numbers; empty for none.
 fn list(text: &str) -> Result<Vec<usize>> {
     text.split(',')
