@@ -1,16 +1,28 @@
 //! The CPU and memory of a worker process, from `/proc`.
 
+use std::sync::OnceLock;
+
 use anyhow::{Context, Result};
 
-/// Clock ticks per second (`getconf CLK_TCK`, else 100).
+/// Clock ticks per second (`getconf CLK_TCK`, else 100), asked once.
 pub(crate) fn clock_ticks() -> f64 {
-    std::process::Command::new("getconf")
-        .arg("CLK_TCK")
-        .output()
-        .ok()
-        .and_then(|o| String::from_utf8(o.stdout).ok())
-        .and_then(|s| s.trim().parse().ok())
-        .unwrap_or(100.0)
+    static TICKS: OnceLock<f64> = OnceLock::new();
+    *TICKS.get_or_init(|| {
+        std::process::Command::new("getconf")
+            .arg("CLK_TCK")
+            .output()
+            .ok()
+            .and_then(|o| String::from_utf8(o.stdout).ok())
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(100.0)
+    })
+}
+
+/// [`cpu_ticks`] in seconds.
+pub(crate) fn cpu_secs(pid: u32) -> Result<f64> {
+    #[allow(clippy::cast_precision_loss)] // tick counts are small
+    let ticks = cpu_ticks(pid)? as f64;
+    Ok(ticks / clock_ticks())
 }
 
 /// User + system CPU time of a process, in clock ticks (including its

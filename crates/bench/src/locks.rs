@@ -13,12 +13,10 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context, Result};
 use blob_mutex::{BlobLocks, BlobSettings, MutexGuard};
-use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
 use blob_mutex_testkit::azurite::{unique_container, Azurite};
@@ -28,7 +26,7 @@ use crate::footprint::vm_kib;
 use crate::json::{counts_json, Json};
 use crate::report::{ms, percent, secs, Report};
 use crate::stats::{count_by_kind, float, stats};
-use crate::{Config, RENEW_SECS};
+use crate::{bounded_all, Config, RENEW_SECS};
 
 /// Acquires in flight at once while the names are taken. Each first
 /// acquire of a name creates its blob and stamps a record made anew, which
@@ -52,19 +50,11 @@ fn kib_f(kib: u64) -> f64 {
 /// how long it took.
 async fn hold_all(locks: &BlobLocks, names: usize) -> Result<(Vec<MutexGuard>, f64)> {
     let start = Instant::now();
-    let permits = Arc::new(Semaphore::new(IN_FLIGHT));
-    let mut set = JoinSet::new();
-    for i in 0..names {
-        let (locks, permits) = (locks.clone(), permits.clone());
-        set.spawn(async move {
-            let _permit = permits.acquire_owned().await?;
-            anyhow::Ok(locks.acquire(&format!("name-{i}")).await?)
-        });
-    }
-    let mut guards = Vec::with_capacity(names);
-    while let Some(joined) = set.join_next().await {
-        guards.push(joined.context("an acquire panicked")??);
-    }
+    let guards = bounded_all(names, IN_FLIGHT, |i| {
+        let locks = locks.clone();
+        async move { Ok(locks.acquire(&format!("name-{i}")).await?) }
+    })
+    .await?;
     Ok((guards, start.elapsed().as_secs_f64()))
 }
 

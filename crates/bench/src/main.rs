@@ -5,7 +5,8 @@
 //! quorum of three accounts against one (with a simulation of leader
 //! availability under independent account outages), a soak of one
 //! process with churn (its memory, descriptors, tasks and CPU over an hour),
-//! and many locks by name held at once through one provider.
+//! many locks by name held at once through one provider, and how one lease
+//! set scales to thousands of partitions over several processes.
 //!
 //! ```text
 //! cargo build --release -p blob-mutex-bench -p blob-mutex-testkit --examples --bins
@@ -39,9 +40,14 @@
 //! `--soak-warmup-secs N` (left out of the soak's fit) [a sixth of the run],
 //! `--locks N` (names held at once through one provider) [1000],
 //! `--locks-secs N` (their request-count window) [120 / 60],
-//! `--sections overhead,contention,cost,handover,crash,successor,partitions,quorum,soak,backends,locks`
-//! [all but `soak`, `backends` and `locks`, in that order; `soak` runs only when named,
-//! and so do `backends` and `locks`; `--quick`
+//! `--scale-partitions LIST` (partitions of one set, a row each with each
+//! process count) [1000], `--scale-processes LIST` (worker processes sharing
+//! it) [4], `--scale-secs N` (each row's steady window, and its load
+//! generator's) [120 / 60]; every row starts an Azurite of its own, see
+//! `scale.rs`,
+//! `--sections overhead,contention,cost,handover,crash,successor,partitions,quorum,soak,backends,locks,scale`
+//! [all but `soak`, `backends`, `locks` and `scale`, in that order; `soak` runs only when
+//! named, and so do `backends`, `locks` and `scale`; `--quick`
 //! leaves `partitions` out unless it is named],
 //! `--out DIR` [`bench-results`], `--endpoint URL` (use a running Azurite's
 //! blob endpoint on this host, `http://127.0.0.1:<port>/devstoreaccount1`,
@@ -51,9 +57,9 @@
 //!
 //! One module per section (`overhead.rs`, `contention.rs`, `cost.rs` with
 //! `footprint.rs`, `failover.rs` for `handover` and `crash`, `successor.rs`,
-//! `partitions.rs`, `quorum.rs`, `soak.rs`, `backends.rs`, `locks.rs`); the rest is
-//! shared: `group.rs` (the worker processes of a measurement), `stats.rs`,
-//! `json.rs` and `report.rs`. Azurite, the counting proxy and the workers'
+//! `partitions.rs`, `quorum.rs`, `soak.rs`, `backends.rs`, `locks.rs`, `scale.rs`); the
+//! rest is shared: `group.rs` (the worker processes of a measurement), `sets.rs`
+//! (what the sections on lease sets share), `stats.rs`, `json.rs` and `report.rs`. Azurite, the counting proxy and the workers'
 //! lines are the test kit's (`blob-mutex-testkit`: `azurite`, `proxy`,
 //! `workers`).
 
@@ -69,6 +75,8 @@ mod overhead;
 mod partitions;
 mod quorum;
 mod report;
+mod scale;
+mod sets;
 mod soak;
 mod stats;
 mod successor;
@@ -96,7 +104,7 @@ const JITTER: f64 = 0.2;
 const IDLE_WORK_MS: &str = "600000";
 
 /// The sections, in the order they run.
-const SECTIONS: [&str; 11] = [
+const SECTIONS: [&str; 12] = [
     "overhead",
     "contention",
     "cost",
@@ -108,6 +116,7 @@ const SECTIONS: [&str; 11] = [
     "soak",
     "backends",
     "locks",
+    "scale",
 ];
 
 struct Config {
@@ -133,6 +142,8 @@ struct Config {
     locks: usize,
     /// How long the `locks` section counts requests.
     locks_window: Duration,
+    /// The rows of the `scale` section and their window.
+    scale: scale::Scale,
     sections: Vec<String>,
     out: PathBuf,
     endpoint: Option<String>,
@@ -180,10 +191,15 @@ impl Config {
             },
             locks: 1000,
             locks_window: Duration::from_secs(if quick { 60 } else { 120 }),
+            scale: scale::Scale {
+                partitions: vec![1000],
+                processes: vec![4],
+                window: Duration::from_secs(if quick { 60 } else { 120 }),
+            },
             sections: SECTIONS
                 .iter()
                 .filter(|s| {
-                    let only_when_named = matches!(**s, "soak" | "backends" | "locks");
+                    let only_when_named = matches!(**s, "soak" | "backends" | "locks" | "scale");
                     let long = quick && **s == "partitions";
                     !only_when_named && !long
                 })
@@ -235,6 +251,9 @@ impl Config {
                 }
                 "--locks" => config.locks = value()?.parse()?,
                 "--locks-secs" => config.locks_window = Duration::from_secs(value()?.parse()?),
+                "--scale-partitions" => config.scale.partitions = list(&value()?)?,
+                "--scale-processes" => config.scale.processes = list(&value()?)?,
+                "--scale-secs" => config.scale.window = Duration::from_secs(value()?.parse()?),
                 "--out" => config.out = PathBuf::from(value()?),
                 "--endpoint" => config.endpoint = Some(value()?),
                 other => bail!("unknown option {other} (see the top of crates/bench/src/main.rs)"),
@@ -270,12 +289,48 @@ impl Config {
             config.overhead_samples >= 10,
             "overhead needs at least 10 samples"
         );
+        ensure!(
+            !config.runs("scale")
+                || (!config.scale.partitions.is_empty()
+                    && !config.scale.processes.is_empty()
+                    && config.scale.partitions.iter().all(|n| *n >= 1)
+                    && config.scale.processes.iter().all(|p| *p >= 1)
+                    && config.scale.window >= Duration::from_secs(1)),
+            "scale needs partitions and processes of at least 1 each, and --scale-secs of at least 1"
+        );
         Ok(config)
     }
 
     fn runs(&self, section: &str) -> bool {
         self.sections.iter().any(|s| s == section)
     }
+}
+
+/// Runs the tasks `each(0)` … `each(count - 1)`, at most `in_flight` at
+/// once; their outputs, in the order they finished.
+async fn bounded_all<T, F>(
+    count: usize,
+    in_flight: usize,
+    each: impl Fn(usize) -> F,
+) -> Result<Vec<T>>
+where
+    F: std::future::Future<Output = Result<T>> + Send + 'static,
+    T: Send + 'static,
+{
+    let permits = std::sync::Arc::new(tokio::sync::Semaphore::new(in_flight));
+    let mut set = tokio::task::JoinSet::new();
+    for i in 0..count {
+        let (permits, task) = (permits.clone(), each(i));
+        set.spawn(async move {
+            let _permit = permits.acquire_owned().await?;
+            task.await
+        });
+    }
+    let mut out = Vec::with_capacity(count);
+    while let Some(joined) = set.join_next().await {
+        out.push(joined.context("a task panicked")??);
+    }
+    Ok(out)
 }
 
 /// A comma-separated list of numbers; empty for none.
@@ -365,6 +420,15 @@ async fn run(config: Config) -> Result<()> {
             config.locks
         );
         locks::locks(&config, &azurite, &mut report).await?;
+    }
+    if config.runs("scale") {
+        eprintln!(
+            "scale: {:?} partitions x {:?} processes, {} s windows ...",
+            config.scale.partitions,
+            config.scale.processes,
+            config.scale.window.as_secs()
+        );
+        scale::scale(&config, &azurite, &mut report).await?;
     }
     let elapsed = began.elapsed().as_secs_f64();
     report.section(

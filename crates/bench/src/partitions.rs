@@ -8,121 +8,27 @@
 //! `src/lease_set.rs`. Then one process owning `--set-size` partitions: its
 //! CPU, peak RSS, renew latency at the proxy and missed deadlines.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use blob_mutex_testkit::azurite::Azurite;
-use blob_mutex_testkit::proxy::{Kind, Proxy};
-use blob_mutex_testkit::workers::What;
+use blob_mutex_testkit::proxy::Kind;
 
 use crate::footprint::{clock_ticks, cpu_ticks, vm_kib};
-use crate::group::{Event, Group};
+use crate::group::Group;
 use crate::json::{counts_json, Json};
 use crate::report::{ms, percent, secs, Report};
+use crate::sets::{
+    check_defaults, deadline_log_lines, formula, mib, spawn, until_balanced, Owners, BALANCE_SECS,
+    SET_LEASE_SECS,
+};
 use crate::stats::{count_by_kind, float, stats};
 use crate::{Config, IDLE_WORK_MS, RETRY_SECS};
 
-/// The set's default balance interval, lease and renew interval, restated
-/// like the mutex's defaults (checked against the crate's at the start).
-const BALANCE_SECS: f64 = 5.0;
-const SET_LEASE_SECS: f64 = 30.0;
-const SET_RENEW_SECS: f64 = 10.0;
-
 /// The longest wait for a set to balance before the figure is given up.
 const BALANCE_LIMIT: Duration = Duration::from_secs(300);
-
-/// Who owns which partition, from the workers' lines, and which workers
-/// are live instances of the set.
-struct Owners {
-    partitions: usize,
-    owner: BTreeMap<String, String>,
-    live: BTreeSet<String>,
-    /// `RELEASED … reason=deadline` lines.
-    deadlines: usize,
-    /// `RELEASED` lines by reason (`stuck` for `tasks=stuck`).
-    released: BTreeMap<String, usize>,
-}
-
-impl Owners {
-    fn new(partitions: usize) -> Owners {
-        Owners {
-            partitions,
-            owner: BTreeMap::new(),
-            live: BTreeSet::new(),
-            deadlines: 0,
-            released: BTreeMap::new(),
-        }
-    }
-
-    /// Applies one line; true when it was `OWNING` or `RELEASED`.
-    fn apply(&mut self, e: &Event) -> bool {
-        let (partition, reason) = match &e.what {
-            What::Owning { partition, .. } => {
-                self.owner.insert(partition.clone(), e.id.clone());
-                return true;
-            }
-            What::Released {
-                partition, reason, ..
-            } => (partition, reason.as_str()),
-            What::ReleasedStuck { partition, .. } => (partition, "stuck"),
-            _ => return false,
-        };
-        if self.owner.get(partition) == Some(&e.id) {
-            self.owner.remove(partition);
-        }
-        if reason == "deadline" {
-            self.deadlines += 1;
-        }
-        *self.released.entry(reason.to_owned()).or_default() += 1;
-        true
-    }
-
-    /// Partitions owned by each live instance.
-    fn counts(&self) -> BTreeMap<String, usize> {
-        let mut counts: BTreeMap<String, usize> =
-            self.live.iter().map(|id| (id.clone(), 0)).collect();
-        for id in self.owner.values() {
-            if let Some(c) = counts.get_mut(id) {
-                *c += 1;
-            }
-        }
-        counts
-    }
-
-    /// Every live instance owns ⌊M/N⌋ or ⌈M/N⌉ partitions.
-    fn balanced(&self) -> bool {
-        let n = self.live.len();
-        if n == 0 {
-            return false;
-        }
-        let (low, high) = (self.partitions / n, self.partitions.div_ceil(n));
-        let counts = self.counts();
-        counts.values().sum::<usize>() == self.partitions
-            && counts.values().all(|c| (low..=high).contains(c))
-    }
-}
-
-/// Reads lines until the set is balanced; the seconds from `since` to the
-/// line that balanced it, `NaN` when it did not within [`BALANCE_LIMIT`].
-async fn until_balanced(group: &mut Group, owners: &mut Owners, since: Instant) -> f64 {
-    let until = since + BALANCE_LIMIT;
-    if owners.balanced() {
-        return 0.0;
-    }
-    while let Some(e) = group.next_event(until).await {
-        if owners.apply(&e) && owners.balanced() {
-            return (e.at - since).as_secs_f64();
-        }
-    }
-    eprintln!(
-        "  not balanced within {} s: {:?}",
-        BALANCE_LIMIT.as_secs(),
-        owners.counts()
-    );
-    f64::NAN
-}
 
 /// The requests per hour of one instance over the steady window.
 struct Cost {
@@ -152,12 +58,6 @@ impl Cost {
             ("formula_per_hour", Json::Num(self.expected)),
         ])
     }
-}
-
-/// The formula of the module docs of `src/lease_set.rs`, without moves.
-fn formula(owned: usize) -> f64 {
-    let per_lease = 3600.0 / SET_RENEW_SECS;
-    per_lease * float(owned + 1) + 3600.0 / BALANCE_SECS
 }
 
 /// One cell of the grid.
@@ -213,20 +113,6 @@ impl Cell {
     }
 }
 
-/// Starts one worker of the set behind a proxy of its own.
-fn spawn(
-    group: &mut Group,
-    azurite: &Azurite,
-    proxies: &mut BTreeMap<String, Proxy>,
-    owners: &mut Owners,
-) -> String {
-    let proxy = Proxy::start(azurite.port);
-    let id = group.spawn(&proxy.endpoint());
-    proxies.insert(id.clone(), proxy);
-    owners.live.insert(id.clone());
-    id
-}
-
 /// One cell: N instances from cold, the steady window, then a join, a
 /// graceful leave of the newcomer and a crash of the first instance.
 // Long: the cell's phases (cold start, steady window, join, leave, crash)
@@ -247,7 +133,7 @@ async fn cell(config: &Config, azurite: &Azurite, n: usize, m: usize) -> Result<
     for _ in 0..n {
         spawn(&mut group, azurite, &mut proxies, &mut owners);
     }
-    let cold = until_balanced(&mut group, &mut owners, start).await;
+    let cold = until_balanced(&mut group, &mut owners, start, BALANCE_LIMIT).await;
 
     // Past the last claims' stamps, into the steady state.
     tokio::time::sleep(Duration::from_secs(3)).await;
@@ -282,16 +168,14 @@ async fn cell(config: &Config, azurite: &Azurite, n: usize, m: usize) -> Result<
 
     let at = Instant::now();
     let newcomer = spawn(&mut group, azurite, &mut proxies, &mut owners);
-    let join = until_balanced(&mut group, &mut owners, at).await;
+    let join = until_balanced(&mut group, &mut owners, at, BALANCE_LIMIT).await;
 
     let at = Instant::now();
     group.terminate(&newcomer)?;
     owners.live.remove(&newcomer);
-    let leave = until_balanced(&mut group, &mut owners, at).await;
+    let leave = until_balanced(&mut group, &mut owners, at, BALANCE_LIMIT).await;
     // Its RELEASED lines came before it balanced; wait for it to exit.
-    for e in group.drain() {
-        owners.apply(&e);
-    }
+    owners.catch_up(&mut group);
     group.reap(&newcomer).await?;
 
     let victim = group
@@ -303,11 +187,9 @@ async fn cell(config: &Config, azurite: &Azurite, n: usize, m: usize) -> Result<
     let at = Instant::now();
     group.kill(&victim)?;
     owners.live.remove(&victim);
-    let crash = until_balanced(&mut group, &mut owners, at).await;
+    let crash = until_balanced(&mut group, &mut owners, at, BALANCE_LIMIT).await;
 
-    for e in group.drain() {
-        owners.apply(&e);
-    }
+    owners.catch_up(&mut group);
     group.stop_all();
     Ok(Cell {
         n,
@@ -353,7 +235,7 @@ async fn big(config: &Config, azurite: &Azurite, size: usize) -> Result<Big> {
     let mut owners = Owners::new(size);
     let start = Instant::now();
     let id = spawn(&mut group, azurite, &mut proxies, &mut owners);
-    let to_own_all = until_balanced(&mut group, &mut owners, start).await;
+    let to_own_all = until_balanced(&mut group, &mut owners, start, BALANCE_LIMIT).await;
     let pid = group.workers().first().context("the worker")?.pid;
     tokio::time::sleep(Duration::from_secs(3)).await;
 
@@ -371,9 +253,7 @@ async fn big(config: &Config, azurite: &Azurite, size: usize) -> Result<Big> {
     #[allow(clippy::cast_precision_loss)] // tick counts are small
     let cpu_share = cpu as f64 / ticks / window;
     let (hwm_kib, rss_kib) = (vm_kib(pid, "VmHWM")?, vm_kib(pid, "VmRSS")?);
-    for e in group.drain() {
-        owners.apply(&e);
-    }
+    owners.catch_up(&mut group);
     let proxy = &proxies[&id];
     let requests = proxy.kinds_between(from, to);
     let counts = count_by_kind(&requests);
@@ -384,8 +264,6 @@ async fn big(config: &Config, azurite: &Azurite, size: usize) -> Result<Big> {
         .map(Duration::as_secs_f64)
         .collect();
     group.stop_all();
-    let log = std::fs::read_to_string(config.out.join("logs").join(format!("{id}.log")))
-        .unwrap_or_default();
     Ok(Big {
         partitions: size,
         to_own_all,
@@ -398,15 +276,10 @@ async fn big(config: &Config, azurite: &Azurite, size: usize) -> Result<Big> {
         per_hour: 3600.0 * float(schedule) / window,
         expected: formula(size),
         deadlines: owners.deadlines,
-        deadline_log_lines: log.lines().filter(|l| l.contains("deadline")).count(),
+        deadline_log_lines: deadline_log_lines(config, &id),
         owned_at_end: owners.counts().values().sum(),
         released: owners.released,
     })
-}
-
-#[allow(clippy::cast_precision_loss)] // KiB counts are small
-fn mib(kib: u64) -> f64 {
-    kib as f64 / 1024.0
 }
 
 /// The worst of some figures, `NaN` (a figure not taken) counting as worst.
@@ -425,14 +298,7 @@ pub(crate) async fn partitions(
     azurite: &Azurite,
     report: &mut Report,
 ) -> Result<()> {
-    let defaults = blob_mutex::LeaseSetOptions::default();
-    anyhow::ensure!(
-        (defaults.mutex().lease_duration().as_secs_f64() - SET_LEASE_SECS).abs() < 1e-9
-            && (defaults.mutex().effective_renew_interval().as_secs_f64() - SET_RENEW_SECS).abs()
-                < 1e-9
-            && (defaults.balance_interval().as_secs_f64() - BALANCE_SECS).abs() < 1e-9,
-        "the lease set's defaults changed; update the constants at the top of crates/bench/src/partitions.rs"
-    );
+    check_defaults()?;
     let mut cells = Vec::new();
     for &n in &config.partition_ns {
         for &m in &config.partition_ms {
@@ -655,51 +521,5 @@ fn details(config: &Config, report: &mut Report, cells: &[Cell], big: Option<&Bi
             b.deadline_log_lines,
             b.owned_at_end,
         );
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn event(id: &str, line: &str) -> Event {
-        Event {
-            at: Instant::now(),
-            id: id.to_owned(),
-            what: blob_mutex_testkit::workers::parse_line(line).expect("a worker's line"),
-        }
-    }
-
-    #[test]
-    fn balanced_when_every_live_instance_owns_its_share() {
-        let mut owners = Owners::new(3);
-        owners.live.extend(["a".to_owned(), "b".to_owned()]);
-        for (id, p) in [("a", "p00"), ("a", "p01"), ("a", "p02")] {
-            owners.apply(&event(id, &format!("OWNING partition={p} epoch=1 id={id}")));
-        }
-        assert!(!owners.balanced());
-        owners.apply(&event(
-            "a",
-            "RELEASED partition=p02 epoch=1 id=a reason=shutdown",
-        ));
-        assert!(!owners.balanced(), "p02 is owned by nobody");
-        owners.apply(&event("b", "OWNING partition=p02 epoch=2 id=b"));
-        assert!(owners.balanced());
-        owners.live.remove("b");
-        assert!(
-            !owners.balanced(),
-            "a dead instance's partitions do not count"
-        );
-        owners.apply(&event(
-            "a",
-            "RELEASED partition=p00 epoch=1 id=a reason=deadline",
-        ));
-        assert_eq!(owners.deadlines, 1);
-    }
-
-    #[test]
-    fn formula_of_the_module_docs() {
-        assert!((formula(0) - 1080.0).abs() < 1e-9);
-        assert!((formula(1000) - (360.0 * 1001.0 + 720.0)).abs() < 1e-9);
     }
 }

@@ -164,6 +164,36 @@ impl Azurite {
     pub fn connection_string(&self) -> String {
         connection_string(&self.endpoint)
     }
+
+    /// The process id of the Azurite server itself (the `node` process
+    /// under the shell that this process started), for reading its CPU and
+    /// memory from `/proc`; `None` for an [external](Azurite::external)
+    /// one, once it stopped, or where there is no `/proc`.
+    pub fn pid(&self) -> Option<u32> {
+        let (shell, _) = self.process.as_ref()?;
+        server_under(shell.id())
+    }
+}
+
+/// The child of `shell` that runs another program than the shell itself:
+/// the server its script started in the background (the script's other
+/// child is a subshell, the same program as its parent).
+fn server_under(shell: u32) -> Option<u32> {
+    let program = |pid: u32| std::fs::read_link(format!("/proc/{pid}/exe")).ok();
+    let shell_program = program(shell)?;
+    std::fs::read_dir("/proc")
+        .ok()?
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&pid| parent_of(pid) == Some(shell))
+        .find(|&pid| program(pid).is_some_and(|p| p != shell_program))
+}
+
+/// The parent process id of `pid`, from `/proc/<pid>/stat`.
+fn parent_of(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The fields after the command name, which may hold spaces and ')'.
+    let after = stat.rsplit_once(')')?.1;
+    after.split_whitespace().nth(1)?.parse().ok()
 }
 
 impl Drop for Azurite {
@@ -349,5 +379,47 @@ fn try_spawn(
             return Err(format!("Azurite did not start within 60 s: {text}"));
         }
         std::thread::sleep(Duration::from_millis(25));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_parent_of_a_process_is_read_from_proc() {
+        assert_eq!(
+            parent_of(std::process::id()),
+            Some(std::os::unix::process::parent_id())
+        );
+        assert_eq!(parent_of(u32::MAX), None, "no such process");
+    }
+
+    #[test]
+    fn the_server_under_a_shell_is_its_child_that_runs_another_program() {
+        // The shape of the script that starts Azurite: the server in the
+        // background, and a subshell that stops it when stdin closes.
+        let script = "exec 3<&0; sleep 30 </dev/null & pid=$!; (read _ <&3; kill $pid) & wait $pid";
+        let mut shell = Command::new("sh")
+            .arg("-c")
+            .arg(script)
+            .stdin(Stdio::piped())
+            .spawn()
+            .expect("start sh");
+        let started = std::time::Instant::now();
+        let server = loop {
+            if let Some(pid) = server_under(shell.id()) {
+                break pid;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "no server under the shell"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        let comm = std::fs::read_to_string(format!("/proc/{server}/comm")).unwrap_or_default();
+        drop(shell.stdin.take());
+        let _ = shell.wait();
+        assert_eq!(comm.trim(), "sleep");
     }
 }
