@@ -10,7 +10,11 @@
 //!    first stamp makes its record anew and waits for storage's clock (about
 //!    1–2 s). So the row also stops every worker with SIGTERM (each drains
 //!    and releases), starts P new ones (new instance ids) on the same
-//!    container, and times a warm start the same way;
+//!    container, and times a warm start the same way; then one more
+//!    instance joins the warm set (the time until it owns its share, against
+//!    three balance cycles) and the first one is killed with SIGKILL (the
+//!    time until its partitions are owned again and the set is balanced,
+//!    against the lease plus a cycle plus an acquire retry);
 //! 2. **a steady window** (`--scale-secs`) after the cold start's balance
 //!    and a few seconds to settle: the workers' CPU (`utime + stime`) per
 //!    renewal counted at the proxies (listings and everything else a worker
@@ -56,11 +60,11 @@ use crate::group::Group;
 use crate::json::{counts_json, Json};
 use crate::report::{ms, percent, Report};
 use crate::sets::{
-    check_defaults, deadline_log_lines, formula, mib, spawn, until_balanced, Owners,
+    check_defaults, deadline_log_lines, formula, mib, spawn, until_balanced, Owners, BALANCE_SECS,
     SET_LEASE_SECS, SET_RENEW_SECS,
 };
 use crate::stats::{count_by_kind, fit, float, stats};
-use crate::{bounded_all, Config, IDLE_WORK_MS};
+use crate::{bounded_all, Config, IDLE_WORK_MS, RETRY_SECS};
 
 /// The section's options (see the module docs).
 pub(crate) struct Scale {
@@ -512,6 +516,10 @@ struct Row {
     p: usize,
     cold: f64,
     warm: f64,
+    /// From the spawn of a newcomer (P + 1) to the set balanced again.
+    join: f64,
+    /// From a SIGKILL of one instance to the set balanced again without it.
+    crash: f64,
     steady: Steady,
     load: Option<Load>,
     deadlines: usize,
@@ -533,7 +541,7 @@ async fn workers(
     azurite: &Azurite,
     n: usize,
     p: usize,
-) -> Result<(Steady, f64, f64, Owners, Vec<String>)> {
+) -> Result<(Steady, Times, Owners, Vec<String>)> {
     let count = n.to_string();
     let mut group = Group::new(
         config,
@@ -557,17 +565,67 @@ async fn workers(
     proxies.clear();
     let warm = start_all(&mut group, azurite, &mut proxies, &mut owners, p).await;
     eprintln!("    warm start: owned and balanced in {}", own(warm));
+    let (join, crash) = join_and_crash(&mut group, azurite, &mut proxies, &mut owners).await?;
     ids.extend(proxies.keys().cloned());
     owners.catch_up(&mut group);
     group.stop_all();
-    Ok((steady, cold, warm, owners, ids))
+    Ok((
+        steady,
+        Times {
+            cold,
+            warm,
+            join,
+            crash,
+        },
+        owners,
+        ids,
+    ))
+}
+
+/// The times to own everything of one row.
+struct Times {
+    cold: f64,
+    warm: f64,
+    join: f64,
+    crash: f64,
+}
+
+/// Point 4 of the row: a newcomer joins the warm set (the time until every
+/// instance, the newcomer included, owns its share), then the first
+/// instance is killed with SIGKILL (the time until its partitions are
+/// owned again and the set is balanced without it).
+async fn join_and_crash(
+    group: &mut Group,
+    azurite: &Azurite,
+    proxies: &mut BTreeMap<String, Proxy>,
+    owners: &mut Owners,
+) -> Result<(f64, f64)> {
+    let at = Instant::now();
+    spawn(group, azurite, proxies, owners);
+    let join = until_balanced(group, owners, at, OWN_LIMIT).await;
+    eprintln!("    join of one more instance: balanced in {}", own(join));
+    let victim = group
+        .workers()
+        .first()
+        .context("a worker to crash")?
+        .id
+        .clone();
+    let at = Instant::now();
+    group.kill(&victim)?;
+    owners.live.remove(&victim);
+    let crash = until_balanced(group, owners, at, OWN_LIMIT).await;
+    eprintln!(
+        "    crash of one instance (SIGKILL): owned again and balanced in {}",
+        own(crash)
+    );
+    Ok((join, crash))
 }
 
 async fn row(config: &Config, shared: &Azurite, n: usize, p: usize) -> Result<Row> {
     let began = Instant::now();
     let storage = storage(config, shared, n, p)?;
     let azurite = storage.azurite();
-    let (steady, cold, warm, owners, ids) = workers(config, azurite, n, p).await?;
+    let (steady, times, owners, ids) = workers(config, azurite, n, p).await?;
     let load = load(azurite, n, steady.rate(), config.scale.window).await?;
     if let Some(l) = &load {
         print_load(l);
@@ -575,8 +633,10 @@ async fn row(config: &Config, shared: &Azurite, n: usize, p: usize) -> Result<Ro
     Ok(Row {
         n,
         p,
-        cold,
-        warm,
+        cold: times.cold,
+        warm: times.warm,
+        join: times.join,
+        crash: times.crash,
         steady,
         load,
         deadlines: owners.deadlines,
@@ -677,8 +737,24 @@ fn targets(report: &mut Report, rows: &[Row]) {
             format!("≤ {CPU_TARGET_US:.0} µs; none"),
             Some(us <= CPU_TARGET_US && r.missed() == 0),
         );
+        let (cycles, crash) = (JOIN_TARGET_SECS, CRASH_TARGET_SECS);
+        report.target(
+            &format!(
+                "scale: {} partitions over {} processes (balanced after a join; after a crash)",
+                r.n, r.p
+            ),
+            format!("{} ; {}", own(r.join), own(r.crash)),
+            format!("≤ 3 cycles ({cycles:.0} s); ≤ D + cycle + retry ({crash:.0} s)"),
+            Some(r.join <= cycles && r.crash <= crash),
+        );
     }
 }
+
+/// A newcomer owns its share within three balance cycles.
+const JOIN_TARGET_SECS: f64 = 3.0 * BALANCE_SECS;
+/// A crashed instance's partitions are owned again within the lease, a
+/// cycle and an acquire retry.
+const CRASH_TARGET_SECS: f64 = SET_LEASE_SECS + BALANCE_SECS + RETRY_SECS;
 
 fn steady_json(s: &Steady) -> Json {
     let by_kind = s
@@ -738,6 +814,8 @@ fn row_json(r: &Row) -> Json {
         ("processes", Json::count(r.p)),
         ("cold_start_seconds", Json::Num(r.cold)),
         ("warm_start_seconds", Json::Num(r.warm)),
+        ("join_seconds", Json::Num(r.join)),
+        ("crash_seconds", Json::Num(r.crash)),
         ("steady", steady_json(&r.steady)),
         (
             "azurite_alone",
@@ -913,6 +991,22 @@ fn details(report: &mut Report, rows: &[Row]) {
              different numbers of partitions, from rows of different N / P).\n\n",
         ),
     }
+    let _ = writeln!(
+        d,
+        "| N | P | join of one more (≤ {JOIN_TARGET_SECS:.0} s) | crash of one, SIGKILL (≤ {CRASH_TARGET_SECS:.0} s) |"
+    );
+    let _ = writeln!(d, "|---|---|---|---|");
+    for r in rows {
+        let _ = writeln!(
+            d,
+            "| {} | {} | {} | {} |",
+            r.n,
+            r.p,
+            own(r.join),
+            own(r.crash)
+        );
+    }
+    d.push('\n');
     let _ = writeln!(
         d,
         "| N | P | requests per second by kind (steady window) | all /s | moves in window | RELEASED by reason (whole row) |"
