@@ -43,7 +43,8 @@
 //! `--scale-partitions LIST` (partitions of one set, a row each with each
 //! process count) [1000], `--scale-processes LIST` (worker processes sharing
 //! it) [4], `--scale-secs N` (each row's steady window, and its load
-//! generator's) [120 / 60]; every row starts an Azurite of its own, see
+//! generator's) [120 / 60], `--scale-own-limit N` (the longest wait, in
+//! seconds, for each phase's set to be owned and balanced) [600]; every row starts an Azurite of its own, see
 //! `scale.rs`,
 //! `--sections overhead,contention,cost,handover,crash,successor,partitions,quorum,soak,backends,locks,scale`
 //! [all but `soak`, `backends`, `locks` and `scale`, in that order; `soak` runs only when
@@ -195,6 +196,7 @@ impl Config {
                 partitions: vec![1000],
                 processes: vec![4],
                 window: Duration::from_secs(if quick { 60 } else { 120 }),
+                own_limit: Duration::from_secs(600),
             },
             sections: SECTIONS
                 .iter()
@@ -254,6 +256,9 @@ impl Config {
                 "--scale-partitions" => config.scale.partitions = list(&value()?)?,
                 "--scale-processes" => config.scale.processes = list(&value()?)?,
                 "--scale-secs" => config.scale.window = Duration::from_secs(value()?.parse()?),
+                "--scale-own-limit" => {
+                    config.scale.own_limit = Duration::from_secs(value()?.parse()?);
+                }
                 "--out" => config.out = PathBuf::from(value()?),
                 "--endpoint" => config.endpoint = Some(value()?),
                 other => bail!("unknown option {other} (see the top of crates/bench/src/main.rs)"),
@@ -295,8 +300,10 @@ impl Config {
                     && !config.scale.processes.is_empty()
                     && config.scale.partitions.iter().all(|n| *n >= 1)
                     && config.scale.processes.iter().all(|p| *p >= 1)
-                    && config.scale.window >= Duration::from_secs(1)),
-            "scale needs partitions and processes of at least 1 each, and --scale-secs of at least 1"
+                    && config.scale.window >= Duration::from_secs(1)
+                    && config.scale.own_limit >= Duration::from_secs(1)),
+            "scale needs partitions and processes of at least 1 each, and --scale-secs and \
+             --scale-own-limit of at least 1"
         );
         Ok(config)
     }

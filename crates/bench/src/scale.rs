@@ -6,7 +6,7 @@
 //!
 //! 1. **the time to own everything**: from the spawns to the line after
 //!    which every partition is owned and each live instance owns ⌊N/P⌋ or
-//!    ⌈N/P⌉ (given up after 600 s). A cold start is slow: a partition's
+//!    ⌈N/P⌉ (given up after `--scale-own-limit`, 600 s by default). A cold start is slow: a partition's
 //!    first stamp makes its record anew and waits for storage's clock (about
 //!    1–2 s). So the row also stops every worker with SIGTERM (each drains
 //!    and releases), starts P new ones (new instance ids) on the same
@@ -74,10 +74,9 @@ pub(crate) struct Scale {
     pub(crate) processes: Vec<usize>,
     /// The steady window of a row, and of its load generator.
     pub(crate) window: Duration,
+    /// The longest wait for a set to be owned and balanced, in each phase.
+    pub(crate) own_limit: Duration,
 }
-
-/// The longest wait for a set to be owned and balanced.
-const OWN_LIMIT: Duration = Duration::from_secs(600);
 
 /// Between a balance (or the generator's last acquire) and its window.
 const SETTLE: Duration = Duration::from_secs(5);
@@ -311,19 +310,20 @@ async fn steady(
 }
 
 /// Starts `p` workers at once; the seconds until the set is owned and
-/// balanced, `NaN` when it was not within [`OWN_LIMIT`].
+/// balanced, `NaN` when it was not within `limit`.
 async fn start_all(
     group: &mut Group,
     azurite: &Azurite,
     proxies: &mut BTreeMap<String, Proxy>,
     owners: &mut Owners,
     p: usize,
+    limit: Duration,
 ) -> f64 {
     let start = Instant::now();
     for _ in 0..p {
         spawn(group, azurite, proxies, owners);
     }
-    until_balanced(group, owners, start, OWN_LIMIT).await
+    until_balanced(group, owners, start, limit).await
 }
 
 /// Sends SIGTERM to every worker and waits for them to drain, release
@@ -549,7 +549,8 @@ async fn workers(
         &["--partitions", &count, "--work-ms", IDLE_WORK_MS],
     );
     let (mut owners, mut proxies) = (Owners::new(n), BTreeMap::new());
-    let cold = start_all(&mut group, azurite, &mut proxies, &mut owners, p).await;
+    let limit = config.scale.own_limit;
+    let cold = start_all(&mut group, azurite, &mut proxies, &mut owners, p, limit).await;
     eprintln!("    cold start: owned and balanced in {}", own(cold));
     tokio::time::sleep(SETTLE).await;
     eprintln!(
@@ -563,9 +564,10 @@ async fn workers(
     stop_gracefully(&mut group, &mut owners).await?;
     // The old proxies' records are read; free them before the new ones.
     proxies.clear();
-    let warm = start_all(&mut group, azurite, &mut proxies, &mut owners, p).await;
+    let warm = start_all(&mut group, azurite, &mut proxies, &mut owners, p, limit).await;
     eprintln!("    warm start: owned and balanced in {}", own(warm));
-    let (join, crash) = join_and_crash(&mut group, azurite, &mut proxies, &mut owners).await?;
+    let (join, crash) =
+        join_and_crash(&mut group, azurite, &mut proxies, &mut owners, limit).await?;
     ids.extend(proxies.keys().cloned());
     owners.catch_up(&mut group);
     group.stop_all();
@@ -599,10 +601,11 @@ async fn join_and_crash(
     azurite: &Azurite,
     proxies: &mut BTreeMap<String, Proxy>,
     owners: &mut Owners,
+    limit: Duration,
 ) -> Result<(f64, f64)> {
     let at = Instant::now();
     spawn(group, azurite, proxies, owners);
-    let join = until_balanced(group, owners, at, OWN_LIMIT).await;
+    let join = until_balanced(group, owners, at, limit).await;
     eprintln!("    join of one more instance: balanced in {}", own(join));
     let victim = group
         .workers()
@@ -613,7 +616,7 @@ async fn join_and_crash(
     let at = Instant::now();
     group.kill(&victim)?;
     owners.live.remove(&victim);
-    let crash = until_balanced(group, owners, at, OWN_LIMIT).await;
+    let crash = until_balanced(group, owners, at, limit).await;
     eprintln!(
         "    crash of one instance (SIGKILL): owned again and balanced in {}",
         own(crash)
@@ -649,7 +652,7 @@ async fn row(config: &Config, shared: &Azurite, n: usize, p: usize) -> Result<Ro
 /// A time to own everything, or that it did not within the limit.
 fn own(seconds: f64) -> String {
     if seconds.is_nan() {
-        format!("not within {} s", OWN_LIMIT.as_secs())
+        "not within the limit".to_owned()
     } else {
         format!("{seconds:.1} s")
     }
@@ -712,7 +715,7 @@ pub(crate) async fn scale(config: &Config, azurite: &Azurite, report: &mut Repor
         }
     }
     targets(report, &rows);
-    report.section("scale", json(&rows));
+    report.section("scale", json(&rows, config.scale.own_limit));
     details(report, &rows);
     Ok(())
 }
@@ -844,7 +847,7 @@ fn slope(rows: &[Row]) -> Option<f64> {
     kib_per_partition_slope(&points)
 }
 
-fn json(rows: &[Row]) -> Json {
+fn json(rows: &[Row], own_limit: Duration) -> Json {
     Json::obj([
         (
             "method",
@@ -857,7 +860,7 @@ fn json(rows: &[Row]) -> Json {
                  rate for the same window",
             ),
         ),
-        ("own_limit_seconds", Json::Num(OWN_LIMIT.as_secs_f64())),
+        ("own_limit_seconds", Json::Num(own_limit.as_secs_f64())),
         ("late_after_seconds", Json::Num(LATE.as_secs_f64())),
         (
             "rss_kib_per_partition_slope",
@@ -1101,7 +1104,7 @@ mod tests {
 
     #[test]
     fn an_own_time_not_taken_says_so() {
-        assert_eq!(own(f64::NAN), "not within 600 s");
+        assert_eq!(own(f64::NAN), "not within the limit");
         assert_eq!(own(12.34), "12.3 s");
         assert_eq!(core(0.1234), "12.3 %");
         assert_eq!(core(f64::NAN), "—");
