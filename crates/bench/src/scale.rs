@@ -345,31 +345,34 @@ async fn stop_gracefully(group: &mut Group, owners: &mut Owners) -> Result<()> {
 type Held = (BlobLeaseManager, LeaseId);
 
 /// Acquires one lease, retrying a transient failure twice with the same
-/// proposed id (an acquire with it is idempotent).
-async fn take_one(lease: BlobLeaseManager) -> Result<Held> {
+/// proposed id (an acquire with it is idempotent); `None` when storage did
+/// not answer in time on the third try either (an emulator past its
+/// ceiling), so that the generator renews the leases it has.
+async fn take_one(lease: BlobLeaseManager) -> Result<Option<Held>> {
     let id = LeaseId::new();
     let duration = Duration::from_secs_f64(SET_LEASE_SECS);
     let mut attempt = 0;
     loop {
         match lease.acquire(id, duration).await {
-            Ok(Acquire::Acquired) => return Ok((lease, id)),
+            Ok(Acquire::Acquired) => return Ok(Some((lease, id))),
             Ok(Acquire::Held) => bail!("a lease of the load generator was held by another"),
-            Err(e) if attempt >= 2 => return Err(e.into()),
+            Err(_) if attempt >= 2 => return Ok(None),
             Err(_) => attempt += 1,
         }
     }
 }
 
 /// Takes `k` leases of their own, `partitions/l<i>` of the set `load` in
-/// a new container, all through one store (one client).
+/// a new container, all through one store (one client): those taken.
 async fn take(azurite: &Azurite, k: usize) -> Result<Vec<Held>> {
     let settings = azurite.settings(&unique_container("scale-load"), "load");
     let store = BlobLeaseSetStore::new(&settings)?;
-    bounded_all(k, TAKE_IN_FLIGHT, |i| {
+    let taken = bounded_all(k, TAKE_IN_FLIGHT, |i| {
         let lease = store.lease(&format!("partitions/l{i:05}"));
         async move { take_one(lease?).await }
     })
-    .await
+    .await?;
+    Ok(taken.into_iter().flatten().collect())
 }
 
 /// When the `j`-th renewal is due, from the start, at `rate` a second.
@@ -481,11 +484,17 @@ async fn load(azurite: &Azurite, k: usize, rate: f64, window: Duration) -> Resul
     }
     let began = Instant::now();
     let held = Arc::new(take(azurite, k).await?);
+    let leases = held.len();
     let to_take = began.elapsed().as_secs_f64();
+    if held.is_empty() {
+        eprintln!("    load generator: none of {k} leases taken in {to_take:.1} s");
+        return Ok(None);
+    }
     eprintln!(
-        "    load generator: {k} leases taken in {to_take:.1} s; renewing {rate:.1} a second \
-         (each every {:.1} s) for {} s ...",
-        float(k) / rate,
+        "    load generator: {} of {k} leases taken in {to_take:.1} s; renewing {rate:.1} a \
+         second (each every {:.1} s) for {} s ...",
+        held.len(),
+        float(held.len()) / rate,
         window.as_secs()
     );
     let pid = azurite.pid();
@@ -500,7 +509,7 @@ async fn load(azurite: &Azurite, k: usize, rate: f64, window: Duration) -> Resul
     let (renewals, marks) = tokio::join!(drive(held, rate, to), marks);
     let ((before, after), renewals) = (marks?, renewals?);
     Ok(Some(Load {
-        leases: k,
+        leases,
         rate,
         to_take,
         window: after.window_since(&before),
