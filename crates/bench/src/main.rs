@@ -44,7 +44,8 @@
 //! process count) [1000], `--scale-processes LIST` (worker processes sharing
 //! it) [4], `--scale-secs N` (each row's steady window, and its load
 //! generator's) [120 / 60], `--scale-own-limit N` (the longest wait, in
-//! seconds, for each phase's set to be owned and balanced) [600]; every row starts an Azurite of its own, see
+//! seconds, for each phase's set to be owned and balanced) [600],
+//! `--scale-no-load` (no phase 3, Azurite alone at the row's rate); every row starts an Azurite of its own, see
 //! `scale.rs`,
 //! `--sections overhead,contention,cost,handover,crash,successor,partitions,quorum,soak,backends,locks,scale`
 //! [all but `soak`, `backends`, `locks` and `scale`, in that order; `soak` runs only when
@@ -197,6 +198,7 @@ impl Config {
                 processes: vec![4],
                 window: Duration::from_secs(if quick { 60 } else { 120 }),
                 own_limit: Duration::from_secs(600),
+                load: true,
             },
             sections: SECTIONS
                 .iter()
@@ -256,6 +258,7 @@ impl Config {
                 "--scale-partitions" => config.scale.partitions = list(&value()?)?,
                 "--scale-processes" => config.scale.processes = list(&value()?)?,
                 "--scale-secs" => config.scale.window = Duration::from_secs(value()?.parse()?),
+                "--scale-no-load" => config.scale.load = false,
                 "--scale-own-limit" => {
                     config.scale.own_limit = Duration::from_secs(value()?.parse()?);
                 }
