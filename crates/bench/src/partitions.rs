@@ -21,8 +21,8 @@ use crate::group::Group;
 use crate::json::{counts_json, Json};
 use crate::report::{ms, percent, secs, Report};
 use crate::sets::{
-    check_defaults, deadline_log_lines, formula, mib, spawn, until_balanced, Owners, BALANCE_SECS,
-    SET_LEASE_SECS,
+    check_defaults, deadline_log_lines, formula, mib, released_json, spawn, until_balanced, Owners,
+    BALANCE_SECS, SET_LEASE_SECS,
 };
 use crate::stats::{count_by_kind, float, stats};
 use crate::{Config, IDLE_WORK_MS, RETRY_SECS};
@@ -87,14 +87,7 @@ impl Cell {
             ("crash_seconds", Json::Num(self.crash)),
             ("window_seconds", Json::Num(self.window)),
             ("moves_in_window", Json::count(self.moves_in_window)),
-            (
-                "released_by_reason",
-                Json::obj(
-                    self.released
-                        .iter()
-                        .map(|(r, n)| (r.as_str(), Json::count(*n))),
-                ),
-            ),
+            ("released_by_reason", released_json(&self.released)),
             (
                 "instances_cost",
                 Json::Arr(self.costs.iter().map(Cost::json).collect()),
@@ -429,14 +422,7 @@ fn json(cells: &[Cell], big: Option<&Big>) -> Json {
                 ("formula_per_hour", Json::Num(b.expected)),
                 ("released_deadline", Json::count(b.deadlines)),
                 ("deadline_log_lines", Json::count(b.deadline_log_lines)),
-                (
-                    "released_by_reason",
-                    Json::obj(
-                        b.released
-                            .iter()
-                            .map(|(r, n)| (r.as_str(), Json::count(*n))),
-                    ),
-                ),
+                ("released_by_reason", released_json(&b.released)),
                 ("owned_at_end", Json::count(b.owned_at_end)),
             ]),
         ));

@@ -60,8 +60,8 @@ use crate::group::Group;
 use crate::json::{counts_json, Json};
 use crate::report::{ms, percent, Report};
 use crate::sets::{
-    check_defaults, deadline_log_lines, formula, mib, spawn, until_balanced, Owners, BALANCE_SECS,
-    SET_LEASE_SECS, SET_RENEW_SECS,
+    check_defaults, deadline_log_lines, formula, mib, released_json, spawn, until_balanced, Owners,
+    BALANCE_SECS, SET_LEASE_SECS, SET_RENEW_SECS,
 };
 use crate::stats::{count_by_kind, fit, float, stats};
 use crate::{bounded_all, Config, IDLE_WORK_MS, RETRY_SECS};
@@ -860,14 +860,7 @@ fn row_json(r: &Row) -> Json {
         ),
         ("released_deadline", Json::count(r.deadlines)),
         ("deadline_log_lines", Json::count(r.deadline_log_lines)),
-        (
-            "released_by_reason",
-            Json::obj(
-                r.released
-                    .iter()
-                    .map(|(k, n)| (k.as_str(), Json::count(*n))),
-            ),
-        ),
+        ("released_by_reason", released_json(&r.released)),
         ("row_seconds", Json::Num(r.seconds)),
     ])
 }

@@ -13,6 +13,7 @@ use blob_mutex_testkit::proxy::Proxy;
 use blob_mutex_testkit::workers::What;
 
 use crate::group::{Event, Group};
+use crate::json::Json;
 use crate::stats::float;
 use crate::Config;
 
@@ -174,6 +175,11 @@ pub(crate) fn deadline_log_lines(config: &Config, id: &str) -> usize {
 #[allow(clippy::cast_precision_loss)] // KiB counts are small
 pub(crate) fn mib(kib: u64) -> f64 {
     kib as f64 / 1024.0
+}
+
+/// How many partition terms ended for each reason, as JSON.
+pub(crate) fn released_json(released: &BTreeMap<String, usize>) -> Json {
+    Json::obj(released.iter().map(|(r, n)| (r.as_str(), Json::count(*n))))
 }
 
 #[cfg(test)]
