@@ -243,3 +243,56 @@ async fn a_mutex_made_for_guards_hands_out_guards_and_refuses_to_run_a_task_it_d
     };
     assert_eq!(led, 3, "a task given to run_once_with runs");
 }
+
+/// A waker that counts its wakes, to tell when a future that is not polled
+/// would be ready.
+struct CountWakes(std::sync::atomic::AtomicUsize);
+
+impl std::task::Wake for CountWakes {
+    fn wake(self: std::sync::Arc<Self>) {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// `acquire()` polled once, then dropped unpolled once its term has taken
+/// the lease and handed over the guard's context: as a `tokio::select!`
+/// drops it when its other branch is ready in the same wake-up.
+#[tokio::test(start_paused = true)]
+async fn an_acquire_dropped_after_its_term_took_the_lease_releases_it_at_once() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    use std::task::Context;
+
+    let store = MemoryLeaseStore::new("guard");
+    let options = MutexOptions::default()
+        .with_holder("a".to_owned())
+        .with_fail_stop(true);
+    let mutex = BlobDistributedMutex::with_store_for_guards(store.clone(), options).unwrap();
+    let wakes = Arc::new(CountWakes(AtomicUsize::new(0)));
+    let on_wake = std::task::Waker::from(wakes.clone());
+    let mut acquiring = Box::pin(mutex.acquire());
+    let first = acquiring.as_mut().poll(&mut Context::from_waker(&on_wake));
+    assert!(first.is_pending(), "the lease is taken in the background");
+    // The only thing the future waits on is the term's context: a wake
+    // means the term holds the lease and has sent it.
+    while wakes.0.load(Ordering::SeqCst) == 0 {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    assert!(store.is_held());
+    let dropped = Instant::now();
+    drop(acquiring);
+    while store.is_held() {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let held_for = dropped.elapsed();
+    assert!(
+        held_for < Duration::from_secs(1),
+        "released {held_for:?} after the drop, not within one request"
+    );
+    let again = tokio::time::timeout(Duration::from_secs(1), mutex.acquire())
+        .await
+        .expect("the same mutex acquires again at once")
+        .unwrap();
+    assert_eq!(again.epoch(), 2);
+    again.release().await.unwrap();
+}

@@ -173,10 +173,13 @@ impl<S: LeaseStore> BlobDistributedMutex<S> {
     async fn hold(&self, attempts: Attempts) -> Result<Option<MutexGuard>> {
         let one = Arc::new(OneCampaign::enter(&self.core)?);
         let kept = one.clone();
-        let token = CancellationToken::new();
-        // Dropping this future before the guard exists stops the campaign.
-        let abandon = token.clone().drop_guard();
-        let release = CancellationToken::new();
+        // Dropping this future before the guard exists stops the campaign
+        // and releases a lease the term took meanwhile: the context it sent
+        // was never read, so no holder can be waited for.
+        let abandoned = CancellationToken::new();
+        let token = abandoned.child_token();
+        let release = abandoned.child_token();
+        let abandon = abandoned.drop_guard();
         let (started, context) = oneshot::channel();
         let task = guard_task(started, release.clone());
         let term: TermHandle = tokio::spawn(
