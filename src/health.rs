@@ -44,6 +44,9 @@ pub struct Health {
     vitals: Arc<Vitals>,
     role: Role,
     quiet_limit: Duration,
+    /// How long a guard may outlive its term before liveness fails: the
+    /// stop grace.
+    guard_grace: Duration,
 }
 
 /// What says the instance's part in the election.
@@ -109,6 +112,7 @@ impl Health {
             vitals,
             role: Role::Mutex(state),
             quiet_limit: quiet_limit(options),
+            guard_grace: options.stop_grace,
         }
     }
 
@@ -123,6 +127,7 @@ impl Health {
             vitals,
             role: Role::Set(owned),
             quiet_limit: quiet_limit(options),
+            guard_grace: options.stop_grace,
         }
     }
 
@@ -138,7 +143,15 @@ impl Health {
     ///   stays live, so one past it is frozen or its stop is wedged;
     /// - a running campaign has taken no counted step (acquire attempt,
     ///   renewal, failed renewal, term start or end) for
-    ///   [`quiet_limit`](Self::quiet_limit): its loop is wedged.
+    ///   [`quiet_limit`](Self::quiet_limit): its loop is wedged;
+    /// - a [`MutexGuard`](crate::MutexGuard) is still held after its term
+    ///   ended: at once when the term ended because the guard was not
+    ///   released before the lease could expire
+    ///   ([`TaskStop::Unreleased`](crate::term::TaskStop::Unreleased)),
+    ///   otherwise once the term has been over for
+    ///   [`stop_grace`](MutexOptions::stop_grace). Its holder's code may
+    ///   run without the lease, and the mutex cannot lead again until the
+    ///   guard is gone: a restart ends both.
     ///
     /// It never fails because storage is down, and never on a follower for
     /// that reason: every replica would fail at once, all would be
@@ -146,7 +159,7 @@ impl Health {
     /// next election after storage came back. client-go's `HealthzAdaptor`
     /// likewise fails only a leader whose renewals are overdue.
     pub fn live(&self) -> Verdict {
-        match liveness(&self.vitals.snapshot(), Instant::now(), self.quiet_limit) {
+        match self.liveness(&self.vitals.snapshot(), Instant::now()) {
             Some(reason) => Verdict::fail(reason),
             None => Verdict::pass("ok"),
         }
@@ -158,8 +171,11 @@ impl Health {
     /// `ready: member, owning no partition` for a lease set. It fails when
     /// [`live`](Self::live) fails; before storage has first answered an
     /// acquire; once every acquire and renewal has failed for
-    /// [`UNREACHABLE_AFTER`]; and while no campaign runs (before it starts,
-    /// and after it returned).
+    /// [`UNREACHABLE_AFTER`]; while no campaign runs (before it starts,
+    /// and after it returned); and while a guard outlives its term. A
+    /// mutex whose term has been asked to stop (its
+    /// [`is_current`](crate::LeaderContext::is_current) says `false`) and
+    /// has not ended yet is `ready: ending term N`, not the leader.
     ///
     /// Storage's answers are those to the requests the campaign sends
     /// anyway, no probe of its own: a follower tries an acquire every
@@ -197,9 +213,9 @@ impl Health {
     fn readiness(&self, leader_only: bool) -> Verdict {
         let vitals = self.vitals.snapshot();
         let now = Instant::now();
-        let unlive = liveness(&vitals, now, self.quiet_limit);
+        let unlive = self.liveness(&vitals, now);
         let part = match &self.role {
-            Role::Mutex(state) => mutex_part(&state.borrow(), leader_only),
+            Role::Mutex(state) => mutex_part(&state.borrow(), &vitals, leader_only),
             Role::Set(owned) => set_part(vitals.campaigning, owned.borrow().len(), leader_only),
         };
         match readiness(unlive, &vitals, now, part) {
@@ -223,7 +239,33 @@ pub(crate) fn quiet_limit(options: &MutexOptions) -> Duration {
     stretch.max(QUIET_LIMIT_MIN)
 }
 
-/// Why the instance is not live at `now`, if it is not.
+impl Health {
+    /// Why the instance is not live at `now`, if it is not.
+    fn liveness(&self, vitals: &Snapshot, now: Instant) -> Option<String> {
+        if let Some(outlived) = &vitals.outlived {
+            let over = now.saturating_duration_since(outlived.ended);
+            if outlived.unreleased || over > self.guard_grace {
+                return Some(format!(
+                    "the guard of term {} of {} is still held {:.1}s after its term ended{}: its \
+                     holder may act without the lease, and the mutex cannot lead until it is \
+                     released",
+                    outlived.epoch,
+                    outlived.lease,
+                    over.as_secs_f64(),
+                    if outlived.unreleased {
+                        " unreleased"
+                    } else {
+                        ""
+                    },
+                ));
+            }
+        }
+        liveness(vitals, now, self.quiet_limit)
+    }
+}
+
+/// Why the instance is not live at `now`, if it is not, from its campaigns
+/// and terms.
 fn liveness(vitals: &Snapshot, now: Instant, quiet_limit: Duration) -> Option<String> {
     if let Some((lease, epoch)) = &vitals.stuck {
         return Some(format!(
@@ -255,9 +297,22 @@ fn liveness(vitals: &Snapshot, now: Instant, quiet_limit: Duration) -> Option<St
     })
 }
 
-/// A mutex's part, from its state: the line for a pass, or why it fails.
-fn mutex_part(state: &Leadership, leader_only: bool) -> Result<String, String> {
+/// A mutex's part, from its state and its terms: the line for a pass, or
+/// why it fails.
+fn mutex_part(state: &Leadership, vitals: &Snapshot, leader_only: bool) -> Result<String, String> {
+    if let Some(outlived) = &vitals.outlived {
+        return Err(format!(
+            "term {} has ended and its guard is still held: not campaigning until it is released",
+            outlived.epoch
+        ));
+    }
     match (state, leader_only) {
+        (Leadership::Leader { epoch }, false) if vitals.stopping.contains(epoch) => {
+            Ok(format!("ready: ending term {epoch}"))
+        }
+        (Leadership::Leader { epoch }, true) if vitals.stopping.contains(epoch) => {
+            Err(format!("term {epoch} is ending: not the leader"))
+        }
         (Leadership::Leader { epoch }, _) => Ok(format!("ready: leader of term {epoch}")),
         (Leadership::Stopped, _) => Err("not campaigning".to_owned()),
         (_, false) => Ok("ready: follower".to_owned()),

@@ -7,6 +7,7 @@ use std::time::Duration;
 use tokio::time::{advance, Instant};
 
 use super::*;
+use crate::engine::vitals::Outlived;
 
 const SECOND: Duration = Duration::from_secs(1);
 const MINUTE: Duration = Duration::from_secs(60);
@@ -20,7 +21,9 @@ fn fresh(now: Instant) -> Snapshot {
         failing_since: None,
         failure: None,
         deadlines: Vec::new(),
+        stopping: Vec::new(),
         stuck: None,
+        outlived: None,
     }
 }
 
@@ -87,20 +90,20 @@ fn ready_while_storage_answers_with_the_part() {
     let ready = |part| readiness(None, &vitals, now, part);
     let leader = Leadership::Leader { epoch: 7 };
     assert_eq!(
-        ready(mutex_part(&leader, true)),
+        ready(mutex_part(&leader, &vitals, true)),
         Ok("ready: leader of term 7".to_owned())
     );
     let follower = Leadership::Follower;
     assert_eq!(
-        ready(mutex_part(&follower, false)),
+        ready(mutex_part(&follower, &vitals, false)),
         Ok("ready: follower".to_owned())
     );
     assert_eq!(
-        ready(mutex_part(&follower, true)),
+        ready(mutex_part(&follower, &vitals, true)),
         Err("not the leader".to_owned())
     );
     assert_eq!(
-        ready(mutex_part(&Leadership::Stopped, false)),
+        ready(mutex_part(&Leadership::Stopped, &vitals, false)),
         Err("not campaigning".to_owned())
     );
     assert_eq!(
@@ -119,6 +122,59 @@ fn ready_while_storage_answers_with_the_part() {
         ready(set_part(false, 0, false)),
         Err("not taking part in the set".to_owned())
     );
+}
+
+#[test]
+fn a_term_asked_to_stop_is_ready_as_ending_and_not_the_leader() {
+    let now = Instant::now();
+    let mut vitals = fresh(now);
+    vitals.stopping.push(7);
+    let leader = Leadership::Leader { epoch: 7 };
+    assert_eq!(
+        mutex_part(&leader, &vitals, false),
+        Ok("ready: ending term 7".to_owned())
+    );
+    assert_eq!(
+        mutex_part(&leader, &vitals, true),
+        Err("term 7 is ending: not the leader".to_owned())
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_guard_that_outlives_its_term_fails_liveness_after_the_grace_or_at_once_when_unreleased()
+{
+    let vitals = Arc::new(Vitals::default());
+    let (_state, watch) = watch::channel(Leadership::Follower);
+    let options = MutexOptions::default();
+    let health = Health::of_mutex(vitals.clone(), watch, &options);
+    let outlived = |unreleased| Outlived {
+        lease: lease(),
+        epoch: 7,
+        ended: Instant::now(),
+        unreleased,
+    };
+    vitals.guard_outlives(outlived(false), || true);
+    assert!(
+        health.live().passes(),
+        "within the grace: {}",
+        health.live()
+    );
+    assert!(
+        !health.ready().passes(),
+        "cannot campaign: {}",
+        health.ready()
+    );
+    advance(options.stop_grace() + Duration::from_millis(1)).await;
+    assert!(!health.live().passes(), "past the grace");
+    vitals.guard_gone(7);
+    assert!(health.live().passes(), "the guard is gone");
+    vitals.guard_outlives(outlived(true), || true);
+    let live = health.live();
+    assert!(!live.passes(), "unreleased: at once");
+    assert!(live.reason().contains("term 7 of c/lock"), "{live}");
+    vitals.guard_gone(7);
+    vitals.guard_outlives(outlived(true), || false);
+    assert!(health.live().passes(), "released before its term ended");
 }
 
 #[test]

@@ -207,3 +207,55 @@ async fn a_guard_not_released_before_its_lease_could_expire_is_left_to_expire_an
     );
     assert_eq!(guard.release().await.unwrap(), report);
 }
+
+/// What the probes say of a guard whose holder wedges: it never beats and
+/// never releases. Sampled every 100 ms from the acquire until well past
+/// the lease.
+#[tokio::test(start_paused = true)]
+async fn the_probes_of_a_wedged_guard_never_say_leader_once_it_is_not_current_and_fail_liveness_once_its_term_ended_unreleased(
+) {
+    let store = MemoryLeaseStore::new("guard-wedged");
+    let options = MutexOptions::default()
+        .with_holder("a".to_owned())
+        .with_heartbeat_timeout(Duration::from_secs(2));
+    let a = mutex(&store, options);
+    let health = a.health();
+    let mut reports = a.term_reports();
+    let guard = a.acquire().await.unwrap();
+    assert!(health.live().passes() && health.ready_to_lead().passes());
+    let mut ended = None;
+    let until = Instant::now() + LEASE * 2;
+    while Instant::now() < until {
+        let (live, ready, to_lead) = (health.live(), health.ready(), health.ready_to_lead());
+        if !guard.is_current() {
+            assert!(!to_lead.passes(), "not current, yet: {to_lead}");
+        }
+        if ended.is_none() {
+            if let Ok(report) = reports.try_recv() {
+                assert_eq!(report.reason, StopReason::Stalled);
+                assert_eq!(report.tasks, TaskStop::Unreleased, "{report:?}");
+                ended = Some(Instant::now());
+            }
+        }
+        if ended.is_some() {
+            assert!(
+                !live.passes(),
+                "a guard held past its unreleased term: live says {live}"
+            );
+            assert!(
+                !ready.passes(),
+                "a mutex that cannot lead again: ready says {ready}"
+            );
+        } else {
+            assert!(live.passes(), "before its term ended: {live}");
+        }
+        sleep(Duration::from_millis(100)).await;
+    }
+    assert!(ended.is_some(), "the term ended while the guard was held");
+    drop(guard);
+    assert!(
+        health.live().passes(),
+        "once the guard is gone: {}",
+        health.live()
+    );
+}

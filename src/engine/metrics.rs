@@ -67,6 +67,16 @@ impl Metrics {
         self.counters.term_started();
     }
 
+    /// Term `epoch` has been asked to stop.
+    pub(crate) fn term_stopping(&self, epoch: u64) {
+        self.vitals.term_stopping(&self.lease, epoch);
+    }
+
+    /// The lease these figures are of, as the vitals name it.
+    pub(crate) fn lease(&self) -> &Arc<str> {
+        &self.lease
+    }
+
     pub(crate) fn term_ended(&self, report: &TermReport) {
         let stuck = report.tasks == TaskStop::Stuck;
         self.vitals.term_ended(&self.lease, report.epoch, stuck);

@@ -28,6 +28,7 @@ impl<S: LeaseStore> Engine<'_, S> {
         let epoch = term.epoch;
         let _ = term.reason.set(stop);
         term.child.cancel();
+        self.metrics.term_stopping(epoch);
         debug!(holder = %self.holder, epoch, reason = %stop, "stopping the leader task");
         let (stopped, lease_held) = self.drain(&mut term, stop, &mut failure, renewal).await;
         if failure.is_none() {

@@ -34,6 +34,9 @@ struct Inner {
     /// A term whose tasks could be neither stopped nor aborted: its lease
     /// name and epoch. Kept for good: such a task may run for ever.
     stuck: Option<(Arc<str>, u64)>,
+    /// A guard that is still held although its term has ended, until it is
+    /// released or dropped.
+    outlived: Option<Outlived>,
 }
 
 #[derive(Debug)]
@@ -41,6 +44,21 @@ struct RunningTerm {
     lease: Arc<str>,
     epoch: u64,
     deadline: watch::Receiver<Instant>,
+    /// Whether the term has been asked to stop.
+    stopping: bool,
+}
+
+/// A guard held after its term ended: the holder's code may run without
+/// the lease, and the mutex cannot campaign again until it is released.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Outlived {
+    pub(crate) lease: Arc<str>,
+    pub(crate) epoch: u64,
+    /// When the term reported its end.
+    pub(crate) ended: Instant,
+    /// Whether the term ended because the guard was not released before the
+    /// lease could expire ([`TaskStop::Unreleased`](crate::term::TaskStop::Unreleased)).
+    pub(crate) unreleased: bool,
 }
 
 /// The vitals at one instant.
@@ -55,7 +73,10 @@ pub(crate) struct Snapshot {
     pub(crate) failure: Option<String>,
     /// Every running term's lease, epoch and current deadline.
     pub(crate) deadlines: Vec<(Arc<str>, u64, Instant)>,
+    /// The epochs of the running terms that have been asked to stop.
+    pub(crate) stopping: Vec<u64>,
     pub(crate) stuck: Option<(Arc<str>, u64)>,
+    pub(crate) outlived: Option<Outlived>,
 }
 
 /// Counts a campaign loop as running for as long as it lives.
@@ -120,7 +141,38 @@ impl Vitals {
             lease,
             epoch,
             deadline,
+            stopping: false,
         });
+    }
+
+    /// Term `epoch` of `lease` has been asked to stop: it leads no more,
+    /// although its end is not reported yet.
+    pub(crate) fn term_stopping(&self, lease: &str, epoch: u64) {
+        let mut inner = self.lock();
+        for term in &mut inner.terms {
+            if term.epoch == epoch && &*term.lease == lease {
+                term.stopping = true;
+            }
+        }
+    }
+
+    /// The term of a guard has ended: recorded as outlived when `held()`
+    /// says its guard is still held, asked under the lock that
+    /// [`guard_gone`](Self::guard_gone) takes, so that a guard released
+    /// meanwhile is never recorded after its release.
+    pub(crate) fn guard_outlives(&self, outlived: Outlived, held: impl FnOnce() -> bool) {
+        let mut inner = self.lock();
+        if held() {
+            inner.outlived = Some(outlived);
+        }
+    }
+
+    /// The guard of term `epoch` is released or dropped.
+    pub(crate) fn guard_gone(&self, epoch: u64) {
+        let mut inner = self.lock();
+        if inner.outlived.as_ref().is_some_and(|o| o.epoch == epoch) {
+            inner.outlived = None;
+        }
     }
 
     /// Term `epoch` of `lease` has reported its end; `stuck` when its tasks
@@ -150,7 +202,14 @@ impl Vitals {
                 .iter()
                 .map(|t| (t.lease.clone(), t.epoch, *t.deadline.borrow()))
                 .collect(),
+            stopping: inner
+                .terms
+                .iter()
+                .filter(|t| t.stopping)
+                .map(|t| t.epoch)
+                .collect(),
             stuck: inner.stuck.clone(),
+            outlived: inner.outlived.clone(),
         }
     }
 }

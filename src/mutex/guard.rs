@@ -13,9 +13,10 @@ use tracing::Instrument;
 
 use super::{BlobDistributedMutex, MutexObserver, OneCampaign};
 use crate::bounded::bounded;
-use crate::engine::ending::{StopReason, TermReport};
+use crate::engine::ending::{StopReason, TaskStop, TermReport};
 use crate::engine::leader::Leader;
 use crate::engine::leadership::LeaderContext;
+use crate::engine::vitals::{Outlived, Vitals};
 use crate::engine::{Attempts, Engine, TaskFn};
 use crate::error::{Error, Result};
 use crate::store::LeaseStore;
@@ -101,6 +102,9 @@ pub struct MutexGuard {
     context: LeaderContext,
     release: CancellationToken,
     term: Option<TermHandle>,
+    /// Told when the guard is gone, for the probes of a guard that outlives
+    /// its term.
+    vitals: Arc<Vitals>,
     /// Keeps the mutex from campaigning again while the guard lives, even
     /// once its term is over: the holder's code may still run.
     _one: Arc<dyn Send + Sync + std::fmt::Debug>,
@@ -182,6 +186,7 @@ impl<S: LeaseStore> BlobDistributedMutex<S> {
         let abandon = abandoned.drop_guard();
         let (started, context) = oneshot::channel();
         let task = guard_task(started, release.clone());
+        let released = release.clone();
         let term: TermHandle = tokio::spawn(
             async move {
                 let core = one.0.clone();
@@ -194,7 +199,18 @@ impl<S: LeaseStore> BlobDistributedMutex<S> {
                     .one_term(&token, attempts, tokio::time::Instant::now())
                     .await?;
                 drop(one);
-                Ok(led.then(|| observer.take_last()).flatten())
+                let report = led.then(|| observer.take_last()).flatten();
+                if let Some(report) = &report {
+                    let outlived = Outlived {
+                        lease: core.metrics.lease().clone(),
+                        epoch: report.epoch,
+                        ended: Instant::now(),
+                        unreleased: report.tasks == TaskStop::Unreleased,
+                    };
+                    let vitals = core.metrics.vitals();
+                    vitals.guard_outlives(outlived, || !released.is_cancelled());
+                }
+                Ok(report)
             }
             .in_current_span(),
         );
@@ -204,6 +220,7 @@ impl<S: LeaseStore> BlobDistributedMutex<S> {
                 context,
                 release,
                 term: Some(term),
+                vitals: self.core.metrics.vitals().clone(),
                 _one: kept,
             }));
         }
@@ -317,6 +334,9 @@ impl MutexGuard {
 
 impl Drop for MutexGuard {
     fn drop(&mut self) {
+        // Cancelled first: a term that ends from now on sees the release
+        // (see `Vitals::guard_outlives`).
         self.release.cancel();
+        self.vitals.guard_gone(self.context.epoch());
     }
 }
