@@ -168,11 +168,14 @@ pub(crate) struct Engine<'a, S> {
     /// Whether storage has ever answered the mutex; `None` for a lease
     /// set's partitions, whose set's member lease was answered first.
     pub(crate) contact: Option<&'a FirstContact>,
-    /// The term's task stands for a guard's holder: it returns when the
-    /// guard is released or dropped, and the holder's code, which the
-    /// engine cannot stop, may run until then. The lease then leaves the
-    /// term only after that return, or by being lost (see `stop`).
-    pub(crate) caller_holds: bool,
+    /// The term's task stands for a guard's holder when this is the
+    /// guard's release, cancelled when the guard is released or dropped:
+    /// the task returns then, and the holder's code, which the engine
+    /// cannot stop, may run until then. The lease then leaves the term
+    /// only after that return, or by being lost (see `stop`); and
+    /// fail-stop counts the term's tasks as ended only once the guard is
+    /// released, whatever became of the task that waited for it.
+    pub(crate) caller_holds: Option<CancellationToken>,
 }
 
 impl<S: LeaseStore> Engine<'_, S> {
@@ -283,7 +286,15 @@ impl<S: LeaseStore> Engine<'_, S> {
         };
         let fail_stop = self.options.fail_stop.then(|| {
             let deadline = deadline.clone();
-            FailStop::arm(move || deadline.get().into_std(), tasks.done_check(), epoch)
+            let ended = tasks.done_check();
+            let released = self.caller_holds.clone();
+            let done = move || {
+                ended()
+                    && released
+                        .as_ref()
+                        .is_none_or(CancellationToken::is_cancelled)
+            };
+            FailStop::arm(move || deadline.get().into_std(), done, epoch)
         });
         let reporter = self.reporter();
         reporter.started(epoch, deadline.subscribe());

@@ -886,7 +886,7 @@ async fn run_partition<S: LeaseSetStore>(
         lingering: &shared.lingering,
         leader: None,
         contact: None,
-        caller_holds: false,
+        caller_holds: None,
     };
     engine.lead_once(token).await.map(drop)
 }

@@ -404,7 +404,7 @@ impl<S: LeaseStore> Core<S> {
             lingering: &self.lingering,
             leader: Some(&self.leader),
             contact: Some(&self.contact),
-            caller_holds: false,
+            caller_holds: None,
         }
     }
 }

@@ -293,3 +293,150 @@ async fn fail_stop_exits_even_when_standard_error_is_a_full_pipe() {
     assert!(took < LEASE, "exited {took:?} after SIGTERM");
     println!("fail-stop with a full stderr pipe: exited {took:?} after SIGTERM");
 }
+
+/// The child's part of
+/// [`a_fail_stop_guard_whose_holder_blocks_the_runtime_at_the_abort_exits_before_its_lease_could_expire`],
+/// run in a process of its own (the test binary again, with
+/// `BLOB_MUTEX_BLOCKING_HOLDER` set). On a current-thread runtime with the
+/// real clock and the memory store: a guard's holder that never beats stops
+/// the term (watchdog) and never releases. At `deadline − STOP_SLACK` the
+/// engine gives up on the release and aborts the term's tasks; the holder
+/// wakes then too, lets the aborted tasks end (it learns of it from a
+/// sub-task of the term that the abort drops), and blocks the runtime's
+/// only thread for 3 s before the engine can run again. Prints when the
+/// lease could expire, in Unix milliseconds, first.
+async fn blocking_holder() {
+    use blob_mutex::{term::STOP_SLACK, testing::MemoryLeaseStore};
+    use blob_mutex::{BlobDistributedMutex, MutexOptions};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    use std::time::SystemTime;
+    use tokio::time::{sleep_until, Instant};
+
+    /// Says it was dropped.
+    struct Dropped(Arc<AtomicBool>);
+    impl Drop for Dropped {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::SeqCst);
+        }
+    }
+
+    let options = MutexOptions::default()
+        .with_holder("blocking".to_owned())
+        .with_heartbeat_timeout(Duration::from_secs(2))
+        .with_fail_stop(true);
+    let margin = options.effective_safety_margin();
+    let store = MemoryLeaseStore::new("fail-stop-guard");
+    let mutex = BlobDistributedMutex::with_store_for_guards(store, options).unwrap();
+    let guard = mutex.acquire().await.unwrap();
+    let aborted = Arc::new(AtomicBool::new(false));
+    let dropped = Dropped(aborted.clone());
+    let _sub_task = guard.context().spawn(async move {
+        let _dropped = dropped;
+        std::future::pending::<Result<(), std::io::Error>>().await
+    });
+    guard.cancelled().await;
+    // Renewals go on for the stop grace: wait until the deadline stops moving.
+    let deadline = loop {
+        let deadline = guard.deadline();
+        sleep_until(deadline - STOP_SLACK).await;
+        if guard.deadline() == deadline {
+            break deadline;
+        }
+    };
+    let left = (deadline + margin).saturating_duration_since(Instant::now());
+    let unix = (SystemTime::now() + left)
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap();
+    println!("lease-expires-unix-ms {}", unix.as_millis());
+    // To the back of the runtime's queue, behind the aborted tasks, until
+    // they have ended: the engine, woken by their end, is queued behind.
+    while !aborted.load(Ordering::SeqCst) {
+        to_the_back().await;
+    }
+    println!("blocking");
+    std::thread::sleep(Duration::from_secs(3));
+    drop(guard);
+    println!("the runtime ran again");
+}
+
+/// Pending once, with a wake at once: the task goes to the back of the
+/// runtime's queue (`tokio::task::yield_now` waits for the next poll of
+/// the timers and I/O instead).
+async fn to_the_back() {
+    let mut queued = false;
+    std::future::poll_fn(|cx| {
+        if std::mem::replace(&mut queued, true) {
+            return std::task::Poll::Ready(());
+        }
+        cx.waker().wake_by_ref();
+        std::task::Poll::Pending
+    })
+    .await;
+}
+
+/// A guard's holder that blocks the runtime right after the engine gave up
+/// waiting for its release: fail-stop, which for a guard waits for the
+/// release and not only for the waiter task the engine aborts, exits the
+/// process before the lease could expire, in every one of 20 runs at once
+/// (a run whose engine was too late for the holder to block in that
+/// moment exits too, by fail-stop's thread; at least one must have
+/// blocked there).
+#[tokio::test]
+async fn a_fail_stop_guard_whose_holder_blocks_the_runtime_at_the_abort_exits_before_its_lease_could_expire(
+) {
+    use std::process::{Command, Stdio};
+    use std::time::SystemTime;
+
+    const NAME: &str =
+        "a_fail_stop_guard_whose_holder_blocks_the_runtime_at_the_abort_exits_before_its_lease_could_expire";
+    if std::env::var_os("BLOB_MUTEX_BLOCKING_HOLDER").is_some() {
+        // A task of the runtime, as the engine's are: the test's own future
+        // is polled only between the runtime's batches of tasks.
+        return tokio::spawn(blocking_holder()).await.unwrap();
+    }
+    let runs: Vec<_> = (0..20)
+        .map(|_| {
+            std::thread::spawn(|| {
+                let child = Command::new(std::env::current_exe().unwrap())
+                    .args([NAME, "--exact", "--nocapture", "--test-threads=1"])
+                    .env("BLOB_MUTEX_BLOCKING_HOLDER", "1")
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::null())
+                    .spawn()
+                    .unwrap();
+                let output = child.wait_with_output().unwrap();
+                (output, SystemTime::now())
+            })
+        })
+        .collect();
+    let mut blocked = 0;
+    for run in runs {
+        let (output, exited) = run.join().unwrap();
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        let expires: u64 = stdout
+            .lines()
+            // libtest's own "test … ... " may begin the line.
+            .find_map(|l| l.split("lease-expires-unix-ms ").nth(1))
+            .unwrap_or_else(|| panic!("the term never came to its end: {stdout}"))
+            .parse()
+            .unwrap();
+        let exited_ms = exited
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap()
+            .as_millis();
+        assert_eq!(
+            output.status.code(),
+            Some(FAIL_STOP_EXIT_CODE),
+            "{:?}: {stdout}",
+            output.status
+        );
+        assert!(
+            exited_ms < u128::from(expires),
+            "exited {} ms after the lease could expire: {stdout}",
+            exited_ms - u128::from(expires)
+        );
+        blocked += usize::from(stdout.lines().any(|l| l == "blocking"));
+    }
+    assert!(blocked > 0, "no holder blocked the runtime after the abort");
+}

@@ -61,7 +61,10 @@ struct Shared {
 
 impl FailStop {
     /// Arms the watcher. `deadline` gives the current deadline, which only
-    /// ever moves forward; `done` tells whether every task has ended.
+    /// ever moves forward; `done` tells whether nothing of the term can run
+    /// any more: every task has ended and, for a guard's term, the guard is
+    /// released (the engine aborts the task that waits for the release,
+    /// never the holder's code).
     pub(crate) fn arm(
         deadline: impl Fn() -> Instant + Send + 'static,
         done: impl Fn() -> bool + Send + 'static,

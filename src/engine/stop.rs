@@ -110,7 +110,7 @@ impl<S: LeaseStore> Engine<'_, S> {
         let mut lease_held = stop != StopReason::LeaseLost;
         let mut leader_running = !term.leader.is_finished();
         // Waiting for a guard's holder, who alone can end its code.
-        let mut holding = self.caller_holds && lease_held && leader_running;
+        let mut holding = self.caller_holds.is_some() && lease_held && leader_running;
         let epoch = term.epoch;
         let grace = if stop == StopReason::LeaseLost {
             self.options.stop_grace.min(LOST_GRACE)

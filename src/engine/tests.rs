@@ -294,7 +294,7 @@ impl Harness {
             lingering: &self.lingering,
             leader: None,
             contact: None,
-            caller_holds: false,
+            caller_holds: None,
         }
     }
 

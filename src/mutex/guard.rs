@@ -192,7 +192,7 @@ impl<S: LeaseStore> BlobDistributedMutex<S> {
                 let core = one.0.clone();
                 let observer = MutexObserver::new(&core);
                 let engine = Engine {
-                    caller_holds: true,
+                    caller_holds: Some(released.clone()),
                     ..core.engine(&observer, task)
                 };
                 let led = engine
