@@ -3,17 +3,23 @@
 //! lease of it over the provider's one client and credential. See the
 //! guide's [Choosing a shape](crate::guide::shapes#many-locks-by-name).
 
+mod local;
+
 use std::future::Future;
 use std::sync::Arc;
 
+use self::local::LocalNames;
+
 use crate::azure::settings::{validate_blob_name, BlobSettings};
 use crate::azure::BlobLeaseSetStore;
+use crate::bounded::bounded;
+use crate::engine::leader::Leader;
 use crate::engine::leadership::LeaderContext;
 use crate::error::{BoxError, Error, Result};
 use crate::mutex::{BlobDistributedMutex, MutexGuard, TryAcquire};
 use crate::options::{default_holder, MutexOptions};
 use crate::store::names::{set_lease, SetLease};
-use crate::store::{check_request_timeout, LeaseSetStore};
+use crate::store::{check_request_timeout, LeaseSetStore, LeaseStore};
 
 /// Locks by name in one container: [`acquire("order-42")`](Self::acquire)
 /// holds the lease of `order-42` as a [`MutexGuard`],
@@ -51,18 +57,30 @@ use crate::store::{check_request_timeout, LeaseSetStore};
 ///
 /// # The same name twice
 ///
-/// Each call makes its own mutex for the name (no request, no client: the
-/// provider's), with the provider's holder name, and the lease decides
-/// between them as between two processes: while a guard of `order-42`
-/// lives, [`try_acquire("order-42")`](Self::try_acquire) through the same
-/// provider returns [`TryAcquire::Held`] and
-/// [`acquire("order-42")`](Self::acquire) waits, polling every
-/// `acquire_retry`, until that guard is released or dropped. A second
-/// guard of a name is never handed out while the first lives, whichever
-/// provider asks. Keep the mutex of [`mutex_with_task`](Self::mutex_with_task)
-/// for as long as its task form runs: the promises a mutex keeps about
-/// its own earlier terms (no campaign while a task it could not stop may
-/// still run) are per mutex.
+/// Within one provider (and its clones), a name is a local lock as well:
+/// while a guard of `order-42` from [`acquire`](Self::acquire) or
+/// [`try_acquire`](Self::try_acquire) lives,
+/// [`try_acquire("order-42")`](Self::try_acquire) returns
+/// [`TryAcquire::Held`] and [`acquire("order-42")`](Self::acquire) waits
+/// until that guard is released or dropped, even once the first guard's
+/// term has ended and storage has expired its lease (a holder that
+/// wedged): this provider never hands out a second guard of a name while
+/// the first lives.
+///
+/// Between providers (other processes, or another provider in this one)
+/// the lease decides, as between any two instances: a second guard of a
+/// name is handed out only once the first one's lease was released, or
+/// could have expired, and the first one's
+/// [`token`](MutexGuard::token) is cancelled before then; a holder that
+/// does not watch it may still run, which only the
+/// [`epoch`](MutexGuard::epoch) checked downstream protects against. The
+/// mutexes of [`mutex`](Self::mutex) and
+/// [`mutex_with_task`](Self::mutex_with_task) are such other instances:
+/// each call makes its own mutex for the name (no request, no client: the
+/// provider's), outside the provider's local locks. Keep the mutex of
+/// [`mutex_with_task`](Self::mutex_with_task) for as long as its task form
+/// runs: the promises a mutex keeps about its own earlier terms (no
+/// campaign while a task it could not stop may still run) are per mutex.
 ///
 /// # Examples
 ///
@@ -92,6 +110,9 @@ pub struct BlobLocks<S: LeaseSetStore = BlobLeaseSetStore> {
     store: Arc<S>,
     /// The options of every lock, with the holder name resolved.
     options: MutexOptions,
+    /// The names whose guard from `acquire` or `try_acquire` lives, shared
+    /// by the provider's clones.
+    local: LocalNames,
 }
 
 impl<S: LeaseSetStore> Clone for BlobLocks<S> {
@@ -99,6 +120,7 @@ impl<S: LeaseSetStore> Clone for BlobLocks<S> {
         BlobLocks {
             store: self.store.clone(),
             options: self.options.clone(),
+            local: self.local.clone(),
         }
     }
 }
@@ -170,6 +192,7 @@ impl<S: LeaseSetStore> BlobLocks<S> {
         Ok(BlobLocks {
             store: Arc::new(store),
             options,
+            local: LocalNames::default(),
         })
     }
 
@@ -230,8 +253,9 @@ impl<S: LeaseSetStore> BlobLocks<S> {
     /// Campaigns until this instance holds the lock `name`, and returns a
     /// guard that holds it (see [`MutexGuard`]): as
     /// [`BlobDistributedMutex::acquire`] on [`mutex(name)`](Self::mutex).
-    /// While another guard of the name lives, from this provider or any
-    /// other, it waits.
+    /// While another guard of the name lives, it waits: one of this
+    /// provider's until that guard is gone, another instance's until its
+    /// lease is free (see [The same name twice](#the-same-name-twice)).
     ///
     /// # Errors
     ///
@@ -243,7 +267,9 @@ impl<S: LeaseSetStore> BlobLocks<S> {
     /// campaign, and a lease acquired meanwhile is released in the
     /// background.
     pub async fn acquire(&self, name: &str) -> Result<MutexGuard> {
-        self.mutex(name)?.acquire().await
+        let mutex = self.mutex(name)?;
+        let local = self.local.hold(name).await;
+        Ok(mutex.acquire().await?.keeping(local))
     }
 
     /// One attempt to acquire the lock `name`: a guard when it was free,
@@ -259,7 +285,18 @@ impl<S: LeaseSetStore> BlobLocks<S> {
     ///
     /// As [`BlobDistributedMutex::try_acquire`].
     pub async fn try_acquire(&self, name: &str) -> Result<TryAcquire> {
-        self.mutex(name)?.try_acquire().await
+        let mutex = self.mutex(name)?;
+        let Some(local) = self.local.try_hold(name) else {
+            // Held here: storage names its holder, or nobody while the
+            // lease of a guard whose term ended has not expired yet.
+            let timeout = self.options.request_timeout;
+            let info = bounded("inspect", timeout, mutex.store().inspect()).await?;
+            return Ok(TryAcquire::Held(info.as_ref().and_then(Leader::from_info)));
+        };
+        Ok(match mutex.try_acquire().await? {
+            TryAcquire::Acquired(guard) => TryAcquire::Acquired(guard.keeping(local)),
+            held => held,
+        })
     }
 
     /// The lease of the lock `name`, its name checked first (and by the

@@ -259,3 +259,47 @@ async fn the_probes_of_a_wedged_guard_never_say_leader_once_it_is_not_current_an
         health.live()
     );
 }
+
+/// As the guard's docs say: a term stopped by its watchdog renews no more
+/// while it waits for the release (its deadline stays put); one asked to
+/// hand over renews for the stop grace (its deadline moves).
+#[tokio::test(start_paused = true)]
+async fn a_guard_stopped_by_its_watchdog_renews_no_more_and_one_asked_to_hand_over_renews_for_the_grace(
+) {
+    let store = MemoryLeaseStore::new("guard-stalled-renewals");
+    let options = MutexOptions::default()
+        .with_holder("a".to_owned())
+        .with_heartbeat_timeout(Duration::from_secs(2));
+    let a = mutex(&store, options);
+    let guard = a.acquire().await.unwrap();
+    assert_eq!(guard.cancelled().await, StopReason::Stalled);
+    let at_stop = guard.deadline();
+    sleep(LEASE / 2).await;
+    assert_eq!(
+        guard.deadline(),
+        at_stop,
+        "renewed after the watchdog fired"
+    );
+    drop(guard);
+
+    let store = MemoryLeaseStore::new("guard-handover-renewals");
+    let low = mutex(
+        &store,
+        MutexOptions::default()
+            .with_holder("low".to_owned())
+            .with_priority(1)
+            .with_renew_interval(Duration::from_secs(1)),
+    );
+    let high = mutex(
+        &store,
+        MutexOptions::default()
+            .with_holder("high".to_owned())
+            .with_priority(5),
+    );
+    let guard = low.acquire().await.unwrap();
+    let _acts = next_holder(high);
+    assert_eq!(guard.cancelled().await, StopReason::Handover);
+    let at_stop = guard.deadline();
+    sleep(low.options().stop_grace()).await;
+    assert!(guard.deadline() > at_stop, "not renewed during the grace");
+}

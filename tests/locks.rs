@@ -98,6 +98,42 @@ async fn one_provider_never_hands_out_a_second_guard_of_a_name_while_the_first_l
     second.release().await.unwrap();
 }
 
+/// The first guard's holder wedges: its term ends unreleased (watchdog)
+/// and storage expires its lease, yet the guard lives, and with it the
+/// holder's code.
+#[tokio::test(start_paused = true)]
+async fn one_provider_hands_out_no_second_guard_of_a_name_while_the_first_lives_past_its_lease() {
+    let store = MemoryLeaseSetStore::new();
+    let options = MutexOptions::default()
+        .with_holder("a".to_owned())
+        .with_heartbeat_timeout(Duration::from_secs(2));
+    let locks = BlobLocks::with_store(store.clone(), options).unwrap();
+    let first = locks.acquire("job").await.unwrap();
+    let second = tokio::spawn({
+        let locks = locks.clone();
+        async move { locks.acquire("job").await.unwrap() }
+    });
+    first.cancelled().await;
+    tokio::time::sleep(LEASE * 3).await;
+    assert!(!first.is_current());
+    assert!(
+        !store.get("job").is_held(),
+        "the first guard's lease expired"
+    );
+    assert!(!second.is_finished(), "the second acquire still waits");
+    assert!(
+        matches!(locks.try_acquire("job").await.unwrap(), TryAcquire::Held(_)),
+        "try_acquire says held while the first guard lives"
+    );
+    drop(first);
+    let second = tokio::time::timeout(POLL * 2, second)
+        .await
+        .expect("the second acquire holds once the first guard is gone")
+        .unwrap();
+    assert_eq!(second.epoch(), 2);
+    second.release().await.unwrap();
+}
+
 #[tokio::test(start_paused = true)]
 async fn names_that_cannot_name_a_lock_are_refused_before_any_lease_is_made() {
     let store = MemoryLeaseSetStore::new();

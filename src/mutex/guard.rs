@@ -71,8 +71,11 @@ type TermHandle = JoinHandle<Result<Option<TermReport>>>;
 ///   [`heartbeat_timeout`](crate::MutexOptions::heartbeat_timeout)
 ///   ([`StopReason::Stalled`]). The token is cancelled and
 ///   `is_current()` says `false` from then on; the term then waits for the
-///   holder's release, renewing for [`stop_grace`](crate::MutexOptions::stop_grace)
-///   while the lease is still ours, then no more. A release that comes
+///   holder's release. While it waits after a handover request it keeps
+///   renewing for [`stop_grace`](crate::MutexOptions::stop_grace), then no
+///   more; after `Deadline` (renewals were failing) or `Stalled` (the
+///   holder makes no progress) it renews no more at all, so that the lease
+///   ends as soon as it can. A release that comes
 ///   before `deadline − STOP_SLACK` lets the lease go as above: released,
 ///   or handed over only then. A holder that has not released by then has
 ///   its lease left to expire: the report says
@@ -108,6 +111,8 @@ pub struct MutexGuard {
     /// Keeps the mutex from campaigning again while the guard lives, even
     /// once its term is over: the holder's code may still run.
     _one: Arc<dyn Send + Sync + std::fmt::Debug>,
+    /// What else lives as long as the guard (a name held in its provider).
+    kept: Option<Box<dyn Send + Sync + std::fmt::Debug>>,
 }
 
 /// What [`try_acquire`](BlobDistributedMutex::try_acquire) found.
@@ -222,6 +227,7 @@ impl<S: LeaseStore> BlobDistributedMutex<S> {
                 term: Some(term),
                 vitals: self.core.metrics.vitals().clone(),
                 _one: kept,
+                kept: None,
             }));
         }
         match term.await {
@@ -258,6 +264,12 @@ fn guard_task(started: oneshot::Sender<LeaderContext>, release: CancellationToke
 }
 
 impl MutexGuard {
+    /// The guard, keeping `kept` until it is released or dropped.
+    pub(crate) fn keeping(mut self, kept: impl Send + Sync + std::fmt::Debug + 'static) -> Self {
+        self.kept = Some(Box::new(kept));
+        self
+    }
+
     /// The fencing token of this term (see [`LeaderContext::epoch`]).
     #[must_use]
     pub fn epoch(&self) -> u64 {

@@ -62,16 +62,19 @@ where
     asking.finish()
 }
 
-/// How long a call waits, once a majority of the accounts has answered (or
-/// once it is decided), for the accounts still to answer: twice as long as
-/// it took so far (an account that comes back needs a renew and an
-/// acquire), from 50 ms to 1 s. Long enough for an account that answers
-/// like the others to take part (to be leased again when it comes back, to
-/// carry the term's epoch); short enough that an account that never
-/// answers costs little, and that an attempt waiting for it does not keep
-/// for long the leases it was granted, which would keep the leader from
-/// renewing on those accounts. The engine's deadline counts from before
-/// the call, so the wait costs no lease time.
+/// How long a quorum call gives the accounts that have not answered yet,
+/// from the moment it would otherwise stop waiting for them: twice as long
+/// as the call took so far (an account that comes back needs a renew and
+/// an acquire), from 50 ms to 1 s. [`Asking::settle`] gives it to a call
+/// that a majority has answered without deciding it, and never waits once
+/// the call is decided; a won acquire and a settled stamp then collect the
+/// late answers for it ([`Asking::collect_for`]), so that the term starts,
+/// and its epoch lands, on every account that answers like the others.
+/// Long enough for such an account to take part; short enough that an
+/// account that never answers costs little, and that an attempt waiting
+/// for it does not keep for long the leases it was granted, which would
+/// keep the leader from renewing on those accounts. The engine's deadline
+/// counts from before the call, so the wait costs no lease time.
 pub(crate) fn straggler_grace(so_far: Duration) -> Duration {
     (so_far * 2).clamp(Duration::from_millis(50), Duration::from_secs(1))
 }
@@ -239,6 +242,57 @@ pub(crate) fn no_majority<T>(
 mod tests {
     use super::super::rules::tests::count;
     use super::*;
+
+    /// Three accounts answering yes or no after the given times (never,
+    /// for `None`); how long `settle` took and whether the call was won.
+    async fn settle_with(answers: [(Option<u64>, bool); 3]) -> (Duration, bool) {
+        let accounts: Vec<(String, (Option<u64>, bool))> = answers
+            .iter()
+            .enumerate()
+            .map(|(i, a)| (format!("account{i}"), *a))
+            .collect();
+        let mut asking = Asking::new(
+            &accounts,
+            "renew",
+            Votes::new(3),
+            |_, &(after, yes)| {
+                Some(async move {
+                    match after {
+                        Some(ms) => tokio::time::sleep(Duration::from_millis(ms)).await,
+                        None => std::future::pending().await,
+                    }
+                    Ok(yes)
+                })
+            },
+            |_, answer: &Result<bool>| match answer {
+                Ok(true) => Vote::Yes,
+                Ok(false) => Vote::No,
+                Err(_) => Vote::Failed,
+            },
+        );
+        let start = Instant::now();
+        asking.settle(Votes::decided).await;
+        (start.elapsed(), Votes::won(asking.votes()))
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn settle_never_waits_once_decided_and_gives_an_undecided_majority_the_stragglers_grace()
+    {
+        let ms = Duration::from_millis;
+        // Decided by two yes at 10 ms: the silent third is not waited for.
+        let decided = settle_with([(Some(10), true), (Some(10), true), (None, true)]).await;
+        assert_eq!(decided, (ms(10), true));
+        // A yes and a no at 10 ms decide nothing: the third, at 40 ms, is
+        // within the grace (twice 10 ms, at least 50 ms) and decides.
+        let late = settle_with([(Some(10), true), (Some(10), false), (Some(40), true)]).await;
+        assert_eq!(late, (ms(40), true));
+        // At 100 ms it is past the grace: the call stops undecided at 60 ms.
+        let past = settle_with([(Some(10), true), (Some(10), false), (Some(100), true)]).await;
+        assert_eq!(past, (ms(10) + straggler_grace(ms(10)), false));
+        assert_eq!(straggler_grace(ms(10)), ms(50));
+        assert_eq!(straggler_grace(ms(400)), ms(800));
+        assert_eq!(straggler_grace(ms(700)), ms(1_000));
+    }
 
     #[test]
     fn no_answer_from_any_account_is_a_time_out() {
