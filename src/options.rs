@@ -449,8 +449,15 @@ pub(crate) fn validate_holder(holder: &str) -> Result<()> {
     Ok(())
 }
 
-/// The default holder name: `<hostname>-<pid>`.
+/// The default holder name: `<hostname>-<pid>-<suffix>`, the suffix six
+/// random hexadecimal digits drawn once per process. The process id alone
+/// does not tell processes apart where each runs in a PID namespace of its
+/// own (every container's first process is 1), and a host's containers
+/// often share its name (`--network host`); candidate records and handovers
+/// are keyed by the holder.
 pub(crate) fn default_holder() -> String {
+    static SUFFIX: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    let suffix = SUFFIX.get_or_init(|| uuid::Uuid::new_v4().simple().to_string()[..6].to_owned());
     let host = std::env::var("HOSTNAME")
         .ok()
         .or_else(|| std::fs::read_to_string("/proc/sys/kernel/hostname").ok())
@@ -458,7 +465,7 @@ pub(crate) fn default_holder() -> String {
         .map(|h| h.trim().to_owned())
         .filter(|h| !h.is_empty() && h.bytes().all(|b| (0x21..0x7f).contains(&b)))
         .unwrap_or_else(|| "host".to_owned());
-    format!("{host}-{}", std::process::id())
+    format!("{host}-{}-{suffix}", std::process::id())
 }
 
 #[cfg(test)]
@@ -587,7 +594,18 @@ mod tests {
     }
 
     #[test]
-    fn default_holder_is_usable() {
-        validate_holder(&default_holder()).unwrap();
+    fn default_holder_is_usable_and_the_same_for_the_whole_process() {
+        let holder = default_holder();
+        validate_holder(&holder).unwrap();
+        assert_eq!(holder, default_holder());
+        let (rest, suffix) = holder.rsplit_once('-').unwrap();
+        assert!(
+            suffix.len() == 6 && suffix.bytes().all(|b| b.is_ascii_hexdigit()),
+            "{holder}"
+        );
+        assert!(
+            rest.ends_with(&format!("-{}", std::process::id())),
+            "{holder}"
+        );
     }
 }

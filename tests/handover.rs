@@ -394,3 +394,53 @@ async fn a_store_without_candidates_refuses_a_priority() {
     })
     .unwrap();
 }
+
+/// The child's part of
+/// [`two_instances_each_the_first_process_of_a_pid_namespace_on_one_host_have_different_default_holders`]:
+/// prints the default holder.
+fn print_default_holder() {
+    let store = MemoryLeaseStore::new("holder");
+    let mutex =
+        BlobDistributedMutex::with_store_for_guards(store, MutexOptions::default()).unwrap();
+    println!("holder {} pid {}", mutex.holder(), std::process::id());
+}
+
+/// Candidate records and handovers are keyed by the holder: two containers
+/// of one host (the host's name, `--network host`), each process 1 of its
+/// own PID namespace, must not share the default. Run as root (`unshare`).
+#[test]
+fn two_instances_each_the_first_process_of_a_pid_namespace_on_one_host_have_different_default_holders(
+) {
+    const NAME: &str =
+        "two_instances_each_the_first_process_of_a_pid_namespace_on_one_host_have_different_default_holders";
+    if std::env::var_os("BLOB_MUTEX_PRINT_HOLDER").is_some() {
+        return print_default_holder();
+    }
+    let holder = || {
+        let output = std::process::Command::new("unshare")
+            .args(["--pid", "--fork", "--"])
+            .arg(std::env::current_exe().unwrap())
+            .args([NAME, "--exact", "--nocapture", "--test-threads=1"])
+            .env("BLOB_MUTEX_PRINT_HOLDER", "1")
+            .output()
+            .expect("unshare (util-linux) runs, as root");
+        let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+        assert!(output.status.success(), "{output:?}");
+        let line = stdout
+            .split("holder ")
+            .nth(1)
+            .unwrap_or_else(|| panic!("no holder printed: {stdout}"));
+        let (holder, pid) = line.split_once(" pid ").unwrap();
+        assert_eq!(
+            pid.split_whitespace().next(),
+            Some("1"),
+            "process 1 of its namespace"
+        );
+        holder.to_owned()
+    };
+    let (a, b) = (holder(), holder());
+    assert_ne!(
+        a, b,
+        "two containers' first processes share the default holder"
+    );
+}

@@ -3,7 +3,7 @@
 //!
 //! Every instance of a lease set holds a member blob, `<set>/members/<holder>`,
 //! and every candidate of a planned handover a record,
-//! `<blob>.candidates/<holder>`. The default holder is `<hostname>-<pid>`,
+//! `<blob>.candidates/<holder>`. The default holder is `<hostname>-<pid>-<random>`,
 //! so every restart leaves one more behind, and every listing reads them all.
 //! They go away two ways:
 //!

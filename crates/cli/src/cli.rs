@@ -379,7 +379,7 @@ pub(crate) struct LeaseArgs {
     /// then comes 100 ms after SIGTERM [default: 3s].
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, env = "BLOB_MUTEX_GRACE")]
     grace: Option<Duration>,
-    /// This host's name in the blob's metadata [default: <hostname>-<pid>].
+    /// This host's name in the blob's metadata [default: <hostname>-<pid>-<6 random hex digits>].
     #[arg(long, value_name = "NAME", env = HOLDER_ENV)]
     holder: Option<String>,
     /// What this host tells the others while it leads, written beside its
