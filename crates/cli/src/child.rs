@@ -4,6 +4,7 @@
 //! command starts while a process of an earlier command's group may still
 //! run (see [`reap`]).
 
+mod orphans;
 mod reap;
 
 use std::ffi::OsString;
@@ -23,6 +24,7 @@ use tracing::{debug, warn};
 use crate::exit;
 use crate::group::{signal_group, test_kill_delay};
 use crate::guard::Guard;
+pub(crate) use orphans::{reap_orphans, spawn as spawn_own};
 pub(crate) use reap::Groups;
 use reap::{gone_by, Live, REAP_WAIT};
 
@@ -106,15 +108,15 @@ impl Child {
         // Counted before the command joins the group. If spawning fails,
         // dropping the guard kills it (it is reaped as an orphan).
         let live = groups.enter();
-        let process = tokio::process::Command::new(program)
+        let mut command = tokio::process::Command::new(program);
+        command
             .args(args)
             .env(EPOCH_ENV, epoch.to_string())
             .env(HOLDER_ENV, holder)
             .envs(env.iter().map(|(key, value)| (*key, value)))
             .process_group(guard.group().as_raw())
-            .kill_on_drop(test_kill_delay().is_none())
-            .spawn()
-            .map_err(SpawnError::Command)?;
+            .kill_on_drop(test_kill_delay().is_none());
+        let process = spawn_own(|| command.spawn()).map_err(SpawnError::Command)?;
         let pid = process.id().ok_or_else(|| {
             SpawnError::Command(io::Error::other(
                 "the command exited before it could be watched",
@@ -199,8 +201,11 @@ impl Child {
         let group = self.group();
         signal_group(group, Signal::SIGKILL);
         let until = Instant::now() + REAP_WAIT;
+        orphans::waited(self.pid);
         if timeout_at(until, self.guard.wait()).await.is_err() {
             warn!(pid = %group, "the guard was not reaped in time");
+        } else {
+            orphans::waited(group.as_raw().unsigned_abs());
         }
         if !gone_by(group, until).await {
             self.groups.unkillable(group);

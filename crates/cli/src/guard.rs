@@ -103,7 +103,8 @@ impl Guard {
     /// When the guard cannot be started, or does not answer before the
     /// deadline (it then is killed).
     pub(crate) async fn start(deadline: Instant) -> io::Result<Guard> {
-        let mut process = Command::new(own_executable()?)
+        let mut command = Command::new(own_executable()?);
+        command
             // Named for `ps`, not `/proc/self/exe`.
             .arg0("blob-mutex")
             .arg(SUBCOMMAND)
@@ -111,8 +112,8 @@ impl Guard {
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .process_group(0)
-            .kill_on_drop(crate::group::test_kill_delay().is_none())
-            .spawn()?;
+            .kill_on_drop(crate::group::test_kill_delay().is_none());
+        let mut process = crate::child::spawn_own(|| command.spawn())?;
         let id = process
             .id()
             .ok_or_else(|| io::Error::other("the guard exited at once"))?;

@@ -1486,3 +1486,88 @@ async fn a_run_inside_a_runs_command_given_its_own_account_uses_nothing_of_the_p
         .expect("run blob-mutex");
     assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
 }
+
+/// The processes whose parent is `pid`, each with whether it is a zombie.
+fn children_of(pid: u32) -> Vec<(u32, bool)> {
+    let mut children = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(child) = entry.file_name().to_str().and_then(|n| n.parse().ok()) else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        let Some((_, rest)) = stat.rsplit_once(") ") else {
+            continue;
+        };
+        let mut fields = rest.split_whitespace();
+        let (state, parent) = (fields.next(), fields.next());
+        if parent.and_then(|p| p.parse().ok()) == Some(pid) {
+            children.push((child, state == Some("Z")));
+        }
+    }
+    children
+}
+
+/// `run` as process 1 of its PID namespace, as a container's first process
+/// is (Kubernetes has no `--init`): the twenty background processes its
+/// command leaves orphaned are reparented to it, and it reaps them when
+/// they exit. Run as root (`unshare`).
+#[tokio::test]
+async fn run_as_process_1_reaps_the_orphans_its_command_leaves() {
+    let case = Case::new("orphans");
+    let script = r#"for i in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20; do
+      (sleep 0.3 &)
+    done
+    touch "$1/started"
+    exec sleep 1000"#;
+    let mut unshare = Command::new("unshare")
+        .args([
+            "--pid",
+            "--fork",
+            "--mount-proc",
+            "--kill-child",
+            "--",
+            BIN,
+            "run",
+        ])
+        .args([
+            "--container",
+            &case.container,
+            "--blob",
+            case.blob,
+            "--holder",
+            "pid-1",
+        ])
+        .args(["--", "sh", "-c", script, "script"])
+        .arg(&case.dir)
+        .env("AZURE_STORAGE_CONNECTION_STRING", &case.connection)
+        .env("RUST_LOG", "blob_mutex=debug")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(case.path("stderr")).unwrap())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("unshare (util-linux) runs, as root");
+    let started = case.path("started");
+    wait_for("the command to start", Duration::from_secs(30), || {
+        let there = started.exists();
+        async move { there.then_some(()) }
+    })
+    .await;
+    let unshare_pid = unshare.id().unwrap();
+    let run = children_of(unshare_pid)[0].0;
+    // The orphans sleep 0.3 s; once none runs, none may be left a zombie.
+    let left = wait_for("every orphan to be reaped", Duration::from_secs(10), || {
+        let children = children_of(run);
+        async move {
+            let zombies = children.iter().filter(|(_, zombie)| *zombie).count();
+            // The command (sleep 1000) and its guard are the only children left.
+            (zombies == 0 && children.len() == 2).then_some(children)
+        }
+    })
+    .await;
+    assert_eq!(left.len(), 2);
+    unshare.start_kill().unwrap();
+    exited(&mut unshare, Duration::from_secs(10)).await;
+}
