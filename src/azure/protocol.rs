@@ -203,8 +203,17 @@ pub(crate) fn parse_candidate(metadata: &HashMap<String, String>) -> Option<Cand
 const PERMISSION_CODES: &[&str] = &[
     "AuthorizationPermissionMismatch",
     "AuthorizationResourceTypeMismatch",
-    "AuthorizationFailure",
 ];
+
+/// The code of a refusal that may be either: Azure sends it for a request
+/// its network rules or the account's settings refuse, and Azurite for a
+/// signature that does not verify (where Azure sends
+/// `AuthenticationFailed`).
+const EITHER_CODE: &str = "AuthorizationFailure";
+
+/// What to check when the credential itself was not accepted.
+const CHECK_CREDENTIAL: &str = "check the account key, or the SAS's signature, start and expiry, \
+     or the token's tenant and audience";
 
 /// What to grant so that `operation` is allowed: the SAS permission (and
 /// for an account SAS its resource type) and the role that has it. The
@@ -246,10 +255,14 @@ fn refusal(operation: &str, code: Option<&str>) -> String {
         Some(code) if PERMISSION_CODES.contains(&code) => {
             format!("{operation} was refused: {}", grant(operation))
         }
-        _ => format!(
-            "{operation} was refused: the credential was not accepted; check the account key, \
-             or the SAS's signature, start and expiry, or the token's tenant and audience"
+        Some(EITHER_CODE) => format!(
+            "{operation} was refused: the credential was not accepted, or it may not do this; \
+             {CHECK_CREDENTIAL}; or {}; or the account's network rules",
+            grant(operation)
         ),
+        _ => {
+            format!("{operation} was refused: the credential was not accepted; {CHECK_CREDENTIAL}")
+        }
     }
 }
 
@@ -306,6 +319,29 @@ pub(crate) fn said(message: &str) -> String {
 mod tests {
     use super::*;
     use crate::store::LeaseId;
+
+    #[test]
+    fn a_refusal_names_the_credential_the_permission_or_both_by_its_code() {
+        let message = |code| match status_error("inspect", 403, Some(String::from(code)), "") {
+            Error::Authentication { message, .. } => message,
+            other => panic!("{other:?}"),
+        };
+        let bad_key = message("AuthenticationFailed");
+        assert!(
+            bad_key.contains("check the account key") && !bad_key.contains("grant"),
+            "{bad_key}"
+        );
+        let no_permission = message("AuthorizationPermissionMismatch");
+        assert!(
+            no_permission.contains("grant read (r)") && !no_permission.contains("account key"),
+            "{no_permission}"
+        );
+        let either = message("AuthorizationFailure");
+        assert!(
+            either.contains("check the account key") && either.contains("grant read (r)"),
+            "{either}"
+        );
+    }
 
     #[test]
     fn the_next_epoch_never_goes_back() {
