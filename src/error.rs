@@ -56,6 +56,19 @@ pub enum Error {
     #[error("lease lost: {0}")]
     LeaseLost(String),
 
+    /// The endpoint answered with an error status but without Azure
+    /// Storage's `x-ms-error-code` header, which the Blob service sends with
+    /// every error it answers: it is no storage account (a typo in the
+    /// account URL or `BlobEndpoint`, a web server or a proxy in its place).
+    /// Fatal: a missing blob or container is not read into such an answer.
+    #[error("{operation} was answered {status} without Azure Storage's headers: the endpoint is not a Blob Storage account; check the account URL (BlobEndpoint in a connection string, or --account-url), including its path")]
+    NotStorage {
+        /// The storage call, for example `inspect`.
+        operation: &'static str,
+        /// The HTTP status the endpoint answered.
+        status: u16,
+    },
+
     /// Storage answered with an error status that is not one of the kinds above.
     #[error("storage error {status} {}: {message}", code.as_deref().unwrap_or("(no code)"))]
     Storage {
@@ -250,7 +263,8 @@ impl Error {
             | Error::Authentication { .. }
             | Error::InvalidEpoch { .. }
             | Error::Unsupported { .. }
-            | Error::FirstContactFailed { .. } => true,
+            | Error::FirstContactFailed { .. }
+            | Error::NotStorage { .. } => true,
             Error::Storage { status, .. } => *status == 400,
             _ => false,
         }

@@ -41,6 +41,9 @@ pub(crate) enum CallError {
     Credential(Cause),
     /// An answer came that could not be read.
     Unreadable(String),
+    /// An error status without the `x-ms-error-code` that the Blob service
+    /// sends with every error: not storage's answer.
+    NotStorage(u16),
     /// The blob is longer than the most the caller would read (the limit).
     TooLong(usize),
     /// No answer came: the connection failed or was cut.
@@ -71,6 +74,9 @@ impl CallError {
         said: impl FnOnce() -> String,
     ) -> CallError {
         match failure {
+            Failure::Status(status, None) if !storage_could_omit_the_code(status) => {
+                CallError::NotStorage(status)
+            }
             Failure::Status(status, code) => CallError::Status {
                 status,
                 code,
@@ -113,6 +119,7 @@ impl CallError {
             }
             CallError::Credential(source) => Error::CredentialUnavailable { operation, source },
             CallError::Unreadable(message) => Error::UnexpectedResponse { operation, message },
+            CallError::NotStorage(status) => Error::NotStorage { operation, status },
             CallError::TooLong(limit) => Error::UnexpectedResponse {
                 operation,
                 message: format!("the blob is longer than the limit of {limit} bytes"),
@@ -134,6 +141,15 @@ impl CallError {
             other => other.into_error(operation),
         }
     }
+}
+
+/// Whether an error status without an `x-ms-error-code` may still be the
+/// Blob service's: one that a proxy or load balancer in front of it may
+/// answer for it (408, 429 and 5xx: transient), and the refusals 401 and
+/// 403, told by their status alone. Any other (404 above all, which would
+/// read as a free lease) is not storage's answer.
+fn storage_could_omit_the_code(status: u16) -> bool {
+    matches!(status, 401 | 403 | 408 | 429) || status >= 500
 }
 
 /// What Get Blob Properties (and each blob of a listing) says of a blob.

@@ -162,6 +162,12 @@ impl BlobLeaseManager {
             Some(p) if p > Duration::from_secs(60) => {
                 return Err(Error::invalid("period", "must be at most 60 s"))
             }
+            Some(p) if p.subsec_nanos() != 0 => {
+                return Err(Error::invalid(
+                    "period",
+                    format!("storage takes whole seconds (0 to 60): got {p:?}"),
+                ))
+            }
             Some(p) => u8::try_from(p.as_secs()).unwrap_or(60),
             None => 0,
         };
@@ -466,7 +472,11 @@ impl LeaseStore for BlobLeaseManager {
         Box::pin(self.bounded("inspect", async {
             match self.calls.properties(&self.blob, None).await {
                 Ok(properties) => Ok(Some(properties.info())),
-                Err(e) if e.status() == Some(404) => Ok(None),
+                // No blob yet: a free lease. A missing container is not,
+                // and neither is a 404 that is not storage's (see `CallError`).
+                Err(e) if e.status() == Some(404) && e.code() != Some(CONTAINER_NOT_FOUND) => {
+                    Ok(None)
+                }
                 Err(e) => Err(e.into_error("inspect")),
             }
         }))

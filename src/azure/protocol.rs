@@ -283,6 +283,13 @@ pub(crate) fn status_error(
         (409 | 412, Some(code)) if LOST_CODES.contains(&code) => {
             Error::LeaseLost(format!("{operation}: {code}"))
         }
+        (404, Some(CONTAINER_NOT_FOUND)) => Error::Storage {
+            status,
+            code,
+            message: format!(
+                "{operation} failed: the container does not exist; check its name, or create it{said}"
+            ),
+        },
         (status, _) => Error::Storage {
             status,
             code,

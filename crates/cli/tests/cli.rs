@@ -1574,3 +1574,68 @@ async fn run_as_process_1_reaps_the_orphans_its_command_leaves() {
     unshare.start_kill().unwrap();
     exited(&mut unshare, Duration::from_secs(10)).await;
 }
+
+/// A plain web server on 127.0.0.1 that answers every request `404 Not
+/// Found`, as a typo in an endpoint's host or path meets one; its address.
+async fn plain_web_server() -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut buf = [0; 4096];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match stream.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => head.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let answer = "HTTP/1.1 404 Not Found\r\ncontent-type: text/html\r\n\
+                              content-length: 9\r\nconnection: close\r\n\r\nNot Found";
+                let _ = stream.write_all(answer.as_bytes()).await;
+            });
+        }
+    });
+    addr
+}
+
+/// A typo in the endpoint (a web server answers 404 without Azure
+/// Storage's headers) and a container that does not exist are errors that
+/// say so, never a free lease: `status` and `break` exit 1, not 3, and
+/// `run` stops at once instead of waiting as if the lease were held.
+#[tokio::test]
+async fn a_non_storage_endpoint_and_a_missing_container_are_errors_never_a_free_lease() {
+    let web = plain_web_server().await;
+    let typo = format!(
+        "DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;AccountKey={};\
+         BlobEndpoint=http://{web}/devstoreaccount1;",
+        azurite::DEV_KEY
+    );
+    let target = ["-c", "leases", "-b", "scheduler"];
+    let flags = ["--connection-string", &typo];
+    for subcommand in [
+        &["status"][..],
+        &["break"],
+        &["run", "--wait", "0", "--", "true"],
+    ] {
+        let (name, rest) = subcommand.split_at(1);
+        let started = Instant::now();
+        let out = blob_mutex(&[name, &target, &flags, rest].concat()).await;
+        assert_one_line_error(&out, 1, "not a Blob Storage account");
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "{name:?} took {:?}",
+            started.elapsed()
+        );
+    }
+    let azurite = azurite::shared().connection_string();
+    let missing = azurite::unique_container("cli-nosuch");
+    let target = ["-c", &missing, "-b", "scheduler"];
+    for name in ["status", "break"] {
+        let out =
+            blob_mutex(&[&[name][..], &target, &["--connection-string", &azurite]].concat()).await;
+        assert_one_line_error(&out, 1, "the container does not exist");
+    }
+}
