@@ -365,19 +365,19 @@ fn as_set(error: anyhow::Error) -> anyhow::Error {
 #[derive(Debug, Args)]
 pub(crate) struct LeaseArgs {
     /// How long each lease lasts on the server, 15s to 60s [default: 15s].
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration, env = "BLOB_MUTEX_LEASE_DURATION")]
+    #[arg(long, value_name = "DURATION", value_parser = parse_positive_duration, env = "BLOB_MUTEX_LEASE_DURATION")]
     lease_duration: Option<Duration>,
     /// How often the leader renews [default: a third of --lease-duration].
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration, env = "BLOB_MUTEX_RENEW_INTERVAL")]
+    #[arg(long, value_name = "DURATION", value_parser = parse_positive_duration, env = "BLOB_MUTEX_RENEW_INTERVAL")]
     renew_interval: Option<Duration>,
     /// How long to wait between attempts while another host leads [default: 1s].
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration, env = "BLOB_MUTEX_ACQUIRE_RETRY")]
+    #[arg(long, value_name = "DURATION", value_parser = parse_positive_duration, env = "BLOB_MUTEX_ACQUIRE_RETRY")]
     acquire_retry: Option<Duration>,
     /// How long CMD has to exit after SIGTERM; SIGKILL comes a little
     /// earlier (by a quarter of it, at most 1s), so that CMD is gone before
     /// the lease could expire. Not after a broken or taken lease: SIGKILL
     /// then comes 100 ms after SIGTERM [default: 3s].
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration, env = "BLOB_MUTEX_GRACE")]
+    #[arg(long, value_name = "DURATION", value_parser = parse_positive_duration, env = "BLOB_MUTEX_GRACE")]
     grace: Option<Duration>,
     /// This host's name in the blob's metadata [default: <hostname>-<pid>-<6 random hex digits>].
     #[arg(long, value_name = "NAME", env = HOLDER_ENV)]
@@ -496,7 +496,7 @@ pub(crate) struct RunArgs {
     /// (20h for a daily job): however long CMD takes, the next day's run is
     /// due. With --done-key, skips when either says so. One storage account
     /// only.
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration, env = "BLOB_MUTEX_AT_MOST_EVERY")]
+    #[arg(long, value_name = "DURATION", value_parser = parse_positive_duration, env = "BLOB_MUTEX_AT_MOST_EVERY")]
     pub(crate) at_most_every: Option<Duration>,
     /// This host's priority as a preferred successor, any integer. While
     /// another host leads, this one advertises itself beside the lease; a
@@ -546,8 +546,9 @@ pub(crate) struct StatusArgs {
 pub(crate) struct BreakArgs {
     #[command(flatten)]
     pub(crate) target: Target,
-    /// How long the current holder may keep the lease, 0s to 60s [default: 0s].
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    /// How long the current holder may keep the lease, in whole seconds,
+    /// 0s to 60s [default: 0s].
+    #[arg(long, value_name = "DURATION", value_parser = parse_break_period)]
     pub(crate) period: Option<Duration>,
 }
 
@@ -689,6 +690,27 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
     Duration::try_from(signed).map_err(|_| bad(&"a duration cannot be negative"))
 }
 
+/// A duration that may not be zero (a lease, an interval, a time limit of
+/// every request).
+pub(crate) fn parse_positive_duration(text: &str) -> Result<Duration, String> {
+    match parse_duration(text)? {
+        Duration::ZERO => Err(format!("must be greater than zero, got {:?}", text.trim())),
+        positive => Ok(positive),
+    }
+}
+
+/// A break period: storage takes whole seconds from 0 to 60.
+fn parse_break_period(text: &str) -> Result<Duration, String> {
+    let period = parse_duration(text)?;
+    if period.subsec_nanos() != 0 || period > Duration::from_secs(60) {
+        return Err(format!(
+            "storage takes whole seconds from 0s to 60s, got {:?}",
+            text.trim()
+        ));
+    }
+    Ok(period)
+}
+
 /// A backend's name, as `Backend` reads it.
 fn parse_backend(text: &str) -> Result<Backend, String> {
     text.parse().map_err(|e: blob_mutex::Error| e.to_string())
@@ -720,6 +742,17 @@ mod tests {
         ] {
             let error = parse_duration(bad).expect_err(bad);
             assert!(error.contains("expected a duration"), "{error}");
+        }
+        assert_eq!(parse_duration("0"), Ok(Duration::ZERO));
+        for zero in ["0", "0s", "0ms"] {
+            let error = parse_positive_duration(zero).expect_err(zero);
+            assert!(error.contains("greater than zero"), "{error}");
+        }
+        assert_eq!(parse_positive_duration("1ms"), Ok(Duration::from_millis(1)));
+        assert_eq!(parse_break_period("10s"), Ok(Duration::from_secs(10)));
+        for bad in ["1.5s", "61s", "500ms"] {
+            let error = parse_break_period(bad).expect_err(bad);
+            assert!(error.contains("whole seconds"), "{error}");
         }
     }
 

@@ -29,16 +29,34 @@ mod run;
 mod signin;
 mod state;
 mod status;
+mod usage;
 
 use std::process::ExitCode;
 
 use clap::error::ErrorKind;
-use clap::Parser;
 
-use crate::cli::{Cli, Command};
+use crate::cli::Command;
+
+/// The `BLOB_MUTEX_*` variables the command reads itself, besides those of
+/// its flags; `run` sets some of them for its command, which may be
+/// `blob-mutex` again.
+const READ_BY_HAND: &[&str] = &[
+    "BLOB_MUTEX_ACCOUNTS_FILE",
+    "BLOB_MUTEX_DEV",
+    "BLOB_MUTEX_CONNECTION_STRING",
+    "BLOB_MUTEX_QUORUM_CONNECTION_STRINGS",
+    "BLOB_MUTEX_ACCOUNT_URL",
+    "BLOB_MUTEX_AUTH",
+    "BLOB_MUTEX_EPOCH",
+    "BLOB_MUTEX_LEASE_ID",
+    "BLOB_MUTEX_HOLDER",
+    "BLOB_MUTEX_CONTAINER",
+    "BLOB_MUTEX_BLOB",
+    "BLOB_MUTEX_BACKEND",
+];
 
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    let cli = match usage::parse() {
         Ok(cli) => cli,
         Err(e) => match e.kind() {
             ErrorKind::DisplayHelp
@@ -47,7 +65,7 @@ fn main() -> ExitCode {
             _ => {
                 eprintln!(
                     "blob-mutex: {} (see --help)",
-                    one_line(&e.render().to_string())
+                    usage::clap_error(&e, one_line)
                 );
                 return ExitCode::from(exit::USAGE);
             }
@@ -61,6 +79,13 @@ fn main() -> ExitCode {
         _ => {}
     }
     logs::init(cli.log_format);
+    // Warned, not refused: a variable of a newer version, or one that a
+    // parent `run` sets for its command, must not stop an older command.
+    let environment = std::env::vars_os().filter_map(|(k, _)| k.into_string().ok());
+    for (variable, nearest) in usage::unknown_variables(environment, READ_BY_HAND) {
+        let nearest = nearest.map_or_else(String::new, |n| format!("; did you mean {n}?"));
+        tracing::warn!(%variable, "an unknown variable is ignored{nearest}");
+    }
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -88,7 +113,10 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
-            eprintln!("blob-mutex: {}", one_line(&format!("{e:#}")));
+            eprintln!(
+                "blob-mutex: {}",
+                usage::reword(&one_line(&format!("{e:#}")), &e)
+            );
             ExitCode::from(exit::of_error(&e))
         }
     }

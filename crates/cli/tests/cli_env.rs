@@ -297,3 +297,53 @@ async fn json_logs_are_one_object_per_line_with_the_leaders_fields() {
         events[1]
     );
 }
+
+/// Every usage error names the flag or the variable that was actually set,
+/// never a field of the library's options: a zero or fractional duration,
+/// a grace too long for the lease (by flag and by variable), a variable
+/// that is not a boolean; and a misspelled variable is warned about,
+/// naming the nearest known one. None of them needs storage.
+#[tokio::test]
+async fn usage_errors_name_the_flag_or_the_variable_that_was_set() {
+    let target = ["--dev", "-c", "leases", "-b", "nightly"];
+    let usage = |args: &[&str], env: &[(&str, &str)]| {
+        let all = [&args[..1], &target[..], &args[1..]].concat();
+        let command = command(&all, env);
+        async move { output(command).await }
+    };
+    let zero = usage(&["status", "--request-timeout", "0"], &[]).await;
+    assert_usage_error_naming(&zero, "--request-timeout");
+    let fraction = usage(&["break", "--period", "1.5s"], &[]).await;
+    assert_usage_error_naming(&fraction, "--period");
+    assert!(
+        text(&fraction.stderr).contains("whole seconds"),
+        "{}",
+        text(&fraction.stderr)
+    );
+
+    let by_flag = usage(&["run", "--grace", "9s", "--", "true"], &[]).await;
+    assert_usage_error_naming(&by_flag, "--grace");
+    let by_variable = usage(&["run", "--", "true"], &[("BLOB_MUTEX_GRACE", "9s")]).await;
+    assert_usage_error_naming(&by_variable, "BLOB_MUTEX_GRACE");
+    for output in [&by_flag, &by_variable] {
+        let stderr = text(&output.stderr);
+        assert!(
+            !stderr.contains("stop_grace") && !stderr.contains("renew_interval"),
+            "{stderr}"
+        );
+    }
+    let boolean = usage(&["run", "--", "true"], &[("BLOB_MUTEX_FOREVER", "maybe")]).await;
+    assert_usage_error_naming(&boolean, "BLOB_MUTEX_FOREVER");
+
+    let misspelled = [
+        ("BLOB_MUTEX_LEASE_DURATON", "30s"),
+        ("BLOB_MUTEX_GRACE", "9s"),
+    ];
+    let warned = usage(&["run", "--", "true"], &misspelled).await;
+    let stderr = text(&warned.stderr);
+    assert!(
+        stderr.contains("BLOB_MUTEX_LEASE_DURATON")
+            && stderr.contains("did you mean BLOB_MUTEX_LEASE_DURATION?"),
+        "{stderr}"
+    );
+}

@@ -18,7 +18,7 @@ use anyhow::Result;
 use blob_mutex::{azure::Backend, quorum::QuorumLeaseStore, BlobSettings, MutexOptions};
 use clap::{ArgAction, Args};
 
-use super::{parse_backend, parse_duration, parse_switch};
+use super::{parse_backend, parse_positive_duration, parse_switch};
 use crate::child::{ACCOUNT_URL_ENV, AUTH_ENV, DEV_ENV};
 use crate::exit::UsageError;
 use crate::signin::{AccountUrl, Auth, UrlAccount};
@@ -86,7 +86,7 @@ pub(crate) struct Account {
     #[arg(long)]
     pub(super) dev: bool,
     /// The longest any single storage request may take [default: 3s].
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration, env = "BLOB_MUTEX_REQUEST_TIMEOUT")]
+    #[arg(long, value_name = "DURATION", value_parser = parse_positive_duration, env = "BLOB_MUTEX_REQUEST_TIMEOUT")]
     pub(super) request_timeout: Option<Duration>,
     /// The storage backend: official (Microsoft's official Azure SDK,
     /// azure_storage_blob 1.x) or sdk-v021 (the azure_storage_blobs 0.21
