@@ -21,6 +21,10 @@ use crate::error::{Chain, Error, Result};
 use crate::options::ABORT_WAIT;
 use crate::store::{Acquire, Candidate, LeaseId, LeaseStore};
 
+/// The least time an acquire attempt gets while storage has never
+/// answered, however close the first-contact bound.
+const CONTACT_ATTEMPT_MIN: Duration = Duration::from_millis(100);
+
 impl<S: LeaseStore> Engine<'_, S> {
     pub(crate) async fn run(&self, token: CancellationToken) -> Result<()> {
         self.campaign_all(token).instrument(self.span()).await
@@ -97,7 +101,7 @@ impl<S: LeaseStore> Engine<'_, S> {
             r = self.acquire_as(proposed, token, jitter, limits, Some(&held)) => r,
             e = self.advertise(&candidate, record, &held, &advertised) => {
                 // The attempt dropped here may have acquired the lease.
-                self.release(proposed, self.options.request_timeout).await;
+                self.give_back(proposed, self.options.request_timeout).await;
                 Err(e)
             }
         };
@@ -136,18 +140,27 @@ impl<S: LeaseStore> Engine<'_, S> {
                 return Ok(None);
             }
             let sent = Instant::now();
+            // While storage has never answered, no attempt outlasts the
+            // first-contact bound: the campaign ends at it, not a request
+            // timeout later.
+            let limit = contact_by.map_or(self.options.request_timeout, |by| {
+                self.options
+                    .request_timeout
+                    .min(by.saturating_duration_since(sent))
+                    .max(CONTACT_ATTEMPT_MIN)
+            });
             let attempt = tokio::select! {
                 () = token.cancelled() => {
                     // The dropped request may have acquired the lease on the
                     // server already: give it back rather than leave it to expire.
                     // Bounded short so that shutdown stays quick.
                     let limit = self.options.request_timeout.min(Duration::from_secs(1));
-                    self.release(proposed, limit).await;
+                    self.give_back(proposed, limit).await;
                     return Ok(None);
                 }
                 r = bounded(
                     "acquire",
-                    self.options.request_timeout,
+                    limit,
                     self.store.acquire(proposed, self.options.lease_duration),
                 ) => r,
             };
@@ -207,7 +220,7 @@ impl<S: LeaseStore> Engine<'_, S> {
                 if now >= give_up_at {
                     // The acquire may have reached storage before it failed.
                     if failed.is_some() {
-                        self.release(proposed, self.options.request_timeout).await;
+                        self.give_back(proposed, self.options.request_timeout).await;
                     }
                     return Err(failed.unwrap_or(Error::NotAcquired {
                         after: self.options.acquire_timeout.unwrap_or_default(),
@@ -221,6 +234,27 @@ impl<S: LeaseStore> Engine<'_, S> {
         }
     }
 
+    /// Gives back a lease that an attempt whose outcome is unknown may
+    /// have taken. Not while storage has never answered this mutex: such an
+    /// attempt almost certainly took nothing, the release would cost one
+    /// more request timeout on a silent endpoint, and a lease taken all the
+    /// same expires within the lease duration.
+    async fn give_back(&self, proposed: LeaseId, limit: Duration) {
+        if self.contact.is_some_and(|c| !c.has_answered()) {
+            debug!(holder = %self.holder, "storage never answered: no lease to give back");
+            return;
+        }
+        match bounded("release", limit, self.store.release(proposed)).await {
+            Ok(()) => debug!(holder = %self.holder, "gave back what the attempt may have taken"),
+            Err(e) => debug!(
+                holder = %self.holder,
+                error = %Chain(&e),
+                "could not give back what the attempt may have taken; if it took the lease, \
+                 the lease expires"
+            ),
+        }
+    }
+
     /// Storage has not answered since the campaign started, and the
     /// first-contact timeout has run out: gives the lease back (the last
     /// acquire may have reached storage) and returns the error that ends
@@ -228,7 +262,7 @@ impl<S: LeaseStore> Engine<'_, S> {
     async fn no_first_contact(&self, proposed: LeaseId, last: Error) -> Error {
         // The caller gets the error itself: not logged loudly here too.
         debug!(holder = %self.holder, error = %Chain(&last), "storage has not answered since the campaign started; giving up");
-        self.release(proposed, self.options.request_timeout).await;
+        self.give_back(proposed, self.options.request_timeout).await;
         let after = self.options.first_contact_timeout.unwrap_or_default();
         first_contact::failed(self.store.name(), after, last)
     }

@@ -130,17 +130,16 @@ pub(crate) async fn run(args: RunArgs) -> Result<u8> {
     };
     let task_shared = shared.clone();
     let task = move |ctx| lead(ctx, task_shared.clone());
-    let limit = options.request_timeout();
     match store {
         Ok(quorum) => {
             info!(blob = %shared.name, accounts = quorum.len(), "on a quorum of storage accounts");
             let mutex = BlobDistributedMutex::with_store(quorum, options, task)?;
-            campaign(&mutex, &shared, args.wait, limit, endpoint, once).await
+            campaign(&mutex, &shared, args.wait, endpoint, once).await
         }
         Err(settings) => {
             info!(blob = %shared.name, backend = %settings.backend(), "on one storage account");
             let mutex = BlobDistributedMutex::with_options(settings, options, task)?;
-            campaign(&mutex, &shared, args.wait, limit, endpoint, once).await
+            campaign(&mutex, &shared, args.wait, endpoint, once).await
         }
     }
 }
@@ -150,11 +149,9 @@ async fn campaign<S: LeaseStore>(
     mutex: &BlobDistributedMutex<S>,
     shared: &Arc<Shared>,
     wait: Option<Duration>,
-    limit: Duration,
     endpoint: Option<Endpoint>,
     once: Option<OnceOptions>,
 ) -> Result<u8> {
-    preflight(mutex.store(), limit).await?;
     let signals = tokio::spawn(forward_signals(shared.clone()));
     info!(blob = %shared.name, holder = mutex.holder(), "campaigning for the lease");
     let serving = async {
@@ -198,29 +195,6 @@ async fn campaign<S: LeaseStore>(
         }
         (Err(e), _) if once_given => once::of_error(shared, e),
         (Err(e), _) => Err(e.into()),
-    }
-}
-
-/// Fails fast on what retrying cannot fix (credentials, a bad request);
-/// anything else is left to the campaign's retries.
-async fn preflight(store: &impl LeaseStore, limit: Duration) -> Result<()> {
-    let inspected = tokio::time::timeout(limit, store.inspect())
-        .await
-        .unwrap_or(Err(blob_mutex::Error::Timeout {
-            operation: "inspect",
-            after: limit,
-        }));
-    match inspected {
-        Err(e) if e.is_fatal() => Err(e.into()),
-        Err(e) => {
-            let e = anyhow::Error::new(e);
-            warn!(
-                error = format!("{e:#}"),
-                "cannot read the lease blob yet; retrying"
-            );
-            Ok(())
-        }
-        Ok(_) => Ok(()),
     }
 }
 

@@ -1639,3 +1639,52 @@ async fn a_non_storage_endpoint_and_a_missing_container_are_errors_never_a_free_
         assert_one_line_error(&out, 1, "the container does not exist");
     }
 }
+
+/// An endpoint that accepts connections and never answers; its address.
+async fn silent_endpoint() -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((stream, _)) = listener.accept().await {
+            held.push(stream);
+        }
+    });
+    addr
+}
+
+/// On an endpoint that never answers, `run --wait 0` makes one attempt and
+/// ends a request timeout (3 s) later, and `run` ends at its first-contact
+/// bound; neither gives back a lease it never had (no release is tried
+/// while storage has never answered, and none is said to have failed).
+#[tokio::test]
+async fn on_a_silent_endpoint_run_ends_within_its_documented_bounds_and_releases_nothing() {
+    let case = Case::new("silent");
+    let silent = silent_endpoint().await;
+    let connection = azurite::connection_string(&format!("http://{silent}/devstoreaccount1"));
+    // The bound, and slack for a loaded two-core machine.
+    let slack = Duration::from_millis(1_500);
+    for (flags, bound) in [
+        (&["--wait", "0"][..], Duration::from_secs(3)),
+        (&["--first-contact-timeout", "5s"][..], Duration::from_secs(5)),
+    ] {
+        let started = Instant::now();
+        let out = case
+            .command("run")
+            .env("AZURE_STORAGE_CONNECTION_STRING", &connection)
+            .env("RUST_LOG", "blob_mutex=info")
+            .args(flags)
+            .args(["--", "true"])
+            .output()
+            .await
+            .expect("run blob-mutex");
+        let took = started.elapsed();
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{flags:?}: {stderr}");
+        assert!(!stderr.contains("release"), "{flags:?}: {stderr}");
+        assert!(
+            took < bound + slack,
+            "{flags:?}: ended after {took:?}, past {bound:?}: {stderr}"
+        );
+    }
+}
