@@ -30,7 +30,8 @@ type Figures = Vec<(
 fn figure(figures: &Figures, name: &str, reason: Option<&str>) -> Option<f64> {
     figures.iter().find_map(|(key, _, _, value)| {
         let key = key.key();
-        let matches_reason = reason.is_none_or(|r| key.labels().any(|l| l.value() == r));
+        let matches_reason =
+            reason.is_none_or(|r| key.labels().any(|l| l.key() == "reason" && l.value() == r));
         if key.name() != name || !matches_reason {
             return None;
         }

@@ -34,6 +34,20 @@ pub enum StopReason {
 }
 
 impl StopReason {
+    /// Every reason, for the metrics exported at 0 from the start.
+    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+    pub(crate) const ALL: [StopReason; 9] = [
+        StopReason::Shutdown,
+        StopReason::LeaseLost,
+        StopReason::Deadline,
+        StopReason::Stalled,
+        StopReason::Finished,
+        StopReason::Failed,
+        StopReason::Panicked,
+        StopReason::Handover,
+        StopReason::Dropped,
+    ];
+
     /// One lower-case word: `shutdown`, `lost`, `deadline`, `stalled`,
     /// `finished`, `failed`, `panicked`, `handover` or `dropped`.
     #[must_use]

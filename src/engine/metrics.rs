@@ -27,6 +27,8 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+#[cfg(feature = "metrics")]
+use crate::engine::ending::StopReason;
 use crate::engine::ending::{TaskStop, TermReport};
 use crate::engine::vitals::Vitals;
 
@@ -64,7 +66,7 @@ impl Metrics {
     pub(crate) fn term_started(&self, epoch: u64, deadline: watch::Receiver<Instant>) {
         self.vitals
             .term_started(self.lease.clone(), epoch, deadline);
-        self.counters.term_started();
+        self.counters.term_started(epoch);
     }
 
     /// Term `epoch` has been asked to stop.
@@ -101,6 +103,63 @@ struct Counters {
     labels: [(&'static str, String); 2],
 }
 
+/// The counters of a lease with its two labels alone, exported at 0 from
+/// the start.
+#[cfg(feature = "metrics")]
+const ZERO_FROM_START: &[&str] = &[
+    "blob_mutex_terms_total",
+    "blob_mutex_task_failures_total",
+    "blob_mutex_task_aborts_total",
+    "blob_mutex_tasks_stuck_total",
+    "blob_mutex_guards_unreleased_total",
+    "blob_mutex_renewals_total",
+    "blob_mutex_renew_failures_total",
+];
+
+/// Describes every metric to the recorder (`# HELP` and `# TYPE` in the
+/// Prometheus text format), once per recorder that asks.
+#[cfg(feature = "metrics")]
+fn describe() {
+    use ::metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
+    describe_gauge!(
+        "blob_mutex_is_leader",
+        "1 while this instance leads the lease, else 0"
+    );
+    describe_gauge!(
+        "blob_mutex_epoch",
+        "the fencing token (epoch) of this instance's last term of the lease"
+    );
+    describe_counter!(
+        "blob_mutex_acquire_attempts_total",
+        "acquire attempts, by outcome (acquired, held, error)"
+    );
+    describe_counter!("blob_mutex_terms_total", "terms led (leaderships won)");
+    describe_counter!("blob_mutex_term_ends_total", "ends of terms, by reason");
+    describe_counter!(
+        "blob_mutex_task_failures_total",
+        "terms whose leader task or a sub-task failed or panicked"
+    );
+    describe_counter!(
+        "blob_mutex_task_aborts_total",
+        "terms whose tasks were aborted after their grace"
+    );
+    describe_counter!(
+        "blob_mutex_tasks_stuck_total",
+        "terms whose tasks could be neither stopped nor aborted"
+    );
+    describe_counter!(
+        "blob_mutex_guards_unreleased_total",
+        "guards not released before their lease could expire"
+    );
+    describe_counter!("blob_mutex_renewals_total", "successful renewals");
+    describe_counter!("blob_mutex_renew_failures_total", "failed renewal attempts");
+    describe_histogram!(
+        "blob_mutex_renew_seconds",
+        Unit::Seconds,
+        "how long each successful renewal took"
+    );
+}
+
 /// The outcome of an acquire attempt, as a label.
 #[derive(Clone, Copy)]
 pub(crate) enum Attempt {
@@ -119,7 +178,21 @@ impl Counters {
                 ("blob", blob.to_owned()),
             ],
         };
+        describe();
         ::metrics::gauge!("blob_mutex_is_leader", &metrics.labels).set(0.0);
+        // Every counter from the start, at 0: an alert on `increase()`
+        // needs the series before the first event.
+        for outcome in ["acquired", "held", "error"] {
+            let labels = metrics.with("outcome", outcome);
+            ::metrics::counter!("blob_mutex_acquire_attempts_total", &labels).increment(0);
+        }
+        for reason in StopReason::ALL {
+            let labels = metrics.with("reason", reason.as_str());
+            ::metrics::counter!("blob_mutex_term_ends_total", &labels).increment(0);
+        }
+        for name in ZERO_FROM_START {
+            ::metrics::counter!(*name, &metrics.labels).increment(0);
+        }
         metrics
     }
 
@@ -133,8 +206,11 @@ impl Counters {
         ::metrics::counter!("blob_mutex_acquire_attempts_total", &labels).increment(1);
     }
 
-    fn term_started(&self) {
+    fn term_started(&self, epoch: u64) {
         ::metrics::gauge!("blob_mutex_is_leader", &self.labels).set(1.0);
+        // Epochs are below 2^53 (microseconds of storage's clock): exact.
+        #[allow(clippy::cast_precision_loss)]
+        ::metrics::gauge!("blob_mutex_epoch", &self.labels).set(epoch as f64);
         ::metrics::counter!("blob_mutex_terms_total", &self.labels).increment(1);
     }
 
@@ -186,7 +262,7 @@ impl Counters {
 
     fn attempt(&self, _outcome: Attempt) {}
 
-    fn term_started(&self) {}
+    fn term_started(&self, _epoch: u64) {}
 
     fn term_ended(&self, _report: &TermReport) {}
 

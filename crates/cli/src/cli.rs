@@ -244,6 +244,11 @@ pub(crate) struct Target {
 }
 
 impl Target {
+    /// The storage backend the account is reached with.
+    pub(crate) fn backend(&self) -> blob_mutex::azure::Backend {
+        self.account.backend()
+    }
+
     /// Settles the container and signs in to the accounts given by URL
     /// (see [`Account::sign_in`]): before anything else.
     pub(crate) async fn sign_in(&mut self) -> Result<()> {

@@ -90,8 +90,21 @@ impl Endpoint {
     /// # Errors
     ///
     /// When the address cannot be bound or a recorder is already installed.
-    pub(crate) async fn bind(addr: SocketAddr) -> Result<Endpoint> {
+    pub(crate) async fn bind(
+        addr: SocketAddr,
+        backend: blob_mutex::azure::Backend,
+    ) -> Result<Endpoint> {
         let figures = Figures::install()?;
+        metrics::describe_gauge!(
+            "blob_mutex_build_info",
+            "1, with the command's version and the storage backend it runs on as labels"
+        );
+        metrics::gauge!(
+            "blob_mutex_build_info",
+            "version" => env!("CARGO_PKG_VERSION"),
+            "backend" => backend.to_string()
+        )
+        .set(1.0);
         let listener = TcpListener::bind(addr)
             .await
             .with_context(|| format!("cannot listen on --metrics-addr {addr}"))?;

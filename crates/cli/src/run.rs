@@ -125,7 +125,7 @@ pub(crate) async fn run(args: RunArgs) -> Result<u8> {
     });
     // Before the mutex is made, so that its figures are recorded from the start.
     let endpoint = match args.metrics_addr {
-        Some(addr) => Some(Endpoint::bind(addr).await?),
+        Some(addr) => Some(Endpoint::bind(addr, args.target.backend()).await?),
         None => None,
     };
     let task_shared = shared.clone();

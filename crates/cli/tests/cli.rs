@@ -1666,7 +1666,10 @@ async fn on_a_silent_endpoint_run_ends_within_its_documented_bounds_and_releases
     let slack = Duration::from_millis(1_500);
     for (flags, bound) in [
         (&["--wait", "0"][..], Duration::from_secs(3)),
-        (&["--first-contact-timeout", "5s"][..], Duration::from_secs(5)),
+        (
+            &["--first-contact-timeout", "5s"][..],
+            Duration::from_secs(5),
+        ),
     ] {
         let started = Instant::now();
         let out = case

@@ -317,3 +317,110 @@ async fn a_failed_release_is_logged_as_a_warning() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Every metric has `# HELP` and `# TYPE`; every counter is there at 0
+/// before its first event (a follower that never led); the build and the
+/// current epoch are figures too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_metric_is_described_counters_start_at_zero_and_the_epoch_and_build_are_gauges() {
+    let container = azurite::unique_container("cli-metrics-described");
+    let (leader_addr, follower_addr) = (free_addr(), free_addr());
+    let run = |holder: &str, addr: &str| {
+        Command::new(BIN)
+            .args([
+                "run",
+                "--container",
+                &container,
+                "--blob",
+                "lock",
+                "--holder",
+                holder,
+            ])
+            .args(["--forever", "--metrics-addr", addr, "--", "sleep", "1000"])
+            .env(
+                "AZURE_STORAGE_CONNECTION_STRING",
+                azurite::shared().connection_string(),
+            )
+            .env_remove("RUST_LOG")
+            .stdin(Stdio::null())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap()
+    };
+    let mut leader = run("leader", &leader_addr);
+    let leading = wait_for("a leader's figures", Duration::from_secs(30), || async {
+        let (_, body) = get(&leader_addr, "/metrics").await?;
+        body.lines()
+            .any(|l| l.starts_with("blob_mutex_epoch{"))
+            .then_some(body)
+    })
+    .await;
+    let mut follower = run("follower", &follower_addr);
+    let following = wait_for("a follower's figures", Duration::from_secs(30), || async {
+        let (_, body) = get(&follower_addr, "/metrics").await?;
+        body.lines()
+            .any(|l| {
+                l.starts_with("blob_mutex_acquire_attempts_total{")
+                    && l.contains("outcome=\"held\"")
+                    && !l.ends_with(" 0")
+            })
+            .then_some(body)
+    })
+    .await;
+    for body in [&leading, &following] {
+        let names: std::collections::BTreeSet<&str> = body
+            .lines()
+            .filter(|l| !l.starts_with('#') && !l.is_empty())
+            .filter_map(|l| l.split(['{', ' ']).next())
+            .map(|n| {
+                n.trim_end_matches("_bucket")
+                    .trim_end_matches("_sum")
+                    .trim_end_matches("_count")
+            })
+            .collect();
+        for name in names {
+            assert!(
+                body.contains(&format!("# HELP {name} ")),
+                "no HELP for {name}: {body}"
+            );
+            assert!(
+                body.contains(&format!("# TYPE {name} ")),
+                "no TYPE for {name}: {body}"
+            );
+        }
+        assert!(body.contains("blob_mutex_build_info{"), "{body}");
+    }
+    for zero in [
+        "blob_mutex_terms_total{",
+        "blob_mutex_task_aborts_total{",
+        "blob_mutex_renew_failures_total{",
+    ] {
+        let line = following
+            .lines()
+            .find(|l| l.starts_with(zero))
+            .unwrap_or_else(|| panic!("{zero} missing: {following}"));
+        assert!(line.ends_with(" 0"), "{line}");
+    }
+    assert!(
+        following
+            .lines()
+            .any(|l| l.starts_with("blob_mutex_term_ends_total{") && l.contains("reason=\"lost\"")),
+        "{following}"
+    );
+    let epoch = leading
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("blob_mutex_epoch{")
+                .and_then(|l| l.rsplit_once(' '))
+        })
+        .map_or_else(
+            || panic!("no epoch gauge: {leading}"),
+            |(_, value)| value.parse::<f64>().unwrap(),
+        );
+    assert!(epoch >= 1.0, "{epoch}");
+    for child in [&mut leader, &mut follower] {
+        child.start_kill().unwrap();
+        let _ = child.wait().await;
+    }
+}
