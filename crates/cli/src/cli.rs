@@ -204,6 +204,15 @@ pub(crate) enum Command {
         /// partitions); without one, the page of blob-mutex itself.
         command: Option<String>,
     },
+    /// Print the version, the commit it was built from, and the storage
+    /// backends and features compiled in.
+    ///
+    /// For example, `blob-mutex version --json | jq -r .commit`.
+    Version {
+        /// One JSON object: version, commit, backends, features.
+        #[arg(long)]
+        json: bool,
+    },
     /// Internal: the guard `run` starts with each command (see guard.rs).
     #[command(name = crate::guard::SUBCOMMAND, hide = true)]
     Guard,
@@ -221,7 +230,8 @@ impl Command {
             Command::State(_)
             | Command::Guard
             | Command::Completions { .. }
-            | Command::Man { .. } => Ok(()),
+            | Command::Man { .. }
+            | Command::Version { .. } => Ok(()),
         }
     }
 }

@@ -30,6 +30,7 @@ mod signin;
 mod state;
 mod status;
 mod usage;
+mod version;
 
 use std::process::ExitCode;
 
@@ -76,6 +77,7 @@ fn main() -> ExitCode {
         Command::Guard => return guard::serve(),
         Command::Completions { shell } => return manual::completions(*shell),
         Command::Man { command } => return manual::man(command.as_deref()),
+        Command::Version { json } => return version::print(*json),
         _ => {}
     }
     logs::init(cli.log_format);
@@ -105,7 +107,10 @@ fn main() -> ExitCode {
             Command::Break(args) => break_lease::break_lease(args).await,
             Command::State(command) => state::state(command).await,
             Command::Partitions(args) => partitions::partitions(args).await,
-            Command::Guard | Command::Completions { .. } | Command::Man { .. } => {
+            Command::Guard
+            | Command::Completions { .. }
+            | Command::Man { .. }
+            | Command::Version { .. } => {
                 unreachable!("dispatched before the runtime")
             }
         }

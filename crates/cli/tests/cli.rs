@@ -1691,3 +1691,28 @@ async fn on_a_silent_endpoint_run_ends_within_its_documented_bounds_and_releases
         );
     }
 }
+
+/// `blob-mutex version --json`: one JSON object with the version, the
+/// commit (a checkout's here), and the backends and features compiled in.
+#[tokio::test]
+async fn version_json_names_the_version_commit_backends_and_features() {
+    let out = blob_mutex(&["version", "--json"]).await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let version: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(version["version"], env!("CARGO_PKG_VERSION"));
+    let commit = version["commit"].as_str().unwrap();
+    assert!(
+        commit.len() >= 12 && commit[..12].bytes().all(|b| b.is_ascii_hexdigit()),
+        "{commit}"
+    );
+    let backends = version["backends"].as_array().unwrap();
+    assert!(backends.contains(&"official".into()), "{version}");
+    assert!(version["features"]
+        .as_array()
+        .unwrap()
+        .contains(&"metrics".into()));
+    let text_out = blob_mutex(&["version"]).await;
+    assert!(
+        text(&text_out.stdout).starts_with(&format!("blob-mutex {}", env!("CARGO_PKG_VERSION")))
+    );
+}
