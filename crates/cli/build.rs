@@ -1,4 +1,4 @@
-//! Gives the binary the commit it is built from, as `BLOB_MUTEX_COMMIT`
+//! Gives the binary the commit it is built from, as `BUILD_COMMIT`
 //! (`blob-mutex version`): `git describe`'s commit with `-dirty` when the
 //! tree has changes, or `unknown` outside a git checkout (a crates.io
 //! build).
@@ -22,7 +22,7 @@ fn main() {
         .map(|s| s.trim().to_owned())
         .filter(|s| !s.is_empty())
         .unwrap_or_else(|| "unknown".to_owned());
-    println!("cargo:rustc-env=BLOB_MUTEX_COMMIT={commit}");
+    println!("cargo:rustc-env=BUILD_COMMIT={commit}");
     // A new commit moves HEAD's branch; a checkout moves HEAD.
     for watched in [
         "../../.git/HEAD",

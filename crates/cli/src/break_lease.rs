@@ -12,14 +12,16 @@ pub(crate) async fn break_lease(args: BreakArgs) -> Result<u8> {
     let name = args.target.name();
     let info = manager.inspect().await?;
     let Some(info) = info.filter(|i| !i.state.is_free()) else {
-        eprintln!("blob-mutex: no lease to break on {name}: it is free");
+        crate::logs::note(&format!("no lease to break on {name}: it is free"));
         return Ok(exit::FREE_OR_NOT_ACQUIRED);
     };
     let left = match manager.break_lease(args.period).await {
         Ok(left) => left,
         // The library reports "no lease to break" (409) as this storage error.
         Err(blob_mutex::Error::Storage { status: 409, .. }) => {
-            eprintln!("blob-mutex: no lease to break on {name}: it was released meanwhile");
+            crate::logs::note(&format!(
+                "no lease to break on {name}: it was released meanwhile"
+            ));
             return Ok(exit::FREE_OR_NOT_ACQUIRED);
         }
         Err(e) => return Err(e.into()),

@@ -122,7 +122,12 @@ impl Child {
                 "the command exited before it could be watched",
             ))
         })?;
-        debug!(pid, group = %guard.group(), epoch, "started the command");
+        debug!(
+            pid,
+            group = guard.group().as_raw(),
+            epoch,
+            "started the command"
+        );
         Ok(Child {
             process,
             guard,
@@ -203,7 +208,7 @@ impl Child {
         let until = Instant::now() + REAP_WAIT;
         orphans::waited(self.pid);
         if timeout_at(until, self.guard.wait()).await.is_err() {
-            warn!(pid = %group, "the guard was not reaped in time");
+            warn!(pid = group.as_raw(), "the guard was not reaped in time");
         } else {
             orphans::waited(group.as_raw().unsigned_abs());
         }
@@ -235,7 +240,7 @@ impl Drop for Child {
             if !gone_by(group, Instant::now() + REAP_WAIT).await {
                 groups.unkillable(group);
             }
-            debug!(pid = %group, "the aborted command's group is gone");
+            debug!(pid = group.as_raw(), "the aborted command's group is gone");
             drop(live);
         });
     }

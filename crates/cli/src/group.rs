@@ -39,6 +39,6 @@ pub(crate) fn signal_group(group: Pid, signal: Signal) {
     }
     match killpg(group, signal) {
         Ok(()) | Err(Errno::ESRCH) => {}
-        Err(e) => warn!(pid = %group, %signal, error = %e, "could not signal the command"),
+        Err(e) => warn!(pid = group.as_raw(), %signal, error = %e, "could not signal the command"),
     }
 }

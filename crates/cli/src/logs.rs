@@ -13,9 +13,10 @@
 //! keep them all out: the cap is a filter on each event's own target.
 
 use std::io::IsTerminal;
+use std::sync::OnceLock;
 
 use tracing::{Level, Metadata, Subscriber};
-use tracing_subscriber::filter::filter_fn;
+use tracing_subscriber::filter::{filter_fn, FilterExt};
 use tracing_subscriber::fmt::MakeWriter;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::registry::LookupSpan;
@@ -40,8 +41,53 @@ pub(crate) enum LogFormat {
     Json,
 }
 
+/// The format chosen at [`init`].
+static FORMAT: OnceLock<LogFormat> = OnceLock::new();
+/// The lease and the holder of this run, once known (see [`identify`]).
+static RUN: OnceLock<(String, String)> = OnceLock::new();
+
+/// The lease (`container/blob`) and the holder this process campaigns
+/// with: named by [`say`]'s JSON lines.
+pub(crate) fn identify(lease: &str, holder: &str) {
+    let _ = RUN.set((lease.to_owned(), holder.to_owned()));
+}
+
+/// Writes one of the command's own lines to stderr, whatever `RUST_LOG`
+/// says (a final error, why the command was stopped): `blob-mutex: …` as
+/// text, or with `--log-format json` one JSON object as the other lines
+/// are, at level `ERROR`, with the lease and the holder once known.
+pub(crate) fn say(message: &str) {
+    write_line("ERROR", message);
+}
+
+/// As [`say`], for a line that is no error (a command skipped as not due,
+/// a lease found free): level `INFO`.
+pub(crate) fn note(message: &str) {
+    write_line("INFO", message);
+}
+
+fn write_line(level: &str, message: &str) {
+    if FORMAT.get() != Some(&LogFormat::Json) {
+        eprintln!("blob-mutex: {message}");
+        return;
+    }
+    let mut fields = serde_json::json!({ "message": message });
+    if let Some((lease, holder)) = RUN.get() {
+        fields["lease"] = lease.as_str().into();
+        fields["holder"] = holder.as_str().into();
+    }
+    let line = serde_json::json!({
+        "timestamp": jiff::Timestamp::now().to_string(),
+        "level": level,
+        "fields": fields,
+        "target": "blob_mutex",
+    });
+    eprintln!("{line}");
+}
+
 /// Starts logging to stderr as `RUST_LOG` says, in `format`.
 pub(crate) fn init(format: LogFormat) {
+    let _ = FORMAT.set(format);
     let directives = std::env::var("RUST_LOG").unwrap_or_else(|_| DEFAULT_DIRECTIVES.to_owned());
     let ansi = std::io::stderr().is_terminal();
     tracing_subscriber::registry()
@@ -59,6 +105,13 @@ where
 {
     let filter =
         EnvFilter::try_new(directives).unwrap_or_else(|_| EnvFilter::new(DEFAULT_DIRECTIVES));
+    // A JSON line names the lease and the holder through its spans (the
+    // command's `run`, the library's `lease` and `term`): they are recorded
+    // whatever `RUST_LOG` lets through of the events.
+    let json = format == LogFormat::Json;
+    let filter = filter.or(filter_fn(move |metadata| {
+        json && metadata.is_span() && ours(metadata)
+    }));
     let written: Box<dyn Layer<S> + Send + Sync> = match format {
         LogFormat::Text => tracing_subscriber::fmt::layer()
             .with_writer(writer)
@@ -80,8 +133,14 @@ where
 /// command's, `blob_mutex` and its modules). Every other target, the SDKs'
 /// and the HTTP stack's, stays at info at most.
 fn allowed(metadata: &Metadata<'_>) -> bool {
+    *metadata.level() <= Level::INFO || ours(metadata)
+}
+
+/// Whether an event or span is this crate's own (the library's or the
+/// command's: `blob_mutex` and its modules).
+fn ours(metadata: &Metadata<'_>) -> bool {
     let target = metadata.target();
-    *metadata.level() <= Level::INFO || target == "blob_mutex" || target.starts_with("blob_mutex::")
+    target == "blob_mutex" || target.starts_with("blob_mutex::")
 }
 
 #[cfg(test)]

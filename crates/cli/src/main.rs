@@ -118,10 +118,7 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
-            eprintln!(
-                "blob-mutex: {}",
-                usage::reword(&one_line(&format!("{e:#}")), &e)
-            );
+            logs::say(&usage::reword(&one_line(&format!("{e:#}")), &e));
             ExitCode::from(exit::of_error(&e))
         }
     }

@@ -18,12 +18,12 @@ use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::time::Instant;
-use tracing::{info, warn};
+use tracing::{info, warn, Instrument};
 
 use crate::child::{self, Child, Groups, SpawnError, StopTimes, Watched};
 use crate::cli::RunArgs;
 use crate::endpoint::Endpoint;
-use crate::logs::LEADER;
+use crate::logs::{self, LEADER};
 use crate::{exit, guard};
 
 /// How the run ended; it chooses the exit code.
@@ -132,16 +132,30 @@ pub(crate) async fn run(args: RunArgs) -> Result<u8> {
     let task = move |ctx| lead(ctx, task_shared.clone());
     match store {
         Ok(quorum) => {
-            info!(blob = %shared.name, accounts = quorum.len(), "on a quorum of storage accounts");
+            let accounts = quorum.len();
             let mutex = BlobDistributedMutex::with_store(quorum, options, task)?;
-            campaign(&mutex, &shared, args.wait, endpoint, once).await
+            let span = run_span(&shared, mutex.holder());
+            span.in_scope(|| info!(accounts, "on a quorum of storage accounts"));
+            let campaigning = campaign(&mutex, &shared, args.wait, endpoint, once);
+            campaigning.instrument(span).await
         }
         Err(settings) => {
-            info!(blob = %shared.name, backend = %settings.backend(), "on one storage account");
+            let backend = settings.backend();
             let mutex = BlobDistributedMutex::with_options(settings, options, task)?;
-            campaign(&mutex, &shared, args.wait, endpoint, once).await
+            let span = run_span(&shared, mutex.holder());
+            span.in_scope(|| info!(%backend, "on one storage account"));
+            let campaigning = campaign(&mutex, &shared, args.wait, endpoint, once);
+            campaigning.instrument(span).await
         }
     }
+}
+
+/// The span of everything `run` does once its mutex is made, so that every
+/// line (JSON lines included) names the lease and the holder; and the same
+/// two for the command's own lines (see [`logs::say`]).
+fn run_span(shared: &Shared, holder: &str) -> tracing::Span {
+    logs::identify(&shared.name, holder);
+    tracing::info_span!("run", lease = %shared.name, holder)
 }
 
 /// Campaigns until the command's end (or for ever) and returns the exit code.
@@ -153,7 +167,7 @@ async fn campaign<S: LeaseStore>(
     once: Option<OnceOptions>,
 ) -> Result<u8> {
     let signals = tokio::spawn(forward_signals(shared.clone()));
-    info!(blob = %shared.name, holder = mutex.holder(), "campaigning for the lease");
+    info!("campaigning for the lease");
     let serving = async {
         if let Some(endpoint) = endpoint {
             endpoint.serve(mutex.health()).await;
@@ -183,10 +197,10 @@ async fn campaign<S: LeaseStore>(
         (Ok(None), _) => Ok(exit_code(shared)),
         (Ok(Some(outcome)), _) => Ok(once::exit_code(shared, outcome)),
         (Err(blob_mutex::Error::NotAcquired { .. }), _) => {
-            eprintln!(
-                "blob-mutex: the lease on {} is held by another instance; gave up waiting",
+            logs::say(&format!(
+                "the lease on {} is held by another instance; gave up waiting",
                 shared.name
-            );
+            ));
             Ok(exit::FREE_OR_NOT_ACQUIRED)
         }
         // The last attempt failed: say so, not that the lease is held.
@@ -211,17 +225,17 @@ fn exit_code(shared: &Shared) -> u8 {
                 _ => "was broken or taken by another holder",
             };
             let how = status.map_or_else(|| "killed".to_owned(), exit::describe);
-            eprintln!(
-                "blob-mutex: the lease on {} {why}; the command was stopped ({how})",
+            logs::say(&format!(
+                "the lease on {} {why}; the command was stopped ({how})",
                 shared.name
-            );
+            ));
             exit::LEASE_LOST
         }
         Some(Outcome::SpawnFailed(e)) => {
-            eprintln!(
-                "blob-mutex: cannot run {}: {e}",
+            logs::say(&format!(
+                "cannot run {}: {e}",
                 shared.command[0].to_string_lossy()
-            );
+            ));
             if e.kind() == io::ErrorKind::NotFound {
                 exit::NOT_FOUND
             } else {
@@ -229,7 +243,7 @@ fn exit_code(shared: &Shared) -> u8 {
             }
         }
         Some(Outcome::GuardFailed(message)) => {
-            eprintln!("blob-mutex: {message}");
+            logs::say(&message);
             exit::ERROR
         }
         None => match state.signal {
@@ -273,7 +287,7 @@ async fn lead(ctx: LeaderContext, shared: Arc<Shared>) -> Result<()> {
             return guard_failed(&shared, format!("cannot start the guard process: {e}"));
         }
     };
-    info!(target: LEADER, epoch = ctx.epoch(), pid = child.pid(), group = %child.group(), "leader: started the command");
+    info!(target: LEADER, epoch = ctx.epoch(), pid = child.pid(), group = child.group().as_raw(), "leader: started the command");
     shared.state().running = Some(child.group());
     let mut abort = AbortGuard {
         ctx: &ctx,

@@ -57,11 +57,11 @@ async fn put(args: StatePutArgs) -> Result<u8> {
     match manager.write_state(lease, &state).await {
         Ok(()) => Ok(exit::OK),
         Err(blob_mutex::Error::StateWriteRefused(_)) => {
-            eprintln!(
-                "blob-mutex: state put on {} refused: the lease this command ran under was lost, \
+            crate::logs::say(&format!(
+                "state put on {} refused: the lease this command ran under was lost, \
                  broken or passed on; nothing was written",
                 target.name()
-            );
+            ));
             Ok(exit::STATE_REFUSED)
         }
         Err(e) => Err(e.into()),

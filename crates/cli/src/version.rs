@@ -29,7 +29,7 @@ impl Build {
         }
         Build {
             version: env!("CARGO_PKG_VERSION"),
-            commit: env!("BLOB_MUTEX_COMMIT"),
+            commit: env!("BUILD_COMMIT"),
             backends,
             features: vec!["azure_identity", "metrics"],
         }

@@ -167,8 +167,8 @@ async fn the_variables_configure_run_and_a_flag_beats_its_variable() {
         text(&refused.stderr)
     );
     assert!(
-        text(&refused.stderr).contains("lease"),
-        "{}",
+        text(&refused.stderr).contains("invalid BLOB_MUTEX_LEASE_DURATION"),
+        "names the variable that was set: {}",
         text(&refused.stderr)
     );
     assert!(!Path::new(&ran).exists(), "nothing ran");
@@ -290,7 +290,51 @@ async fn json_logs_are_one_object_per_line_with_the_leaders_fields() {
         "{started}"
     );
     assert!(started["fields"]["epoch"].as_u64().is_some(), "{started}");
+    assert!(
+        started["fields"]["group"].as_i64().is_some(),
+        "a number: {started}"
+    );
     assert!(started["timestamp"].is_string(), "{started}");
+    for event in &events {
+        let named = event["spans"].as_array().is_some_and(|spans| {
+            spans.iter().any(|s| {
+                s["lease"].as_str().is_some_and(|l| l.ends_with("/job"))
+                    && s["holder"].is_string()
+            })
+        });
+        assert!(named, "every line names the lease and the holder: {event}");
+    }
+    // The final error of a run is a JSON line too.
+    let failed = output(command(
+        &[
+            "run",
+            "--log-format",
+            "json",
+            "--dev",
+            "-c",
+            "leases",
+            "-b",
+            "nightly",
+            "--grace",
+            "9s",
+            "--",
+            "true",
+        ],
+        &[],
+    ))
+    .await;
+    let stderr = text(&failed.stderr);
+    let last: serde_json::Value = serde_json::from_str(stderr.lines().last().unwrap_or_default())
+        .unwrap_or_else(|e| panic!("{e}: {stderr}"));
+    assert_eq!(last["level"], "ERROR", "{last}");
+    assert!(
+        last["fields"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("--grace"),
+        "{last}"
+    );
+    assert_eq!(failed.status.code(), Some(2), "{stderr}");
     assert_eq!(
         events[1]["fields"]["message"], "leader: the command ended; the lease is released",
         "{}",

@@ -60,11 +60,11 @@ impl Groups {
     /// [`exit::UNKILLABLE`], without releasing the lease (the library would,
     /// once the leader task ended) and without starting the command again.
     pub(crate) fn unkillable(&self, group: Pid) -> ! {
-        eprintln!(
-            "blob-mutex: a process of the command's group {group} survived SIGKILL for {REAP_WAIT:?}; \
+        crate::logs::say(&format!(
+            "a process of the command's group {group} survived SIGKILL for {REAP_WAIT:?}; \
              exiting without releasing the lease on {} (it expires on its own) and without starting the command again",
             self.0.name
-        );
+        ));
         std::process::exit(exit::UNKILLABLE.into());
     }
 }

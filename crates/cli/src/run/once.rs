@@ -115,10 +115,10 @@ async fn lead_once(ctx: LeaderContext, shared: Arc<Shared>) -> Result<()> {
 pub(super) fn exit_code(shared: &Shared, outcome: OnceOutcome<()>) -> u8 {
     match outcome {
         OnceOutcome::Skipped { reason, .. } => {
-            eprintln!(
-                "blob-mutex: skipped, the command did not run: on {}, {reason}",
+            crate::logs::note(&format!(
+                "skipped, the command did not run: on {}, {reason}",
                 shared.name
-            );
+            ));
             exit::OK
         }
         OnceOutcome::Unrecorded { error, .. } => unrecorded(shared, &error),
@@ -130,11 +130,11 @@ pub(super) fn exit_code(shared: &Shared, outcome: OnceOutcome<()>) -> u8 {
 /// The command exited 0 by itself, and its completion record was not
 /// written.
 fn unrecorded(shared: &Shared, error: &dyn std::fmt::Display) -> u8 {
-    eprintln!(
-        "blob-mutex: the command exited 0, but its completion record on {} was not written \
+    crate::logs::say(&format!(
+        "the command exited 0, but its completion record on {} was not written \
          ({error}); the next run will run it again",
         shared.name
-    );
+    ));
     exit::UNRECORDED
 }
 
