@@ -73,6 +73,14 @@ impl CallError {
         failure: Failure,
         said: impl FnOnce() -> String,
     ) -> CallError {
+        let failure = match failure {
+            // An SDK that found no `x-ms-error-code` may put the status in
+            // its place; storage's codes are words, never numbers.
+            Failure::Status(status, Some(code)) if code.bytes().all(|b| b.is_ascii_digit()) => {
+                Failure::Status(status, None)
+            }
+            other => other,
+        };
         match failure {
             Failure::Status(status, None) if !storage_could_omit_the_code(status) => {
                 CallError::NotStorage(status)

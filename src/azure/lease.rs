@@ -188,6 +188,33 @@ impl BlobLeaseManager {
         .await
     }
 
+    /// The lease as an operator asks after it (`blob-mutex status` and
+    /// `break`): as [`inspect`](crate::store::LeaseStore::inspect), except
+    /// that a container that does not exist is an error that says so
+    /// ([`Error::Storage`] with the code `ContainerNotFound`), not a free
+    /// lease: a typo in a container's name must not read as "nobody holds
+    /// it". `None` when the container exists and the blob does not.
+    ///
+    /// # Errors
+    ///
+    /// As [`inspect`](crate::store::LeaseStore::inspect), and the missing
+    /// container.
+    ///
+    /// # Cancellation safety
+    ///
+    /// Safe to drop: it only reads.
+    pub async fn inspect_existing(&self) -> Result<Option<LeaseInfo>> {
+        Box::pin(self.bounded("inspect", async {
+            match self.calls.properties(&self.blob, None).await {
+                Ok(properties) => Ok(Some(properties.info())),
+                Err(e) if e.is(404, CONTAINER_NOT_FOUND) => Err(e.into_error("inspect")),
+                Err(e) if e.status() == Some(404) => Ok(None),
+                Err(e) => Err(e.into_error("inspect")),
+            }
+        }))
+        .await
+    }
+
     /// Creates the container and the empty lease blob when missing, never
     /// overwriting either.
     ///
@@ -472,11 +499,10 @@ impl LeaseStore for BlobLeaseManager {
         Box::pin(self.bounded("inspect", async {
             match self.calls.properties(&self.blob, None).await {
                 Ok(properties) => Ok(Some(properties.info())),
-                // No blob yet: a free lease. A missing container is not,
-                // and neither is a 404 that is not storage's (see `CallError`).
-                Err(e) if e.status() == Some(404) && e.code() != Some(CONTAINER_NOT_FOUND) => {
-                    Ok(None)
-                }
+                // No blob yet, or no container yet (`run` makes both): a
+                // free lease. A 404 that is not storage's is an error (see
+                // `CallError::NotStorage`).
+                Err(e) if e.status() == Some(404) => Ok(None),
                 Err(e) => Err(e.into_error("inspect")),
             }
         }))

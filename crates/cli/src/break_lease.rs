@@ -1,7 +1,6 @@
 //! `blob-mutex break`: force the lease free, whoever holds it.
 
 use anyhow::Result;
-use blob_mutex::store::LeaseStore;
 
 use crate::cli::BreakArgs;
 use crate::exit;
@@ -10,7 +9,7 @@ use crate::exit;
 pub(crate) async fn break_lease(args: BreakArgs) -> Result<u8> {
     let manager = args.target.lease_manager()?;
     let name = args.target.name();
-    let info = manager.inspect().await?;
+    let info = manager.inspect_existing().await?;
     let Some(info) = info.filter(|i| !i.state.is_free()) else {
         crate::logs::note(&format!("no lease to break on {name}: it is free"));
         return Ok(exit::FREE_OR_NOT_ACQUIRED);

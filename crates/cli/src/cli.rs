@@ -511,7 +511,7 @@ pub(crate) struct RunArgs {
     /// (20h for a daily job): however long CMD takes, the next day's run is
     /// due. With --done-key, skips when either says so. One storage account
     /// only.
-    #[arg(long, value_name = "DURATION", value_parser = parse_positive_duration, env = "BLOB_MUTEX_AT_MOST_EVERY")]
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, env = "BLOB_MUTEX_AT_MOST_EVERY")]
     pub(crate) at_most_every: Option<Duration>,
     /// This host's priority as a preferred successor, any integer. While
     /// another host leads, this one advertises itself beside the lease; a

@@ -1,6 +1,5 @@
 //! `blob-mutex status`: show the lease's state and holder.
 
-use blob_mutex::store::LeaseStore;
 use std::fmt::Write as _;
 
 use anyhow::Result;
@@ -17,7 +16,7 @@ pub(crate) async fn status(args: StatusArgs) -> Result<u8> {
     if let Some(quorum) = args.target.quorum()? {
         return quorum_status(&args, &quorum).await;
     }
-    let info = args.target.lease_manager()?.inspect().await?;
+    let info = args.target.lease_manager()?.inspect_existing().await?;
     let view = View::new(&args.target, info.as_ref());
     if args.json {
         println!("{}", view.json());

@@ -359,7 +359,7 @@ fn a_bad_advertised_value_is_a_usage_error() {
             .expect("run blob-mutex");
         assert_eq!(output.status.code(), Some(2), "{bad:?}: {output:?}");
         let stderr = String::from_utf8_lossy(&output.stderr);
-        assert!(stderr.contains("advertised"), "{stderr}");
+        assert!(stderr.contains("--advertise"), "{stderr}");
     }
 }
 
@@ -903,6 +903,10 @@ async fn the_epoch_increases_from_one_holder_to_the_next() {
 #[tokio::test]
 async fn status_and_json_agree_with_the_lease() {
     let case = Case::new("status");
+    // A container that does not exist is an error, not a free lease.
+    let no_container = case.output("status", &["--json"]).await;
+    assert_one_line_error(&no_container, 1, "the container does not exist");
+    support::raw::create(&support::raw::container(&case.container)).await;
     let missing = case.output("status", &["--json"]).await;
     assert_eq!(missing.status.code(), Some(3), "free before anyone leads");
     let json = text(&missing.stdout);
@@ -1113,7 +1117,7 @@ async fn bad_flags_and_connection_strings_are_one_line_errors_with_documented_co
     let out = case
         .output("run", &["--lease-duration", "5s", "--", "true"])
         .await;
-    assert_one_line_error(&out, 2, "lease_duration");
+    assert_one_line_error(&out, 2, "--lease-duration");
 
     // A malformed connection string: one line, and the secret is not in it.
     let secret = "c2VjcmV0LWtleQ!!";
@@ -1185,7 +1189,7 @@ async fn names_a_set_owns_are_usage_errors_that_say_which_segment_is_reserved() 
             ("lock.candidates/x", "'.candidates'"),
         ] {
             let out = refused(&[&[command][..], &target, &["--blob", blob], rest].concat()).await;
-            assert_one_line_error(&out, 2, "invalid blob: ");
+            assert_one_line_error(&out, 2, "invalid --blob: ");
             let stderr = text(&out.stderr);
             assert!(
                 stderr.contains(needle) && stderr.contains("reserved"),
@@ -1202,7 +1206,7 @@ async fn names_a_set_owns_are_usage_errors_that_say_which_segment_is_reserved() 
         "jobs/members",
     ])
     .await;
-    assert_one_line_error(&out, 2, "invalid set: ");
+    assert_one_line_error(&out, 2, "invalid --set: ");
     let stderr = text(&out.stderr);
     assert!(
         stderr.contains("'members'") && stderr.contains("jobs/members/"),

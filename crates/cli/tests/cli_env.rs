@@ -298,8 +298,7 @@ async fn json_logs_are_one_object_per_line_with_the_leaders_fields() {
     for event in &events {
         let named = event["spans"].as_array().is_some_and(|spans| {
             spans.iter().any(|s| {
-                s["lease"].as_str().is_some_and(|l| l.ends_with("/job"))
-                    && s["holder"].is_string()
+                s["lease"].as_str().is_some_and(|l| l.ends_with("/job")) && s["holder"].is_string()
             })
         });
         assert!(named, "every line names the lease and the holder: {event}");
