@@ -11,7 +11,7 @@
 use std::future::Future;
 use std::io;
 use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use nix::sys::resource::{getrlimit, Resource};
@@ -22,9 +22,10 @@ use tracing::{debug, warn};
 
 /// The most connections kept at a time.
 const MAX_CONNECTIONS: usize = 64;
-/// How long a connection still sending its request is kept, from its
-/// accept, before it may be dropped for a new one: its fair chance to send
-/// the request. A client sends it with its connect, or right after (a
+/// How long a connection still sending its request is kept, from the
+/// moment its answer first runs (not its accept: a loaded runtime may
+/// accept a whole burst before it runs any answer), before it may be
+/// dropped for a new one: its fair chance to send the request. A client sends it with its connect, or right after (a
 /// probe's request is in by the time a burst ahead of it is accepted);
 /// one that has not sent it when the cap is reached again is idle. At the
 /// cap, 64 idle connects go every 50 ms: 300 queued ahead of a probe delay
@@ -118,15 +119,22 @@ impl Progress {
 struct Kept {
     progress: Progress,
     task: AbortHandle,
-    /// When it was accepted.
-    since: Instant,
+    /// When its answer first ran: its fair chance counts from then, not
+    /// from the accept, since a loaded runtime may accept a whole burst
+    /// before it runs any answer.
+    since: Arc<OnceLock<Instant>>,
 }
 
 impl Kept {
     /// Whether it may be dropped for a new connection at `now`: it has sent
-    /// its request, or it has had its [`FAIR_CHANCE`] to.
+    /// its request, or its answer has run and had its [`FAIR_CHANCE`] to
+    /// read it.
     fn droppable(&self, now: Instant) -> bool {
-        self.progress.get() != Stage::Reading || now >= self.since + FAIR_CHANCE
+        self.progress.get() != Stage::Reading
+            || self
+                .since
+                .get()
+                .is_some_and(|since| now >= *since + FAIR_CHANCE)
     }
 }
 
@@ -158,9 +166,18 @@ async fn make_room(kept: &mut Vec<Kept>, answering: &mut JoinSet<()>, cap: usize
             dropped_one = true;
             continue;
         }
+        // An answer that has not run yet gets its turn first.
+        if kept.iter().any(|k| k.since.get().is_none()) {
+            tokio::task::yield_now().await;
+            continue;
+        }
         // Every kept connection is still within its fair chance: the
         // oldest has had it first, unless an answer ends before.
-        let first = kept.iter().map(|k| k.since + FAIR_CHANCE).min();
+        let first = kept
+            .iter()
+            .filter_map(|k| k.since.get())
+            .min()
+            .map(|s| *s + FAIR_CHANCE);
         let Some(first) = first else { continue };
         tokio::select! {
             () = tokio::time::sleep_until(first) => {}
@@ -189,11 +206,19 @@ where
                 failures = 0;
                 let dropped_one = make_room(&mut kept, &mut answering, cap).await;
                 let progress = Progress::new();
-                let task = answering.spawn(answer(stream, progress.clone()));
+                let since = Arc::new(OnceLock::new());
+                let answered = answer(stream, progress.clone());
+                let task = answering.spawn({
+                    let since = since.clone();
+                    async move {
+                        let _ = since.set(Instant::now());
+                        answered.await;
+                    }
+                });
                 kept.push(Kept {
                     progress,
                     task,
-                    since: Instant::now(),
+                    since,
                 });
                 if dropped_one {
                     // The aborted answer closes its connection once it runs
@@ -281,7 +306,7 @@ mod tests {
                     Kept {
                         progress,
                         task,
-                        since: now,
+                        since: Arc::new(OnceLock::from(now)),
                     }
                 })
                 .collect()
@@ -305,6 +330,10 @@ mod tests {
         // is not dropped, unless one that sent its own may be.
         assert_eq!(victim(&kept(&[Reading, Reading]), now), None);
         assert_eq!(victim(&kept(&[Reading, Answering]), now), Some(1));
+        // One whose answer has not run yet has had no chance at all.
+        let mut unread = kept(&[Reading]);
+        unread[0].since = Arc::new(OnceLock::new());
+        assert_eq!(victim(&unread, later + FAIR_CHANCE), None);
     }
 
     /// An answer that reads once and answers a request at once; an idle
