@@ -362,6 +362,48 @@ async fn stale_candidates_are_collected_by_the_leader_and_a_withdraw_deletes_its
     run.await.unwrap().unwrap();
 }
 
+/// An advertise that created the candidate's record and failed before its
+/// acquire leaves the record unleased, and storage refuses to release a
+/// lease that is not there (Azurite: `LeaseIdMismatchWithLeaseOperation`).
+/// The withdraw says so and still deletes the record; a record leased under
+/// another id (another instance with the same holder name) stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_withdraw_deletes_its_record_that_was_created_and_never_leased() {
+    init_tracing();
+    let container = azurite::unique_container("withdraw-unleased");
+    let settings = azurite::shared().settings(&container, "lock");
+    let client = support::raw::container(&container);
+    support::raw::create(&client).await;
+    let record = "lock.candidates/candidate";
+    support::raw::put(&client, record, Vec::new(), HashMap::new()).await;
+    let store = BlobLeaseManager::new(&settings).unwrap();
+    let withdrawn = store.withdraw(LeaseId::new(), "candidate").await;
+    assert!(
+        matches!(withdrawn, Err(Error::LeaseLost(_))),
+        "{withdrawn:?}"
+    );
+    assert_eq!(
+        support::raw::count(&client, record).await,
+        0,
+        "a withdraw deletes its own unleased record"
+    );
+
+    support::raw::put(&client, record, Vec::new(), HashMap::new()).await;
+    let other = LeaseId::new().to_string();
+    support::raw::acquire_lease(&client, record, 60, &other).await;
+    let withdrawn = store.withdraw(LeaseId::new(), "candidate").await;
+    assert!(
+        matches!(withdrawn, Err(Error::LeaseLost(_))),
+        "{withdrawn:?}"
+    );
+    assert_eq!(
+        support::raw::count(&client, record).await,
+        1,
+        "a record leased under another id is left alone"
+    );
+    support::raw::release_lease(&client, record, &other).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leased_member_is_never_deleted_whatever_the_race_with_its_renewal() {
     let container = azurite::unique_container("collect-race");

@@ -14,7 +14,7 @@ use blob_mutex::{
     store::StampOptions, term::StopReason, term::TermReport, testing::MemoryLeaseStore,
     BlobDistributedMutex, CancellationToken, Error, LeaderContext, MutexOptions,
 };
-use tokio::sync::broadcast;
+use tokio::sync::{broadcast, Notify};
 use tokio::task::JoinHandle;
 use tokio::time::{sleep, Instant};
 
@@ -38,6 +38,11 @@ struct Counting {
     adverts: Arc<AtomicUsize>,
     changes: Arc<AtomicUsize>,
     supports: bool,
+    /// How long a record's advertise takes to reach the store: it lands
+    /// then even if its caller stopped waiting, as a request already sent.
+    advert_delay: Arc<Mutex<Duration>>,
+    /// Told when an advertise is sent.
+    advert_sent: Arc<Notify>,
 }
 
 impl Counting {
@@ -48,6 +53,8 @@ impl Counting {
             adverts: Arc::default(),
             changes: Arc::default(),
             supports,
+            advert_delay: Arc::default(),
+            advert_sent: Arc::default(),
         }
     }
 }
@@ -94,7 +101,14 @@ impl LeaseStore for Counting {
         duration: Duration,
     ) -> impl Future<Output = Result<Acquire, Error>> + Send {
         self.adverts.fetch_add(1, Ordering::SeqCst);
-        self.inner.advertise(record, candidate, duration)
+        self.advert_sent.notify_one();
+        let delay = *self.advert_delay.lock().unwrap();
+        let (inner, candidate) = (self.inner.clone(), candidate.clone());
+        let sent = tokio::spawn(async move {
+            sleep(delay).await;
+            inner.advertise(record, &candidate, duration).await
+        });
+        async move { sent.await.expect("the advertise reached the store") }
     }
     fn keep_advertising(
         &self,
@@ -379,6 +393,39 @@ async fn a_follower_advertises_once_and_keeps_its_record_alive() {
     stop_all(vec![a, b]).await;
     // Both withdrew when their campaigns ended.
     assert!(store.inner.candidates().await.unwrap().is_empty());
+}
+
+/// The race seen on Azurite: the round ends while the advertise of the
+/// candidate's record is on its way to storage. The withdraw waits for
+/// that advertise's answer, so the record it made is withdrawn, not left
+/// listed until it expires.
+#[tokio::test(start_paused = true)]
+async fn a_round_cancelled_while_its_advertise_is_in_flight_still_withdraws_the_record() {
+    let store = Counting::new(true);
+    let record = Record::default();
+    let leader = quick(&store, "leader", Some(5), &record);
+    sleep(Duration::from_secs(1)).await;
+    let delay = Duration::from_secs(1);
+    *store.advert_delay.lock().unwrap() = delay;
+    let candidate = quick(&store, "candidate", Some(0), &record);
+    store.advert_sent.notified().await;
+    // Half-way: the advertise has been sent, and has not landed yet.
+    sleep(delay / 2).await;
+    let cancelled = Instant::now();
+    candidate.token.cancel();
+    candidate.handle.await.unwrap().unwrap();
+    let ended = cancelled.elapsed();
+    // By now the advertise has landed, whenever the round ended.
+    sleep(delay).await;
+    let listed = store.inner.candidates().await.unwrap();
+    assert!(
+        listed.is_empty(),
+        "the record outlived the round that withdrew it ({ended:?} after the cancel): {listed:?}"
+    );
+    // The round waited only for the advertise's answer and the withdraw.
+    assert!(ended <= delay, "the round ended {ended:?} after the cancel");
+    stop_all(vec![leader]).await;
+    assert_eq!(terms(&record).len(), 1);
 }
 
 #[tokio::test]

@@ -17,7 +17,7 @@ use super::calls::{BlobCalls, Metadata};
 use super::protocol::{encode_holder, parse_candidate, HOLDER_KEY, PRIORITY_KEY, PROPOSED_KEY};
 use super::set::{delete_stale, delete_unleased, list};
 use super::BlobLeaseManager;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::store::lease_seconds;
 use crate::store::names::{is_record, CANDIDATES};
 use crate::store::{Acquire, Candidate, LeaseId, LeaseState};
@@ -65,13 +65,20 @@ impl BlobLeaseManager {
     }
 
     /// Releases the record, then deletes it unless it is leased again (a
-    /// record left behind is collected when stale).
+    /// record left behind is collected when stale). Deletes it also when
+    /// the release finds no lease of ours: an advertise that created the
+    /// record and failed before its acquire left it unleased (storage then
+    /// refuses the release, Azurite with `LeaseIdMismatchWithLeaseOperation`),
+    /// and a record leased by anyone is never deleted.
     pub(super) async fn withdraw_record(&self, record: LeaseId, holder: &str) -> Result<()> {
         let blob = self.record_blob(holder);
-        self.bounded("withdraw", self.release_on(&blob, record))
-            .await?;
-        delete_unleased(&self.calls, &blob, self.request_timeout).await;
-        Ok(())
+        let released = self
+            .bounded("withdraw", self.release_on(&blob, record))
+            .await;
+        if matches!(released, Ok(()) | Err(Error::LeaseLost(_))) {
+            delete_unleased(&self.calls, &blob, self.request_timeout).await;
+        }
+        released
     }
 
     /// Every candidate advertised now; collects records left behind by

@@ -83,7 +83,9 @@ impl<S: LeaseStore> Engine<'_, S> {
     /// Tries until the lease is ours; `None` when cancelled first. Past
     /// its `limits`, the campaign ends (see `acquire_as`). With a priority,
     /// advertises this instance while another holds the lease, under the id
-    /// the attempts propose.
+    /// the attempts propose, and withdraws when the round ends: after the
+    /// advertising call in flight then has been answered, so that the
+    /// withdraw finds the record that call made.
     pub(super) async fn acquire(
         &self,
         token: &CancellationToken,
@@ -97,13 +99,33 @@ impl<S: LeaseStore> Engine<'_, S> {
         let candidate = Candidate::new(&*self.holder, priority, proposed);
         let record = LeaseId::new();
         let (held, advertised) = (Notify::new(), AtomicBool::new(false));
-        let acquired = tokio::select! {
-            r = self.acquire_as(proposed, token, jitter, limits, Some(&held)) => r,
-            e = self.advertise(&candidate, record, &held, &advertised) => {
-                // The attempt dropped here may have acquired the lease.
-                self.give_back(proposed, self.options.request_timeout).await;
+        // A fatal error while advertising ends the attempts; the end of the
+        // attempts ends the advertising, once its call in flight answered.
+        let (round, ended) = (token.child_token(), CancellationToken::new());
+        let attempts = async {
+            let acquired = self
+                .acquire_as(proposed, &round, jitter, limits, Some(&held))
+                .await;
+            ended.cancel();
+            acquired
+        };
+        let advertising = async {
+            let fatal = self
+                .advertise(&candidate, record, &held, &advertised, &ended)
+                .await;
+            if fatal.is_some() {
+                round.cancel();
+            }
+            fatal
+        };
+        let (acquired, fatal) = tokio::join!(attempts, advertising);
+        let acquired = match (acquired, fatal) {
+            (acquired, None) | (acquired @ Err(_), Some(_)) => acquired,
+            (Ok(Some((lease, _))), Some(e)) => {
+                self.release(lease, self.options.request_timeout).await;
                 Err(e)
             }
+            (Ok(None), Some(e)) => Err(e),
         };
         if advertised.load(Ordering::SeqCst) {
             let limit = self.options.request_timeout;

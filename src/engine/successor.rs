@@ -7,7 +7,9 @@
 //!   propose, on a record that the store times (a leased blob on Azure),
 //!   kept alive every renew interval. It starts advertising after its first
 //!   attempt found the lease held, so an instance that acquires a free lease
-//!   sends nothing more, and withdraws when the round ends.
+//!   sends nothing more, and withdraws when the round ends (once the
+//!   advertising call then in flight has been answered: a record it was
+//!   still creating is withdrawn too, not left to expire).
 //! - **Leader side.** Once per renew interval the leader lists the live
 //!   candidates. When one has a strictly higher priority than its own, the
 //!   term stops with [`StopReason::Handover`](crate::term::StopReason::Handover)
@@ -29,6 +31,7 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 use tokio::time::sleep;
+use tokio_util::sync::CancellationToken;
 use tracing::{debug, trace, warn};
 
 use super::handover::{after_change, successor, AfterChange, Changed};
@@ -55,19 +58,26 @@ pub(crate) fn choose<'c>(
 
 impl<S: LeaseStore> Engine<'_, S> {
     /// Advertises `candidate` once the lease was found held, and keeps the
-    /// record alive every renew interval. Returns only a fatal error.
+    /// record alive every renew interval, until `ended`: a call in flight
+    /// then is not dropped but answered (within the request timeout), so
+    /// that the withdraw after it sees what it did. Returns a fatal error,
+    /// or `None` once ended.
     pub(super) async fn advertise(
         &self,
         candidate: &Candidate,
         record: LeaseId,
         held: &Notify,
         advertised: &AtomicBool,
-    ) -> Error {
-        held.notified().await;
+        ended: &CancellationToken,
+    ) -> Option<Error> {
+        tokio::select! {
+            () = held.notified() => {}
+            () = ended.cancelled() => return None,
+        }
         let (duration, limit) = (self.options.lease_duration, self.options.request_timeout);
         let mut live = false;
         let mut failures: u32 = 0;
-        loop {
+        while !ended.is_cancelled() {
             advertised.store(true, Ordering::SeqCst);
             let result = if live {
                 let kept = self.store.keep_advertising(record, &candidate.holder);
@@ -95,7 +105,7 @@ impl<S: LeaseStore> Engine<'_, S> {
                     live = false;
                     ADVERTISE_RETRY_FIRST
                 }
-                Err(e) if e.is_fatal() => return e,
+                Err(e) if e.is_fatal() => return Some(e),
                 Err(e) => {
                     failures = failures.saturating_add(1);
                     let wait = backoff(ADVERTISE_RETRY_FIRST, ADVERTISE_RETRY_MAX, failures);
@@ -103,8 +113,12 @@ impl<S: LeaseStore> Engine<'_, S> {
                     wait
                 }
             };
-            sleep(wait).await;
+            tokio::select! {
+                () = sleep(wait) => {}
+                () = ended.cancelled() => {}
+            }
         }
+        None
     }
 
     /// While leading with a priority: lists the candidates once per renew

@@ -6,7 +6,8 @@
 //! stop and restart storage start a private one with `Azurite::start_persistent`.
 //!
 //! Azurite runs under `sh`, which kills it when this process's end of its
-//! standard input closes, so no Azurite outlives the test process.
+//! standard input closes, so no Azurite outlives the test process by more
+//! than its shutdown; neither holds the test's output meanwhile.
 //!
 //! The benchmark starts its Azurite with [`Azurite::start_logged`], which
 //! keeps the log and returns an error instead of panicking.
@@ -335,7 +336,10 @@ fn try_spawn(
     // Azurite (so it exits, visibly to `try_wait`, if Azurite dies), while a
     // background reader stops Azurite as soon as this process closes (or
     // writes to) the shell's standard input, kept on fd 3 because a
-    // background list's own standard input is /dev/null.
+    // background list's own standard input is /dev/null. The shell holds
+    // none of this process's output: it outlives this process while Azurite
+    // shuts down, and a test runner waits for every holder of a test's
+    // output to close it (nextest reports the test as a leak).
     let _ = std::fs::remove_file(log);
     let script = r#"log=$1; shift; exec 3<&0; "$@" >"$log" 2>&1 </dev/null & pid=$!; (read _ <&3; kill $pid 2>/dev/null) & wait $pid"#;
     let mut child = Command::new("sh")
@@ -346,7 +350,7 @@ fn try_spawn(
         .args(&args)
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
+        .stderr(Stdio::null())
         .spawn()
         .map_err(|e| format!("cannot start Azurite ({e})"))?;
     let stdin = child
@@ -393,6 +397,43 @@ mod tests {
             Some(std::os::unix::process::parent_id())
         );
         assert_eq!(parent_of(u32::MAX), None, "no such process");
+    }
+
+    /// What the open descriptors of `pid` point at.
+    fn open_files(pid: u32) -> Vec<PathBuf> {
+        std::fs::read_dir(format!("/proc/{pid}/fd"))
+            .map(|fds| {
+                fds.filter_map(|fd| std::fs::read_link(fd.ok()?.path()).ok())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// The test runner reads this process's standard output and error until
+    /// every holder has closed them: a process that outlives the test while
+    /// holding one (the shell around Azurite, waiting for Azurite to shut
+    /// down after the test process has exited) is reported as a leak.
+    #[test]
+    fn no_process_around_azurite_holds_the_test_output() {
+        let mut azurite = Azurite::start();
+        let shell = azurite.process.as_ref().expect("started here").0.id();
+        let ours: Vec<PathBuf> = [1, 2]
+            .into_iter()
+            .filter_map(|fd| std::fs::read_link(format!("/proc/self/fd/{fd}")).ok())
+            .filter(|target| target != Path::new("/dev/null"))
+            .collect();
+        let children = std::fs::read_dir("/proc")
+            .unwrap()
+            .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
+            .filter(|&pid| parent_of(pid) == Some(shell));
+        for pid in std::iter::once(shell).chain(children) {
+            let held: Vec<_> = open_files(pid)
+                .into_iter()
+                .filter(|f| ours.contains(f))
+                .collect();
+            assert!(held.is_empty(), "process {pid} holds {held:?}");
+        }
+        azurite.stop();
     }
 
     #[test]
