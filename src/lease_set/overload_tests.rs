@@ -2,7 +2,7 @@
 //! the store's latency, on the in-memory set store with paced requests and
 //! paused time: the set gives up partitions, never its membership.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use tokio::sync::broadcast;
@@ -67,10 +67,12 @@ async fn a_set_renewing_more_than_its_slots_carry_sheds_partitions_and_keeps_its
     while !instances.iter().all(balanced) {
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
+    let before: Vec<BTreeMap<String, u64>> =
+        instances.iter().map(|i| i.owned.borrow().clone()).collect();
     for instance in &instances {
         instance.store.pace().unwrap().set_latency(LATENCY);
     }
-    let (mut fewest_owned, mut shed) = (PARTITIONS, 0);
+    let (mut fewest_owned, mut shed, mut shed_names) = (PARTITIONS, 0, BTreeSet::new());
     let until = tokio::time::Instant::now() + WINDOW;
     while tokio::time::Instant::now() < until {
         tokio::time::sleep(Duration::from_millis(500)).await;
@@ -81,7 +83,10 @@ async fn a_set_renewing_more_than_its_slots_carry_sheds_partitions_and_keeps_its
     }
     for (instance, holder) in instances.iter_mut().zip(["a", "b"]) {
         while let Ok(r) = instance.reports.try_recv() {
-            shed += usize::from(r.report.reason == StopReason::Deadline);
+            if r.report.reason == StopReason::Deadline {
+                shed += 1;
+                shed_names.insert(r.partition);
+            }
         }
         let member = shared.get(&format!("{MEMBERS}{holder}"));
         assert_eq!(
@@ -97,8 +102,24 @@ async fn a_set_renewing_more_than_its_slots_carry_sheds_partitions_and_keeps_its
         );
     }
     assert!(shed > 0, "the load never went past what the slots carry");
+    let after: Vec<BTreeMap<String, u64>> =
+        instances.iter().map(|i| i.owned.borrow().clone()).collect();
+    let kept = (0..2)
+        .map(|i| {
+            let same = |(p, e): &(&String, &u64)| after[i].get(*p) == Some(*e);
+            before[i].iter().filter(same).count()
+        })
+        .sum::<usize>();
+    let owned_now = after.iter().map(BTreeMap::len).sum::<usize>();
+    let re_owned = shed_names
+        .iter()
+        .filter(|p| after.iter().any(|a| a.contains_key(*p)))
+        .count();
     println!(
-        "owned at least {fewest_owned} of {PARTITIONS} while slow; {shed} partition terms shed"
+        "after {WINDOW:?} at {LATENCY:?}: kept {kept} of {PARTITIONS} in their first term, \
+         {shed} terms shed ({} partitions), {re_owned} of those owned again at the end, \
+         {owned_now} owned at the end, at least {fewest_owned} owned throughout",
+        shed_names.len()
     );
     token.cancel();
     for instance in instances {
