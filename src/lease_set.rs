@@ -33,7 +33,9 @@
 //!   kept-alive connections. Claims of one cycle are paced 5 ms apart (at
 //!   most 200 acquires a second), at most 16 acquires in flight at once (so
 //!   that slow storage makes claims wait instead of piling up requests in
-//!   front of the renewals), and each partition term renews the first time
+//!   front of the renewals; the member lease's requests take slots of their
+//!   own, so partitions that cannot be renewed in time are shed, never the
+//!   membership), and each partition term renews the first time
 //!   at a random point of the second half of the renew interval, so that
 //!   renewals are spread, not sent in bursts. Requests per hour for one
 //!   instance owning `k` of `M` partitions, with defaults (a 30 s lease
