@@ -277,41 +277,54 @@ impl MemoryLeaseStore {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Runs `action` on the state, unless storage is "unavailable": now,
-    /// or, when paced, once the request has a slot, answered the latency
-    /// later.
+    /// Runs `action` on the state, unless storage is "unavailable": when
+    /// called (before the future is polled, so a call that is made takes
+    /// effect), or, when paced, once the request has a slot, answered the
+    /// latency later.
     fn call<T: Send>(
         &self,
         operation: &'static str,
         action: impl FnOnce(&mut State, Instant) -> Result<T> + Send,
     ) -> impl Future<Output = Result<T>> + Send {
         let state = Arc::clone(&self.state);
-        let paced = self.paced.clone();
         let kind = match operation {
             _ if self.member => Kind::Member,
             "renew" | "release" | "change" => Kind::Keeps,
             _ => Kind::Other,
         };
+        let (paced, mut action) = match self.paced.clone() {
+            Some(paced) => (Some((paced, kind)), Some(action)),
+            None => (None, Some(action)),
+        };
+        let now = match &paced {
+            None => action.take().map(|action| apply(&state, operation, action)),
+            Some(_) => None,
+        };
         async move {
-            let slot = match &paced {
-                Some(paced) => Some(paced.in_flight.enter(kind).await),
-                None => None,
+            let (Some((paced, kind)), Some(action)) = (paced, action) else {
+                return now.unwrap_or_else(|| unreachable!("applied when called"));
             };
-            let result = {
-                let mut state = state.lock().unwrap_or_else(PoisonError::into_inner);
-                if state.unavailable {
-                    Err(Error::transport(operation, "the store is unavailable"))
-                } else {
-                    action(&mut state, Instant::now())
-                }
-            };
-            if let Some(paced) = &paced {
-                let latency = *paced.latency.lock().unwrap_or_else(PoisonError::into_inner);
-                tokio::time::sleep(latency).await;
-            }
+            let slot = paced.in_flight.enter(kind).await;
+            let result = apply(&state, operation, action);
+            let latency = *paced.latency.lock().unwrap_or_else(PoisonError::into_inner);
+            tokio::time::sleep(latency).await;
             drop(slot);
             result
         }
+    }
+}
+
+/// Runs `action` on `state` now, unless storage is "unavailable".
+fn apply<T>(
+    state: &Mutex<State>,
+    operation: &'static str,
+    action: impl FnOnce(&mut State, Instant) -> Result<T>,
+) -> Result<T> {
+    let mut state = state.lock().unwrap_or_else(PoisonError::into_inner);
+    if state.unavailable {
+        Err(Error::transport(operation, "the store is unavailable"))
+    } else {
+        action(&mut state, Instant::now())
     }
 }
 
