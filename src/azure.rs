@@ -26,7 +26,8 @@
 // - the blob calls, one request each (`calls`: the trait [`BlobCalls`]),
 // and the SDK the settings name (`backend`: [`Backend`] and the enum of
 // the SDKs' calls), each request in a slot of its client's requests in
-// flight (`in_flight`);
+// flight (the store seam's `in_flight`, which the memory store's paced
+// requests share);
 // - one folder per SDK, the only code that names one: `official`
 // (Microsoft's official SDK, feature `official`, on by default) and
 // `sdk_v021` (the frozen 0.21 crates, feature `sdk-v021`);
@@ -55,7 +56,6 @@ pub(crate) mod credential_options;
 pub(crate) mod default_credential;
 #[cfg(any(feature = "official", feature = "azure_identity"))]
 pub(crate) mod http;
-mod in_flight;
 mod lease;
 #[cfg(feature = "official")]
 pub(crate) mod official;

@@ -33,7 +33,9 @@
 //!   kept-alive connections. Claims of one cycle are paced 5 ms apart (at
 //!   most 200 acquires a second), at most 16 acquires in flight at once (so
 //!   that slow storage makes claims wait instead of piling up requests in
-//!   front of the renewals), and each partition term renews the first time
+//!   front of the renewals; the member lease's requests take slots of their
+//!   own, so partitions that cannot be renewed in time are shed, never the
+//!   membership), and each partition term renews the first time
 //!   at a random point of the second half of the renew interval, so that
 //!   renewals are spread, not sent in bursts. Requests per hour for one
 //!   instance owning `k` of `M` partitions, with defaults (a 30 s lease
@@ -67,7 +69,7 @@ use crate::azure::settings::BlobSettings;
 use crate::azure::BlobLeaseSetStore;
 use crate::backoff::Jitter;
 use crate::bounded::bounded;
-use crate::engine::ending::TermReport;
+use crate::engine::ending::{StopReason, TermReport};
 use crate::engine::leader::Leader;
 use crate::engine::leadership::{LeaderContext, Leadership};
 use crate::engine::lingering::Lingering;
@@ -94,6 +96,8 @@ pub use self::options::LeaseSetOptions;
 mod balance_tests;
 #[cfg(all(test, feature = "testing"))]
 mod names_tests;
+#[cfg(all(test, feature = "testing"))]
+mod overload_tests;
 #[cfg(all(test, feature = "testing"))]
 mod reports_tests;
 
@@ -818,6 +822,8 @@ struct PartitionObserver<'s> {
     /// The claim's slot ([`CLAIMS_IN_FLIGHT`]), given back once the lease
     /// is held.
     permit: Mutex<Option<OwnedSemaphorePermit>>,
+    /// The partition lease's figures, for a term shed at its deadline.
+    metrics: &'s Metrics,
 }
 
 impl Observer for PartitionObserver<'_> {
@@ -840,6 +846,18 @@ impl Observer for PartitionObserver<'_> {
         self.owned.send_modify(|o| {
             o.remove(self.partition);
         });
+        if report.reason == StopReason::Deadline {
+            // The membership renews on slots of its own: a partition that
+            // could not be renewed in time is shed, and the set goes on.
+            self.metrics.partition_shed();
+            warn!(
+                partition = %self.partition,
+                epoch = report.epoch,
+                "shed the partition: its lease could not be renewed before its deadline \
+                 (storage slow or unreachable, or more renewals than the client carries); \
+                 the set keeps its membership and claims it again as it rebalances"
+            );
+        }
         // Nobody listening is fine.
         let _ = self.reports.send(PartitionReport {
             partition: self.partition.to_owned(),
@@ -868,13 +886,14 @@ async fn run_partition<S: LeaseSetStore>(
         })
     });
     let state = watch::channel(Leadership::Follower).0;
+    let metrics = Metrics::new(&store.name(), shared.vitals.clone());
     let observer = PartitionObserver {
         partition,
         owned: &shared.owned,
         reports: &shared.reports,
         permit: Mutex::new(permit),
+        metrics: &metrics,
     };
-    let metrics = Metrics::new(&store.name(), shared.vitals.clone());
     let engine = Engine {
         store,
         options: &shared.options.mutex,

@@ -15,7 +15,8 @@
 // Beside it in this folder, what every mode needs whatever the storage:
 // the names that a lease set and a lease own, and the rules that keep
 // every other lease out of them (`names`); the collection of stale member
-// and candidate blobs (`collect`); the in-memory store (`memory`) and the
+// and candidate blobs (`collect`); the slots of one client's requests in
+// flight, with a lane of their own for a set's membership (`in_flight`); the in-memory store (`memory`) and the
 // contract's tests (`conformance`). The Azure stores live apart, in
 // `azure/`, and the quorum, a store of stores, in `quorum/`.
 //
@@ -32,6 +33,11 @@ use crate::error::{Error, Result};
 pub(crate) mod collect;
 #[cfg(feature = "testing")]
 pub mod conformance;
+#[cfg_attr(
+    not(any(feature = "official", feature = "sdk-v021", feature = "testing")),
+    allow(dead_code)
+)]
+pub(crate) mod in_flight;
 #[cfg(feature = "testing")]
 pub(crate) mod memory;
 pub(crate) mod names;

@@ -25,9 +25,9 @@
 use std::sync::Arc;
 
 use crate::azure::calls::{BlobCalls, Call, Listed, Metadata, Properties, Put};
-use crate::azure::in_flight::{InFlight, Kind};
 use crate::azure::settings::{Backend, BlobSettings};
 use crate::error::{Error, Result};
+use crate::store::in_flight::{InFlight, Kind};
 use crate::store::LeaseId;
 
 #[cfg(feature = "official")]
@@ -43,7 +43,7 @@ use crate::azure::sdk_v021::SdkV021Calls;
 /// campaign among them) stays small, at one allocation per request.
 macro_rules! each {
     ($any:expr, $kind:expr, $calls:ident => $body:expr) => {{
-        let _slot = $any.in_flight.enter($kind).await;
+        let _slot = $any.in_flight.enter($any.lane($kind)).await;
         match &$any.sdk {
             #[cfg(feature = "official")]
             Sdk::Official($calls) => $body.await,
@@ -62,6 +62,9 @@ macro_rules! each {
 pub(crate) struct AnyCalls {
     sdk: Sdk,
     in_flight: Arc<InFlight>,
+    /// Whether these are a lease set's member lease's calls, whose
+    /// requests take the slots kept for members ([`Kind::Member`]).
+    member: bool,
 }
 
 /// The calls of one SDK.
@@ -127,6 +130,24 @@ impl AnyCalls {
         AnyCalls {
             sdk,
             in_flight: Arc::default(),
+            member: false,
+        }
+    }
+
+    /// The same calls, on the same client, for a lease set's member lease:
+    /// every request takes a slot kept for members, so the membership
+    /// never waits behind the partitions' renewals.
+    pub(crate) fn for_member(mut self) -> Self {
+        self.member = true;
+        self
+    }
+
+    /// The slots a request of `kind` takes through these calls.
+    fn lane(&self, kind: Kind) -> Kind {
+        if self.member {
+            Kind::Member
+        } else {
+            kind
         }
     }
 }

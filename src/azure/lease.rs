@@ -109,9 +109,12 @@ impl BlobLeaseManager {
     }
 
     /// The same manager as a lease set's member lease: it marks its blob
-    /// ([`MEMBER_KEY`]) when it creates it and at every stamp.
+    /// ([`MEMBER_KEY`]) when it creates it and at every stamp, and its
+    /// requests take the client's slots kept for members, ahead of every
+    /// partition's (see `store::in_flight`).
     pub(crate) fn marking_member(mut self) -> Self {
         self.member = true;
+        self.calls = self.calls.for_member();
         self
     }
 

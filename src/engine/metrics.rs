@@ -15,6 +15,7 @@
 //! | `blob_mutex_task_aborts_total` | counter | `container`, `blob` | terms whose tasks had to be aborted |
 //! | `blob_mutex_tasks_stuck_total` | counter | `container`, `blob` | terms with a task that could be neither stopped nor aborted |
 //! | `blob_mutex_guards_unreleased_total` | counter | `container`, `blob` | guards' terms that had to end and were not released before the lease could expire (left to expire) |
+//! | `blob_mutex_partitions_shed_total` | counter | `container`, `blob` (of the partition) | partition terms a lease set gave up at their deadline while it kept its membership: renewals that could not be sent in time (slow or unreachable storage, more renewals than the client's slots carry); the set claims them again as it rebalances |
 //! | `blob_mutex_collect_refused_total` | counter | `code` | deletions of stale member and candidate blobs that storage refused with a 409 that stays until someone acts, by code: `SnapshotsPresent`, `BlobImmutableDueToPolicy`, `BlobImmutableDueToLegalHold`, `other` (see [`Collection`](crate::store::Collection)) |
 //!
 //! `container` and `blob` come from [`LeaseStore::name`](crate::store::LeaseStore::name)
@@ -85,6 +86,12 @@ impl Metrics {
         self.counters.term_ended(report);
     }
 
+    /// A lease set gave this partition's term up at its deadline.
+    pub(crate) fn partition_shed(&self) {
+        #[cfg(feature = "metrics")]
+        ::metrics::counter!("blob_mutex_partitions_shed_total", &self.counters.labels).increment(1);
+    }
+
     pub(crate) fn renewed(&self, took: Duration) {
         self.vitals.stepped();
         self.counters.renewed(took);
@@ -153,6 +160,10 @@ fn describe() {
     );
     describe_counter!("blob_mutex_renewals_total", "successful renewals");
     describe_counter!("blob_mutex_renew_failures_total", "failed renewal attempts");
+    describe_counter!(
+        "blob_mutex_partitions_shed_total",
+        "partition terms a lease set gave up at their deadline while it kept its membership"
+    );
     describe_histogram!(
         "blob_mutex_renew_seconds",
         Unit::Seconds,

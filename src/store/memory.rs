@@ -9,6 +9,7 @@ use tokio::time::Instant;
 
 use crate::error::{Error, Result};
 use crate::store::collect::{Collection, Collector};
+use crate::store::in_flight::{InFlight, Kind};
 use crate::store::lease_seconds;
 use crate::store::names::{self, collectable, SetLease};
 use crate::store::{
@@ -61,6 +62,38 @@ pub struct MemoryLeaseStore {
     /// Its clock: the host's clock when the store was made, and the Tokio
     /// instant then (see [`storage_time`](Self::storage_time)).
     born: (SystemTime, Instant),
+    /// The pace of a slow storage's client, when a set's leases share one
+    /// (see [`MemoryLeaseSetStore::with_pace`]).
+    paced: Option<Arc<Paced>>,
+}
+
+/// A slow storage behind one client: every request waits for a slot of
+/// the client's requests in flight (the slots Azure's stores take, with
+/// the member lease's lane), acts, and is answered `latency` later,
+/// holding its slot until then.
+#[derive(Debug)]
+pub(crate) struct Paced {
+    latency: Mutex<Duration>,
+    in_flight: InFlight,
+    /// Renewals that reached a lease already expired under their own id:
+    /// sent after the renewer's deadline, which comes before the expiry.
+    late_renewals: std::sync::atomic::AtomicUsize,
+}
+
+impl Paced {
+    /// From now on, every answer takes `latency`: storage slows down (or
+    /// recovers).
+    #[cfg(test)]
+    pub(crate) fn set_latency(&self, latency: Duration) {
+        *self.latency.lock().unwrap_or_else(PoisonError::into_inner) = latency;
+    }
+
+    /// Renewals so far that arrived after their lease had expired.
+    #[cfg(test)]
+    pub(crate) fn late_renewals(&self) -> usize {
+        self.late_renewals
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
 }
 
 #[derive(Debug, Default)]
@@ -147,6 +180,7 @@ impl MemoryLeaseStore {
             state: Arc::default(),
             member: false,
             born: (SystemTime::now(), Instant::now()),
+            paced: None,
         }
     }
 
@@ -243,19 +277,54 @@ impl MemoryLeaseStore {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Runs `action` on the state now, unless storage is "unavailable".
+    /// Runs `action` on the state, unless storage is "unavailable": when
+    /// called (before the future is polled, so a call that is made takes
+    /// effect), or, when paced, once the request has a slot, answered the
+    /// latency later.
     fn call<T: Send>(
         &self,
         operation: &'static str,
-        action: impl FnOnce(&mut State, Instant) -> Result<T>,
+        action: impl FnOnce(&mut State, Instant) -> Result<T> + Send,
     ) -> impl Future<Output = Result<T>> + Send {
-        let mut state = self.lock();
-        let result = if state.unavailable {
-            Err(Error::transport(operation, "the store is unavailable"))
-        } else {
-            action(&mut state, Instant::now())
+        let state = Arc::clone(&self.state);
+        let kind = match operation {
+            _ if self.member => Kind::Member,
+            "renew" | "release" | "change" => Kind::Keeps,
+            _ => Kind::Other,
         };
-        std::future::ready(result)
+        let (paced, mut action) = match self.paced.clone() {
+            Some(paced) => (Some((paced, kind)), Some(action)),
+            None => (None, Some(action)),
+        };
+        let now = match &paced {
+            None => action.take().map(|action| apply(&state, operation, action)),
+            Some(_) => None,
+        };
+        async move {
+            let (Some((paced, kind)), Some(action)) = (paced, action) else {
+                return now.unwrap_or_else(|| unreachable!("applied when called"));
+            };
+            let slot = paced.in_flight.enter(kind).await;
+            let result = apply(&state, operation, action);
+            let latency = *paced.latency.lock().unwrap_or_else(PoisonError::into_inner);
+            tokio::time::sleep(latency).await;
+            drop(slot);
+            result
+        }
+    }
+}
+
+/// Runs `action` on `state` now, unless storage is "unavailable".
+fn apply<T>(
+    state: &Mutex<State>,
+    operation: &'static str,
+    action: impl FnOnce(&mut State, Instant) -> Result<T>,
+) -> Result<T> {
+    let mut state = state.lock().unwrap_or_else(PoisonError::into_inner);
+    if state.unavailable {
+        Err(Error::transport(operation, "the store is unavailable"))
+    } else {
+        action(&mut state, Instant::now())
     }
 }
 
@@ -296,8 +365,14 @@ impl LeaseStore for MemoryLeaseStore {
     fn renew(&self, lease: LeaseId) -> impl Future<Output = Result<()>> + Send {
         // Like Azure: an expired lease renews under its own id as long as
         // nobody else acquired it meanwhile.
+        let paced = self.paced.clone();
         self.call("renew", move |state, now| match &mut state.lease {
             Some(held) if held.id == lease => {
+                if let Some(paced) = paced.filter(|_| held.until <= now) {
+                    paced
+                        .late_renewals
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
                 held.until = now + held.duration;
                 Ok(())
             }
@@ -478,6 +553,8 @@ impl LeaseStore for MemoryLeaseStore {
 pub struct MemoryLeaseSetStore {
     leases: Arc<Mutex<BTreeMap<String, MemoryLeaseStore>>>,
     collector: Arc<Collector>,
+    /// The pace of its leases' requests, shared by all of them.
+    paced: Option<Arc<Paced>>,
 }
 
 impl Default for MemoryLeaseSetStore {
@@ -485,6 +562,7 @@ impl Default for MemoryLeaseSetStore {
         MemoryLeaseSetStore {
             leases: Arc::default(),
             collector: Arc::new(Collector::new(Collection::default())),
+            paced: None,
         }
     }
 }
@@ -502,6 +580,29 @@ impl MemoryLeaseSetStore {
     pub fn with_collection(mut self, collection: Collection) -> Self {
         self.collector = Arc::new(Collector::new(collection));
         self
+    }
+
+    /// The same set behind a slow storage's client: every request of its
+    /// leases (through [`lease`](LeaseSetStore::lease)) takes one of
+    /// `slots` shared slots (a quarter of them, at least one, for requests
+    /// that neither keep nor end a held lease; the member leases' slots
+    /// apart, as on Azure's client), and is answered `latency` after it
+    /// took its slot. Listings are not paced.
+    #[cfg(test)]
+    #[must_use = "the store is returned by value"]
+    pub(crate) fn with_pace(mut self, latency: Duration, slots: usize) -> Self {
+        self.paced = Some(Arc::new(Paced {
+            latency: Mutex::new(latency),
+            in_flight: InFlight::with_limits(slots, (slots / 4).max(1)),
+            late_renewals: std::sync::atomic::AtomicUsize::new(0),
+        }));
+        self
+    }
+
+    /// The pace set by [`with_pace`](Self::with_pace).
+    #[cfg(test)]
+    pub(crate) fn pace(&self) -> Option<&Paced> {
+        self.paced.as_deref()
     }
 
     /// Deletes the lease `name` unless it is leased now: its blob is lost
@@ -550,6 +651,7 @@ impl LeaseSetStore for MemoryLeaseSetStore {
         let kind = names::set_lease(name)?;
         let mut lease = self.get(name);
         lease.member = kind == SetLease::Member;
+        lease.paced.clone_from(&self.paced);
         Ok(lease)
     }
 

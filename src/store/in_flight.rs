@@ -18,6 +18,15 @@
 //! state, deletes) take at most [`OTHERS_IN_FLIGHT`] of them, so that a
 //! cold start's claims or a burst of new locks never keep the renewals of
 //! the leases already held waiting for a slot.
+//!
+//! A lease set's membership goes before all of them: the requests of a
+//! member lease take slots of their own ([`MEMBERS_IN_FLIGHT`]), so that
+//! thousands of partition renewals queued behind slow storage never keep
+//! the membership renewal waiting until its term ends (which would drain
+//! every partition of the instance at once). The partitions that cannot
+//! be renewed in time are the ones that go.
+//!
+//! Azure's stores and the memory store's paced requests share this.
 
 use tokio::sync::{Semaphore, SemaphorePermit};
 
@@ -30,6 +39,12 @@ pub(crate) const REQUESTS_IN_FLIGHT: usize = 128;
 /// The most of them that neither keep nor end a held lease.
 pub(crate) const OTHERS_IN_FLIGHT: usize = 32;
 
+/// The slots kept for the requests of lease sets' member leases, apart
+/// from the others: a member renews once a renew interval, so four carry
+/// twenty member requests a second at 200 ms a request (a hundred sets of
+/// one client renewing every 5 s).
+pub(crate) const MEMBERS_IN_FLIGHT: usize = 4;
+
 /// What a request does to a held lease.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Kind {
@@ -37,6 +52,9 @@ pub(crate) enum Kind {
     Keeps,
     /// Anything else: takes at most [`OTHERS_IN_FLIGHT`] slots.
     Other,
+    /// Any request of a lease set's member lease: takes one of the
+    /// [`MEMBERS_IN_FLIGHT`] slots kept for them, never one of the others.
+    Member,
 }
 
 /// The slots of one client.
@@ -44,6 +62,7 @@ pub(crate) enum Kind {
 pub(crate) struct InFlight {
     all: Semaphore,
     others: Semaphore,
+    members: Semaphore,
 }
 
 impl Default for InFlight {
@@ -61,26 +80,34 @@ pub(crate) struct Slot<'a> {
 }
 
 impl InFlight {
-    fn with_limits(all: usize, others: usize) -> Self {
+    /// `all` slots shared by the leases, at most `others` of them for
+    /// requests that neither keep nor end a held lease, and
+    /// [`MEMBERS_IN_FLIGHT`] more for member leases.
+    pub(crate) fn with_limits(all: usize, others: usize) -> Self {
         InFlight {
             all: Semaphore::new(all),
             others: Semaphore::new(others.min(all)),
+            members: Semaphore::new(MEMBERS_IN_FLIGHT),
         }
     }
 
     /// Waits for a slot for a request of `kind`, first come first served
-    /// within a kind.
+    /// within a kind; a member lease's request waits only for other
+    /// members'.
     ///
     /// # Cancellation safety
     ///
     /// Safe to drop while waiting: no slot is taken.
     pub(crate) async fn enter(&self, kind: Kind) -> Slot<'_> {
         // Neither semaphore is ever closed, so a permit always comes.
-        let other = match kind {
-            Kind::Keeps => None,
-            Kind::Other => self.others.acquire().await.ok(),
+        let (other, all) = match kind {
+            Kind::Member => (self.members.acquire().await.ok(), None),
+            Kind::Keeps => (None, self.all.acquire().await.ok()),
+            Kind::Other => {
+                let other = self.others.acquire().await.ok();
+                (other, self.all.acquire().await.ok())
+            }
         };
-        let all = self.all.acquire().await.ok();
         Slot {
             _other: other,
             _all: all,
@@ -142,6 +169,22 @@ mod tests {
         assert!(timeout(A_WHILE, slots.enter(Kind::Keeps)).await.is_err());
         drop(taken);
         assert_eq!(slots.free(), (2, 1));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_member_renewal_goes_at_once_while_every_shared_slot_is_taken_and_renewals_queue() {
+        let slots = InFlight::with_limits(2, 1);
+        let _taken = (
+            slots.enter(Kind::Other).await,
+            slots.enter(Kind::Keeps).await,
+        );
+        let mut queued = Box::pin(slots.enter(Kind::Keeps));
+        assert!(timeout(A_WHILE, &mut queued).await.is_err());
+        let member = timeout(Duration::ZERO, slots.enter(Kind::Member)).await;
+        assert!(
+            member.is_ok(),
+            "the member renewal waited behind the partitions'"
+        );
     }
 
     #[test]
