@@ -10,6 +10,7 @@ use blob_mutex_testkit as support;
 use std::time::{Duration, Instant};
 
 use blob_mutex::{azure::BlobLeaseManager, store::Acquire, store::LeaseId, Error};
+use support::azure_rule::AzureHold;
 use support::azurite;
 use support::proxy::{Direction, Fate, Injected, Mode, Proxy};
 
@@ -109,6 +110,82 @@ async fn every_mode(proxy: &Proxy, m: &BlobLeaseManager) {
         "proxy saw {} requests on {} connections",
         proxy.requests(),
         proxy.connections()
+    );
+}
+
+/// Azure's hold, applied by two proxies that share the rule, one per
+/// client: a lease that expired unreleased is refused to the other client
+/// with Azure's `409 LeaseAlreadyPresent` until the hold has passed, though
+/// Azurite would grant it; a released lease is free at once.
+#[tokio::test]
+async fn a_lease_that_expired_unreleased_is_refused_to_another_until_the_hold_has_passed() {
+    const HOLD: Duration = Duration::from_secs(5);
+    let rule = AzureHold::new(HOLD);
+    let (pa, pb) = (
+        Proxy::start(azurite::shared().port),
+        Proxy::start(azurite::shared().port),
+    );
+    pa.apply(&rule);
+    pb.apply(&rule);
+    let container = azurite::unique_container("azure-hold");
+    let client = |proxy: &Proxy| {
+        BlobLeaseManager::new(&proxy.settings(&container, "lease"))
+            .unwrap()
+            .with_request_timeout(Duration::from_millis(1500))
+    };
+    let (a, b) = (client(&pa), client(&pb));
+    let (la, lb) = (LeaseId::new(), LeaseId::new());
+    assert_eq!(a.acquire(la, D).await.unwrap(), Acquire::Acquired);
+    let acquire = pa.log().into_iter().rfind(|r| r.is("acquire")).unwrap();
+    assert_eq!(
+        (acquire.status, acquire.lease_duration),
+        (Some(201), Some(15))
+    );
+    let expiry = acquire.answered_at.unwrap() + D;
+
+    // Still leased: storage itself refuses.
+    assert_eq!(b.acquire(lb, D).await.unwrap(), Acquire::Held);
+    assert_eq!(pb.log().last().unwrap().fate, Fate::Forwarded);
+
+    // Expired unreleased: refused by the rule until the hold has passed.
+    tokio::time::sleep_until(expiry.into()).await;
+    let first = loop {
+        if b.acquire(lb, D).await.unwrap() == Acquire::Acquired {
+            break Instant::now();
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
+    let refused: Vec<_> = pb
+        .log()
+        .into_iter()
+        .filter(|r| r.fate == Fate::Injected(Injected::LeaseAlreadyPresent))
+        .collect();
+    assert!(refused.len() >= 10, "{refused:?}");
+    assert_eq!(rule.refused(), refused.len());
+    let last_refused = refused.last().unwrap().at;
+    assert!(
+        first >= expiry + HOLD && last_refused >= expiry + HOLD - Duration::from_secs(1),
+        "acquired {:?} after the expiry, last refused {:?} after",
+        first - expiry,
+        last_refused - expiry
+    );
+    assert!(
+        first - expiry <= HOLD + Duration::from_secs(2),
+        "{:?}",
+        first - expiry
+    );
+
+    // Released: free at once for the other client.
+    b.release(lb).await.unwrap();
+    assert_eq!(
+        a.acquire(LeaseId::new(), D).await.unwrap(),
+        Acquire::Acquired
+    );
+    println!(
+        "azure hold {HOLD:?}: {} acquires refused with 409 LeaseAlreadyPresent; acquired {:.3}s after the \
+         expiry; after a release, acquired at once",
+        refused.len(),
+        (first - expiry).as_secs_f64()
     );
 }
 

@@ -61,19 +61,88 @@ cells!(stuck_task_without_fail_stop:
     lease_set => Set,
     quorum_lease_set => QuorumSet,
 );
+// The kill again under Azure's hold on a lease that expired unreleased
+// (`Rig::with_azure_hold`), where Azurite lets the next owner in at once:
+// the mutex's row and the lease set's, at a 30 s hold.
+cells!(process_kill_on_azure:
+    mutex => Mutex,
+    lease_set => Set,
+);
+
+/// Azure's hold in [`process_kill_on_azure`].
+const AZURE_HOLD: Duration = Duration::from_secs(30);
+/// One poll (a follower's retry, 0.5 s with jitter) or one balance cycle
+/// (1 s), its claim and stamp, and room for a loaded two-core machine.
+const ONE_POLL: Duration = Duration::from_secs(5);
 
 /// SIGKILL the leader, or an owner of half the partitions: the others own
 /// its leases once they could have expired.
 async fn process_kill(mode: Mode) {
     let mut rig = Rig::new(mode, "kill");
-    let victim = rig.start(&[]).await;
-    let killed = rig.kill(victim);
-    let taken = rig.wait_taken_over(victim, killed).await;
+    let (_, killed, taken) = kill_the_victim(&mut rig).await;
     println!(
         "{mode:?}: process kill; owned again {:.3}s after SIGKILL",
         (taken - killed).as_secs_f64()
     );
     rig.finish().await;
+}
+
+/// SIGKILL under Azure's hold: each lease the victim had is owned again
+/// only after its expiry plus the hold, and within one poll or cycle of
+/// that; the others kept polling through the hold (refused to the end of
+/// it), and no error ended them (`finish`: they exit 0 when stopped).
+async fn process_kill_on_azure(mode: Mode) {
+    let mut rig = Rig::new(mode, "kill-azure").with_azure_hold(AZURE_HOLD);
+    let (had, killed, taken) = kill_the_victim(&mut rig).await;
+    let victim = had[0].worker;
+    let terms = rig.terms();
+    let mut latest = Duration::ZERO;
+    for term in &had {
+        let free = rig.free_at(term, taken);
+        let held_until = free + AZURE_HOLD;
+        let next = terms
+            .iter()
+            .find(|t| t.lease == term.lease && t.worker != victim && t.start > killed)
+            .expect("owned again");
+        assert!(
+            held_until <= next.start && next.start <= held_until + ONE_POLL,
+            "{mode:?}: {} owned again at {:?}; expiry {free:?}, hold until {held_until:?}\n{}",
+            term.lease,
+            next.start,
+            rig.record()
+        );
+        let refused = rig.refused_acquires(victim, &term.lease);
+        assert!(
+            refused.first().is_some_and(|&at| at < free + ONE_POLL)
+                && refused.last().is_some_and(|&at| at + ONE_POLL >= held_until),
+            "{mode:?}: {} not polled through the hold ({free:?} to {held_until:?}): refused at {refused:?}\n{}",
+            term.lease,
+            rig.record()
+        );
+        latest = latest.max(next.start - free);
+    }
+    println!(
+        "{mode:?}: process kill under Azure's {}s hold; owned again {:.3}s after SIGKILL, at most {:.3}s \
+         after an expiry ({} acquires refused)",
+        AZURE_HOLD.as_secs(),
+        (taken - killed).as_secs_f64(),
+        latest.as_secs_f64(),
+        had.iter()
+            .map(|t| rig.refused_acquires(victim, &t.lease).len())
+            .sum::<usize>()
+    );
+    rig.finish().await;
+}
+
+/// The start of a kill: the usual start, SIGKILL to the victim, and the
+/// others own what it had. Returns its terms then, when it was killed and
+/// when its leases were all owned again.
+async fn kill_the_victim(rig: &mut Rig) -> (Vec<Term>, Duration, Duration) {
+    let victim = rig.start(&[]).await;
+    let killed = rig.kill(victim);
+    let had = rig.terms_open_at(victim, killed);
+    let taken = rig.wait_taken_over(victim, killed).await;
+    (had, killed, taken)
 }
 
 /// SIGTERM: the victim drains and releases every lease, reports each term

@@ -22,6 +22,8 @@
 //! Options (defaults in brackets, `--quick` ones after the slash):
 //! `--quick` (fewer repetitions and shorter windows),
 //! `--crash-reps N` [12 / 5], `--handover-reps N` [30 / 10],
+//! `--crash-azure-reps N` (crash failovers under Azure's 60 s hold on a
+//! lease that expired unreleased, section `crash-azure`) [4 / 2],
 //! `--cost-secs N` (request-cost and footprint window) [180 / 60],
 //! `--overhead-samples N` [2000 / 500], `--candidates N` [50],
 //! `--contention-secs N` [30 / 15],
@@ -47,9 +49,9 @@
 //! seconds, for each phase's set to be owned and balanced) [600],
 //! `--scale-no-load` (no phase 3, Azurite alone at the row's rate); every row starts an Azurite of its own, see
 //! `scale.rs`,
-//! `--sections overhead,contention,cost,handover,crash,successor,partitions,quorum,soak,backends,locks,scale`
-//! [all but `soak`, `backends`, `locks` and `scale`, in that order; `soak` runs only when
-//! named, and so do `backends`, `locks` and `scale`; `--quick`
+//! `--sections overhead,contention,cost,handover,crash,crash-azure,successor,partitions,quorum,soak,backends,locks,scale`
+//! [all but `crash-azure`, `soak`, `backends`, `locks` and `scale`, in that order; `soak` runs only when
+//! named, and so do `crash-azure`, `backends`, `locks` and `scale`; `--quick`
 //! leaves `partitions` out unless it is named],
 //! `--out DIR` [`bench-results`], `--endpoint URL` (use a running Azurite's
 //! blob endpoint on this host, `http://127.0.0.1:<port>/devstoreaccount1`,
@@ -106,12 +108,13 @@ const JITTER: f64 = 0.2;
 const IDLE_WORK_MS: &str = "600000";
 
 /// The sections, in the order they run.
-const SECTIONS: [&str; 12] = [
+const SECTIONS: [&str; 13] = [
     "overhead",
     "contention",
     "cost",
     "handover",
     "crash",
+    "crash-azure",
     "successor",
     "partitions",
     "quorum",
@@ -123,6 +126,8 @@ const SECTIONS: [&str; 12] = [
 
 struct Config {
     crash_reps: usize,
+    /// Crash failovers under Azure's hold (section `crash-azure`).
+    crash_azure_reps: usize,
     handover_reps: usize,
     cost_window: Duration,
     overhead_samples: usize,
@@ -167,6 +172,7 @@ impl Config {
             .join(format!("fault-worker{}", std::env::consts::EXE_SUFFIX));
         let mut config = Config {
             crash_reps: if quick { 5 } else { 12 },
+            crash_azure_reps: if quick { 2 } else { 4 },
             handover_reps: if quick { 10 } else { 30 },
             cost_window: Duration::from_secs(if quick { 60 } else { 180 }),
             overhead_samples: if quick { 500 } else { 2000 },
@@ -203,7 +209,8 @@ impl Config {
             sections: SECTIONS
                 .iter()
                 .filter(|s| {
-                    let only_when_named = matches!(**s, "soak" | "backends" | "locks" | "scale");
+                    let only_when_named =
+                        matches!(**s, "crash-azure" | "soak" | "backends" | "locks" | "scale");
                     let long = quick && **s == "partitions";
                     !only_when_named && !long
                 })
@@ -219,6 +226,7 @@ impl Config {
             let mut value = || args.next().with_context(|| format!("{flag} needs a value"));
             match flag.as_str() {
                 "--crash-reps" => config.crash_reps = value()?.parse()?,
+                "--crash-azure-reps" => config.crash_azure_reps = value()?.parse()?,
                 "--handover-reps" => config.handover_reps = value()?.parse()?,
                 "--cost-secs" => config.cost_window = Duration::from_secs(value()?.parse()?),
                 "--overhead-samples" => config.overhead_samples = value()?.parse()?,
@@ -268,7 +276,10 @@ impl Config {
             }
         }
         ensure!(
-            config.crash_reps >= 1 && config.handover_reps >= 1 && config.successor_reps >= 1,
+            config.crash_reps >= 1
+                && config.crash_azure_reps >= 1
+                && config.handover_reps >= 1
+                && config.successor_reps >= 1,
             "need at least one repetition"
         );
         ensure!(
@@ -388,6 +399,7 @@ async fn run(config: Config) -> Result<()> {
     for (exit, reps) in [
         (Exit::Graceful, config.handover_reps),
         (Exit::Crash, config.crash_reps),
+        (Exit::CrashOnAzure, config.crash_azure_reps),
     ] {
         if config.runs(exit.name()) {
             eprintln!("{} x {reps} ...", exit.title());

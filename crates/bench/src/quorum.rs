@@ -151,7 +151,7 @@ async fn failovers(
     let mut rng = fresh_rng();
     let (mut samples, mut increasing) = (Vec::new(), true);
     let reps = match exit {
-        Exit::Crash => config.quorum_reps,
+        Exit::Crash | Exit::CrashOnAzure => config.quorum_reps,
         Exit::Graceful => config.quorum_reps * 2,
     };
     for rep in 1..=reps {
@@ -160,7 +160,7 @@ async fn failovers(
         ensure!(changes == 0, "leadership changed without a signal");
         let at = Instant::now();
         match exit {
-            Exit::Crash => group.kill(&leader.id)?,
+            Exit::Crash | Exit::CrashOnAzure => group.kill(&leader.id)?,
             Exit::Graceful => group.terminate(&leader.id)?,
         }
         let (next, _) = group

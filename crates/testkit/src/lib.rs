@@ -1,4 +1,5 @@
-//! Shared test support: Azurite (`azurite`), the fault proxy (`proxy`),
+//! Shared test support: Azurite (`azurite`), the fault proxy (`proxy`) and
+//! Azure's lease rule it can apply where Azurite is lenient (`azure_rule`),
 //! worker processes and their history (`workers`), a client for `run
 //! --metrics-addr`'s endpoint (`http`), lease-set workers'
 //! history by partition (`partitions`), a client that is not this crate
@@ -26,6 +27,7 @@
     clippy::should_implement_trait
 )]
 
+pub mod azure_rule;
 pub mod azurite;
 pub mod backend;
 pub mod chaos;

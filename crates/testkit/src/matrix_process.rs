@@ -13,6 +13,8 @@
 //!
 //! Every worker reaches each account through a proxy of its own, so the
 //! proxy's log is that process's requests alone.
+//! [`Rig::with_azure_hold`] gives those proxies Azure's hold on a lease
+//! that expired unreleased, one rule per account shared by all of them.
 
 // Times here are instants of one monotonic record, subtracted in the order
 // they happened; an underflow would be a test failure anyway.
@@ -23,9 +25,10 @@ use std::fmt::Write as _;
 use std::process::Command;
 use std::time::Duration;
 
+use super::azure_rule::AzureHold;
 use super::azurite::{self, Azurite};
 use super::backend::BackendExt;
-use super::proxy::Proxy;
+use super::proxy::{Fate, Injected, Proxy};
 use super::workers::{Cluster, Event, Spec, What, FIRST_LEADER};
 
 /// The shortest lease Azure allows.
@@ -144,6 +147,9 @@ pub struct Rig {
     freezes: Vec<Freeze>,
     /// Exit codes other than 0 that a scenario expects, by worker.
     expected_exits: BTreeMap<usize, Option<i32>>,
+    /// Azure's hold on a lease that expired unreleased, one rule per
+    /// account shared by every worker's proxy to it; empty: Azurite's rules.
+    rules: Vec<AzureHold>,
 }
 
 impl Rig {
@@ -170,7 +176,39 @@ impl Rig {
             proxies: Vec::new(),
             freezes: Vec::new(),
             expected_exits: BTreeMap::new(),
+            rules: Vec::new(),
         }
+    }
+
+    /// The same rig with Azure's rule on every account: an acquire of a
+    /// lease that expired unreleased is refused (`409 LeaseAlreadyPresent`)
+    /// until `hold` after the expiry.
+    pub fn with_azure_hold(mut self, hold: Duration) -> Rig {
+        self.rules = self.ports.iter().map(|_| AzureHold::new(hold)).collect();
+        self
+    }
+
+    /// The hold of Azure's rule, zero when it is off.
+    pub fn hold(&self) -> Duration {
+        self.rules.first().map_or(Duration::ZERO, AzureHold::hold)
+    }
+
+    /// When the workers other than `victim` had an acquire of `lease`
+    /// refused by Azure's rule, in order (cluster clock).
+    pub fn refused_acquires(&self, victim: usize, lease: &str) -> Vec<Duration> {
+        let path = self.lease_path(lease);
+        let mut refused: Vec<Duration> = self
+            .proxies
+            .iter()
+            .enumerate()
+            .filter(|(worker, _)| *worker != victim)
+            .flat_map(|(_, proxies)| proxies.iter().flat_map(Proxy::log))
+            .filter(|r| r.fate == Fate::Injected(Injected::LeaseAlreadyPresent))
+            .filter(|r| decoded(&r.target).contains(&path))
+            .map(|r| self.cluster.at(r.at))
+            .collect();
+        refused.sort();
+        refused
     }
 
     /// The same rig with another lease duration (the examples' defaults).
@@ -219,6 +257,9 @@ impl Rig {
     /// Starts the next worker's proxies; returns their connection strings.
     fn proxies_for_next(&mut self) -> Vec<String> {
         let proxies: Vec<Proxy> = self.ports.iter().map(|&p| Proxy::start(p)).collect();
+        for (proxy, rule) in proxies.iter().zip(&self.rules) {
+            proxy.apply(rule);
+        }
         let backend = super::backend::current();
         let strings = proxies
             .iter()
@@ -312,7 +353,7 @@ impl Rig {
         self.cluster
             .wait_for(
                 &format!("the others to own what worker {victim} had: {had:?}"),
-                self.lease + SOON * 2,
+                self.lease + self.hold() + SOON * 2,
                 |events| {
                     let all = terms(events);
                     had.iter()

@@ -17,6 +17,9 @@
 //!   Blob or Set Blob Metadata with a lease id: a leader's state write)
 //!   until [`Proxy::release_held`]: a write sent in time that reaches
 //!   storage late.
+//! - [`Proxy::apply`] applies Azure's hold on a lease that expired
+//!   unreleased ([`AzureHold`]): such an acquire is answered `409
+//!   LeaseAlreadyPresent` as Azure answers it.
 //!
 //! Every request on the client→server stream is parsed (HTTP/1.1 request head
 //! and `Content-Length` body) and logged with what happened to it and when
@@ -34,6 +37,8 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
+
+use crate::azure_rule::{blob_of, AzureHold, Call};
 
 /// Which way data flows through a connection.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -60,12 +65,15 @@ pub enum Mode {
 /// A fault the proxy injects for a single request instead of forwarding it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Injected {
-    /// Answer `503 Server Busy` with `x-ms-error-code: ServerBusy`.
+    /// Answer `503` with `x-ms-error-code: ServerBusy`.
     ServerBusy,
-    /// Answer `500 Internal Server Error` with `x-ms-error-code: InternalError`.
+    /// Answer `500` with `x-ms-error-code: InternalError`.
     InternalError,
     /// Reset the connection.
     Reset,
+    /// Answer `409 There is already a lease present.` with
+    /// `x-ms-error-code: LeaseAlreadyPresent`, as Azure does (see [`AzureHold`]).
+    LeaseAlreadyPresent,
 }
 
 /// What happened to a request.
@@ -105,6 +113,8 @@ pub struct Request {
     pub lease_id: Option<String>,
     /// `x-ms-proposed-lease-id`.
     pub proposed_lease_id: Option<String>,
+    /// `x-ms-lease-duration`, in seconds (`-1`: infinite).
+    pub lease_duration: Option<i64>,
     /// `x-ms-version`: the service version, which tells the SDK that sent it.
     pub version: Option<String>,
     /// What the proxy did with it.
@@ -113,6 +123,8 @@ pub struct Request {
     /// did. The clients here do not pipeline: the first bytes storage sends
     /// after a request was forwarded on a connection are its answer.
     pub answered_at: Option<Instant>,
+    /// The status of storage's answer, read from its first bytes.
+    pub status: Option<u16>,
 }
 
 impl Request {
@@ -122,6 +134,17 @@ impl Request {
         match self.lease_action.as_deref() {
             Some("acquire") => self.proposed_lease_id.as_deref(),
             _ => self.lease_id.as_deref(),
+        }
+    }
+
+    /// The lease call the [`AzureHold`] rule reads from it.
+    pub fn call(&self) -> Call<'_> {
+        Call {
+            action: self.lease_action.as_deref(),
+            lease_id: self.lease_id.as_deref(),
+            proposed: self.proposed_lease_id.as_deref(),
+            duration: self.lease_duration,
+            method: &self.method,
         }
     }
 
@@ -274,6 +297,7 @@ struct Shared {
     connections: Mutex<u64>,
     resets: watch::Sender<u64>,
     releases: watch::Sender<u64>,
+    rule: Mutex<Option<AzureHold>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -314,6 +338,7 @@ impl Proxy {
             connections: Mutex::new(0),
             resets: watch::channel(0).0,
             releases: watch::channel(0).0,
+            rule: Mutex::new(None),
         });
         let (shutdown, stop) = tokio::sync::oneshot::channel();
         let accept_shared = shared.clone();
@@ -449,6 +474,13 @@ impl Proxy {
     /// Forwards every held write now.
     pub fn release_held(&self) {
         self.shared.releases.send_modify(|n| *n += 1);
+    }
+
+    /// Applies Azure's hold on a lease that expired unreleased to the
+    /// requests that arrive from now on: give the same rule to the proxy
+    /// of every client of one account, so that it sees every holder.
+    pub fn apply(&self, rule: &AzureHold) {
+        *lock(&self.shared.rule) = Some(rule.clone());
     }
 
     /// Resets every open connection now.
@@ -646,7 +678,7 @@ async fn serve(shared: Arc<Shared>, mut client: TcpStream, id: u64) {
                     Ok(n) => n,
                 };
                 // The first bytes after a forwarded request: its answer.
-                if let Some(i) = unanswered.pop_front() { stamp(&shared, i, |r| r.answered_at = Some(Instant::now())); }
+                if let Some(i) = unanswered.pop_front() { answered(&shared, i, &from_server[..n]); }
                 let mode = lock(&shared.faults).mode(Direction::ToClient);
                 if mode == Mode::Reset {
                     break End::Reset;
@@ -684,6 +716,29 @@ fn stamp(shared: &Shared, index: usize, note: impl FnOnce(&mut Request)) {
     if let Some(request) = lock(&shared.log).get_mut(index) {
         note(request);
     }
+}
+
+/// Notes the answer that begins with `bytes` in the log's request `index`,
+/// and tells the rule, if one is applied.
+fn answered(shared: &Shared, index: usize, bytes: &[u8]) {
+    let now = Instant::now();
+    let status = status_of(bytes);
+    stamp(shared, index, |r| {
+        r.answered_at = Some(now);
+        r.status = status;
+    });
+    let rule = lock(&shared.rule).clone();
+    if let (Some(rule), Some(status)) = (rule, status) {
+        if let Some(request) = lock(&shared.log).get(index) {
+            rule.answered(blob_of(&request.target), &request.call(), status, now);
+        }
+    }
+}
+
+/// The status of an HTTP/1.1 answer from its first bytes.
+fn status_of(bytes: &[u8]) -> Option<u16> {
+    let line = bytes.strip_prefix(b"HTTP/1.1 ")?;
+    std::str::from_utf8(line.get(..3)?).ok()?.parse().ok()
 }
 
 /// Storage refused the connection: log the first request, then reset.
@@ -756,7 +811,22 @@ fn take_requests(
             body_end
         };
         let bytes: Vec<u8> = pending.drain(..take).collect();
-        let injected = lock(&shared.faults).roll(head.lease_action.as_deref());
+        let rule = lock(&shared.rule).clone();
+        let refused = rule.is_some_and(|rule| {
+            let call = Call {
+                action: head.lease_action.as_deref(),
+                lease_id: head.lease_id.as_deref(),
+                proposed: head.proposed_lease_id.as_deref(),
+                duration: head.lease_duration,
+                method: &head.method,
+            };
+            rule.refuses(blob_of(&head.target), &call, now)
+        });
+        let injected = if refused {
+            Some(Injected::LeaseAlreadyPresent)
+        } else {
+            lock(&shared.faults).roll(head.lease_action.as_deref())
+        };
         let fate = match (injected, mode) {
             (Some(kind), _) => Fate::Injected(kind),
             (None, Mode::Blackhole) => Fate::Dropped,
@@ -776,7 +846,9 @@ fn take_requests(
         };
         match fate {
             Fate::Injected(Injected::Reset) | Fate::Reset => return Err(()),
-            Fate::Injected(kind) => actions.push(Action::Answer(error_response(kind, is_head))),
+            Fate::Injected(kind) => {
+                actions.push(Action::Answer(error_response(kind, is_head, index)));
+            }
             Fate::Forwarded => {
                 let at = deliver_at(mode, now).expect("a forwarding mode");
                 // Held: a day away, until released.
@@ -808,6 +880,7 @@ struct Head {
     lease_action: Option<String>,
     lease_id: Option<String>,
     proposed_lease_id: Option<String>,
+    lease_duration: Option<i64>,
     version: Option<String>,
 }
 
@@ -822,9 +895,11 @@ impl Head {
             lease_action: self.lease_action,
             lease_id: self.lease_id,
             proposed_lease_id: self.proposed_lease_id,
+            lease_duration: self.lease_duration,
             version: self.version,
             fate,
             answered_at: None,
+            status: None,
         }
     }
 }
@@ -845,6 +920,7 @@ fn parse_head(bytes: &[u8]) -> Head {
         lease_action: None,
         lease_id: None,
         proposed_lease_id: None,
+        lease_duration: None,
         version: None,
     };
     for line in lines {
@@ -858,6 +934,7 @@ fn parse_head(bytes: &[u8]) -> Head {
             "x-ms-lease-action" => head.lease_action = Some(value.to_ascii_lowercase()),
             "x-ms-lease-id" => head.lease_id = Some(value.to_ascii_lowercase()),
             "x-ms-proposed-lease-id" => head.proposed_lease_id = Some(value.to_ascii_lowercase()),
+            "x-ms-lease-duration" => head.lease_duration = value.parse().ok(),
             "x-ms-version" => head.version = Some(value.to_owned()),
             _ => {}
         }
@@ -869,26 +946,55 @@ fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
     haystack.windows(needle.len()).position(|w| w == needle)
 }
 
-/// An error answer in Azure Storage's format.
-fn error_response(kind: Injected, is_head: bool) -> Vec<u8> {
+/// An error answer in Azure Storage's format: Azure's reason phrase, its
+/// headers, and a body whose message ends with the request id and the time,
+/// as Azure's do. `index` (the request's place in the log) makes the
+/// request id unique.
+fn error_response(kind: Injected, is_head: bool, index: usize) -> Vec<u8> {
     let (status, reason, code) = match kind {
-        Injected::ServerBusy => (503, "Server Busy", "ServerBusy"),
-        Injected::InternalError | Injected::Reset => {
-            (500, "Internal Server Error", "InternalError")
-        }
+        Injected::ServerBusy => (
+            503,
+            "The server is currently unable to receive requests. Please retry your request.",
+            "ServerBusy",
+        ),
+        Injected::InternalError | Injected::Reset => (
+            500,
+            "Server encountered an internal error. Please try again after some time.",
+            "InternalError",
+        ),
+        Injected::LeaseAlreadyPresent => (
+            409,
+            "There is already a lease present.",
+            "LeaseAlreadyPresent",
+        ),
     };
+    let request_id = format!(
+        "{:08x}-{:04x}-0000-8000-{:012x}",
+        std::process::id(),
+        index >> 48,
+        index & 0xffff_ffff_ffff
+    );
+    let now = time::OffsetDateTime::now_utc();
+    let date = now
+        .format(&time::format_description::well_known::Rfc2822)
+        .unwrap_or_default()
+        .replace("+0000", "GMT");
+    let iso = now
+        .format(&time::format_description::well_known::Rfc3339)
+        .unwrap_or_default();
     let body = if is_head {
         String::new()
     } else {
         format!(
-            "<?xml version=\"1.0\" encoding=\"utf-8\"?><Error><Code>{code}</Code>\
-             <Message>Injected by the test proxy.</Message></Error>"
+            "\u{feff}<?xml version=\"1.0\" encoding=\"utf-8\"?><Error><Code>{code}</Code>\
+             <Message>{reason}\nRequestId:{request_id}\nTime:{iso}</Message></Error>"
         )
     };
     format!(
-        "HTTP/1.1 {status} {reason}\r\nContent-Type: application/xml\r\n\
-         x-ms-error-code: {code}\r\nx-ms-request-id: 00000000-0000-0000-0000-000000000000\r\n\
-         x-ms-version: 2022-11-02\r\nContent-Length: {}\r\n\r\n{body}",
+        "HTTP/1.1 {status} {reason}\r\nContent-Length: {}\r\nContent-Type: application/xml\r\n\
+         Server: Windows-Azure-Blob/1.0 Microsoft-HTTPAPI/2.0\r\n\
+         x-ms-request-id: {request_id}\r\nx-ms-version: 2022-11-02\r\n\
+         x-ms-error-code: {code}\r\nDate: {date}\r\n\r\n{body}",
         body.len()
     )
     .into_bytes()
@@ -947,6 +1053,42 @@ mod tests {
         }
         let acquire = Kind::of("PUT", &format!("/a/c/b?comp=lease&{sas}"), Some("acquire"));
         assert_eq!(acquire, Kind::Acquire);
+    }
+
+    #[test]
+    fn a_lease_already_present_answer_is_azure_s_with_its_headers_and_body() {
+        let answer =
+            String::from_utf8(error_response(Injected::LeaseAlreadyPresent, false, 7)).unwrap();
+        let (head, body) = answer.split_once("\r\n\r\n").unwrap();
+        let mut lines = head.split("\r\n");
+        assert_eq!(
+            lines.next(),
+            Some("HTTP/1.1 409 There is already a lease present.")
+        );
+        let header = |name: &str| {
+            head.split("\r\n")
+                .find_map(|l| l.strip_prefix(&format!("{name}: ")))
+                .unwrap_or_else(|| panic!("no {name} in {head}"))
+        };
+        assert_eq!(header("x-ms-error-code"), "LeaseAlreadyPresent");
+        assert_eq!(header("Content-Length"), body.len().to_string());
+        assert_eq!(header("Content-Type"), "application/xml");
+        let request_id = header("x-ms-request-id");
+        assert_eq!(request_id.len(), 36, "{request_id}");
+        assert!(header("Date").ends_with(" GMT"), "{head}");
+        assert!(
+            body.contains(
+                "<Error><Code>LeaseAlreadyPresent</Code><Message>There is already a lease present."
+            ) && body.contains(&format!("RequestId:{request_id}\nTime:")),
+            "{body}"
+        );
+        assert_eq!(status_of(answer.as_bytes()), Some(409));
+        let other =
+            String::from_utf8(error_response(Injected::LeaseAlreadyPresent, false, 8)).unwrap();
+        assert!(
+            !other.contains(request_id),
+            "each answer has its own request id"
+        );
     }
 
     #[test]

@@ -1,0 +1,303 @@
+//! Azure's hold on a lease that expired unreleased, as a rule the fault
+//! proxy applies where Azurite is lenient.
+//!
+//! Azurite lets a new client acquire a lease the moment it expires. Azure
+//! may answer `409 LeaseAlreadyPresent` for up to a minute after a lease
+//! expired without a release or a break. [`AzureHold`] keeps, per blob, what
+//! storage answered to the lease calls it saw ([`Book`]: the last
+//! successful acquire or renew, with the acquire's duration and the instant
+//! its 2xx answer was seen; releases and breaks, which free a lease at
+//! once), and refuses an acquire under another lease id from the expiry
+//! until the hold has passed. Share one rule among the proxies of every
+//! client of one account, so that it sees every holder's calls.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// A lease call as the rule reads it: the request's lease headers.
+#[derive(Clone, Copy, Debug)]
+pub struct Call<'a> {
+    /// `x-ms-lease-action`, lower case; `None` for a call without one.
+    pub action: Option<&'a str>,
+    /// `x-ms-lease-id`.
+    pub lease_id: Option<&'a str>,
+    /// `x-ms-proposed-lease-id`.
+    pub proposed: Option<&'a str>,
+    /// `x-ms-lease-duration` in seconds (`-1`: infinite).
+    pub duration: Option<i64>,
+    /// The HTTP method (a `DELETE` of the blob forgets its lease).
+    pub method: &'a str,
+}
+
+/// One blob's lease, as the answers storage gave showed it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Lease {
+    /// Acquired or renewed under `id`; `expires` is `None` for an infinite
+    /// lease, else the instant the last 2xx answer was seen plus the
+    /// acquire's duration.
+    Held {
+        id: String,
+        duration: Option<Duration>,
+        expires: Option<Instant>,
+    },
+    /// Released or broken: free at once, no hold.
+    Free,
+}
+
+/// The rule's state: each blob's lease (by request path, without query),
+/// a pure state machine over the calls and answers it is told of.
+#[derive(Debug, Default)]
+pub struct Book {
+    leases: HashMap<String, Lease>,
+}
+
+impl Book {
+    /// Whether Azure would refuse `call` on `blob` at `now` with `409
+    /// LeaseAlreadyPresent`, given a hold of `hold`: an acquire under
+    /// another id than the lease's, after that lease expired unreleased
+    /// and before its expiry plus `hold`. An acquire under the expired
+    /// lease's own id is let through, as a renew of it would be.
+    pub fn refuses(&self, blob: &str, call: &Call<'_>, now: Instant, hold: Duration) -> bool {
+        if call.action != Some("acquire") {
+            return false;
+        }
+        match self.leases.get(blob) {
+            Some(Lease::Held {
+                id,
+                expires: Some(expires),
+                ..
+            }) => now >= *expires && now < *expires + hold && call.proposed != Some(id.as_str()),
+            _ => false,
+        }
+    }
+
+    /// Notes storage's answer `status` to `call` on `blob`, seen at `now`.
+    pub fn answered(&mut self, blob: &str, call: &Call<'_>, status: u16, now: Instant) {
+        if !(200..300).contains(&status) {
+            return;
+        }
+        if call.method == "DELETE" && call.action.is_none() {
+            self.leases.remove(blob);
+            return;
+        }
+        let held = |id: &str, duration: Option<Duration>| Lease::Held {
+            id: id.to_owned(),
+            duration,
+            expires: duration.map(|d| now + d),
+        };
+        match call.action {
+            Some("acquire") => {
+                let Some(id) = call.proposed else { return };
+                let duration = call
+                    .duration
+                    .and_then(|s| u64::try_from(s).ok())
+                    .map(Duration::from_secs);
+                self.leases.insert(blob.to_owned(), held(id, duration));
+            }
+            Some("renew") => {
+                if let (Some(Lease::Held { id, duration, .. }), Some(renewed)) =
+                    (self.leases.get(blob), call.lease_id)
+                {
+                    if id == renewed {
+                        let lease = held(renewed, *duration);
+                        self.leases.insert(blob.to_owned(), lease);
+                    }
+                }
+            }
+            Some("change") => {
+                if let (Some(Lease::Held { id, .. }), Some(to)) =
+                    (self.leases.get_mut(blob), call.proposed)
+                {
+                    to.clone_into(id);
+                }
+            }
+            Some("release" | "break") => {
+                self.leases.insert(blob.to_owned(), Lease::Free);
+            }
+            _ => {}
+        }
+    }
+}
+
+/// The rule, shared by the proxies it is applied to: a [`Book`], the hold
+/// and how many acquires it refused.
+#[derive(Clone, Debug)]
+pub struct AzureHold {
+    hold: Duration,
+    state: Arc<Mutex<(Book, usize)>>,
+}
+
+impl AzureHold {
+    /// A rule that refuses an acquire of a lease that expired unreleased
+    /// until `hold` after the expiry.
+    pub fn new(hold: Duration) -> AzureHold {
+        AzureHold {
+            hold,
+            state: Arc::new(Mutex::new((Book::default(), 0))),
+        }
+    }
+
+    /// The hold after an unreleased expiry.
+    pub fn hold(&self) -> Duration {
+        self.hold
+    }
+
+    /// How many acquires it refused so far.
+    pub fn refused(&self) -> usize {
+        self.lock().1
+    }
+
+    /// Whether to refuse `call` on `blob` now; counts a refusal.
+    pub(crate) fn refuses(&self, blob: &str, call: &Call<'_>, now: Instant) -> bool {
+        let mut state = self.lock();
+        let refuses = state.0.refuses(blob, call, now, self.hold);
+        state.1 += usize::from(refuses);
+        refuses
+    }
+
+    /// Notes storage's answer to `call` on `blob`.
+    pub(crate) fn answered(&self, blob: &str, call: &Call<'_>, status: u16, now: Instant) {
+        self.lock().0.answered(blob, call, status, now);
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, (Book, usize)> {
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// The blob a request target names: its path, without the query.
+pub fn blob_of(target: &str) -> &str {
+    target.split_once('?').map_or(target, |(path, _)| path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const BLOB: &str = "/devstoreaccount1/c/lease";
+    const HOLD: Duration = Duration::from_secs(30);
+    const D: Duration = Duration::from_secs(15);
+    const TICK: Duration = Duration::from_millis(1);
+
+    fn call<'a>(action: &'a str, lease_id: Option<&'a str>, proposed: Option<&'a str>) -> Call<'a> {
+        Call {
+            action: Some(action),
+            lease_id,
+            proposed,
+            duration: (action == "acquire").then_some(15),
+            method: "PUT",
+        }
+    }
+
+    fn acquire(id: &str) -> Call<'_> {
+        call("acquire", None, Some(id))
+    }
+
+    /// A book where `a` acquired the lease at `t0`.
+    fn acquired_by_a(t0: Instant) -> Book {
+        let mut book = Book::default();
+        book.answered(BLOB, &acquire("a"), 201, t0);
+        book
+    }
+
+    #[test]
+    fn an_acquire_after_an_unreleased_expiry_is_refused_until_the_hold_has_passed() {
+        let t0 = Instant::now();
+        let book = acquired_by_a(t0);
+        let refused = |at: Duration| book.refuses(BLOB, &acquire("b"), t0 + at, HOLD);
+        assert!(
+            !refused(D.saturating_sub(TICK)),
+            "still leased: storage answers"
+        );
+        assert!(refused(D));
+        assert!(refused((D + HOLD).saturating_sub(TICK)));
+        assert!(!refused(D + HOLD));
+    }
+
+    #[test]
+    fn a_renew_moves_the_expiry_and_so_the_hold() {
+        let t0 = Instant::now();
+        let mut book = acquired_by_a(t0);
+        book.answered(BLOB, &call("renew", Some("a"), None), 200, t0 + D / 3);
+        let refused = |at: Duration| book.refuses(BLOB, &acquire("b"), t0 + at, HOLD);
+        assert!(!refused(D));
+        assert!(refused(D / 3 + D));
+        assert!(refused((D / 3 + D + HOLD).saturating_sub(TICK)));
+        assert!(!refused(D / 3 + D + HOLD));
+    }
+
+    #[test]
+    fn a_released_or_broken_lease_is_free_at_once() {
+        let t0 = Instant::now();
+        for action in ["release", "break"] {
+            let mut book = acquired_by_a(t0);
+            book.answered(BLOB, &call(action, Some("a"), None), 200, t0 + D / 2);
+            assert!(
+                !book.refuses(BLOB, &acquire("b"), t0 + D / 2, HOLD),
+                "{action}"
+            );
+            assert!(!book.refuses(BLOB, &acquire("b"), t0 + D, HOLD), "{action}");
+        }
+    }
+
+    #[test]
+    fn a_failed_call_changes_nothing() {
+        let t0 = Instant::now();
+        let mut book = acquired_by_a(t0);
+        book.answered(BLOB, &call("release", Some("a"), None), 409, t0 + D / 2);
+        book.answered(BLOB, &call("renew", Some("a"), None), 412, t0 + D / 2);
+        book.answered(BLOB, &acquire("b"), 409, t0 + D / 2);
+        assert!(book.refuses(BLOB, &acquire("b"), t0 + D, HOLD));
+    }
+
+    #[test]
+    fn the_expired_lease_own_id_and_other_blobs_are_let_through() {
+        let t0 = Instant::now();
+        let book = acquired_by_a(t0);
+        assert!(!book.refuses(BLOB, &acquire("a"), t0 + D, HOLD));
+        assert!(!book.refuses("/devstoreaccount1/c/other", &acquire("b"), t0 + D, HOLD));
+        assert!(!book.refuses(BLOB, &call("renew", Some("b"), None), t0 + D, HOLD));
+    }
+
+    #[test]
+    fn a_changed_lease_is_held_under_its_new_id() {
+        let t0 = Instant::now();
+        let mut book = acquired_by_a(t0);
+        book.answered(BLOB, &call("change", Some("a"), Some("c")), 200, t0 + D / 2);
+        book.answered(BLOB, &call("renew", Some("c"), None), 200, t0 + D / 2);
+        assert!(!book.refuses(BLOB, &acquire("c"), t0 + D / 2 + D, HOLD));
+        assert!(book.refuses(BLOB, &acquire("a"), t0 + D / 2 + D, HOLD));
+    }
+
+    #[test]
+    fn an_infinite_lease_never_expires_and_a_deleted_blob_has_no_lease() {
+        let t0 = Instant::now();
+        let mut book = Book::default();
+        let infinite = Call {
+            duration: Some(-1),
+            ..acquire("a")
+        };
+        book.answered(BLOB, &infinite, 201, t0);
+        assert!(!book.refuses(BLOB, &acquire("b"), t0 + HOLD * 10, HOLD));
+
+        let mut book = acquired_by_a(t0);
+        let delete = Call {
+            action: None,
+            lease_id: Some("a"),
+            proposed: None,
+            duration: None,
+            method: "DELETE",
+        };
+        book.answered(BLOB, &delete, 202, t0 + D / 2);
+        assert!(!book.refuses(BLOB, &acquire("b"), t0 + D, HOLD));
+    }
+
+    #[test]
+    fn a_blob_is_its_path_without_the_query() {
+        assert_eq!(blob_of("/a/c/b?comp=lease&sig=x"), "/a/c/b");
+        assert_eq!(blob_of("/a/c/b"), "/a/c/b");
+    }
+}
