@@ -142,11 +142,11 @@ impl State {
             .iter()
             .enumerate()
             .filter_map(|(i, phase)| match phase {
-                Phase::Leading(term) => (self.t < term.deadline).then_some(i),
+                // A stuck term's tasks act on until its deadline.
+                Phase::Leading(term) | Phase::Stuck(term) => (self.t < term.deadline).then_some(i),
                 Phase::Stopping { term, until, .. } => {
                     (self.t < term.deadline.min(*until)).then_some(i)
                 }
-                Phase::Stuck(term) => (self.t < term.deadline).then_some(i),
                 Phase::Campaign | Phase::Crashed => None,
             })
     }
