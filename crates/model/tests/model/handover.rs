@@ -113,6 +113,8 @@ pub(crate) enum Phase {
 }
 
 /// The whole system at one instant.
+// Each flag is the witness of one property, read by that property alone.
+#[allow(clippy::struct_excessive_bools)]
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub(crate) struct State {
     pub(crate) t: u8,
@@ -129,6 +131,9 @@ pub(crate) struct State {
     pub(crate) last_fault: u8,
     /// Whether a handover took place (a Change Lease that succeeded).
     pub(crate) handed_over: bool,
+    /// Whether a leader chose a successor whose priority is not above its
+    /// own, or itself.
+    pub(crate) wrong_successor: bool,
     pub(crate) register: u8,
     pub(crate) newest: Option<(u8, usize)>,
     pub(crate) epoch_went_back: bool,
@@ -335,6 +340,9 @@ impl Handover {
             s.phases[i] = Phase::Leading(term);
             return;
         };
+        if to == i || self.0.priorities[to].is_none_or(|theirs| theirs <= mine) {
+            s.wrong_successor = true;
+        }
         let until = t + self.0.grace;
         let _ = write!(
             log,
@@ -514,6 +522,7 @@ impl Model for Handover {
             left: c.faults,
             last_fault: 0,
             handed_over: false,
+            wrong_successor: false,
             register: 0,
             newest: Some((1, 0)),
             epoch_went_back: false,
@@ -582,6 +591,10 @@ impl Model for Handover {
             Property::always("epochs strictly increase", |_, s: &State| {
                 !s.epoch_went_back
             }),
+            Property::always(
+                "a successor only of a strictly higher priority",
+                |_, s: &State| !s.wrong_successor,
+            ),
             Property::always("no write of a deposed term accepted", |_, s: &State| {
                 !s.deposed_write
             }),

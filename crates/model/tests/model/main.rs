@@ -371,6 +371,19 @@ fn a_handover_with_a_third_instance_trying_to_acquire_keeps_every_promise() {
     report.assert_complete_and_safe();
 }
 
+/// A fourth instance of the successor's priority: a leader hands over
+/// only to a strictly higher priority, so the two of priority 1 never hand
+/// over to each other.
+#[test]
+fn a_handover_with_two_candidates_of_equal_priority_keeps_every_promise() {
+    let mut config = HandoverConfig::three_instances();
+    config.priorities.push(Some(1));
+    config.horizon = 12;
+    let report = check(Handover(config), None);
+    report.print("handover: a leader and two successors of equal priority");
+    report.assert_complete_and_safe();
+}
+
 #[test]
 fn a_change_lease_before_the_tasks_stopped_lets_two_leaders_overlap() {
     let mut config = HandoverConfig::three_instances();
