@@ -67,6 +67,9 @@ pub(crate) struct Config {
     /// After the last fault, every partition has an owner within this many
     /// ticks.
     pub(crate) bound: u8,
+    /// A partition freed on an instance that skips it is claimed again
+    /// within this many ticks (cycles).
+    pub(crate) reown: u8,
     pub(crate) faults: Faults,
     pub(crate) defects: Defects,
 }
@@ -84,6 +87,7 @@ impl Config {
             renew: 2,
             horizon: 12,
             bound: 3,
+            reown: 6,
             faults: Faults {
                 joins: 1,
                 leaves: 1,
@@ -166,6 +170,9 @@ pub(crate) struct State {
     pub(crate) newest: Vec<Option<(u8, usize)>>,
     pub(crate) epoch_went_back: bool,
     pub(crate) deposed_write: bool,
+    /// A partition freed by a skip and the tick it was freed, until anyone
+    /// claims it again.
+    pub(crate) skipped_free: Option<(usize, u8)>,
 }
 
 impl State {
@@ -335,6 +342,7 @@ impl LeaseSet {
                 s.instances[i].skipped |= 1 << p;
                 let _ = write!(log, "i{i}'s term on p{p} ends by itself; i{i} skips p{p}");
                 Self::end_partition(&mut s, i, p, &mut log, "releases");
+                s.skipped_free = Some((p, t));
                 s.last_fault = t;
             }
         }
@@ -545,6 +553,9 @@ impl LeaseSet {
     /// Claims partition `p`: acquire, then stamp the next epoch.
     fn claim(&self, s: &mut State, i: usize, p: usize, log: &mut String) {
         let t = s.t;
+        if s.skipped_free.is_some_and(|(q, _)| q == p) {
+            s.skipped_free = None;
+        }
         let blob = &mut s.partitions[p];
         if self.0.defects.claim_from_departed && blob.leased_at(t).is_some() {
             let _ = write!(log, "; breaks p{p}'s lease of a departed member");
@@ -634,6 +645,7 @@ impl Model for LeaseSet {
             newest: vec![None; c.partitions],
             epoch_went_back: false,
             deposed_write: false,
+            skipped_free: None,
         }]
     }
 
@@ -724,6 +736,15 @@ impl Model for LeaseSet {
                     !settled
                         || s.t < s.last_fault + m.0.bound
                         || (0..s.partitions.len()).all(|p| s.acting(p).next().is_some())
+                },
+            ),
+            Property::always(
+                "a partition freed on an instance that skips it claimed again within the bound",
+                |m: &LeaseSet, s: &State| {
+                    s.skipped_free.is_none_or(|(_, at)| s.t < at + m.0.reown)
+                        || s.instances
+                            .iter()
+                            .any(|i| i.frozen || i.life != Life::Running)
                 },
             ),
             Property::sometimes("every partition owned", |_, s: &State| {
