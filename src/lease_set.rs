@@ -77,10 +77,8 @@ use crate::engine::metrics::Metrics;
 use crate::engine::vitals::Vitals;
 use crate::engine::{box_task, Engine, Observer};
 use crate::error::{BoxError, Chain, Error, Result};
-use crate::lease_set::balance::{
-    free, plan, share, FreeSince, Plan, Strategy, View, ORPHAN_CYCLES,
-};
-use crate::lease_set::cadence::{whole_set_due, Cycle, LastFull, Unsettled};
+use crate::lease_set::balance::{free, plan, FreeSince, Plan, View, ORPHAN_CYCLES};
+use crate::lease_set::cadence::{unsettled, whole_set_due, Cycle, LastFull, Unsettled};
 use crate::mutex::BlobDistributedMutex;
 use crate::options::{default_holder, MutexOptions, ABORT_WAIT, STOP_SLACK};
 use crate::store::names::{self, member_segment, MEMBERS, PARTITIONS};
@@ -583,13 +581,8 @@ fn plan_cycle<S: LeaseSetStore>(
         orphaned: &orphaned,
     };
     let Plan { claim, release } = plan(&view, options.strategy, &mut |n| random.below(n));
-    let unsettled = if !claim.is_empty() || !release.is_empty() {
-        Some(Unsettled::Moved)
-    } else if !free.is_empty() {
-        Some(Unsettled::Free)
-    } else {
-        unsettled_holders(&view, options.strategy)
-    };
+    let moved = !claim.is_empty() || !release.is_empty();
+    let unsettled = unsettled(&view, options.strategy, moved, !free.is_empty());
     let most = options.max_releases_per_cycle.unwrap_or(usize::MAX);
     for partition in release.into_iter().take(most) {
         debug!(holder = %shared.holder, %partition, "giving a partition up to balance the set");
@@ -604,29 +597,6 @@ fn plan_cycle<S: LeaseSetStore>(
         claims.insert(partition, claim);
     }
     unsettled
-}
-
-/// [`Unsettled::Stray`] when a leased partition's holder is not a live
-/// member (or unknown), else [`Unsettled::OffShare`] when a live member,
-/// this one counted with its claims, does not hold its share (never under
-/// [`Strategy::Greedy`]).
-fn unsettled_holders(view: &View<'_>, strategy: Strategy) -> Option<Unsettled> {
-    let mut all = view.members.clone();
-    all.insert(view.me.to_owned());
-    let mut held: BTreeMap<&str, usize> = BTreeMap::new();
-    for (partition, holder) in view.leased {
-        match holder.as_deref() {
-            Some(h) if all.contains(h) => *held.entry(h).or_default() += 1,
-            _ if view.mine.contains(partition) => {}
-            _ => return Some(Unsettled::Stray),
-        }
-    }
-    held.insert(view.me, view.mine.len());
-    let off_share = strategy == Strategy::Balanced
-        && all.iter().any(|m| {
-            held.get(m.as_str()).copied().unwrap_or(0) != share(m, &all, view.partitions.len())
-        });
-    off_share.then_some(Unsettled::OffShare)
 }
 
 /// Empties the map of owners when it goes: nothing keeps it up to date.

@@ -27,7 +27,9 @@
 //!
 //! A pure decision, std only (no clock, no I/O), tested here rule by rule.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::balance::{share, Strategy, View};
 
 /// The most cycles from one listing of the whole set to the next, in a
 /// settled set: four.
@@ -60,6 +62,44 @@ pub(crate) enum Unsettled {
     /// A live member (this one counted, with its claims) did not hold its
     /// share; never under a strategy without shares.
     OffShare,
+}
+
+/// Why a listing of the whole set that `view` shows left the set unsettled,
+/// once the cycle planned from it: [`Unsettled::Moved`] when the plan
+/// claimed or gave up a partition (`moved`), else [`Unsettled::Free`] when
+/// a partition was free (`any_free`), else [`Unsettled::Stray`] when a
+/// leased partition's holder is not a live member (or unknown), else
+/// [`Unsettled::OffShare`] when a live member, this one counted with its
+/// claims, does not hold its share (never under [`Strategy::Greedy`]).
+#[must_use]
+pub(crate) fn unsettled(
+    view: &View<'_>,
+    strategy: Strategy,
+    moved: bool,
+    any_free: bool,
+) -> Option<Unsettled> {
+    if moved {
+        return Some(Unsettled::Moved);
+    }
+    if any_free {
+        return Some(Unsettled::Free);
+    }
+    let mut all = view.members.clone();
+    all.insert(view.me.to_owned());
+    let mut held: BTreeMap<&str, usize> = BTreeMap::new();
+    for (partition, holder) in view.leased {
+        match holder.as_deref() {
+            Some(h) if all.contains(h) => *held.entry(h).or_default() += 1,
+            _ if view.mine.contains(partition) => {}
+            _ => return Some(Unsettled::Stray),
+        }
+    }
+    held.insert(view.me, view.mine.len());
+    let off_share = strategy == Strategy::Balanced
+        && all.iter().any(|m| {
+            held.get(m.as_str()).copied().unwrap_or(0) != share(m, &all, view.partitions.len())
+        });
+    off_share.then_some(Unsettled::OffShare)
 }
 
 /// What the last listing of the whole set left, in this membership term.

@@ -30,6 +30,13 @@ pub(crate) struct Faults {
     pub(crate) crashes: u8,
     /// The answer to a Change Lease is lost (the change took effect).
     pub(crate) losses: u8,
+    /// Every attempt at a Change Lease is refused by a transient failure
+    /// (it took no effect): the term releases instead.
+    pub(crate) refusals: u8,
+    /// A stopping term's tasks do not stop within the grace (a task that
+    /// could not be aborted, or a guard not released): they may act until
+    /// the term's deadline, and the term ends with `tasks_stopped` false.
+    pub(crate) stuck: u8,
 }
 
 /// A configuration.
@@ -67,6 +74,8 @@ impl Config {
             faults: Faults {
                 crashes: 1,
                 losses: 1,
+                refusals: 1,
+                stuck: 1,
             },
             defects: Defects::default(),
         }
@@ -97,10 +106,15 @@ pub(crate) enum Phase {
         to: Option<usize>,
         held: bool,
     },
+    /// The term ended with a task that did not stop: it may act until the
+    /// term's deadline; the instance campaigns again only after it.
+    Stuck(Term),
     Crashed,
 }
 
 /// The whole system at one instant.
+// Each flag is the witness of one property, read by that property alone.
+#[allow(clippy::struct_excessive_bools)]
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub(crate) struct State {
     pub(crate) t: u8,
@@ -117,6 +131,9 @@ pub(crate) struct State {
     pub(crate) last_fault: u8,
     /// Whether a handover took place (a Change Lease that succeeded).
     pub(crate) handed_over: bool,
+    /// Whether a leader chose a successor whose priority is not above its
+    /// own, or itself.
+    pub(crate) wrong_successor: bool,
     pub(crate) register: u8,
     pub(crate) newest: Option<(u8, usize)>,
     pub(crate) epoch_went_back: bool,
@@ -130,7 +147,8 @@ impl State {
             .iter()
             .enumerate()
             .filter_map(|(i, phase)| match phase {
-                Phase::Leading(term) => (self.t < term.deadline).then_some(i),
+                // A stuck term's tasks act on until its deadline.
+                Phase::Leading(term) | Phase::Stuck(term) => (self.t < term.deadline).then_some(i),
                 Phase::Stopping { term, until, .. } => {
                     (self.t < term.deadline.min(*until)).then_some(i)
                 }
@@ -140,20 +158,32 @@ impl State {
 
     fn term(&self, i: usize) -> Option<Term> {
         match self.phases[i] {
-            Phase::Leading(term) | Phase::Stopping { term, .. } => Some(term),
+            Phase::Leading(term) | Phase::Stopping { term, .. } | Phase::Stuck(term) => Some(term),
             Phase::Campaign | Phase::Crashed => None,
         }
     }
 }
 
+/// A fault that comes with an instance's step at the end of a stopping
+/// term's tasks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum EndFault {
+    /// The answer to the first Change Lease is lost (it took effect).
+    LoseAnswer,
+    /// Every Change Lease is refused (no effect).
+    Refused,
+    /// The tasks did not stop.
+    Stuck,
+}
+
 /// What can happen next.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) enum Action {
-    /// An instance takes its step of this tick; `lose` loses the answer to
-    /// its first Change Lease.
+    /// An instance takes its step of this tick, with a fault at the end of
+    /// a stopping term's tasks.
     Step {
         instance: usize,
-        lose: bool,
+        fault: Option<EndFault>,
     },
     Tick,
     Crash(usize),
@@ -187,10 +217,15 @@ impl Handover {
                 s.t += 1;
                 s.moved = 0;
             }
-            Action::Step { instance: i, lose } => {
+            Action::Step { instance: i, fault } => {
                 s.moved |= 1 << i;
-                if lose {
-                    s.left.losses -= 1;
+                match fault {
+                    Some(EndFault::LoseAnswer) => s.left.losses -= 1,
+                    Some(EndFault::Refused) => s.left.refusals -= 1,
+                    Some(EndFault::Stuck) => s.left.stuck -= 1,
+                    None => {}
+                }
+                if fault.is_some() {
                     s.last_fault = t;
                 }
                 let _ = write!(log, "i{i}");
@@ -202,7 +237,14 @@ impl Handover {
                         until,
                         to,
                         held,
-                    } => self.stop(&mut s, i, (term, until, to, held), lose, &mut log),
+                    } => self.stop(&mut s, i, (term, until, to, held), fault, &mut log),
+                    Phase::Stuck(term) => {
+                        if t >= term.deadline {
+                            let _ = write!(log, " reaches the stuck term's deadline");
+                            s.phases[i] = Phase::Campaign;
+                            s.last_fault = t;
+                        }
+                    }
                     Phase::Crashed => {}
                 }
             }
@@ -298,6 +340,9 @@ impl Handover {
             s.phases[i] = Phase::Leading(term);
             return;
         };
+        if to == i || self.0.priorities[to].is_none_or(|theirs| theirs <= mine) {
+            s.wrong_successor = true;
+        }
         let until = t + self.0.grace;
         let _ = write!(
             log,
@@ -352,7 +397,7 @@ impl Handover {
         s: &mut State,
         i: usize,
         (term, until, to, held): (Term, u8, Option<usize>, bool),
-        lose: bool,
+        fault: Option<EndFault>,
         log: &mut String,
     ) {
         let t = s.t;
@@ -369,17 +414,24 @@ impl Handover {
             }
             return;
         }
-        s.phases[i] = Phase::Campaign;
         // A leader is due within the bound from here, as after a fault.
         s.last_fault = t;
-        let _ = write!(log, " its tasks have stopped");
-        match ending(
-            true,
-            held && s.lease.is_some_and(|(id, _)| id == i),
-            to.is_some(),
-            to,
-        ) {
-            Ending::HandOver(to) => Self::change(s, i, to, lose, log),
+        let stopped = fault != Some(EndFault::Stuck);
+        if stopped {
+            s.phases[i] = Phase::Campaign;
+            let _ = write!(log, " its tasks have stopped");
+        } else {
+            s.phases[i] = Phase::Stuck(term);
+            let _ = write!(
+                log,
+                " its tasks have not stopped; they may act until tick {}",
+                term.deadline
+            );
+        }
+        // What the engine knows: whether its renewals lost the lease (the
+        // model's `held`), not whether storage still holds it for it.
+        match ending(stopped, held, to.is_some(), to) {
+            Ending::HandOver(to) => Self::change(s, i, to, fault, log),
             Ending::Release => {
                 if s.lease.is_some_and(|(id, _)| id == i) {
                     s.lease = None;
@@ -393,11 +445,12 @@ impl Handover {
     /// Change Lease from `i`'s id to `to`'s, tried as `after_change` says.
     /// A change is granted while the lease is `i`'s and live, or already
     /// `to`'s (the same change again).
-    fn change(s: &mut State, i: usize, to: usize, lose: bool, log: &mut String) {
+    fn change(s: &mut State, i: usize, to: usize, fault: Option<EndFault>, log: &mut String) {
         let mut attempt = 1;
         loop {
             let t = s.t;
             let changed = match s.lease {
+                _ if fault == Some(EndFault::Refused) => Changed::Failed,
                 Some((id, expires)) if id == i && t < expires => {
                     s.lease = Some((to, expires));
                     s.handed_over = true;
@@ -406,7 +459,7 @@ impl Handover {
                 Some((id, _)) if id == to => Changed::Done,
                 _ => Changed::NotOurs,
             };
-            let seen = if lose && attempt == 1 {
+            let seen = if fault == Some(EndFault::LoseAnswer) && attempt == 1 {
                 Changed::Failed
             } else {
                 changed
@@ -469,6 +522,7 @@ impl Model for Handover {
             left: c.faults,
             last_fault: 0,
             handed_over: false,
+            wrong_successor: false,
             register: 0,
             newest: Some((1, 0)),
             epoch_went_back: false,
@@ -487,14 +541,29 @@ impl Model for Handover {
             all_moved = false;
             actions.push(Action::Step {
                 instance: i,
-                lose: false,
+                fault: None,
             });
-            let may_change = matches!(state.phases[i], Phase::Stopping { until, to: Some(_), held: true, .. } if state.t >= until);
-            if state.left.losses > 0 && may_change {
-                actions.push(Action::Step {
-                    instance: i,
-                    lose: true,
-                });
+            let ends = matches!(state.phases[i], Phase::Stopping { until, .. } if state.t >= until);
+            let may_change = matches!(
+                state.phases[i],
+                Phase::Stopping {
+                    to: Some(_),
+                    held: true,
+                    ..
+                }
+            );
+            let faults = [
+                (EndFault::LoseAnswer, state.left.losses > 0 && may_change),
+                (EndFault::Refused, state.left.refusals > 0 && may_change),
+                (EndFault::Stuck, state.left.stuck > 0),
+            ];
+            for (fault, left) in faults {
+                if ends && left {
+                    actions.push(Action::Step {
+                        instance: i,
+                        fault: Some(fault),
+                    });
+                }
             }
         }
         if all_moved {
@@ -522,6 +591,10 @@ impl Model for Handover {
             Property::always("epochs strictly increase", |_, s: &State| {
                 !s.epoch_went_back
             }),
+            Property::always(
+                "a successor only of a strictly higher priority",
+                |_, s: &State| !s.wrong_successor,
+            ),
             Property::always("no write of a deposed term accepted", |_, s: &State| {
                 !s.deposed_write
             }),

@@ -10,6 +10,7 @@ use std::fmt::Write as _;
 use stateright::{Model, Property, Representative};
 
 use crate::balance::{free, plan, FreeSince, Plan, Strategy, View, ORPHAN_CYCLES};
+use crate::cadence::{unsettled, whole_set_due, Cycle, LastFull};
 use crate::check::Traced;
 use crate::clock;
 
@@ -40,6 +41,11 @@ pub(crate) struct Faults {
     pub(crate) freezes: u8,
     /// A partition's renewal request is lost (storage never sees it).
     pub(crate) losses: u8,
+    /// A partition's term ends by itself on a live instance (its lease
+    /// broken, its task failed, its blob refused) and the instance skips
+    /// the partition from then on (the crate's skip of a partition that
+    /// cannot be led, whose back-off outlasts any horizon here).
+    pub(crate) skips: u8,
 }
 
 /// A configuration.
@@ -61,6 +67,9 @@ pub(crate) struct Config {
     /// After the last fault, every partition has an owner within this many
     /// ticks.
     pub(crate) bound: u8,
+    /// A partition freed on an instance that skips it is claimed again
+    /// within this many ticks (cycles).
+    pub(crate) reown: u8,
     pub(crate) faults: Faults,
     pub(crate) defects: Defects,
 }
@@ -78,12 +87,14 @@ impl Config {
             renew: 2,
             horizon: 12,
             bound: 3,
+            reown: 6,
             faults: Faults {
                 joins: 1,
                 leaves: 1,
                 crashes: 1,
                 freezes: 0,
                 losses: 1,
+                skips: 0,
             },
             defects: Defects::default(),
         }
@@ -132,6 +143,14 @@ pub(crate) struct Instance {
     pub(crate) owned: Vec<Option<Term>>,
     /// The balancer's record of the partitions seen free (the crate's).
     pub(crate) free_since: FreeSince<u8>,
+    /// What its last listing of the whole set left (the crate's
+    /// `LastFull`, its members as a bit per instance), `None` before the
+    /// first of its membership term.
+    pub(crate) last: Option<(u16, bool, u32)>,
+    /// The partitions it owned when its last cycle ended (a bit each).
+    pub(crate) claims: u16,
+    /// The partitions it skips (a bit each).
+    pub(crate) skipped: u16,
 }
 
 /// The whole system at one instant.
@@ -151,6 +170,9 @@ pub(crate) struct State {
     pub(crate) newest: Vec<Option<(u8, usize)>>,
     pub(crate) epoch_went_back: bool,
     pub(crate) deposed_write: bool,
+    /// A partition freed by a skip and the tick it was freed, until anyone
+    /// claims it again.
+    pub(crate) skipped_free: Option<(usize, u8)>,
 }
 
 impl State {
@@ -182,6 +204,9 @@ pub(crate) enum Action {
     Crash(usize),
     Freeze(usize),
     Thaw(usize),
+    /// Instance `.0`'s term on partition `.1` ends by itself; it skips the
+    /// partition from then on.
+    Skip(usize, usize),
 }
 
 /// The model: a configuration.
@@ -254,6 +279,8 @@ impl LeaseSet {
         }
         s.instances[i].member = None;
         s.instances[i].free_since = FreeSince::default();
+        s.instances[i].last = None;
+        s.instances[i].claims = 0;
         Self::release(&mut s.members[i], i);
     }
 
@@ -308,6 +335,14 @@ impl LeaseSet {
             Action::Thaw(i) => {
                 s.instances[i].frozen = false;
                 let _ = write!(log, "i{i} wakes");
+                s.last_fault = t;
+            }
+            Action::Skip(i, p) => {
+                s.left.skips -= 1;
+                s.instances[i].skipped |= 1 << p;
+                let _ = write!(log, "i{i}'s term on p{p} ends by itself; i{i} skips p{p}");
+                Self::end_partition(&mut s, i, p, &mut log, "releases");
+                s.skipped_free = Some((p, t));
                 s.last_fault = t;
             }
         }
@@ -404,13 +439,59 @@ impl LeaseSet {
         self.balance(s, i, log);
     }
 
-    /// One balance cycle on a listing of the account at this instant.
+    /// One balance cycle: a listing of the members, and of the whole set
+    /// at this instant when the crate's `whole_set_due` says so.
     fn balance(&self, s: &mut State, i: usize, log: &mut String) {
         let t = s.t;
-        let members: BTreeSet<String> = (0..s.members.len())
+        let live: u16 = (0..s.members.len())
             .filter(|j| s.members[*j].leased_at(t) == Some(*j))
-            .map(name)
-            .collect();
+            .fold(0, |bits, j| bits | 1 << j);
+        let members = Self::named(live);
+        let owned: u16 = (0..s.partitions.len())
+            .filter(|p| s.instances[i].owned[*p].is_some())
+            .fold(0, |bits, p| bits | 1 << p);
+        let last = s.instances[i]
+            .last
+            .map(|(bits, settled, members_only)| LastFull {
+                members: Self::named(bits),
+                settled,
+                members_only,
+            });
+        let mut cycle = Cycle {
+            claims_changed: s.instances[i].claims & !owned != 0,
+            members: None,
+        };
+        s.instances[i].claims = owned;
+        if !whole_set_due(last.as_ref(), cycle) {
+            cycle.members = Some(&members);
+            if let Some(mut last) = last.filter(|last| !whole_set_due(Some(last), cycle)) {
+                last.listed_members();
+                s.instances[i].last = Some((last_bits(&last), last.settled, last.members_only));
+                return;
+            }
+        }
+        let unsettled = self.plan_cycle(s, i, &members, log);
+        s.instances[i].last = Some((live, unsettled.is_none(), 0));
+        s.instances[i].claims = (0..s.partitions.len())
+            .filter(|p| s.instances[i].owned[*p].is_some())
+            .fold(0, |bits, p| bits | 1 << p);
+    }
+
+    /// The names of the instances whose bits are set.
+    fn named(bits: u16) -> BTreeSet<String> {
+        (0..16).filter(|j| bits & 1 << j != 0).map(name).collect()
+    }
+
+    /// Plans one cycle from a listing of the whole set at this instant, and
+    /// says why the set is unsettled (the crate's `unsettled`).
+    fn plan_cycle(
+        &self,
+        s: &mut State,
+        i: usize,
+        members: &BTreeSet<String>,
+        log: &mut String,
+    ) -> Option<crate::cadence::Unsettled> {
+        let t = s.t;
         let names: Vec<String> = (0..s.partitions.len()).map(partition).collect();
         let mut leased = BTreeMap::new();
         for (p, blob) in s.partitions.iter().enumerate() {
@@ -442,13 +523,16 @@ impl LeaseSet {
         let me = name(i);
         let view = View {
             me: &me,
-            members: &members,
+            members,
             partitions: &names,
             mine: &mine,
             leased: &leased,
             orphaned: &orphaned,
         };
         let Plan { claim, release } = plan(&view, Strategy::Balanced, &mut |_| 0);
+        let moved = !claim.is_empty() || !release.is_empty();
+        let skipped = s.instances[i].skipped;
+        let unsettled = unsettled(&view, Strategy::Balanced, moved, !free.is_empty());
         for p in release
             .iter()
             .filter_map(|p| names.iter().position(|n| n == p))
@@ -458,14 +542,20 @@ impl LeaseSet {
         for p in claim
             .iter()
             .filter_map(|p| names.iter().position(|n| n == p))
+            .filter(|p| skipped & 1 << p == 0)
+            .collect::<Vec<_>>()
         {
             self.claim(s, i, p, log);
         }
+        unsettled
     }
 
     /// Claims partition `p`: acquire, then stamp the next epoch.
     fn claim(&self, s: &mut State, i: usize, p: usize, log: &mut String) {
         let t = s.t;
+        if s.skipped_free.is_some_and(|(q, _)| q == p) {
+            s.skipped_free = None;
+        }
         let blob = &mut s.partitions[p];
         if self.0.defects.claim_from_departed && blob.leased_at(t).is_some() {
             let _ = write!(log, "; breaks p{p}'s lease of a departed member");
@@ -538,6 +628,9 @@ impl Model for LeaseSet {
                 member: None,
                 owned: vec![None; c.partitions],
                 free_since: FreeSince::default(),
+                last: None,
+                claims: 0,
+                skipped: 0,
             })
             .collect();
         vec![State {
@@ -552,6 +645,7 @@ impl Model for LeaseSet {
             newest: vec![None; c.partitions],
             epoch_went_back: false,
             deposed_write: false,
+            skipped_free: None,
         }]
     }
 
@@ -603,6 +697,13 @@ impl Model for LeaseSet {
                     } else if state.left.freezes > 0 {
                         actions.push(Action::Freeze(i));
                     }
+                    if state.left.skips > 0 && !inst.frozen {
+                        for (p, term) in inst.owned.iter().enumerate() {
+                            if term.is_some() {
+                                actions.push(Action::Skip(i, p));
+                            }
+                        }
+                    }
                 }
                 _ => {}
             }
@@ -637,6 +738,15 @@ impl Model for LeaseSet {
                         || (0..s.partitions.len()).all(|p| s.acting(p).next().is_some())
                 },
             ),
+            Property::always(
+                "a partition freed on an instance that skips it claimed again within the bound",
+                |m: &LeaseSet, s: &State| {
+                    s.skipped_free.is_none_or(|(_, at)| s.t < at + m.0.reown)
+                        || s.instances
+                            .iter()
+                            .any(|i| i.frozen || i.life != Life::Running)
+                },
+            ),
             Property::sometimes("every partition owned", |_, s: &State| {
                 (0..s.partitions.len()).all(|p| s.acting(p).next().is_some())
             }),
@@ -657,4 +767,12 @@ impl Representative for State {
     fn representative(&self) -> Self {
         self.clone()
     }
+}
+
+/// The members of `last` as a bit per instance.
+fn last_bits(last: &LastFull) -> u16 {
+    last.members
+        .iter()
+        .filter_map(|m| m.strip_prefix('i')?.parse::<u16>().ok())
+        .fold(0, |bits, j| bits | 1 << j)
 }
