@@ -34,15 +34,24 @@ pub struct Call<'a> {
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum Lease {
     /// Acquired or renewed under `id`; `expires` is `None` for an infinite
-    /// lease, else the instant the last 2xx answer was seen plus the
-    /// acquire's duration.
+    /// lease, else when storage may expire it: from the instant the last
+    /// successful call was sent plus the acquire's duration (storage granted
+    /// it after the send, so it cannot expire earlier) to the instant its
+    /// answer was seen plus the duration.
     Held {
         id: String,
         duration: Option<Duration>,
-        expires: Option<Instant>,
+        expires: Option<Expiry>,
     },
     /// Released or broken: free at once, no hold.
     Free,
+}
+
+/// When storage may expire a lease: not before `earliest`, by `latest`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Expiry {
+    earliest: Instant,
+    latest: Instant,
 }
 
 /// The rule's state: each blob's lease (by request path, without query),
@@ -55,9 +64,10 @@ pub struct Book {
 impl Book {
     /// Whether Azure would refuse `call` on `blob` at `now` with `409
     /// LeaseAlreadyPresent`, given a hold of `hold`: an acquire under
-    /// another id than the lease's, after that lease expired unreleased
-    /// and before its expiry plus `hold`. An acquire under the expired
-    /// lease's own id is let through, as a renew of it would be.
+    /// another id than the lease's, once that lease may have expired
+    /// unreleased (from its earliest expiry, which storage may already have
+    /// passed) and until its latest expiry plus `hold`. An acquire under the
+    /// expired lease's own id is let through, as a renew of it would be.
     pub fn refuses(&self, blob: &str, call: &Call<'_>, now: Instant, hold: Duration) -> bool {
         if call.action != Some("acquire") {
             return false;
@@ -67,13 +77,31 @@ impl Book {
                 id,
                 expires: Some(expires),
                 ..
-            }) => now >= *expires && now < *expires + hold && call.proposed != Some(id.as_str()),
+            }) => {
+                now >= expires.earliest
+                    && now < expires.latest + hold
+                    && call.proposed != Some(id.as_str())
+            }
             _ => false,
         }
     }
 
-    /// Notes storage's answer `status` to `call` on `blob`, seen at `now`.
+    /// Notes storage's answer `status` to `call` on `blob`, sent and seen
+    /// at `now`.
     pub fn answered(&mut self, blob: &str, call: &Call<'_>, status: u16, now: Instant) {
+        self.answered_sent(blob, call, status, now, now);
+    }
+
+    /// Notes storage's answer `status` to `call` on `blob`, sent to storage
+    /// at `sent` and seen at `now`.
+    pub fn answered_sent(
+        &mut self,
+        blob: &str,
+        call: &Call<'_>,
+        status: u16,
+        sent: Instant,
+        now: Instant,
+    ) {
         if !(200..300).contains(&status) {
             return;
         }
@@ -84,7 +112,10 @@ impl Book {
         let held = |id: &str, duration: Option<Duration>| Lease::Held {
             id: id.to_owned(),
             duration,
-            expires: duration.map(|d| now + d),
+            expires: duration.map(|d| Expiry {
+                earliest: sent + d,
+                latest: now + d,
+            }),
         };
         match call.action {
             Some("acquire") => {
@@ -156,9 +187,17 @@ impl AzureHold {
         refuses
     }
 
-    /// Notes storage's answer to `call` on `blob`.
-    pub(crate) fn answered(&self, blob: &str, call: &Call<'_>, status: u16, now: Instant) {
-        self.lock().0.answered(blob, call, status, now);
+    /// Notes storage's answer to `call` on `blob`, sent at `sent` and seen
+    /// at `now`.
+    pub(crate) fn answered(
+        &self,
+        blob: &str,
+        call: &Call<'_>,
+        status: u16,
+        sent: Instant,
+        now: Instant,
+    ) {
+        self.lock().0.answered_sent(blob, call, status, sent, now);
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, (Book, usize)> {
@@ -215,6 +254,20 @@ mod tests {
         assert!(refused(D));
         assert!(refused((D + HOLD).saturating_sub(TICK)));
         assert!(!refused(D + HOLD));
+    }
+
+    /// Storage grants a lease between the call's send and its answer, and
+    /// may expire it from the send plus the duration: an acquire then is
+    /// refused, though the answer came later.
+    #[test]
+    fn the_hold_starts_at_the_earliest_expiry_the_send_allows() {
+        let t0 = Instant::now();
+        let mut book = Book::default();
+        book.answered_sent(BLOB, &acquire("a"), 201, t0, t0 + D / 10);
+        let between = t0 + D + D / 20;
+        assert!(book.refuses(BLOB, &acquire("b"), between, HOLD));
+        assert!(book.refuses(BLOB, &acquire("b"), t0 + D / 10 + D + HOLD / 2, HOLD));
+        assert!(!book.refuses(BLOB, &acquire("b"), t0 + D / 10 + D + HOLD, HOLD));
     }
 
     #[test]

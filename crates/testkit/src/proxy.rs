@@ -730,7 +730,8 @@ fn answered(shared: &Shared, index: usize, bytes: &[u8]) {
     let rule = lock(&shared.rule).clone();
     if let (Some(rule), Some(status)) = (rule, status) {
         if let Some(request) = lock(&shared.log).get(index) {
-            rule.answered(blob_of(&request.target), &request.call(), status, now);
+            let sent = request.forwarded_at.unwrap_or(request.at);
+            rule.answered(blob_of(&request.target), &request.call(), status, sent, now);
         }
     }
 }
