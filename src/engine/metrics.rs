@@ -88,8 +88,7 @@ impl Metrics {
 
     /// A lease set gave this partition's term up at its deadline.
     pub(crate) fn partition_shed(&self) {
-        #[cfg(feature = "metrics")]
-        ::metrics::counter!("blob_mutex_partitions_shed_total", &self.counters.labels).increment(1);
+        self.counters.partition_shed();
     }
 
     pub(crate) fn renewed(&self, took: Duration) {
@@ -256,6 +255,10 @@ impl Counters {
         ::metrics::counter!("blob_mutex_renew_failures_total", &self.labels).increment(1);
     }
 
+    fn partition_shed(&self) {
+        ::metrics::counter!("blob_mutex_partitions_shed_total", &self.labels).increment(1);
+    }
+
     fn with(&self, key: &'static str, value: &'static str) -> [(&'static str, String); 3] {
         let [container, blob] = self.labels.clone();
         [container, blob, (key, value.to_owned())]
@@ -280,4 +283,6 @@ impl Counters {
     fn renewed(&self, _took: Duration) {}
 
     fn renew_failed(&self) {}
+
+    fn partition_shed(&self) {}
 }

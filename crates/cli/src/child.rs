@@ -4,7 +4,6 @@
 //! command starts while a process of an earlier command's group may still
 //! run (see [`reap`]).
 
-mod orphans;
 mod reap;
 
 use std::ffi::OsString;
@@ -24,7 +23,7 @@ use tracing::{debug, warn};
 use crate::exit;
 use crate::group::{signal_group, test_kill_delay};
 use crate::guard::Guard;
-pub(crate) use orphans::{reap_orphans, spawn as spawn_own};
+use crate::orphans;
 pub(crate) use reap::Groups;
 use reap::{gone_by, Live, REAP_WAIT};
 
@@ -116,7 +115,7 @@ impl Child {
             .envs(env.iter().map(|(key, value)| (*key, value)))
             .process_group(guard.group().as_raw())
             .kill_on_drop(test_kill_delay().is_none());
-        let process = spawn_own(|| command.spawn()).map_err(SpawnError::Command)?;
+        let process = orphans::spawn(|| command.spawn()).map_err(SpawnError::Command)?;
         let pid = process.id().ok_or_else(|| {
             SpawnError::Command(io::Error::other(
                 "the command exited before it could be watched",

@@ -113,7 +113,7 @@ impl Guard {
             .stderr(Stdio::inherit())
             .process_group(0)
             .kill_on_drop(crate::group::test_kill_delay().is_none());
-        let mut process = crate::child::spawn_own(|| command.spawn())?;
+        let mut process = crate::orphans::spawn(|| command.spawn())?;
         let id = process
             .id()
             .ok_or_else(|| io::Error::other("the guard exited at once"))?;

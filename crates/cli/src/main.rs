@@ -23,6 +23,7 @@ mod group;
 mod guard;
 mod logs;
 mod manual;
+mod orphans;
 mod partitions;
 mod recorder;
 mod run;

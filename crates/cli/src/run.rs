@@ -96,7 +96,7 @@ pub(crate) async fn run(args: RunArgs) -> Result<u8> {
     let once = once::options(&args)?;
     // What the command leaves behind is reparented to `run` (process 1 of a
     // container, or a subreaper anyway) and must be reaped here.
-    crate::child::reap_orphans();
+    crate::orphans::reap_orphans();
     // Several accounts make a quorum; one is the blob store itself.
     let store = match args.target.quorum()? {
         Some(quorum) => Ok(quorum),
