@@ -86,6 +86,28 @@ impl Book {
         }
     }
 
+    /// Notes that `call` on `blob` was sent to storage at `at`, whether or
+    /// not its answer is ever seen (a client killed with its request in
+    /// flight): a renew of the held lease may have extended it, so storage
+    /// expires it no earlier than `at` plus its duration, and the hold
+    /// lasts until that much later at least.
+    pub fn forwarded(&mut self, blob: &str, call: &Call<'_>, at: Instant) {
+        if !matches!(call.action, Some("renew" | "acquire")) {
+            return;
+        }
+        if let Some(Lease::Held {
+            id,
+            duration: Some(duration),
+            expires: Some(expires),
+        }) = self.leases.get_mut(blob)
+        {
+            let own = call.lease_id.or(call.proposed) == Some(id.as_str());
+            if own {
+                expires.latest = expires.latest.max(at + *duration);
+            }
+        }
+    }
+
     /// Notes storage's answer `status` to `call` on `blob`, sent and seen
     /// at `now`.
     pub fn answered(&mut self, blob: &str, call: &Call<'_>, status: u16, now: Instant) {
@@ -187,6 +209,11 @@ impl AzureHold {
         refuses
     }
 
+    /// Notes that `call` on `blob` was sent to storage at `at`.
+    pub(crate) fn forwarded(&self, blob: &str, call: &Call<'_>, at: Instant) {
+        self.lock().0.forwarded(blob, call, at);
+    }
+
     /// Notes storage's answer to `call` on `blob`, sent at `sent` and seen
     /// at `now`.
     pub(crate) fn answered(
@@ -268,6 +295,24 @@ mod tests {
         assert!(book.refuses(BLOB, &acquire("b"), between, HOLD));
         assert!(book.refuses(BLOB, &acquire("b"), t0 + D / 10 + D + HOLD / 2, HOLD));
         assert!(!book.refuses(BLOB, &acquire("b"), t0 + D / 10 + D + HOLD, HOLD));
+    }
+
+    /// A renew whose answer never comes back (its client killed with it in
+    /// flight) may still have extended the lease: the hold counts from it.
+    #[test]
+    fn a_renew_sent_and_never_answered_extends_the_hold() {
+        let t0 = Instant::now();
+        let mut book = Book::default();
+        book.answered(BLOB, &acquire("a"), 201, t0);
+        book.forwarded(BLOB, &call("renew", Some("a"), None), t0 + D / 3);
+        let past_first_hold = t0 + D + HOLD + D / 6;
+        assert!(book.refuses(BLOB, &acquire("b"), past_first_hold, HOLD));
+        assert!(!book.refuses(BLOB, &acquire("b"), t0 + D / 3 + D + HOLD, HOLD));
+        // Another lease id's renew extends nothing.
+        let mut other = Book::default();
+        other.answered(BLOB, &acquire("a"), 201, t0);
+        other.forwarded(BLOB, &call("renew", Some("x"), None), t0 + D / 3);
+        assert!(!other.refuses(BLOB, &acquire("b"), past_first_hold, HOLD));
     }
 
     #[test]

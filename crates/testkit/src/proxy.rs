@@ -690,7 +690,7 @@ async fn serve(shared: Arc<Shared>, mut client: TcpStream, id: u64) {
             () = sleep_until(up_at) => {
                 let q = to_server.pop_front().expect("a queued request");
                 if let Some(index) = q.request {
-                    stamp(&shared, index, |r| r.forwarded_at = Some(Instant::now()));
+                    forwarded(&shared, index);
                     unanswered.push_back(index);
                 }
                 if server.write_all(&q.bytes).await.is_err() {
@@ -715,6 +715,19 @@ async fn serve(shared: Arc<Shared>, mut client: TcpStream, id: u64) {
 fn stamp(shared: &Shared, index: usize, note: impl FnOnce(&mut Request)) {
     if let Some(request) = lock(&shared.log).get_mut(index) {
         note(request);
+    }
+}
+
+/// Notes that the log's request `index` is sent to storage now, and tells
+/// the rule, if one is applied.
+fn forwarded(shared: &Shared, index: usize) {
+    let now = Instant::now();
+    stamp(shared, index, |r| r.forwarded_at = Some(now));
+    let rule = lock(&shared.rule).clone();
+    if let Some(rule) = rule {
+        if let Some(request) = lock(&shared.log).get(index) {
+            rule.forwarded(blob_of(&request.target), &request.call(), now);
+        }
     }
 }
 
