@@ -8,7 +8,6 @@ use blob_mutex::{store::LeaseInfo, store::LeaseSetStore, store::LeaseState, Blob
 
 use crate::cli::PartitionsArgs;
 use crate::exit;
-use crate::status::json_string;
 
 /// The prefixes of the set's blobs (see the library's `lease_set` module).
 const PARTITIONS: &str = "partitions/";
@@ -170,37 +169,61 @@ impl<'a> View<'a> {
 
     /// One JSON object on one line.
     fn json(&self) -> String {
-        let text = |value: Option<&str>| value.map_or_else(|| "null".to_owned(), json_string);
-        let partitions: Vec<String> = self
-            .partitions
-            .iter()
-            .map(|p| {
-                format!(
-                    "{{\"name\":{},\"state\":{},\"owner\":{},\"epoch\":{},\"acquired_at\":{},\
-                     \"advertised\":{}}}",
-                    json_string(&p.name),
-                    json_string(p.state.as_str()),
-                    text(p.owner.as_deref()),
-                    p.epoch,
-                    text(p.acquired_at.as_deref()),
-                    text(p.advertised.as_deref()),
-                )
-            })
-            .collect();
-        let members: Vec<String> = self
-            .members
-            .iter()
-            .map(|(holder, owns)| format!("{{\"holder\":{},\"owns\":{owns}}}", json_string(holder)))
-            .collect();
-        format!(
-            "{{\"container\":{},\"set\":{},\"exists\":{},\"partitions\":[{}],\"members\":[{}]}}",
-            json_string(self.container),
-            json_string(self.set),
-            self.exists,
-            partitions.join(","),
-            members.join(","),
-        )
+        let json = SetJson {
+            container: self.container,
+            set: self.set,
+            exists: self.exists,
+            partitions: self
+                .partitions
+                .iter()
+                .map(|p| PartitionJson {
+                    name: &p.name,
+                    state: p.state.as_str(),
+                    owner: p.owner.as_deref(),
+                    epoch: p.epoch,
+                    acquired_at: p.acquired_at.as_deref(),
+                    advertised: p.advertised.as_deref(),
+                })
+                .collect(),
+            members: self
+                .members
+                .iter()
+                .map(|(holder, owns)| MemberJson {
+                    holder,
+                    owns: *owns,
+                })
+                .collect(),
+        };
+        serde_json::to_string(&json).unwrap_or_default()
     }
+}
+
+/// `partitions --json`, in its fields' order.
+#[derive(serde::Serialize)]
+struct SetJson<'a> {
+    container: &'a str,
+    set: &'a str,
+    exists: bool,
+    partitions: Vec<PartitionJson<'a>>,
+    members: Vec<MemberJson<'a>>,
+}
+
+/// A partition of `partitions --json`.
+#[derive(serde::Serialize)]
+struct PartitionJson<'a> {
+    name: &'a str,
+    state: &'a str,
+    owner: Option<&'a str>,
+    epoch: u64,
+    acquired_at: Option<&'a str>,
+    advertised: Option<&'a str>,
+}
+
+/// A live member of `partitions --json`.
+#[derive(serde::Serialize)]
+struct MemberJson<'a> {
+    holder: &'a str,
+    owns: usize,
 }
 
 /// Rows as left-aligned columns two spaces apart, with no trailing spaces.
