@@ -428,6 +428,68 @@ async fn a_round_cancelled_while_its_advertise_is_in_flight_still_withdraws_the_
     assert_eq!(terms(&record).len(), 1);
 }
 
+/// Two instances given the same holder name by hand (`--holder web` on
+/// two hosts): the candidate record is keyed by the name, and each
+/// instance holds it under a record id of its own. The second is refused
+/// and takes nothing over; its stop withdraws nothing of the first's.
+#[tokio::test(start_paused = true)]
+async fn two_instances_given_one_holder_by_hand_never_share_or_withdraw_a_record() {
+    let store = Counting::new(true);
+    let record = Record::default();
+    // A leader of a higher priority: nobody is handed the lease.
+    let leader = quick(&store, "leader", Some(9), &record);
+    sleep(Duration::from_secs(1)).await;
+    let first = quick(&store, "twin", Some(1), &record);
+    sleep(Duration::from_secs(5)).await;
+    let second = quick(&store, "twin", Some(1), &record);
+    let listed = store.inner.candidates().await.unwrap();
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    let kept = listed[0].clone();
+    // A minute of both keeping (and retrying) their record: the first's
+    // is listed at every instant, never replaced by the second's.
+    for _ in 0..600 {
+        sleep(Duration::from_millis(100)).await;
+        let listed = store.inner.candidates().await.unwrap();
+        assert_eq!(listed, std::slice::from_ref(&kept), "the record changed hands");
+    }
+    second.token.cancel();
+    second.handle.await.unwrap().unwrap();
+    assert_eq!(
+        store.inner.candidates().await.unwrap(),
+        [kept],
+        "the second instance's stop withdrew the first's record"
+    );
+    first.token.cancel();
+    first.handle.await.unwrap().unwrap();
+    assert!(store.inner.candidates().await.unwrap().is_empty());
+    stop_all(vec![leader]).await;
+    assert_eq!(terms(&record).len(), 1);
+}
+
+/// Two instances of one holder name and a higher priority than the
+/// leader's: the lease is handed over once, to the one whose record was
+/// listed, and never to both.
+#[tokio::test(start_paused = true)]
+async fn two_instances_of_one_holder_name_are_handed_the_lease_once() {
+    let store = Counting::new(true);
+    let record = Record::default();
+    let mut leader = quick(&store, "leader", Some(0), &record);
+    sleep(Duration::from_secs(1)).await;
+    let twins = vec![
+        quick(&store, "twin", Some(1), &record),
+        quick(&store, "twin", Some(1), &record),
+    ];
+    sleep(Duration::from_secs(120)).await;
+    let reports = leader.reports();
+    let mut instances = twins;
+    instances.push(leader);
+    stop_all(instances).await;
+    let who: Vec<(String, u64)> = terms(&record).into_iter().map(|t| (t.0, t.1)).collect();
+    assert_eq!(who, [("leader".into(), 1), ("twin".into(), 2)]);
+    assert_eq!(handovers(&reports), 1, "{reports:?}");
+    assert_eq!(store.changes.load(Ordering::SeqCst), 1);
+}
+
 #[tokio::test]
 async fn a_store_without_candidates_refuses_a_priority() {
     let store = Counting::new(false);
