@@ -450,7 +450,11 @@ async fn two_instances_given_one_holder_by_hand_never_share_or_withdraw_a_record
     for _ in 0..600 {
         sleep(Duration::from_millis(100)).await;
         let listed = store.inner.candidates().await.unwrap();
-        assert_eq!(listed, std::slice::from_ref(&kept), "the record changed hands");
+        assert_eq!(
+            listed,
+            std::slice::from_ref(&kept),
+            "the record changed hands"
+        );
     }
     second.token.cancel();
     second.handle.await.unwrap().unwrap();

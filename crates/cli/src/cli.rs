@@ -533,14 +533,29 @@ pub(crate) struct RunArgs {
     /// storage is down; a command that survives SIGKILL ends the run with
     /// exit code 5 instead) and /healthz, its alias; /readyz for a
     /// readiness probe (503 when storage has failed every request of the
-    /// campaign for 10 s; with ?leader also on a follower). GET and HEAD only; a client has 500 ms
+    /// campaign for 10 s; with ?leader also on a follower); /leader, who
+    /// leads as this instance last saw it, as JSON (holder, epoch, since,
+    /// advertised; a follower inspects the lease once per renew interval
+    /// for it). GET and HEAD only; a client has 500 ms
     /// to send its request; at most 64 connections at a time (a quarter of
     /// the open-files limit when lower), the oldest idle one closed for a
     /// new one. [default: off]
     #[arg(long, value_name = "ADDR", env = "BLOB_MUTEX_METRICS_ADDR")]
     pub(crate) metrics_addr: Option<std::net::SocketAddr>,
+    /// Lead with no command: hold the lease until a signal stops `run`
+    /// (exit code 0, the lease released) or the lease is lost (exit code 4;
+    /// with --forever, campaign again). For a sidecar that only tells
+    /// whether, and who, leads: /readyz?leader and /leader of
+    /// --metrics-addr. Not with CMD or --once.
+    #[arg(
+        long,
+        env = "BLOB_MUTEX_HOLD",
+        value_parser = BoolishValueParser::new(),
+        conflicts_with_all = ["command", "once"]
+    )]
+    pub(crate) hold: bool,
     /// The command to run, and its arguments, after `--`.
-    #[arg(last = true, required = true, value_name = "CMD")]
+    #[arg(last = true, required_unless_present = "hold", value_name = "CMD")]
     pub(crate) command: Vec<OsString>,
 }
 

@@ -69,7 +69,9 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use blob_mutex::health::Health;
+use blob_mutex::term::Leader;
 use tokio::net::TcpListener;
+use tokio::sync::watch;
 use tracing::debug;
 
 use self::accept::{accept, connection_cap, open_files_limit};
@@ -111,11 +113,11 @@ impl Endpoint {
         Ok(Endpoint { listener, figures })
     }
 
-    /// Serves until dropped, the probes from `health`. Dropping it stops
-    /// every answer under way.
-    pub(crate) async fn serve(self, health: Health) {
+    /// Serves until dropped, the probes from `health` and `/leader` from
+    /// `leader`. Dropping it stops every answer under way.
+    pub(crate) async fn serve(self, health: Health, leader: watch::Receiver<Option<Leader>>) {
         let figures = self.figures.clone();
-        let probes = Arc::new(Probes::new(self.figures, health));
+        let probes = Arc::new(Probes::new(self.figures, health, leader));
         let cap = connection_cap(open_files_limit());
         debug!(cap, "serving metrics and probes");
         let answer = |stream, progress| {

@@ -41,6 +41,8 @@ enum Outcome {
     /// The command's guard could not be started, or ended while the
     /// command ran; the message says which.
     GuardFailed(String),
+    /// `--hold`: the term ended for this reason.
+    HoldEnded(StopReason),
 }
 
 /// What the leader task, the signal handler and the exit code share.
@@ -55,6 +57,8 @@ struct State {
 }
 
 struct Shared {
+    /// Empty with `--hold`: the leader task holds the lease and runs no
+    /// command.
     command: Vec<OsString>,
     name: String,
     /// The command's environment besides the epoch and holder.
@@ -170,7 +174,7 @@ async fn campaign<S: LeaseStore>(
     info!("campaigning for the lease");
     let serving = async {
         if let Some(endpoint) = endpoint {
-            endpoint.serve(mutex.health()).await;
+            endpoint.serve(mutex.health(), mutex.leader()).await;
         }
         std::future::pending::<()>().await;
     };
@@ -219,15 +223,11 @@ fn exit_code(shared: &Shared) -> u8 {
     match state.outcome.take() {
         Some(Outcome::Exited(status) | Outcome::Signalled(status)) => exit::of_status(status),
         Some(Outcome::Lost(reason, status)) => {
-            let why = match reason {
-                StopReason::Deadline => "could not be renewed before its deadline",
-                StopReason::Handover => "was handed over to a waiting host with a higher priority",
-                _ => "was broken or taken by another holder",
-            };
             let how = status.map_or_else(|| "killed".to_owned(), exit::describe);
             logs::say(&format!(
-                "the lease on {} {why}; the command was stopped ({how})",
-                shared.name
+                "the lease on {} {}; the command was stopped ({how})",
+                shared.name,
+                lost_because(reason)
             ));
             exit::LEASE_LOST
         }
@@ -246,6 +246,15 @@ fn exit_code(shared: &Shared) -> u8 {
             logs::say(&message);
             exit::ERROR
         }
+        Some(Outcome::HoldEnded(StopReason::Shutdown)) => exit::OK,
+        Some(Outcome::HoldEnded(reason)) => {
+            logs::say(&format!(
+                "the lease on {} {}; no longer holding it",
+                shared.name,
+                lost_because(reason)
+            ));
+            exit::LEASE_LOST
+        }
         None => match state.signal {
             // Stopped by a signal before the command ran: the shell's convention.
             Some(signal) => u8::try_from(128 + signal as i32).unwrap_or(u8::MAX),
@@ -254,9 +263,37 @@ fn exit_code(shared: &Shared) -> u8 {
     }
 }
 
+/// Why a term ended that was not stopped by a signal, for the last line.
+fn lost_because(reason: StopReason) -> &'static str {
+    match reason {
+        StopReason::Deadline => "could not be renewed before its deadline",
+        StopReason::Handover => "was handed over to a waiting host with a higher priority",
+        _ => "was broken or taken by another holder",
+    }
+}
+
+/// The leader task of `--hold`: holds the lease, with no command, until the
+/// term is stopped; then the run ends, or with `--forever` (unless stopped
+/// by a signal) the campaign goes on.
+async fn hold(ctx: LeaderContext, shared: Arc<Shared>) -> Result<()> {
+    let epoch = ctx.epoch();
+    info!(target: LEADER, epoch, "leader: holding the lease (no command)");
+    let reason = ctx.cancelled().await;
+    info!(target: LEADER, epoch, %reason, "leader: the term ended; the lease is released unless it was lost");
+    if reason == StopReason::Shutdown || !shared.forever {
+        shared.finish(Outcome::HoldEnded(reason));
+    } else {
+        warn!(epoch, %reason, "leadership ended; campaigning again");
+    }
+    Ok(())
+}
+
 /// The leader task: run the command, with its guard, until it exits or
-/// leadership ends.
+/// leadership ends (with `--hold`, see [`hold`]).
 async fn lead(ctx: LeaderContext, shared: Arc<Shared>) -> Result<()> {
+    if shared.command.is_empty() {
+        return hold(ctx, shared).await;
+    }
     // What `blob-mutex state get/put` needs inside the command. The lease id
     // is this holder's own: the command is its process, and it is never printed.
     let mut env = shared.env.clone();

@@ -338,6 +338,31 @@ fn an_unknown_backend_is_a_usage_error() {
     assert!(stderr.contains("official or sdk-v021"), "{stderr}");
 }
 
+/// `--hold` runs no command: with one, with `--once`, or (as a variable)
+/// with either, and no command without it, is a usage error naming what
+/// was given, before any request.
+#[test]
+fn hold_and_a_command_or_once_are_usage_errors_as_is_neither() {
+    type Case<'a> = (&'a [&'a str], &'a [(&'a str, &'a str)], &'a str);
+    let cases: [Case; 4] = [
+        (&["--hold", "--", "true"], &[], "--hold"),
+        (&["--hold", "--once"], &[], "--once"),
+        (&["--", "true"], &[("BLOB_MUTEX_HOLD", "1")], "--hold"),
+        (&[], &[], "CMD"),
+    ];
+    for (args, env, needle) in cases {
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_blob-mutex"))
+            .args(["run", "--dev", "-c", "leases", "-b", "lock"])
+            .args(args)
+            .envs(env.iter().copied())
+            .output()
+            .expect("run blob-mutex");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(needle), "{args:?}: {needle:?} in {stderr}");
+    }
+}
+
 /// An advertised value that storage could not keep as it is, or that is
 /// too long, is a usage error naming the flag's option, before any request.
 #[test]

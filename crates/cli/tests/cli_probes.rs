@@ -169,3 +169,132 @@ async fn a_request_whose_lines_end_in_a_bare_lf_is_answered() {
         );
     }
 }
+
+/// `blob-mutex run --hold --forever` as a sidecar, `holder` on `addr`.
+fn holding(container: &str, holder: &str, addr: &str) -> Child {
+    hold_command(container, holder, addr)
+        .arg("--forever")
+        .spawn()
+        .expect("start blob-mutex run --hold")
+}
+
+/// `blob-mutex run --hold` for `holder`, serving on `addr`.
+fn hold_command(container: &str, holder: &str, addr: &str) -> Command {
+    let mut command = Command::new(BIN);
+    command
+        .args(["run", "--container", container, "--blob", "lock"])
+        .args(["--hold", "--holder", holder])
+        // A lease far longer than the wait for the follower below: it
+        // leads by the release, not by the lease's expiry.
+        .args(["--lease-duration", "60", "--acquire-retry", "1s"])
+        .args(["--metrics-addr", addr])
+        .env(
+            "AZURE_STORAGE_CONNECTION_STRING",
+            azurite::shared().connection_string(),
+        )
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true);
+    command
+}
+
+/// `/leader` on `addr`, parsed, when it names `holder`.
+async fn leader_named(addr: &str, holder: &str) -> Option<serde_json::Value> {
+    let (status, body) = get(addr, "/leader").await?;
+    assert_eq!(status, 200, "{body}");
+    let seen: serde_json::Value = serde_json::from_str(&body).expect("JSON");
+    (seen["holder"] == holder).then_some(seen)
+}
+
+/// The sidecar with no command: `run --hold` leads holding the lease, both
+/// instances' `/leader` name the leader, and on SIGTERM it releases, exits
+/// 0, and the other one leads and names itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_hold_leads_with_no_command_and_leader_tells_every_replica_who_leads() {
+    let container = azurite::unique_container("hold");
+    let addrs = support::http::free_addrs(2);
+    let mut first = holding(&container, "first", &addrs[0]);
+    let limit = Duration::from_secs(30);
+    wait_for("the first to lead", limit, || async {
+        get(&addrs[0], "/readyz?leader")
+            .await
+            .filter(|(status, _)| *status == 200)
+    })
+    .await;
+    let mut second = holding(&container, "second", &addrs[1]);
+    let seen = wait_for("the follower to name the leader", limit, || {
+        leader_named(&addrs[1], "first")
+    })
+    .await;
+    assert_eq!(seen["this_instance_leads"], false, "{seen}");
+    let epoch = seen["epoch"].as_u64().expect("a numeric epoch");
+    let own = leader_named(&addrs[0], "first")
+        .await
+        .expect("names itself");
+    assert_eq!(own["this_instance_leads"], true, "{own}");
+    assert_eq!(own["epoch"].as_u64(), Some(epoch), "{own}");
+
+    let pid = first.id().expect("running");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(i32::try_from(pid).unwrap()),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let status = tokio::time::timeout(limit, first.wait())
+        .await
+        .expect("exits after SIGTERM")
+        .unwrap();
+    assert_eq!(status.code(), Some(0), "{status:?}");
+    // Released: the follower leads at its next attempt (1 s), within the
+    // 30 s limit, where an expiry would take 40 s at least (the lease
+    // less a renew interval of 20 s).
+    let seen = wait_for("the follower to lead", limit, || {
+        leader_named(&addrs[1], "second")
+    })
+    .await;
+    assert_eq!(seen["this_instance_leads"], true, "{seen}");
+    assert!(seen["epoch"].as_u64().unwrap() > epoch, "{seen}");
+    second.kill().await.unwrap();
+}
+
+/// Without `--forever`, a held lease that is broken ends `run --hold` with
+/// exit code 4 and a line that says so.
+#[tokio::test]
+async fn run_hold_whose_lease_is_broken_exits_4() {
+    let container = azurite::unique_container("hold-broken");
+    let addr = free_addr();
+    // Renewing every second: the loss is seen within one.
+    let holder = hold_command(&container, "only", &addr)
+        .args(["--renew-interval", "1s"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start blob-mutex run --hold");
+    let limit = Duration::from_secs(30);
+    wait_for("it to lead", limit, || async {
+        get(&addr, "/readyz?leader")
+            .await
+            .filter(|(status, _)| *status == 200)
+    })
+    .await;
+    let broken = Command::new(BIN)
+        .args(["break", "--container", &container, "--blob", "lock"])
+        .env(
+            "AZURE_STORAGE_CONNECTION_STRING",
+            azurite::shared().connection_string(),
+        )
+        .output()
+        .await
+        .unwrap();
+    assert!(broken.status.success(), "{broken:?}");
+    let output = tokio::time::timeout(limit, holder.wait_with_output())
+        .await
+        .expect("exits once the lease is lost")
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(4), "{stderr}");
+    assert!(
+        stderr.contains("was broken or taken by another holder; no longer holding it"),
+        "{stderr}"
+    );
+}

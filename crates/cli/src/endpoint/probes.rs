@@ -1,7 +1,11 @@
 //! What the endpoint answers: `/livez` and `/readyz` from the library's
-//! [`Health`] of the mutex, `/metrics` from the recorder.
+//! [`Health`] of the mutex, `/leader` from its watch of who leads,
+//! `/metrics` from the recorder.
 
 use blob_mutex::health::{Health, Verdict};
+use blob_mutex::term::Leader;
+use serde::Serialize;
+use tokio::sync::watch;
 
 use super::http::Reply;
 use crate::recorder::Figures;
@@ -10,11 +14,58 @@ use crate::recorder::Figures;
 pub(super) struct Probes {
     figures: Figures,
     health: Health,
+    /// Who leads, as the mutex last saw it. Holding it is what makes a
+    /// follower inspect the lease (once per renew interval).
+    leader: watch::Receiver<Option<Leader>>,
+}
+
+/// The body of `/leader`: every field `null` while no leader is known.
+#[derive(Serialize)]
+struct LeaderJson {
+    holder: Option<String>,
+    epoch: Option<u64>,
+    /// RFC 3339, by the leader's clock when its term began.
+    since: Option<String>,
+    advertised: Option<String>,
+    /// Whether this instance leads now and is fit to: `/readyz?leader`.
+    this_instance_leads: bool,
 }
 
 impl Probes {
-    pub(super) fn new(figures: Figures, health: Health) -> Probes {
-        Probes { figures, health }
+    pub(super) fn new(
+        figures: Figures,
+        health: Health,
+        leader: watch::Receiver<Option<Leader>>,
+    ) -> Probes {
+        Probes {
+            figures,
+            health,
+            leader,
+        }
+    }
+
+    /// The `/leader` answer: 200 with the JSON object, whoever leads.
+    fn leader(&self) -> Reply {
+        let seen = self.leader.borrow().clone();
+        let body = LeaderJson {
+            holder: seen.as_ref().map(|l| l.holder.clone()),
+            epoch: seen.as_ref().map(|l| l.epoch),
+            since: seen
+                .as_ref()
+                .and_then(|l| l.since)
+                .and_then(|t| jiff::Timestamp::try_from(t).ok())
+                .map(|t| t.to_string()),
+            advertised: seen.and_then(|l| l.advertised),
+            this_instance_leads: self.health.ready_to_lead().passes(),
+        };
+        let mut body = serde_json::to_string(&body).expect("plain fields serialize");
+        body.push('\n');
+        Reply {
+            status: "200 OK",
+            content_type: "application/json",
+            allow: false,
+            body,
+        }
     }
 
     /// The answer to a request whose head is `head`.
@@ -24,7 +75,10 @@ impl Probes {
             return Reply::text("400 Bad Request", "bad request").render(false);
         };
         let (path, query) = target.split_once('?').unwrap_or((target, ""));
-        if !matches!(path, "/metrics" | "/livez" | "/healthz" | "/readyz") {
+        if !matches!(
+            path,
+            "/metrics" | "/livez" | "/healthz" | "/readyz" | "/leader"
+        ) {
             return Reply::text("404 Not Found", "not found").render(method == "HEAD");
         }
         if !matches!(method, "GET" | "HEAD") {
@@ -39,6 +93,7 @@ impl Probes {
                 allow: false,
                 body: self.figures.render(),
             },
+            "/leader" => self.leader(),
             "/readyz" => {
                 let leader_only = query
                     .split('&')
@@ -80,13 +135,28 @@ mod tests {
 
     /// Probes of a mutex on `store` whose campaign runs.
     fn probes(store: &MemoryLeaseStore) -> (Probes, CancellationToken) {
-        let options = MutexOptions::default().with_jitter_seed(7);
+        probes_of(store, "a", None)
+    }
+
+    /// Probes of a mutex named `holder`, advertising `advertised`, on
+    /// `store`, whose campaign runs.
+    fn probes_of(
+        store: &MemoryLeaseStore,
+        holder: &str,
+        advertised: Option<&str>,
+    ) -> (Probes, CancellationToken) {
+        let mut options = MutexOptions::default()
+            .with_jitter_seed(7)
+            .with_holder(holder.to_owned());
+        if let Some(value) = advertised {
+            options = options.with_advertised(value.to_owned());
+        }
         let mutex = BlobDistributedMutex::with_store(store.clone(), options, |ctx| async move {
             ctx.token().cancelled().await;
             Ok::<(), Infallible>(())
         })
         .unwrap();
-        let probes = Probes::new(Figures::default(), mutex.health());
+        let probes = Probes::new(Figures::default(), mutex.health(), mutex.leader());
         let token = CancellationToken::new();
         let stop = token.clone();
         tokio::spawn(async move { mutex.run_task_when_mutex_acquired(stop).await });
@@ -135,6 +205,76 @@ mod tests {
         // Storage down is never a reason to restart.
         let reply = probes.answer("GET /healthz HTTP/1.1\r\n\r\n");
         assert_eq!(body(&reply), "ok\n");
+        token.cancel();
+    }
+
+    fn json(reply: &[u8]) -> serde_json::Value {
+        serde_json::from_str(&body(reply)).unwrap()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn leader_names_who_leads_on_the_leader_and_on_a_follower_as_json() {
+        let store = MemoryLeaseStore::new("c/lock");
+        let (leader, stop_leader) = probes_of(&store, "leader-1", Some("10.0.0.5:8080"));
+        until(&leader, "/readyz?leader", "HTTP/1.1 200 OK").await;
+        let (follower, stop_follower) = probes_of(&store, "follower-1", None);
+        let request = "GET /leader HTTP/1.1\r\n\r\n";
+        let reply = leader.answer(request);
+        assert!(
+            String::from_utf8_lossy(&reply).contains("content-type: application/json\r\n"),
+            "{}",
+            String::from_utf8_lossy(&reply)
+        );
+        let seen = json(&reply);
+        assert_eq!(seen["holder"], "leader-1", "{seen}");
+        assert_eq!(seen["epoch"], 1, "{seen}");
+        assert_eq!(seen["advertised"], "10.0.0.5:8080", "{seen}");
+        assert_eq!(seen["this_instance_leads"], true, "{seen}");
+        let since = seen["since"].as_str().unwrap().to_owned();
+        // The follower learns it from its polls: within a renew interval
+        // and an acquire retry.
+        for _ in 0..100 {
+            if json(&follower.answer(request))["holder"] == "leader-1" {
+                break;
+            }
+            advance(Duration::from_millis(100)).await;
+            tokio::task::yield_now().await;
+        }
+        let seen = json(&follower.answer(request));
+        assert_eq!(seen["holder"], "leader-1", "{seen}");
+        assert_eq!(seen["epoch"], 1, "{seen}");
+        // The stamp's time (the leader's own is taken just before it).
+        let stamped: jiff::Timestamp = seen["since"].as_str().unwrap().parse().unwrap();
+        let own: jiff::Timestamp = since.parse().unwrap();
+        assert!(
+            stamped.duration_since(own).unsigned_abs() < Duration::from_secs(1),
+            "{seen}"
+        );
+        assert_eq!(seen["this_instance_leads"], false, "{seen}");
+        // The leader gone, the follower leads and names itself.
+        stop_leader.cancel();
+        until(&follower, "/readyz?leader", "HTTP/1.1 200 OK").await;
+        let seen = json(&follower.answer(request));
+        assert_eq!(seen["holder"], "follower-1", "{seen}");
+        assert_eq!(seen["epoch"], 2, "{seen}");
+        assert_eq!(seen["advertised"], serde_json::Value::Null, "{seen}");
+        assert_eq!(seen["this_instance_leads"], true, "{seen}");
+        stop_follower.cancel();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn leader_answers_nulls_while_nobody_is_known_to_lead() {
+        let store = MemoryLeaseStore::new("c/lock");
+        store.set_unavailable(true);
+        let (probes, token) = probes(&store);
+        let seen = json(&probes.answer("GET /leader HTTP/1.1\r\n\r\n"));
+        assert_eq!(
+            seen,
+            serde_json::json!({
+                "holder": null, "epoch": null, "since": null, "advertised": null,
+                "this_instance_leads": false
+            })
+        );
         token.cancel();
     }
 
