@@ -22,7 +22,7 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
 use crate::footprint::{clock_ticks, cpu_ns, cpu_ticks};
-use crate::json::Json;
+use crate::json::{self, Json};
 use crate::report::{ms, Report};
 use crate::stats::{float, stats};
 use crate::{Config, IDLE_WORK_MS};
@@ -270,7 +270,7 @@ fn write(
     let crates = write_crates(report, crates);
     report.section(
         "backends",
-        Json::obj([
+        json::obj([
             ("latency", latency),
             ("renewal_cpu", cpu),
             ("crates", crates),
@@ -300,10 +300,10 @@ fn write_latency(config: &Config, report: &mut Report, latency: &Latency) -> Jso
             ms(s.p95),
             ms(s.p99)
         );
-        json.push(Json::obj([
-            ("operation", Json::str(*operation)),
-            ("backend", Json::str(*backend)),
-            ("seconds", Json::stats(&s)),
+        json.push(json::obj([
+            ("operation", json::str(*operation)),
+            ("backend", json::str(*backend)),
+            ("seconds", json::stats(&s)),
         ]));
     }
     d.push('\n');
@@ -318,7 +318,7 @@ fn write_latency(config: &Config, report: &mut Report, latency: &Latency) -> Jso
             );
         }
     }
-    Json::Arr(json)
+    Json::Array(json)
 }
 
 fn write_cpu(config: &Config, report: &mut Report, cpu: &[RenewalCpu]) -> Json {
@@ -358,17 +358,17 @@ fn write_cpu(config: &Config, report: &mut Report, cpu: &[RenewalCpu]) -> Json {
             "(no target)".to_owned(),
             None,
         );
-        json.push(Json::obj([
-            ("backend", Json::str(c.backend)),
-            ("partitions", Json::count(config.set_size)),
-            ("to_own_all_seconds", Json::Num(c.to_own_all)),
-            ("window_seconds", Json::Num(c.window)),
-            ("renewals", Json::count(c.renewals)),
-            ("cpu_seconds_ticks", Json::Num(c.cpu_seconds)),
-            ("cpu_seconds_run_time", Json::Num(c.cpu_seconds_ns)),
+        json.push(json::obj([
+            ("backend", json::str(c.backend)),
+            ("partitions", json::count(config.set_size)),
+            ("to_own_all_seconds", json::num(c.to_own_all)),
+            ("window_seconds", json::num(c.window)),
+            ("renewals", json::count(c.renewals)),
+            ("cpu_seconds_ticks", json::num(c.cpu_seconds)),
+            ("cpu_seconds_run_time", json::num(c.cpu_seconds_ns)),
         ]));
     }
-    Json::Arr(json)
+    Json::Array(json)
 }
 
 fn write_crates(report: &mut Report, crates: &[(&str, &str, usize)]) -> Json {
@@ -386,14 +386,14 @@ fn write_crates(report: &mut Report, crates: &[(&str, &str, usize)]) -> Json {
         }
     }
     d.push('\n');
-    Json::Arr(
+    Json::Array(
         crates
             .iter()
             .map(|(name, flags, count)| {
-                Json::obj([
-                    ("feature_set", Json::str(*name)),
-                    ("flags", Json::str(*flags)),
-                    ("crates", Json::count(*count)),
+                json::obj([
+                    ("feature_set", json::str(*name)),
+                    ("flags", json::str(*flags)),
+                    ("crates", json::count(*count)),
                 ])
             })
             .collect(),

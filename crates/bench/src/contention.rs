@@ -12,7 +12,7 @@ use blob_mutex::{BlobDistributedMutex, CancellationToken, MutexOptions};
 use blob_mutex_testkit::azurite::{unique_container, Azurite};
 use blob_mutex_testkit::proxy::Proxy;
 
-use crate::json::{counts_json, Json};
+use crate::json::{self, counts_json, Json};
 use crate::report::{secs, Report};
 use crate::stats::{count_by_kind, float};
 use crate::{Config, RENEW_SECS, RETRY_SECS};
@@ -105,19 +105,19 @@ pub(crate) async fn contention(
     );
     report.section(
         "contention",
-        Json::obj([
-            ("candidates", Json::count(n)),
-            ("seconds_to_first_leader", Json::Num(time_to_leader)),
+        json::obj([
+            ("candidates", json::count(n)),
+            ("seconds_to_first_leader", json::num(time_to_leader)),
             (
                 "requests_until_elected",
-                Json::count(election_requests.len()),
+                json::count(election_requests.len()),
             ),
             ("requests_until_elected_by_kind", counts_json(&kinds)),
-            ("steady_window_seconds", Json::Num(steady_secs)),
-            ("steady_requests_per_second", Json::Num(rate)),
-            ("expected_requests_per_second", Json::Num(expected)),
-            ("terms_started", Json::count(terms_seen.len())),
-            ("most_leaders_at_once", Json::count(most)),
+            ("steady_window_seconds", json::num(steady_secs)),
+            ("steady_requests_per_second", json::num(rate)),
+            ("expected_requests_per_second", json::num(expected)),
+            ("terms_started", json::count(terms_seen.len())),
+            ("most_leaders_at_once", json::count(most)),
             ("exactly_one_leader", Json::Bool(one_leader)),
         ]),
     );

@@ -14,7 +14,7 @@ mod resources;
 
 use crate::footprint::{clock_ticks, cpu_ns, cpu_ticks, vm_kib};
 use crate::group::{Event, Group, Worker};
-use crate::json::{counts_json, Json};
+use crate::json::{self, counts_json, Json};
 use crate::report::{percent, secs, Report};
 use crate::stats::{count_by_kind, float};
 use crate::{Config, IDLE_WORK_MS, JITTER};
@@ -108,26 +108,26 @@ impl Measured {
     /// `with_requests`.
     pub(crate) fn json(&self, with_requests: bool) -> Json {
         let mut fields = vec![
-            ("id", Json::str(&self.id)),
-            ("role", Json::str(self.role())),
+            ("id", json::str(&self.id)),
+            ("role", json::str(self.role())),
         ];
         if with_requests {
             fields.extend([
                 ("requests_in_window", counts_json(&self.counts)),
-                ("requests_outside_schedule", Json::count(self.extra())),
-                ("per_hour_by_count", Json::Num(self.per_hour_by_count)),
-                ("per_hour_by_interval", Json::Num(self.per_hour_by_interval)),
-                ("expected_per_hour", Json::Num(self.expected_per_hour)),
-                ("inspections_per_hour", Json::Num(self.inspections_per_hour)),
+                ("requests_outside_schedule", json::count(self.extra())),
+                ("per_hour_by_count", json::num(self.per_hour_by_count)),
+                ("per_hour_by_interval", json::num(self.per_hour_by_interval)),
+                ("expected_per_hour", json::num(self.expected_per_hour)),
+                ("inspections_per_hour", json::num(self.inspections_per_hour)),
             ]);
         }
         fields.extend([
-            ("cpu_share_of_one_core", Json::Num(self.cpu_share)),
-            ("cpu_share_live_threads", Json::Num(self.cpu_share_ns)),
-            ("peak_rss_kib", Json::Int(self.hwm_kib)),
-            ("rss_kib", Json::Int(self.rss_kib)),
+            ("cpu_share_of_one_core", json::num(self.cpu_share)),
+            ("cpu_share_live_threads", json::num(self.cpu_share_ns)),
+            ("peak_rss_kib", json::int(self.hwm_kib)),
+            ("rss_kib", json::int(self.rss_kib)),
         ]);
-        Json::obj(fields)
+        json::obj(fields)
     }
 
     /// A summary row: requests per hour against the schedule, none extra.
@@ -335,18 +335,18 @@ fn summarize(variant: &Variant, measured: &[Measured], changed: bool) -> Result<
         secs(worst_graceful),
         secs(worst_crash),
     );
-    let json = Json::obj([
-        ("name", Json::str(variant.name)),
-        ("lease_seconds", Json::Int(variant.lease.as_secs())),
-        ("renew_seconds", Json::Num(renew_secs)),
-        ("acquire_retry_seconds", Json::Num(retry_secs)),
+    let json = json::obj([
+        ("name", json::str(variant.name)),
+        ("lease_seconds", json::int(variant.lease.as_secs())),
+        ("renew_seconds", json::num(renew_secs)),
+        ("acquire_retry_seconds", json::num(retry_secs)),
         ("followers_watch_the_leader", Json::Bool(variant.watch)),
         ("leadership_changed_during_window", Json::Bool(changed)),
-        ("worst_graceful_wait_seconds", Json::Num(worst_graceful)),
-        ("worst_crash_wait_seconds", Json::Num(worst_crash)),
+        ("worst_graceful_wait_seconds", json::num(worst_graceful)),
+        ("worst_crash_wait_seconds", json::num(worst_crash)),
         (
             "workers",
-            Json::Arr(measured.iter().map(|m| m.json(true)).collect()),
+            Json::Array(measured.iter().map(|m| m.json(true)).collect()),
         ),
     ]);
     Ok((row, json))
@@ -388,17 +388,17 @@ pub(crate) async fn cost(config: &Config, azurite: &Azurite, report: &mut Report
 
     report.section(
         "request_cost",
-        Json::obj([
-            ("window_seconds", Json::Num(window.seconds)),
+        json::obj([
+            ("window_seconds", json::num(window.seconds)),
             (
                 "method",
-                Json::str(
+                json::str(
                     "requests counted at a proxy per worker over the window; per hour = 3600 × \
                      (n − 1) / (last − first) over the schedule's requests (renew for the leader, \
                      acquire for followers), and also count × 3600 / window",
                 ),
             ),
-            ("variants", Json::Arr(variants_json)),
+            ("variants", Json::Array(variants_json)),
         ]),
     );
     for m in defaults.iter().filter(|m| m.leader) {

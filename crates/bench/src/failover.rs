@@ -13,7 +13,7 @@ use blob_mutex_testkit::azurite::Azurite;
 use blob_mutex_testkit::proxy::Proxy;
 
 use crate::group::{Event, Group};
-use crate::json::Json;
+use crate::json::{self, Json};
 use crate::report::{secs, Report};
 use crate::stats::{fresh_rng, stats};
 use crate::{Config, IDLE_WORK_MS, JITTER, LEASE_SECS, RETRY_SECS};
@@ -193,9 +193,9 @@ pub(crate) fn report(report: &mut Report, h: &Handover) {
         ),
     };
     let mut fields = vec![
-        ("seconds", Json::stats(&s)),
-        ("samples", Json::nums(&h.samples)),
-        ("target_p95_seconds", Json::Num(target)),
+        ("seconds", json::stats(&s)),
+        ("samples", json::nums(&h.samples)),
+        ("target_p95_seconds", json::num(target)),
         (
             "epochs_strictly_increasing",
             Json::Bool(h.epochs_increasing),
@@ -204,11 +204,11 @@ pub(crate) fn report(report: &mut Report, h: &Handover) {
     if graceful {
         fields.push((
             "sigterm_to_old_task_stopped",
-            Json::stats(&stats(&h.stop_latency)),
+            json::stats(&stats(&h.stop_latency)),
         ));
-        fields.push(("new_leader_before_old_stopped", Json::count(h.overlaps)));
+        fields.push(("new_leader_before_old_stopped", json::count(h.overlaps)));
     }
-    report.section(key, Json::obj(fields));
+    report.section(key, json::obj(fields));
     report.target(
         &format!("{} p95 (n = {})", h.exit.title(), s.n),
         format!(

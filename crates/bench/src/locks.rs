@@ -23,7 +23,7 @@ use blob_mutex_testkit::azurite::{unique_container, Azurite};
 use blob_mutex_testkit::proxy::{Kind, Proxy};
 
 use crate::footprint::vm_kib;
-use crate::json::{counts_json, Json};
+use crate::json::{self, counts_json};
 use crate::report::{ms, percent, secs, Report};
 use crate::stats::{count_by_kind, float, stats};
 use crate::{bounded_all, Config, RENEW_SECS};
@@ -211,42 +211,42 @@ pub(crate) async fn locks(config: &Config, azurite: &Azurite, report: &mut Repor
     );
     report.section(
         "locks",
-        Json::obj([
-            ("names", Json::count(names)),
-            ("renew_interval_seconds", Json::Num(RENEW_SECS)),
-            ("rss_kib_before", Json::count(usize::try_from(m.before)?)),
+        json::obj([
+            ("names", json::count(names)),
+            ("renew_interval_seconds", json::num(RENEW_SECS)),
+            ("rss_kib_before", json::count(usize::try_from(m.before)?)),
             (
                 "rss_kib_provider",
-                Json::count(usize::try_from(m.provider)?),
+                json::count(usize::try_from(m.provider)?),
             ),
-            ("rss_kib_held", Json::count(usize::try_from(m.held)?)),
+            ("rss_kib_held", json::count(usize::try_from(m.held)?)),
             (
                 "rss_kib_released",
-                Json::count(usize::try_from(m.released)?),
+                json::count(usize::try_from(m.released)?),
             ),
-            ("kib_per_name", Json::Num(per_name_kib)),
-            ("seconds_to_hold_all_memory_phase", Json::Num(m.to_hold_all)),
+            ("kib_per_name", json::num(per_name_kib)),
+            ("seconds_to_hold_all_memory_phase", json::num(m.to_hold_all)),
             (
                 "guards_lost_memory_phase",
-                Json::obj(m.lost.iter().map(|(k, n)| (k.as_str(), Json::count(*n)))),
+                json::obj(m.lost.iter().map(|(k, n)| (k.as_str(), json::count(*n)))),
             ),
-            ("seconds_to_hold_all", Json::Num(r.to_hold_all)),
+            ("seconds_to_hold_all", json::num(r.to_hold_all)),
             ("requests_to_take_all", counts_json(&r.taking)),
-            ("window_seconds", Json::Num(r.window)),
+            ("window_seconds", json::num(r.window)),
             ("requests_in_window", counts_json(&r.counts)),
-            ("renewals_per_hour", Json::Num(r.per_hour)),
-            ("all_requests_per_hour", Json::Num(r.all_per_hour)),
-            ("formula_per_hour", Json::Num(r.expected)),
-            ("guards_lost", Json::count(r.lost)),
+            ("renewals_per_hour", json::num(r.per_hour)),
+            ("all_requests_per_hour", json::num(r.all_per_hour)),
+            ("formula_per_hour", json::num(r.expected)),
+            ("guards_lost", json::count(r.lost)),
             (
                 "guards_lost_by_reason",
-                Json::obj(
+                json::obj(
                     r.lost_by_reason
                         .iter()
-                        .map(|(k, n)| (k.as_str(), Json::count(*n))),
+                        .map(|(k, n)| (k.as_str(), json::count(*n))),
                 ),
             ),
-            ("renew_latency_seconds", Json::stats(&stats(&r.renew))),
+            ("renew_latency_seconds", json::stats(&stats(&r.renew))),
         ]),
     );
     details(report, names, &m, &r);

@@ -19,54 +19,27 @@
 //! `<out>/logs/`. Figures are printed, never asserted; the exit status is
 //! non-zero only when a measurement could not be taken at all.
 //!
-//! Options (defaults in brackets, `--quick` ones after the slash):
-//! `--quick` (fewer repetitions and shorter windows),
-//! `--crash-reps N` [12 / 5], `--handover-reps N` [30 / 10],
-//! `--crash-azure-reps N` (crash failovers under Azure's 60 s hold on a
-//! lease that expired unreleased, section `crash-azure`) [4 / 2],
-//! `--cost-secs N` (request-cost and footprint window) [180 / 60],
-//! `--overhead-samples N` [2000 / 500], `--candidates N` [50],
-//! `--contention-secs N` [30 / 15],
-//! `--successor-reps N` (handovers to a preferred successor) [20 / 5],
-//! `--successor-secs N` (its advertising-cost window) [60 / 20],
-//! `--partition-n LIST` (instances per lease set) [3,4,8 / 3,4],
-//! `--partition-m LIST` (partitions per set) [16,64,256 / 16,64],
-//! `--partition-secs N` (steady window of each set) [60 / 30],
-//! `--set-size N` (partitions owned by one process; 0 skips it) [1000],
-//! `--set-secs N` (its steady window) [120 / 60],
-//! `--quorum-reps N` (crash failovers per mode; twice as many handovers) [8 / 3],
-//! `--quorum-secs N` (request-count window per mode) [60 / 20],
-//! `--soak-secs N` (the soak's length; run 3600 for the figures) [3600 / 600],
-//! `--soak-cycle-secs N` (a set instance's join-and-leave cycle) [120],
-//! `--soak-churn-secs N` (between two restarts of a mutex contender) [20],
-//! `--soak-warmup-secs N` (left out of the soak's fit) [a sixth of the run],
-//! `--locks N` (names held at once through one provider) [1000],
-//! `--locks-secs N` (their request-count window) [120 / 60],
-//! `--scale-partitions LIST` (partitions of one set, a row each with each
-//! process count) [1000], `--scale-processes LIST` (worker processes sharing
-//! it) [4], `--scale-secs N` (each row's steady window, and its load
-//! generator's) [120 / 60], `--scale-own-limit N` (the longest wait, in
-//! seconds, for each phase's set to be owned and balanced) [600],
-//! `--scale-no-load` (no phase 3, Azurite alone at the row's rate); every row starts an Azurite of its own, see
-//! `scale.rs`,
-//! `--sections overhead,contention,cost,handover,crash,crash-azure,successor,partitions,quorum,soak,backends,locks,scale`
-//! [all but `crash-azure`, `soak`, `backends`, `locks` and `scale`, in that order; `soak` runs only when
-//! named, and so do `crash-azure`, `backends`, `locks` and `scale`; `--quick`
-//! leaves `partitions` out unless it is named],
-//! `--out DIR` [`bench-results`], `--endpoint URL` (use a running Azurite's
-//! blob endpoint on this host, `http://127.0.0.1:<port>/devstoreaccount1`,
-//! instead of starting one). The worker processes are the test kit's
-//! `fault-worker` example (`crates/testkit/examples/fault_worker.rs`), in
-//! `examples/` beside this program.
+//! Options: `bench --help` (clap, in `args.rs`) lists each with its
+//! default, and after a slash its `--quick` default. `--sections LIST`
+//! runs those sections in their order (`overhead`, `contention`, `cost`,
+//! `handover`, `crash`, `crash-azure`, `successor`, `partitions`, `quorum`,
+//! `soak`, `backends`, `locks`, `scale`); by default all but `crash-azure`,
+//! `soak`, `backends`, `locks` and `scale`, which run only when named, and
+//! `--quick` leaves `partitions` out unless it is named. The `scale` rows
+//! each start an Azurite of their own (see `scale.rs`). The worker
+//! processes are the test kit's `fault-worker` example
+//! (`crates/testkit/examples/fault_worker.rs`), in `examples/` beside this
+//! program.
 //!
 //! One module per section (`overhead.rs`, `contention.rs`, `cost.rs` with
 //! `footprint.rs`, `failover.rs` for `handover` and `crash`, `successor.rs`,
 //! `partitions.rs`, `quorum.rs`, `soak.rs`, `backends.rs`, `locks.rs`, `scale.rs`); the
 //! rest is shared: `group.rs` (the worker processes of a measurement), `sets.rs`
-//! (what the sections on lease sets share), `stats.rs`, `json.rs` and `report.rs`. Azurite, the counting proxy and the workers'
+//! (what the sections on lease sets share), `stats.rs`, `json.rs`, `report.rs` and `args.rs`. Azurite, the counting proxy and the workers'
 //! lines are the test kit's (`blob-mutex-testkit`: `azurite`, `proxy`,
 //! `workers`).
 
+mod args;
 mod backends;
 mod contention;
 mod cost;
@@ -159,169 +132,6 @@ struct Config {
 }
 
 impl Config {
-    // Long: one flat match arm per flag, each a line or two; splitting it
-    // would scatter the flags over several functions.
-    #[allow(clippy::too_many_lines)]
-    fn parse() -> Result<Config> {
-        let mut args: Vec<String> = std::env::args().skip(1).collect();
-        let quick = args.iter().any(|a| a == "--quick");
-        args.retain(|a| a != "--quick");
-        let worker = std::env::current_exe()
-            .context("locate this program")?
-            .with_file_name("examples")
-            .join(format!("fault-worker{}", std::env::consts::EXE_SUFFIX));
-        let mut config = Config {
-            crash_reps: if quick { 5 } else { 12 },
-            crash_azure_reps: if quick { 2 } else { 4 },
-            handover_reps: if quick { 10 } else { 30 },
-            cost_window: Duration::from_secs(if quick { 60 } else { 180 }),
-            overhead_samples: if quick { 500 } else { 2000 },
-            candidates: 50,
-            contention_window: Duration::from_secs(if quick { 15 } else { 30 }),
-            successor_reps: if quick { 5 } else { 20 },
-            successor_window: Duration::from_secs(if quick { 20 } else { 60 }),
-            partition_ns: if quick { vec![3, 4] } else { vec![3, 4, 8] },
-            partition_ms: if quick {
-                vec![16, 64]
-            } else {
-                vec![16, 64, 256]
-            },
-            partition_window: Duration::from_secs(if quick { 30 } else { 60 }),
-            set_size: 1000,
-            partition_window_big: Duration::from_secs(if quick { 60 } else { 120 }),
-            quorum_reps: if quick { 3 } else { 8 },
-            quorum_window: Duration::from_secs(if quick { 20 } else { 60 }),
-            soak: soak::Soak {
-                duration: Duration::from_secs(if quick { 600 } else { 3600 }),
-                cycle: Duration::from_secs(120),
-                churn: Duration::from_secs(20),
-                warmup: None,
-            },
-            locks: 1000,
-            locks_window: Duration::from_secs(if quick { 60 } else { 120 }),
-            scale: scale::Scale {
-                partitions: vec![1000],
-                processes: vec![4],
-                window: Duration::from_secs(if quick { 60 } else { 120 }),
-                own_limit: Duration::from_secs(600),
-                load: true,
-            },
-            sections: SECTIONS
-                .iter()
-                .filter(|s| {
-                    let only_when_named =
-                        matches!(**s, "crash-azure" | "soak" | "backends" | "locks" | "scale");
-                    let long = quick && **s == "partitions";
-                    !only_when_named && !long
-                })
-                .map(|s| (*s).to_owned())
-                .collect(),
-            out: PathBuf::from("bench-results"),
-            endpoint: None,
-            worker,
-            quick,
-        };
-        let mut args = args.into_iter();
-        while let Some(flag) = args.next() {
-            let mut value = || args.next().with_context(|| format!("{flag} needs a value"));
-            match flag.as_str() {
-                "--crash-reps" => config.crash_reps = value()?.parse()?,
-                "--crash-azure-reps" => config.crash_azure_reps = value()?.parse()?,
-                "--handover-reps" => config.handover_reps = value()?.parse()?,
-                "--cost-secs" => config.cost_window = Duration::from_secs(value()?.parse()?),
-                "--overhead-samples" => config.overhead_samples = value()?.parse()?,
-                "--candidates" => config.candidates = value()?.parse()?,
-                "--contention-secs" => {
-                    config.contention_window = Duration::from_secs(value()?.parse()?);
-                }
-                "--successor-reps" => config.successor_reps = value()?.parse()?,
-                "--successor-secs" => {
-                    config.successor_window = Duration::from_secs(value()?.parse()?);
-                }
-                "--partition-n" => config.partition_ns = list(&value()?)?,
-                "--partition-m" => config.partition_ms = list(&value()?)?,
-                "--partition-secs" => {
-                    config.partition_window = Duration::from_secs(value()?.parse()?);
-                }
-                "--set-size" => config.set_size = value()?.parse()?,
-                "--set-secs" => {
-                    config.partition_window_big = Duration::from_secs(value()?.parse()?);
-                }
-                "--sections" => {
-                    config.sections = value()?.split(',').map(str::to_owned).collect();
-                    for s in &config.sections {
-                        ensure!(SECTIONS.contains(&s.as_str()), "unknown section {s}");
-                    }
-                }
-                "--quorum-reps" => config.quorum_reps = value()?.parse()?,
-                "--quorum-secs" => config.quorum_window = Duration::from_secs(value()?.parse()?),
-                "--soak-secs" => config.soak.duration = Duration::from_secs(value()?.parse()?),
-                "--soak-cycle-secs" => config.soak.cycle = Duration::from_secs(value()?.parse()?),
-                "--soak-churn-secs" => config.soak.churn = Duration::from_secs(value()?.parse()?),
-                "--soak-warmup-secs" => {
-                    config.soak.warmup = Some(Duration::from_secs(value()?.parse()?));
-                }
-                "--locks" => config.locks = value()?.parse()?,
-                "--locks-secs" => config.locks_window = Duration::from_secs(value()?.parse()?),
-                "--scale-partitions" => config.scale.partitions = list(&value()?)?,
-                "--scale-processes" => config.scale.processes = list(&value()?)?,
-                "--scale-secs" => config.scale.window = Duration::from_secs(value()?.parse()?),
-                "--scale-no-load" => config.scale.load = false,
-                "--scale-own-limit" => {
-                    config.scale.own_limit = Duration::from_secs(value()?.parse()?);
-                }
-                "--out" => config.out = PathBuf::from(value()?),
-                "--endpoint" => config.endpoint = Some(value()?),
-                other => bail!("unknown option {other} (see the top of crates/bench/src/main.rs)"),
-            }
-        }
-        ensure!(
-            config.crash_reps >= 1
-                && config.crash_azure_reps >= 1
-                && config.handover_reps >= 1
-                && config.successor_reps >= 1,
-            "need at least one repetition"
-        );
-        ensure!(
-            config.successor_window >= Duration::from_secs(1),
-            "--successor-secs needs at least one second"
-        );
-        ensure!(
-            config.partition_ns.iter().all(|n| *n >= 2),
-            "a lease set needs at least two instances (one is crashed)"
-        );
-        ensure!(
-            config.candidates >= 2,
-            "contention needs at least two candidates"
-        );
-        ensure!(
-            config.soak.cycle >= Duration::from_secs(80)
-                && config.soak.churn >= Duration::from_secs(1),
-            "--soak-cycle-secs needs at least 80 (a crashed instance's 30 s leases expire in the \
-             second half) and --soak-churn-secs at least 1"
-        );
-        ensure!(
-            !config.runs("soak") || config.set_size >= 1,
-            "the soak needs --set-size of at least 1"
-        );
-        ensure!(
-            config.overhead_samples >= 10,
-            "overhead needs at least 10 samples"
-        );
-        ensure!(
-            !config.runs("scale")
-                || (!config.scale.partitions.is_empty()
-                    && !config.scale.processes.is_empty()
-                    && config.scale.partitions.iter().all(|n| *n >= 1)
-                    && config.scale.processes.iter().all(|p| *p >= 1)
-                    && config.scale.window >= Duration::from_secs(1)
-                    && config.scale.own_limit >= Duration::from_secs(1)),
-            "scale needs partitions and processes of at least 1 each, and --scale-secs and \
-             --scale-own-limit of at least 1"
-        );
-        Ok(config)
-    }
-
     fn runs(&self, section: &str) -> bool {
         self.sections.iter().any(|s| s == section)
     }
@@ -352,14 +162,6 @@ where
         out.push(joined.context("a task panicked")??);
     }
     Ok(out)
-}
-
-/// A comma-separated list of numbers; empty for none.
-fn list(text: &str) -> Result<Vec<usize>> {
-    text.split(',')
-        .filter(|s| !s.is_empty())
-        .map(|s| s.parse().with_context(|| format!("not a number: {s}")))
-        .collect()
 }
 
 // Long: the sections in the order they run, each a few lines; the work is
@@ -455,14 +257,14 @@ async fn run(config: Config) -> Result<()> {
     let elapsed = began.elapsed().as_secs_f64();
     report.section(
         "run",
-        Json::obj([
+        json::obj([
             ("quick", Json::Bool(config.quick)),
-            ("seconds", Json::Num(elapsed)),
+            ("seconds", json::num(elapsed)),
             (
                 "sections",
-                Json::Arr(config.sections.iter().map(Json::str).collect()),
+                Json::Array(config.sections.iter().map(json::str).collect()),
             ),
-            ("load_average_at_end", Json::str(report::load_average())),
+            ("load_average_at_end", json::str(report::load_average())),
         ]),
     );
     let header = format!(
@@ -473,7 +275,7 @@ async fn run(config: Config) -> Result<()> {
     let table = report.markdown(&header);
     let results = config.out.join("results.json");
     let table_md = config.out.join("table.md");
-    std::fs::write(&results, Json::Obj(report.json).to_text())?;
+    std::fs::write(&results, json::to_text(&json::obj(report.json)))?;
     std::fs::write(&table_md, &table)?;
     println!("{table}");
     eprintln!("wrote {} and {}", results.display(), table_md.display());

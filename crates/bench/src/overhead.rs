@@ -14,7 +14,7 @@ use azure_storage_blobs::prelude::{BlobClient, ClientBuilder};
 use blob_mutex::{azure::Backend, azure::BlobLeaseManager, store::Acquire, store::LeaseId};
 use blob_mutex_testkit::azurite::{unique_container, Azurite, ACCOUNT, DEV_KEY};
 
-use crate::json::Json;
+use crate::json::{self, Json};
 use crate::report::{ms, percent, Report};
 use crate::stats::stats;
 use crate::Config;
@@ -221,14 +221,14 @@ pub(crate) async fn overhead(
             paired.median * 1e6
         );
         summary.push((label, ratio, p99_ratio));
-        json.push(Json::obj([
-            ("operation", Json::str(label)),
-            ("samples", Json::count(samples)),
-            ("bare_sdk_seconds", Json::stats(&b)),
-            ("crate_seconds", Json::stats(&c)),
-            ("median_ratio", Json::Num(ratio)),
-            ("p99_ratio", Json::Num(p99_ratio)),
-            ("paired_difference_seconds", Json::stats(&paired)),
+        json.push(json::obj([
+            ("operation", json::str(label)),
+            ("samples", json::count(samples)),
+            ("bare_sdk_seconds", json::stats(&b)),
+            ("crate_seconds", json::stats(&c)),
+            ("median_ratio", json::num(ratio)),
+            ("p99_ratio", json::num(p99_ratio)),
+            ("paired_difference_seconds", json::stats(&paired)),
         ]));
         eprintln!(
             "  {label}: bare {} crate {} ratio {ratio:.3}",
@@ -238,7 +238,7 @@ pub(crate) async fn overhead(
     }
     clients.release().await;
 
-    report.section("overhead", Json::Arr(json));
+    report.section("overhead", Json::Array(json));
     for (label, ratio, p99_ratio) in summary {
         report.target(
             &format!("crate overhead, {label}"),

@@ -18,7 +18,7 @@ use blob_mutex_testkit::proxy::Kind;
 
 use crate::footprint::{clock_ticks, cpu_ticks, vm_kib};
 use crate::group::Group;
-use crate::json::{counts_json, Json};
+use crate::json::{self, counts_json, Json};
 use crate::report::{ms, percent, secs, Report};
 use crate::sets::{
     check_defaults, deadline_log_lines, formula, mib, released_json, spawn, until_balanced, Owners,
@@ -49,13 +49,13 @@ impl Cost {
     }
 
     fn json(&self) -> Json {
-        Json::obj([
-            ("id", Json::str(&self.id)),
-            ("partitions_owned", Json::count(self.owned)),
+        json::obj([
+            ("id", json::str(&self.id)),
+            ("partitions_owned", json::count(self.owned)),
             ("requests_in_window", counts_json(&self.counts)),
-            ("renew_and_list_per_hour", Json::Num(self.per_hour)),
-            ("all_requests_per_hour", Json::Num(self.all_per_hour)),
-            ("formula_per_hour", Json::Num(self.expected)),
+            ("renew_and_list_per_hour", json::num(self.per_hour)),
+            ("all_requests_per_hour", json::num(self.all_per_hour)),
+            ("formula_per_hour", json::num(self.expected)),
         ])
     }
 }
@@ -78,21 +78,21 @@ struct Cell {
 
 impl Cell {
     fn json(&self) -> Json {
-        Json::obj([
-            ("instances", Json::count(self.n)),
-            ("partitions", Json::count(self.m)),
-            ("cold_start_seconds", Json::Num(self.cold)),
-            ("join_seconds", Json::Num(self.join)),
-            ("graceful_leave_seconds", Json::Num(self.leave)),
-            ("crash_seconds", Json::Num(self.crash)),
-            ("window_seconds", Json::Num(self.window)),
-            ("moves_in_window", Json::count(self.moves_in_window)),
+        json::obj([
+            ("instances", json::count(self.n)),
+            ("partitions", json::count(self.m)),
+            ("cold_start_seconds", json::num(self.cold)),
+            ("join_seconds", json::num(self.join)),
+            ("graceful_leave_seconds", json::num(self.leave)),
+            ("crash_seconds", json::num(self.crash)),
+            ("window_seconds", json::num(self.window)),
+            ("moves_in_window", json::count(self.moves_in_window)),
             ("released_by_reason", released_json(&self.released)),
             (
                 "instances_cost",
-                Json::Arr(self.costs.iter().map(Cost::json).collect()),
+                Json::Array(self.costs.iter().map(Cost::json).collect()),
             ),
-            ("cell_seconds", Json::Num(self.seconds)),
+            ("cell_seconds", json::num(self.seconds)),
         ])
     }
 
@@ -393,41 +393,41 @@ fn targets(report: &mut Report, cells: &[Cell], big: Option<&Big>) {
 
 fn json(cells: &[Cell], big: Option<&Big>) -> Json {
     let mut fields = vec![
-        ("balance_interval_seconds", Json::Num(BALANCE_SECS)),
+        ("balance_interval_seconds", json::num(BALANCE_SECS)),
         (
             "method",
-            Json::str(
+            json::str(
                 "per cell: N fault-worker processes in --partitions mode, each behind its own \
                  counting proxy; a time to balance runs from the spawn or signal to the OWNING or \
                  RELEASED line after which every live instance owns floor(M/N) or ceil(M/N); \
                  requests counted over the steady window after the cold start",
             ),
         ),
-        ("cells", Json::Arr(cells.iter().map(Cell::json).collect())),
+        ("cells", Json::Array(cells.iter().map(Cell::json).collect())),
     ];
     if let Some(b) = big {
         let s = stats(&b.renew);
         fields.push((
             "one_process",
-            Json::obj([
-                ("partitions", Json::count(b.partitions)),
-                ("seconds_to_own_all", Json::Num(b.to_own_all)),
-                ("window_seconds", Json::Num(b.window)),
-                ("cpu_share_of_one_core", Json::Num(b.cpu_share)),
-                ("peak_rss_kib", Json::Int(b.hwm_kib)),
-                ("rss_kib", Json::Int(b.rss_kib)),
-                ("renew_latency_seconds", Json::stats(&s)),
+            json::obj([
+                ("partitions", json::count(b.partitions)),
+                ("seconds_to_own_all", json::num(b.to_own_all)),
+                ("window_seconds", json::num(b.window)),
+                ("cpu_share_of_one_core", json::num(b.cpu_share)),
+                ("peak_rss_kib", json::int(b.hwm_kib)),
+                ("rss_kib", json::int(b.rss_kib)),
+                ("renew_latency_seconds", json::stats(&s)),
                 ("requests_in_window", counts_json(&b.counts)),
-                ("renew_and_list_per_hour", Json::Num(b.per_hour)),
-                ("formula_per_hour", Json::Num(b.expected)),
-                ("released_deadline", Json::count(b.deadlines)),
-                ("deadline_log_lines", Json::count(b.deadline_log_lines)),
+                ("renew_and_list_per_hour", json::num(b.per_hour)),
+                ("formula_per_hour", json::num(b.expected)),
+                ("released_deadline", json::count(b.deadlines)),
+                ("deadline_log_lines", json::count(b.deadline_log_lines)),
                 ("released_by_reason", released_json(&b.released)),
-                ("owned_at_end", Json::count(b.owned_at_end)),
+                ("owned_at_end", json::count(b.owned_at_end)),
             ]),
         ));
     }
-    Json::obj(fields)
+    json::obj(fields)
 }
 
 /// The section's Markdown: the grid's table and the one process's.

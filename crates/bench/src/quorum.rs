@@ -14,7 +14,7 @@ use blob_mutex_testkit::proxy::{Kind, Proxy};
 
 use crate::failover::Exit;
 use crate::group::{Event, Group};
-use crate::json::{counts_json, Json};
+use crate::json::{self, counts_json, Json};
 use crate::report::{secs, Report};
 use crate::stats::{count_by_kind, float, fresh_rng, stats, Rng};
 use crate::{Config, IDLE_WORK_MS};
@@ -335,13 +335,13 @@ fn write(
         );
         modes.push((
             mode.name(),
-            Json::obj([
-                ("crash_failover_seconds", Json::stats(&c)),
-                ("graceful_handover_seconds", Json::stats(&h)),
-                ("requests_per_hour", Json::Num(m.requests_per_hour)),
+            json::obj([
+                ("crash_failover_seconds", json::stats(&c)),
+                ("graceful_handover_seconds", json::stats(&h)),
+                ("requests_per_hour", json::num(m.requests_per_hour)),
                 (
                     "reads_and_stamps_per_hour",
-                    Json::Num(m.reads_and_stamps_per_hour),
+                    json::num(m.reads_and_stamps_per_hour),
                 ),
                 ("requests_by_kind", counts_json(&m.by_kind)),
                 (
@@ -377,16 +377,16 @@ fn write(
             model.mean_hours,
             s / q.max(1e-9)
         );
-        sims.push(Json::obj([
-            ("unavailability", Json::Num(model.unavailability)),
-            ("mean_outage_hours", Json::Num(model.mean_hours)),
-            ("single_minutes_per_year", Json::Num(s)),
-            ("quorum_minutes_per_year", Json::Num(q)),
+        sims.push(json::obj([
+            ("unavailability", json::num(model.unavailability)),
+            ("mean_outage_hours", json::num(model.mean_hours)),
+            ("single_minutes_per_year", json::num(s)),
+            ("quorum_minutes_per_year", json::num(q)),
         ]));
     }
     let _ = writeln!(d);
-    modes.push(("simulation", Json::Arr(sims)));
-    report.section("quorum", Json::obj(modes));
+    modes.push(("simulation", Json::Array(sims)));
+    report.section("quorum", json::obj(modes));
 }
 
 #[cfg(test)]

@@ -3,7 +3,7 @@
 
 use std::fmt::Write as _;
 
-use crate::json::Json;
+use crate::json::{self, Json};
 
 #[derive(Default)]
 pub(crate) struct Report {
@@ -82,14 +82,14 @@ pub(crate) fn machine() -> Json {
         .find_map(|l| l.strip_prefix("MemTotal:"))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
         .unwrap_or(0);
-    Json::obj([
+    json::obj([
         (
             "cpus",
-            Json::count(std::thread::available_parallelism().map_or(0, usize::from)),
+            json::count(std::thread::available_parallelism().map_or(0, usize::from)),
         ),
-        ("cpu_model", Json::str(model)),
-        ("memory_kib", Json::Int(mem_kib)),
-        ("load_average_at_start", Json::str(load_average())),
+        ("cpu_model", json::str(model)),
+        ("memory_kib", json::int(mem_kib)),
+        ("load_average_at_start", json::str(load_average())),
     ])
 }
 

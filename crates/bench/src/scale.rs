@@ -57,7 +57,7 @@ use tokio::task::JoinSet;
 
 use crate::footprint::{cpu_secs, vm_kib};
 use crate::group::Group;
-use crate::json::{counts_json, Json};
+use crate::json::{self, counts_json, Json};
 use crate::report::{ms, percent, Report};
 use crate::sets::{
     check_defaults, deadline_log_lines, formula, mib, released_json, spawn, until_balanced, Owners,
@@ -205,16 +205,16 @@ impl Process {
     }
 
     fn json(&self, window: f64) -> Json {
-        Json::obj([
-            ("id", Json::str(&self.id)),
-            ("partitions_owned", Json::count(self.owned)),
-            ("cpu_seconds", Json::Num(self.cpu)),
-            ("cpu_share_of_one_core", Json::Num(self.cpu / window)),
-            ("peak_rss_kib", Json::Int(self.hwm_kib)),
-            ("rss_kib", Json::Int(self.rss_kib)),
+        json::obj([
+            ("id", json::str(&self.id)),
+            ("partitions_owned", json::count(self.owned)),
+            ("cpu_seconds", json::num(self.cpu)),
+            ("cpu_share_of_one_core", json::num(self.cpu / window)),
+            ("peak_rss_kib", json::int(self.hwm_kib)),
+            ("rss_kib", json::int(self.rss_kib)),
             (
                 "rss_kib_per_partition_owned",
-                Json::Num(self.kib_per_partition()),
+                json::num(self.kib_per_partition()),
             ),
         ])
     }
@@ -797,71 +797,71 @@ fn steady_json(s: &Steady) -> Json {
     let by_kind = s
         .counts
         .iter()
-        .map(|(k, n)| (k.name(), Json::Num(per_second(*n, s.window))));
+        .map(|(k, n)| (k.name(), json::num(per_second(*n, s.window))));
     let all: usize = s.counts.values().sum();
-    Json::obj([
-        ("window_seconds", Json::Num(s.window)),
-        ("renewals", Json::count(s.count(Kind::Renew))),
-        ("renewals_per_second", Json::Num(s.rate())),
-        ("worker_cpu_seconds", Json::Num(s.worker_cpu())),
-        ("cpu_per_renewal_us", Json::Num(s.cpu_per_renewal_us())),
+    json::obj([
+        ("window_seconds", json::num(s.window)),
+        ("renewals", json::count(s.count(Kind::Renew))),
+        ("renewals_per_second", json::num(s.rate())),
+        ("worker_cpu_seconds", json::num(s.worker_cpu())),
+        ("cpu_per_renewal_us", json::num(s.cpu_per_renewal_us())),
         ("requests_in_window", counts_json(&s.counts)),
-        ("requests_per_second", Json::obj(by_kind)),
-        ("renew_and_list_per_second", Json::Num(s.scheduled())),
-        ("formula_per_second", Json::Num(s.expected())),
+        ("requests_per_second", json::obj(by_kind)),
+        ("renew_and_list_per_second", json::num(s.scheduled())),
+        ("formula_per_second", json::num(s.expected())),
         (
             "all_requests_per_second",
-            Json::Num(per_second(all, s.window)),
+            json::num(per_second(all, s.window)),
         ),
-        ("renew_latency_seconds", Json::stats(&stats(&s.renew))),
-        ("moves_in_window", Json::count(s.moves)),
-        ("azurite_cpu_share", Json::Num(s.azurite_cpu / s.window)),
-        ("bench_cpu_share", Json::Num(s.bench_cpu / s.window)),
+        ("renew_latency_seconds", json::stats(&stats(&s.renew))),
+        ("moves_in_window", json::count(s.moves)),
+        ("azurite_cpu_share", json::num(s.azurite_cpu / s.window)),
+        ("bench_cpu_share", json::num(s.bench_cpu / s.window)),
         (
             "processes",
-            Json::Arr(s.processes.iter().map(|p| p.json(s.window)).collect()),
+            Json::Array(s.processes.iter().map(|p| p.json(s.window)).collect()),
         ),
     ])
 }
 
 fn load_json(l: &Load) -> Json {
-    Json::obj([
-        ("leases", Json::count(l.leases)),
-        ("renewals_per_second", Json::Num(l.rate)),
-        ("seconds_to_take", Json::Num(l.to_take)),
-        ("window_seconds", Json::Num(l.window)),
-        ("renewals_sent", Json::count(l.tally.sent)),
-        ("late", Json::count(l.tally.late)),
-        ("failed", Json::count(l.tally.failed)),
+    json::obj([
+        ("leases", json::count(l.leases)),
+        ("renewals_per_second", json::num(l.rate)),
+        ("seconds_to_take", json::num(l.to_take)),
+        ("window_seconds", json::num(l.window)),
+        ("renewals_sent", json::count(l.tally.sent)),
+        ("late", json::count(l.tally.late)),
+        ("failed", json::count(l.tally.failed)),
         (
             "renew_latency_seconds",
-            Json::stats(&stats(&l.tally.latencies)),
+            json::stats(&stats(&l.tally.latencies)),
         ),
-        ("azurite_cpu_share", Json::Num(l.azurite_cpu / l.window)),
+        ("azurite_cpu_share", json::num(l.azurite_cpu / l.window)),
         (
             "generator_cpu_per_renewal_us",
-            Json::Num(per_renewal_us(l.bench_cpu, l.tally.sent)),
+            json::num(per_renewal_us(l.bench_cpu, l.tally.sent)),
         ),
     ])
 }
 
 fn row_json(r: &Row) -> Json {
-    Json::obj([
-        ("partitions", Json::count(r.n)),
-        ("processes", Json::count(r.p)),
-        ("cold_start_seconds", Json::Num(r.cold)),
-        ("warm_start_seconds", Json::Num(r.warm)),
-        ("join_seconds", Json::Num(r.join)),
-        ("crash_seconds", Json::Num(r.crash)),
+    json::obj([
+        ("partitions", json::count(r.n)),
+        ("processes", json::count(r.p)),
+        ("cold_start_seconds", json::num(r.cold)),
+        ("warm_start_seconds", json::num(r.warm)),
+        ("join_seconds", json::num(r.join)),
+        ("crash_seconds", json::num(r.crash)),
         ("steady", steady_json(&r.steady)),
         (
             "azurite_alone",
-            r.load.as_ref().map_or(Json::Num(f64::NAN), load_json),
+            r.load.as_ref().map_or(json::num(f64::NAN), load_json),
         ),
-        ("released_deadline", Json::count(r.deadlines)),
-        ("deadline_log_lines", Json::count(r.deadline_log_lines)),
+        ("released_deadline", json::count(r.deadlines)),
+        ("deadline_log_lines", json::count(r.deadline_log_lines)),
         ("released_by_reason", released_json(&r.released)),
-        ("row_seconds", Json::Num(r.seconds)),
+        ("row_seconds", json::num(r.seconds)),
     ])
 }
 
@@ -875,10 +875,10 @@ fn slope(rows: &[Row]) -> Option<f64> {
 }
 
 fn json(rows: &[Row], own_limit: Duration) -> Json {
-    Json::obj([
+    json::obj([
         (
             "method",
-            Json::str(
+            json::str(
                 "per row: P fault-worker processes in --partitions N mode, default options, each \
                  behind its own counting proxy, on an Azurite of the row's own; cold and warm \
                  starts timed to the line after which every live instance owns floor(N/P) or \
@@ -887,13 +887,13 @@ fn json(rows: &[Row], own_limit: Duration) -> Json {
                  rate for the same window",
             ),
         ),
-        ("own_limit_seconds", Json::Num(own_limit.as_secs_f64())),
-        ("late_after_seconds", Json::Num(LATE.as_secs_f64())),
+        ("own_limit_seconds", json::num(own_limit.as_secs_f64())),
+        ("late_after_seconds", json::num(LATE.as_secs_f64())),
         (
             "rss_kib_per_partition_slope",
-            Json::Num(slope(rows).unwrap_or(f64::NAN)),
+            json::num(slope(rows).unwrap_or(f64::NAN)),
         ),
-        ("rows", Json::Arr(rows.iter().map(row_json).collect())),
+        ("rows", Json::Array(rows.iter().map(row_json).collect())),
     ])
 }
 

@@ -13,7 +13,7 @@ use blob_mutex_testkit::proxy::Proxy;
 use blob_mutex_testkit::workers::What;
 
 use crate::group::{Event, Group};
-use crate::json::Json;
+use crate::json::{self, Json};
 use crate::stats::float;
 use crate::Config;
 
@@ -179,7 +179,7 @@ pub(crate) fn mib(kib: u64) -> f64 {
 
 /// How many partition terms ended for each reason, as JSON.
 pub(crate) fn released_json(released: &BTreeMap<String, usize>) -> Json {
-    Json::obj(released.iter().map(|(r, n)| (r.as_str(), Json::count(*n))))
+    json::obj(released.iter().map(|(r, n)| (r.as_str(), json::count(*n))))
 }
 
 #[cfg(test)]

@@ -43,7 +43,7 @@ use tokio::task::JoinHandle;
 
 use crate::footprint::{clock_ticks, cpu_ticks, vm_kib};
 use crate::group::Group;
-use crate::json::Json;
+use crate::json::{self, Json};
 use crate::report::Report;
 use crate::stats::fit;
 use crate::{Config, IDLE_WORK_MS};
@@ -79,13 +79,13 @@ impl Sample {
     }
 
     fn json(&self) -> Json {
-        Json::obj([
-            ("at_seconds", Json::Num(self.at)),
-            ("rss_kib", Json::Int(self.rss_kib)),
-            ("fds", Json::count(self.fds)),
-            ("tokio_tasks", Json::count(self.tasks)),
-            ("cpu_ticks", Json::Int(self.cpu_ticks)),
-            ("steady_owned", Json::count(self.owned)),
+        json::obj([
+            ("at_seconds", json::num(self.at)),
+            ("rss_kib", json::int(self.rss_kib)),
+            ("fds", json::count(self.fds)),
+            ("tokio_tasks", json::count(self.tasks)),
+            ("cpu_ticks", json::int(self.cpu_ticks)),
+            ("steady_owned", json::count(self.owned)),
         ])
     }
 }
@@ -104,8 +104,8 @@ struct Churn {
 
 impl Churn {
     fn json(&self) -> Json {
-        let n = |a: &AtomicUsize| Json::count(a.load(Ordering::Relaxed));
-        Json::obj([
+        let n = |a: &AtomicUsize| json::count(a.load(Ordering::Relaxed));
+        json::obj([
             ("set_graceful_leaves", n(&self.set_graceful)),
             ("set_crashes", n(&self.set_crashes)),
             ("set_runs_ended_with_error", n(&self.set_errors)),
@@ -419,13 +419,13 @@ impl Trend {
     }
 
     fn json(&self) -> Json {
-        Json::obj([
-            ("unit", Json::str(self.unit)),
-            ("first_after_warmup", Json::Num(self.first)),
-            ("last", Json::Num(self.last)),
-            ("slope_per_hour", Json::Num(self.per_hour)),
-            ("fitted_growth", Json::Num(self.growth)),
-            ("noise", Json::Num(self.noise)),
+        json::obj([
+            ("unit", json::str(self.unit)),
+            ("first_after_warmup", json::num(self.first)),
+            ("last", json::num(self.last)),
+            ("slope_per_hour", json::num(self.per_hour)),
+            ("fitted_growth", json::num(self.growth)),
+            ("noise", json::num(self.noise)),
         ])
     }
 }
@@ -489,27 +489,22 @@ fn write_report(
     }
     report.section(
         "soak",
-        Json::obj([
-            ("seconds", Json::Num(config.soak.duration.as_secs_f64())),
-            ("warmup_seconds", Json::Num(warmup)),
-            ("partitions", Json::count(config.set_size)),
+        json::obj([
+            ("seconds", json::num(config.soak.duration.as_secs_f64())),
+            ("warmup_seconds", json::num(warmup)),
+            ("partitions", json::count(config.set_size)),
             ("churn", churn.json()),
             (
                 "trends",
-                Json::Obj(
-                    trends
-                        .iter()
-                        .map(|t| (t.name.to_owned(), t.json()))
-                        .collect(),
-                ),
+                json::obj(trends.iter().map(|t| (t.name.to_owned(), t.json()))),
             ),
             (
                 "phase_samples",
-                Json::Arr(phase.iter().map(Sample::json).collect()),
+                Json::Array(phase.iter().map(Sample::json).collect()),
             ),
             (
                 "samples",
-                Json::Arr(continuous.iter().map(Sample::json).collect()),
+                Json::Array(continuous.iter().map(Sample::json).collect()),
             ),
         ]),
     );

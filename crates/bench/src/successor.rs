@@ -28,7 +28,7 @@ use blob_mutex_testkit::proxy::{Kind, Proxy};
 use blob_mutex_testkit::workers::What;
 
 use crate::group::{Event, Group};
-use crate::json::{counts_json, Json};
+use crate::json::{self, counts_json, Json};
 use crate::report::{percent, secs, Report};
 use crate::stats::{count_by_kind, float, fresh_rng, stats, Stats};
 use crate::{Config, IDLE_WORK_MS, JITTER, RENEW_SECS, RETRY_SECS};
@@ -490,25 +490,25 @@ fn report_handover(report: &mut Report, samples: &[Sample]) {
     let free_reads: usize = samples.iter().map(|s| s.free_reads).sum();
     let mut fields: Vec<(&str, Json)> = MEASURES
         .iter()
-        .map(|(_, key, measure)| (*key, Json::stats(&stats(&column(samples, *measure)))))
+        .map(|(_, key, measure)| (*key, json::stats(&stats(&column(samples, *measure)))))
         .collect();
     fields.extend([
         (
             "advertisement_to_leading_samples",
-            Json::nums(&column(samples, Timeline::advert_to_leading)),
+            json::nums(&column(samples, Timeline::advert_to_leading)),
         ),
-        ("bound_seconds", Json::Num(bound)),
-        ("repetitions", Json::count(samples.len())),
-        ("lease_free_in", Json::count(free)),
-        ("stopped_not_for_handover", Json::count(not_handover)),
-        ("epoch_not_plus_one", Json::count(bad_epoch)),
-        ("change_requests", Json::count(changes)),
-        ("release_requests_by_old_leader", Json::count(releases)),
-        ("break_requests", Json::count(breaks)),
-        ("lease_state_reads", Json::count(reads)),
-        ("lease_state_reads_free", Json::count(free_reads)),
+        ("bound_seconds", json::num(bound)),
+        ("repetitions", json::count(samples.len())),
+        ("lease_free_in", json::count(free)),
+        ("stopped_not_for_handover", json::count(not_handover)),
+        ("epoch_not_plus_one", json::count(bad_epoch)),
+        ("change_requests", json::count(changes)),
+        ("release_requests_by_old_leader", json::count(releases)),
+        ("break_requests", json::count(breaks)),
+        ("lease_state_reads", json::count(reads)),
+        ("lease_state_reads_free", json::count(free_reads)),
     ]);
-    report.section("successor_handover", Json::obj(fields));
+    report.section("successor_handover", json::obj(fields));
     report.target(
         &format!("handover to a preferred successor p95 (n = {})", main.n),
         format!(
@@ -569,32 +569,32 @@ fn report_cost(report: &mut Report, flocks: &[Flock], seconds: f64) -> Result<()
     let total_prio = prio.total_per_hour(seconds);
     let deviation = extra / formula - 1.0;
     let flock_json = |f: &Flock| {
-        Json::obj([
-            ("name", Json::str(f.name)),
+        json::obj([
+            ("name", json::str(f.name)),
             ("leadership_changed_during_window", Json::Bool(f.changed)),
             ("requests_in_window", counts_json(&f.counts())),
-            ("per_hour_by_count", Json::Num(f.total_per_hour(seconds))),
+            ("per_hour_by_count", json::num(f.total_per_hour(seconds))),
             (
                 "advertising_per_hour_by_interval",
-                Json::Num(f.advertising_per_hour()),
+                json::num(f.advertising_per_hour()),
             ),
             (
                 "workers",
-                Json::Arr(
+                Json::Array(
                     f.members
                         .iter()
                         .map(|m| {
-                            Json::obj([
-                                ("id", Json::str(&m.id)),
+                            json::obj([
+                                ("id", json::str(&m.id)),
                                 (
                                     "role",
-                                    Json::str(if m.leader { "leader" } else { "follower" }),
+                                    json::str(if m.leader { "leader" } else { "follower" }),
                                 ),
                                 (
                                     "requests_in_window",
                                     counts_json(&count_by_kind(&m.requests)),
                                 ),
-                                ("advertising_per_hour", Json::Num(m.advertising_per_hour())),
+                                ("advertising_per_hour", json::num(m.advertising_per_hour())),
                             ])
                         })
                         .collect(),
@@ -604,15 +604,18 @@ fn report_cost(report: &mut Report, flocks: &[Flock], seconds: f64) -> Result<()
     };
     report.section(
         "successor_advertising_cost",
-        Json::obj([
-            ("window_seconds", Json::Num(seconds)),
-            ("formula_extra_per_hour", Json::Num(formula)),
-            ("extra_per_hour_by_interval", Json::Num(extra)),
+        json::obj([
+            ("window_seconds", json::num(seconds)),
+            ("formula_extra_per_hour", json::num(formula)),
+            ("extra_per_hour_by_interval", json::num(extra)),
             (
                 "extra_per_hour_by_count",
-                Json::Num(total_prio - total_none),
+                json::num(total_prio - total_none),
             ),
-            ("groups", Json::Arr(flocks.iter().map(flock_json).collect())),
+            (
+                "groups",
+                Json::Array(flocks.iter().map(flock_json).collect()),
+            ),
         ]),
     );
     report.target(

@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use anyhow::{Context, Result};
 
 use super::Measured;
-use crate::json::Json;
+use crate::json::{self, Json};
 use crate::report::Report;
 
 #[allow(clippy::cast_precision_loss)] // KiB counts are small
@@ -52,12 +52,12 @@ pub(crate) fn report(
     );
     report.section(
         "footprint",
-        Json::obj([
-            ("window_seconds", Json::Num(window)),
-            ("clock_ticks_per_second", Json::Num(ticks)),
+        json::obj([
+            ("window_seconds", json::num(window)),
+            ("clock_ticks_per_second", json::num(ticks)),
             (
                 "workers",
-                Json::Arr(defaults.iter().map(|m| m.json(false)).collect()),
+                Json::Array(defaults.iter().map(|m| m.json(false)).collect()),
             ),
         ]),
     );
