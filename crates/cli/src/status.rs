@@ -7,6 +7,7 @@ use blob_mutex::{
     quorum::AccountLease, quorum::Holding, quorum::QuorumLeaseStore, store::LeaseInfo,
     store::LeaseState,
 };
+use serde::{Serialize, Serializer};
 
 use crate::cli::{StatusArgs, Target};
 use crate::exit;
@@ -53,10 +54,14 @@ async fn quorum_status(args: &StatusArgs, quorum: &QuorumLeaseStore) -> Result<u
         }
     }
     if args.json {
-        let each: Vec<String> = accounts.iter().map(account_json).collect();
-        let merged = view.json();
-        let merged = merged.strip_suffix('}').unwrap_or(&merged);
-        println!("{merged},\"accounts\":[{}]}}", each.join(","));
+        let quorum = QuorumJson {
+            view: &view,
+            accounts: accounts.iter().map(AccountJson::new).collect(),
+        };
+        println!(
+            "{}",
+            serde_json::to_string(&quorum).expect("plain fields serialize")
+        );
     } else {
         for account in &accounts {
             println!("{}", account_line(account));
@@ -93,32 +98,49 @@ fn account_line(account: &AccountLease) -> String {
     format!("account {:<48} {what}", account.account)
 }
 
+/// `status --json` on a quorum: the majority's view, then each account's.
+#[derive(Serialize)]
+struct QuorumJson<'a> {
+    #[serde(flatten)]
+    view: &'a View<'a>,
+    accounts: Vec<AccountJson<'a>>,
+}
+
 /// One account's lease as a JSON object: `holder` and `epoch` of the lease
 /// it holds (null when not leased, or when the lease cannot be attributed:
 /// `lease` says which), and the stamp it carries (`last_holder`,
 /// `last_epoch`).
-fn account_json(account: &AccountLease) -> String {
-    let text = |value: Option<&str>| value.map_or_else(|| "null".to_owned(), json_string);
-    let number = |value: Option<u64>| value.map_or_else(|| "null".to_owned(), |n| n.to_string());
-    let info = account.lease.as_ref().ok().and_then(Option::as_ref);
-    let (lease, holder, epoch) = match &account.holding {
-        Holding::Term { holder, epoch } => (Some("term"), Some(holder.as_str()), Some(*epoch)),
-        Holding::Unattributed => (Some("unattributed"), None, None),
-        _ => (None, None, None),
-    };
-    let error = account.lease.as_ref().err().map(|e| Chain(e).to_string());
-    format!(
-        "{{\"account\":{},\"state\":{},\"lease\":{},\"holder\":{},\"epoch\":{},\
-         \"last_holder\":{},\"last_epoch\":{},\"error\":{}}}",
-        json_string(&account.account),
-        text(info.map(|i| i.state.as_str())),
-        text(lease),
-        text(holder),
-        number(epoch),
-        text(info.and_then(|i| i.holder.as_deref())),
-        number(info.map(|i| i.epoch)),
-        text(error.as_deref()),
-    )
+#[derive(Serialize)]
+struct AccountJson<'a> {
+    account: &'a str,
+    state: Option<&'static str>,
+    lease: Option<&'static str>,
+    holder: Option<&'a str>,
+    epoch: Option<u64>,
+    last_holder: Option<&'a str>,
+    last_epoch: Option<u64>,
+    error: Option<String>,
+}
+
+impl<'a> AccountJson<'a> {
+    fn new(account: &'a AccountLease) -> Self {
+        let info = account.lease.as_ref().ok().and_then(Option::as_ref);
+        let (lease, holder, epoch) = match &account.holding {
+            Holding::Term { holder, epoch } => (Some("term"), Some(holder.as_str()), Some(*epoch)),
+            Holding::Unattributed => (Some("unattributed"), None, None),
+            _ => (None, None, None),
+        };
+        AccountJson {
+            account: &account.account,
+            state: info.map(|i| i.state.as_str()),
+            lease,
+            holder,
+            epoch,
+            last_holder: info.and_then(|i| i.holder.as_deref()),
+            last_epoch: info.map(|i| i.epoch),
+            error: account.lease.as_ref().err().map(|e| Chain(e).to_string()),
+        }
+    }
 }
 
 /// An error with its causes, on one line.
@@ -136,11 +158,14 @@ impl std::fmt::Display for Chain<'_> {
     }
 }
 
-/// What `status` shows, for people and for scripts.
+/// What `status` shows, for people and for scripts (`--json`: these
+/// fields, in this order).
+#[derive(Serialize)]
 struct View<'a> {
     container: &'a str,
     blob: &'a str,
     exists: bool,
+    #[serde(serialize_with = "state_name")]
     state: LeaseState,
     /// Held by someone: leased, or breaking and not yet free.
     leased: bool,
@@ -235,55 +260,67 @@ impl<'a> View<'a> {
 
     /// One JSON object on one line.
     fn json(&self) -> String {
-        let text = |value: Option<&str>| value.map_or_else(|| "null".to_owned(), json_string);
-        format!(
-            "{{\"container\":{},\"blob\":{},\"exists\":{},\"state\":{},\"leased\":{},\
-             \"duration\":{},\"holder\":{},\"epoch\":{},\"acquired_at\":{},\"advertised\":{}}}",
-            json_string(self.container),
-            json_string(self.blob),
-            self.exists,
-            json_string(self.state.as_str()),
-            self.leased,
-            text(self.duration),
-            text(self.holder),
-            self.epoch
-                .map_or_else(|| "null".to_owned(), |e| e.to_string()),
-            text(self.acquired_at),
-            text(self.advertised),
-        )
+        serde_json::to_string(self).expect("plain fields serialize")
     }
 }
 
-/// A JSON string literal: quotes, backslashes and control characters escaped.
-pub(crate) fn json_string(value: &str) -> String {
-    let mut out = String::with_capacity(value.len() + 2);
-    out.push('"');
-    for c in value.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if u32::from(c) < 0x20 || c == '\u{2028}' || c == '\u{2029}' => {
-                let _ = write!(out, "\\u{:04x}", u32::from(c));
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
+/// A lease state as storage names it (serde hands it by reference).
+#[allow(clippy::trivially_copy_pass_by_ref)]
+fn state_name<S: Serializer>(state: &LeaseState, serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.serialize_str(state.as_str())
 }
 
 #[cfg(test)]
 mod tests {
-    use super::json_string;
+    use super::*;
+
+    /// A view of `container/blob` as `status` would make it.
+    fn view(holder: Option<&str>, epoch: Option<u64>) -> View<'_> {
+        View {
+            container: "lea\"ses",
+            blob: "a/b\nc",
+            exists: true,
+            state: LeaseState::Leased,
+            leased: true,
+            duration: Some("fixed"),
+            holder,
+            epoch,
+            acquired_at: Some("2026-11-28T17:31:25Z"),
+            advertised: None,
+        }
+    }
 
     #[test]
-    fn json_strings_are_escaped() {
-        assert_eq!(json_string("plain"), r#""plain""#);
-        assert_eq!(json_string(r#"a"b\c"#), r#""a\"b\\c""#);
-        assert_eq!(json_string("l1\nl2\t\u{1}"), r#""l1\nl2\t\u0001""#);
-        assert_eq!(json_string("naïve"), "\"naïve\"");
+    fn the_json_is_one_object_with_its_fields_in_order_and_nulls_for_the_unknown() {
+        assert_eq!(
+            view(Some("web-1"), Some(1_926_458_291_034_112)).json(),
+            r#"{"container":"lea\"ses","blob":"a/b\nc","exists":true,"state":"leased","leased":true,"duration":"fixed","holder":"web-1","epoch":1926458291034112,"acquired_at":"2026-11-28T17:31:25Z","advertised":null}"#
+        );
+        assert_eq!(
+            view(None, None).json(),
+            r#"{"container":"lea\"ses","blob":"a/b\nc","exists":true,"state":"leased","leased":true,"duration":"fixed","holder":null,"epoch":null,"acquired_at":"2026-11-28T17:31:25Z","advertised":null}"#
+        );
+    }
+
+    #[test]
+    fn a_quorums_json_is_the_majoritys_view_then_each_account() {
+        let view = view(Some("web-1"), Some(7));
+        let quorum = QuorumJson {
+            view: &view,
+            accounts: vec![AccountJson {
+                account: "https://a.blob.core.windows.net",
+                state: Some("leased"),
+                lease: Some("term"),
+                holder: Some("web-1"),
+                epoch: Some(7),
+                last_holder: Some("web-1"),
+                last_epoch: Some(7),
+                error: None,
+            }],
+        };
+        assert_eq!(
+            serde_json::to_string(&quorum).unwrap(),
+            r#"{"container":"lea\"ses","blob":"a/b\nc","exists":true,"state":"leased","leased":true,"duration":"fixed","holder":"web-1","epoch":7,"acquired_at":"2026-11-28T17:31:25Z","advertised":null,"accounts":[{"account":"https://a.blob.core.windows.net","state":"leased","lease":"term","holder":"web-1","epoch":7,"last_holder":"web-1","last_epoch":7,"error":null}]}"#
+        );
     }
 }
