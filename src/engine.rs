@@ -51,7 +51,7 @@ pub(crate) use report::Observer;
 use report::{Reporter, TermGuard};
 
 /// The first and the longest wait between renew attempts that failed.
-const RENEW_RETRY_FIRST: Duration = Duration::from_millis(200);
+pub(crate) const RENEW_RETRY_FIRST: Duration = Duration::from_millis(200);
 const RENEW_RETRY_MAX: Duration = Duration::from_secs(2);
 /// The longest wait between acquire attempts that failed (before jitter),
 /// unless `acquire_retry` is longer.

@@ -464,7 +464,9 @@ impl<S: LeaseSetStore> BlobLeaseSet<S> {
 /// The member lease's options: the partitions' options, with a grace long
 /// enough for the partition terms to drain and release when membership
 /// ends, as far as the lease's timing allows (beyond it they are aborted
-/// and their leases left to expire, which is safe too).
+/// and their leases left to expire, which is safe too), and renewals often
+/// enough that one which times out is retried in time (see
+/// [`membership_renew_interval`]).
 fn membership_options(partition: &MutexOptions, holder: &str) -> MutexOptions {
     let usable = partition
         .lease_duration
@@ -479,13 +481,36 @@ fn membership_options(partition: &MutexOptions, holder: &str) -> MutexOptions {
     let tight = usable.saturating_sub(renew + STOP_SLACK + Duration::from_millis(1));
     let most = usable.saturating_sub(renew + room + STOP_SLACK + Duration::from_millis(1));
     let wanted = partition.stop_grace + partition.request_timeout;
+    let grace = wanted.min(most).max(partition.stop_grace.min(tight));
+    let every = membership_renew_interval(usable, grace, partition.request_timeout, renew);
     let mut options = partition
         .clone()
         .with_holder(holder.to_owned())
-        .with_stop_grace(wanted.min(most).max(partition.stop_grace.min(tight)));
+        .with_stop_grace(grace)
+        .with_renew_interval(every);
     // The heartbeat is the partition tasks' own: the balancer does not beat.
     options.heartbeat_timeout = None;
     options
+}
+
+/// How often the member lease renews: the partitions' interval, or less,
+/// so that a renewal which times out leaves room for a retry with a whole
+/// request timeout before the term's stop point (`usable − grace − slack`
+/// after the last renewal sent). Its long grace leaves less room than a
+/// partition's: at 30 s leases and a 6 s request timeout, renewing every
+/// 10 s left one attempt, and one slow answer ended the membership, and
+/// with it every partition at once. At least a third of the time to the
+/// stop point. One request more now and then, for the one lease whose loss
+/// costs the most.
+fn membership_renew_interval(
+    usable: Duration,
+    grace: Duration,
+    request_timeout: Duration,
+    renew: Duration,
+) -> Duration {
+    let stop = usable.saturating_sub(grace + STOP_SLACK);
+    let two_attempts = request_timeout * 2 + crate::engine::RENEW_RETRY_FIRST;
+    renew.min(stop.saturating_sub(two_attempts).max(stop / 3))
 }
 
 /// One claimed partition: its term runs until `token` is cancelled or the

@@ -126,3 +126,77 @@ async fn a_set_renewing_more_than_its_slots_carry_sheds_partitions_and_keeps_its
         instance.run.await.unwrap().unwrap();
     }
 }
+
+/// The request timeout of the next test: the Azurite test's (a long one
+/// leaves the least room before the membership's stop point).
+const TIMEOUT: Duration = Duration::from_secs(6);
+/// How long storage takes to answer there, as behind the Azurite test's
+/// proxy.
+const USUAL: Duration = Duration::from_secs(4);
+
+/// Storage that answers a little under the request timeout, and once in a
+/// while a second past it (a request sent in such a moment times out): the
+/// membership renews often enough that a renewal timed out is retried, and
+/// answered, before its term's stop point, so the membership keeps its
+/// first term (as it must under any load its partitions shed).
+#[tokio::test(start_paused = true)]
+async fn a_membership_renewal_that_times_out_is_retried_before_the_stop_point() {
+    let shared = MemoryLeaseSetStore::new();
+    let store = shared.clone().with_pace(Duration::ZERO, 64);
+    let options = LeaseSetOptions::default().with_mutex(
+        LeaseSetOptions::default()
+            .mutex
+            .with_holder("a".to_owned())
+            .with_jitter_seed(3)
+            .with_request_timeout(TIMEOUT),
+    );
+    let partitions: Vec<String> = (0..8).map(|i| format!("p{i}")).collect();
+    let set = BlobLeaseSet::with_store(store.clone(), partitions, options, |ctx| async move {
+        ctx.cancelled().await;
+        Ok::<(), Error>(())
+    })
+    .unwrap();
+    let owned = set.watch();
+    let token = CancellationToken::new();
+    let stop = token.clone();
+    let run = tokio::spawn(async move { set.run(stop).await });
+    while owned.borrow().len() < 8 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let pace = store.pace().unwrap();
+    pace.set_latency(USUAL);
+    // Five minutes: every 7 s, a second in which requests take longer than
+    // the timeout, so that renewals of every phase are caught by one.
+    for _ in 0..43 {
+        pace.set_latency(TIMEOUT + Duration::from_secs(1));
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        pace.set_latency(USUAL);
+        tokio::time::sleep(Duration::from_secs(6)).await;
+    }
+    let member = shared.get(&format!("{MEMBERS}a"));
+    assert_eq!(
+        member.epoch(),
+        1,
+        "the membership term ended over one renewal that timed out"
+    );
+    assert_eq!(
+        pace.late_renewals(),
+        0,
+        "a renewal was sent after its deadline"
+    );
+    token.cancel();
+    run.await.unwrap().unwrap();
+}
+
+#[test]
+fn the_membership_renews_as_the_partitions_do_where_a_retry_fits_and_sooner_where_not() {
+    let defaults = LeaseSetOptions::default().mutex;
+    let every = |options: &crate::options::MutexOptions| {
+        super::membership_options(options, "a").effective_renew_interval()
+    };
+    assert_eq!(every(&defaults), defaults.effective_renew_interval());
+    let slow = defaults.clone().with_request_timeout(TIMEOUT);
+    let sooner = every(&slow);
+    assert!(sooner < slow.effective_renew_interval(), "{sooner:?}");
+    super::membership_options(&slow, "a").validate().unwrap();
+}
