@@ -15,12 +15,17 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-/// Partitions of the set: 400 an instance, renewed every 10 s, is 40
-/// renewals a second; 128 slots at `LATENCY` carry 32.
+/// Partitions of the set: 400 an instance, renewed every `RENEW` (8 s), is
+/// 50 renewals a second; 128 slots at `LATENCY` carry 43.
 const PARTITIONS: usize = 800;
-/// Every answer takes this long once storage slows down.
-const LATENCY: Duration = Duration::from_secs(4);
-/// Longer than `LATENCY`, so that a request that got a slot is answered.
+/// How often a partition renews.
+const RENEW: Duration = Duration::from_secs(8);
+/// Every answer takes this long once storage slows down (through the
+/// proxy: Azurite's own time comes on top).
+const LATENCY: Duration = Duration::from_secs(3);
+/// Longer than `LATENCY`, so that a request that got a slot is answered:
+/// by 3 s, Azurite's own time on a loaded two-core machine included (at 4 s
+/// of latency, the 2 s left were not always enough).
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(6);
 /// The set's lease.
 const LEASE: Duration = Duration::from_secs(30);
@@ -42,6 +47,7 @@ fn start(container: &str, holder: &str, token: &CancellationToken) -> Instance {
         .mutex()
         .clone()
         .with_holder(holder.to_owned())
+        .with_renew_interval(RENEW)
         .with_request_timeout(REQUEST_TIMEOUT);
     let options = LeaseSetOptions::default().with_mutex(mutex);
     let partitions: Vec<String> = (0..PARTITIONS).map(|i| format!("p{i:03}")).collect();
@@ -75,8 +81,37 @@ fn late_renewals(proxy: &Proxy) -> usize {
     late
 }
 
+/// What the proxy saw of the member lease's renewals, for a failure's
+/// message: the longest wait between two sent (the client stalled, or
+/// queued them) and the slowest answered (storage's own time on top of
+/// `LATENCY`), and how many got no answer.
+fn member_renewals(proxy: &Proxy) -> String {
+    let renewals: Vec<_> = proxy
+        .log()
+        .into_iter()
+        .filter(|r| r.is("renew") && r.target.contains("/members/"))
+        .collect();
+    let gap = renewals
+        .windows(2)
+        .map(|w| w[1].at.saturating_duration_since(w[0].at))
+        .max()
+        .unwrap_or_default();
+    let slowest = renewals
+        .iter()
+        .filter_map(|r| Some(r.answered_at?.saturating_duration_since(r.forwarded_at?)))
+        .max()
+        .unwrap_or_default();
+    let unanswered = renewals.iter().filter(|r| r.answered_at.is_none()).count();
+    format!(
+        "{} member renewals: longest gap between two {gap:?}, slowest upstream answer \
+         {slowest:?}, {unanswered} unanswered",
+        renewals.len()
+    )
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn on_azurite_a_set_whose_renewals_outrun_its_slots_keeps_its_membership() {
+    support::init_tracing();
     let container = azurite::unique_container("overload");
     let token = CancellationToken::new();
     let instances = [
@@ -122,8 +157,9 @@ async fn on_azurite_a_set_whose_renewals_outrun_its_slots_keeps_its_membership()
             members.len(),
             1,
             "{holder} acquired its membership {} times: a membership term ended \
-             (fewest owned {fewest} of {PARTITIONS})",
-            members.len()
+             (fewest owned {fewest} of {PARTITIONS}; {})",
+            members.len(),
+            member_renewals(&instance.proxy)
         );
         assert_eq!(
             late_renewals(&instance.proxy),
