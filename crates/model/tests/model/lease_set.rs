@@ -739,6 +739,30 @@ impl Model for LeaseSet {
                 },
             ),
             Property::always(
+                "each running instance owns exactly its share within twice the bound after the last fault",
+                |m: &LeaseSet, s: &State| {
+                    let running: Vec<usize> = (0..s.instances.len())
+                        .filter(|&i| s.instances[i].life == Life::Running)
+                        .collect();
+                    let settled = !running.is_empty()
+                        && s.instances.iter().all(|i| !i.frozen)
+                        && s.skipped_free.is_none()
+                        && s.left.skips == m.0.faults.skips;
+                    if !settled || s.t < s.last_fault + 2 * m.0.bound {
+                        return true;
+                    }
+                    // The share of the k-th running instance by name (the
+                    // crate's rule: the first `m % n` get one more).
+                    let (m_parts, n) = (s.partitions.len(), running.len());
+                    running.iter().enumerate().all(|(k, &i)| {
+                        let owned = (0..m_parts)
+                            .filter(|&p| s.acting(p).any(|a| a == i))
+                            .count();
+                        owned == m_parts / n + usize::from(k < m_parts % n)
+                    })
+                },
+            ),
+            Property::always(
                 "a partition freed on an instance that skips it claimed again within the bound",
                 |m: &LeaseSet, s: &State| {
                     s.skipped_free.is_none_or(|(_, at)| s.t < at + m.0.reown)
