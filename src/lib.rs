@@ -64,6 +64,9 @@ mod mutex;
 mod options;
 pub mod partitions;
 pub mod quorum;
+#[cfg(feature = "schedule")]
+#[cfg_attr(docsrs, doc(cfg(feature = "schedule")))]
+pub mod schedule;
 pub mod store;
 pub mod term;
 #[cfg(feature = "testing")]
@@ -83,6 +86,8 @@ pub use mutex::{
     BlobDistributedMutex, MutexGuard, OnceOptions, OnceOutcome, SkipReason, TryAcquire,
 };
 pub use options::MutexOptions;
+#[cfg(feature = "schedule")]
+pub use schedule::{BlobSchedule, ScheduleOptions};
 
 /// Re-exported so that callers can name the token type without adding the crate.
 pub use tokio_util::sync::CancellationToken;

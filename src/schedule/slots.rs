@@ -1,0 +1,133 @@
+//! The slots of a schedule: a cron expression read in a time zone, and the
+//! instants it names.
+
+use jiff::tz::TimeZone;
+use jiff::Timestamp;
+
+use crate::error::{Error, Result};
+
+/// A cron expression in a time zone: the instants at which a schedule's
+/// slots come due.
+///
+/// The expression has five fields (minute, hour, day of month, month, day
+/// of week) or six with seconds first, as `croner` reads them (its
+/// nicknames, `@daily` and the like, included). Daylight-saving changes
+/// are `croner`'s rule (the Open Cron Pattern Specification's): in a gap, a
+/// job at a fixed time runs at the first valid time after it, and the slots
+/// of a job with wildcards or steps that fall in the gap do not exist; in a
+/// repeated hour, a job at a fixed time runs once, at the first pass, and
+/// one with wildcards or steps runs at every matching instant of both
+/// passes. A slot is an instant (a [`Timestamp`]): the two passes of a
+/// repeated hour are two slots.
+#[derive(Debug, Clone)]
+pub(crate) struct Slots {
+    cron: croner::Cron,
+    zone: TimeZone,
+}
+
+impl Slots {
+    /// The slots of `expression` in the IANA time zone `zone` (`UTC` for
+    /// none).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidOption`] naming `cron` or `time_zone`.
+    pub(crate) fn new(expression: &str, zone: &str) -> Result<Slots> {
+        let cron = croner::parser::CronParser::builder()
+            .seconds(croner::parser::Seconds::Optional)
+            .build()
+            .parse(expression)
+            .map_err(|e| {
+                Error::invalid(
+                    "cron",
+                    format!("{expression:?} is not a cron expression: {e}"),
+                )
+            })?;
+        let zone = TimeZone::get(zone).map_err(|e| {
+            Error::invalid(
+                "time_zone",
+                format!("{zone:?} is not an IANA time zone: {e}"),
+            )
+        })?;
+        Ok(Slots { cron, zone })
+    }
+
+    /// The first slot strictly after `after`; `None` when the expression
+    /// names none (a date that never comes, or past the year 5000).
+    pub(crate) fn after(&self, after: Timestamp) -> Option<Timestamp> {
+        let start = after.to_zoned(self.zone.clone());
+        self.cron
+            .find_next_occurrence(&start, false)
+            .ok()
+            .map(|next| next.timestamp())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(text: &str) -> Timestamp {
+        text.parse().unwrap()
+    }
+
+    #[test]
+    fn seconds_are_optional_and_the_next_slot_is_strictly_after() {
+        let every_ten = Slots::new("*/10 * * * * *", "UTC").unwrap();
+        assert_eq!(
+            every_ten.after(at("2026-11-28T10:00:00Z")),
+            Some(at("2026-11-28T10:00:10Z"))
+        );
+        assert_eq!(
+            every_ten.after(at("2026-11-28T10:00:03.5Z")),
+            Some(at("2026-11-28T10:00:10Z"))
+        );
+        let nightly = Slots::new("30 2 * * *", "Europe/Berlin").unwrap();
+        assert_eq!(
+            nightly.after(at("2026-11-28T10:00:00Z")),
+            Some(at("2026-11-29T01:30:00Z"))
+        );
+    }
+
+    #[test]
+    fn bad_expressions_and_zones_name_their_option() {
+        let e = Slots::new("61 * * * *", "UTC").unwrap_err();
+        assert!(e.to_string().contains("cron"), "{e}");
+        let e = Slots::new("* * * * *", "Mars/Olympus").unwrap_err();
+        assert!(e.to_string().contains("time_zone"), "{e}");
+    }
+
+    /// Europe/Berlin springs forward on 2026-03-29 at 02:00 (to 03:00) and
+    /// falls back on 2026-10-25 at 03:00 (to 02:00).
+    #[test]
+    fn daylight_saving_changes_follow_croner_s_rule() {
+        let fixed = Slots::new("30 2 * * *", "Europe/Berlin").unwrap();
+        // The gap: 02:30 does not exist; the job runs at 03:00 (01:00 UTC).
+        assert_eq!(
+            fixed.after(at("2026-03-28T23:00:00Z")),
+            Some(at("2026-03-29T01:00:00Z"))
+        );
+        // The repeated hour: 02:30 runs once, at its first pass (00:30 UTC).
+        let first = fixed.after(at("2026-10-24T23:00:00Z")).unwrap();
+        assert_eq!(first, at("2026-10-25T00:30:00Z"));
+        assert_eq!(fixed.after(first), Some(at("2026-10-26T01:30:00Z")));
+        // Every 30 minutes: both passes of the repeated hour run.
+        let half_hourly = Slots::new("*/30 * * * *", "Europe/Berlin").unwrap();
+        let mut slots = vec![];
+        let mut t = at("2026-10-24T23:45:00Z");
+        while t < at("2026-10-25T02:00:00Z") {
+            t = half_hourly.after(t).unwrap();
+            slots.push(t.to_string());
+        }
+        assert_eq!(
+            slots,
+            [
+                "2026-10-25T00:00:00Z",
+                "2026-10-25T00:30:00Z",
+                "2026-10-25T01:00:00Z",
+                "2026-10-25T01:30:00Z",
+                "2026-10-25T02:00:00Z"
+            ]
+        );
+    }
+}

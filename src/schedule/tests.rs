@@ -1,0 +1,245 @@
+//! The schedule on the in-memory store with paused time: hosts that run
+//! one schedule, killed and stopped.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::{BlobSchedule, ScheduleOptions, SlotOutcome, SlotReport};
+use crate::error::Error;
+use crate::options::MutexOptions;
+use crate::store::memory::MemoryLeaseStore;
+
+/// One run of a job: the slot's key, the holder, the epoch, when it began
+/// and ended (local instants), and storage's clock when it began.
+#[derive(Debug, Clone)]
+struct Run {
+    slot: String,
+    holder: String,
+    epoch: u64,
+    began: Instant,
+    ended: Option<Instant>,
+    storage_at_start: jiff::Timestamp,
+}
+
+type Runs = Arc<Mutex<Vec<Run>>>;
+
+struct Host {
+    token: CancellationToken,
+    run: JoinHandle<crate::Result<()>>,
+    reports: tokio::sync::broadcast::Receiver<SlotReport>,
+}
+
+/// A host named `holder` running `options` on `store`; each job takes
+/// `work` and is recorded in `runs`.
+fn host(
+    store: &MemoryLeaseStore,
+    holder: &str,
+    options: ScheduleOptions,
+    runs: &Runs,
+    work: Duration,
+) -> Host {
+    let mutex = MutexOptions::default()
+        .with_holder(holder.to_owned())
+        .with_jitter_seed(holder.len() as u64 * 7 + 1);
+    let schedule = BlobSchedule::with_store(store.clone(), options.with_mutex(mutex)).unwrap();
+    let reports = schedule.slot_reports();
+    let (runs, clock) = (runs.clone(), store.clone());
+    let token = CancellationToken::new();
+    let stop = token.clone();
+    let run = tokio::spawn(async move {
+        schedule
+            .run(stop, move |slot, ctx| {
+                let (runs, clock) = (runs.clone(), clock.clone());
+                async move {
+                    let index = {
+                        let mut runs = runs.lock().unwrap();
+                        runs.push(Run {
+                            slot: slot.key.clone(),
+                            holder: ctx.holder().to_owned(),
+                            epoch: ctx.epoch(),
+                            began: Instant::now(),
+                            ended: None,
+                            storage_at_start: jiff::Timestamp::try_from(clock.storage_time())
+                                .unwrap(),
+                        });
+                        runs.len() - 1
+                    };
+                    tokio::select! {
+                        () = tokio::time::sleep(work) => {}
+                        _ = ctx.cancelled() => {}
+                    }
+                    runs.lock().unwrap()[index].ended = Some(Instant::now());
+                    Ok::<(), Error>(())
+                }
+            })
+            .await
+    });
+    Host {
+        token,
+        run,
+        reports,
+    }
+}
+
+/// The runs that ended, sorted by start; asserts that no two overlapped.
+fn finished(runs: &Runs) -> Vec<Run> {
+    let mut runs: Vec<Run> = runs
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|r| r.ended.is_some())
+        .cloned()
+        .collect();
+    runs.sort_by_key(|r| r.began);
+    for pair in runs.windows(2) {
+        assert!(
+            pair[0].ended.unwrap() <= pair[1].began,
+            "two jobs at once: {:?} and {:?}",
+            pair[0],
+            pair[1]
+        );
+    }
+    runs
+}
+
+fn every_ten() -> ScheduleOptions {
+    ScheduleOptions::new("*/10 * * * * *").with_catch_up(Duration::from_secs(30))
+}
+
+#[tokio::test(start_paused = true)]
+async fn three_hosts_run_every_slot_once_in_order_never_early_never_two_at_once() {
+    let store = MemoryLeaseStore::new("c/schedule");
+    let runs = Runs::default();
+    let hosts: Vec<Host> = ["h0", "h1", "h2"]
+        .iter()
+        .map(|h| host(&store, h, every_ten(), &runs, Duration::from_secs(2)))
+        .collect();
+    tokio::time::sleep(Duration::from_secs(3600)).await;
+    for h in &hosts {
+        h.token.cancel();
+    }
+    for h in hosts {
+        h.run.await.unwrap().unwrap();
+    }
+    let runs = finished(&runs);
+    assert!(runs.len() >= 355, "{} runs in an hour", runs.len());
+    let slots: Vec<jiff::Timestamp> = runs.iter().map(|r| r.slot.parse().unwrap()).collect();
+    for (pair, run) in slots.windows(2).zip(&runs) {
+        assert_eq!(
+            pair[1].duration_since(pair[0]),
+            jiff::SignedDuration::from_secs(10),
+            "a slot ran twice or not at all after {run:?}"
+        );
+    }
+    for (run, slot) in runs.iter().zip(&slots) {
+        assert!(run.storage_at_start >= *slot, "ran early: {run:?}");
+        assert!(
+            run.storage_at_start.duration_since(*slot) < jiff::SignedDuration::from_secs(3),
+            "ran late: {run:?}"
+        );
+    }
+    let holders: std::collections::BTreeSet<&str> =
+        runs.iter().map(|r| r.holder.as_str()).collect();
+    assert!(!holders.is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_host_killed_mid_job_leaves_its_slot_to_another_within_the_lease_and_a_retry() {
+    let store = MemoryLeaseStore::new("c/schedule");
+    let runs = Runs::default();
+    // Jobs of 5 s: the one killed is mid-job.
+    let hosts: Vec<Host> = ["h0", "h1", "h2"]
+        .iter()
+        .map(|h| host(&store, h, every_ten(), &runs, Duration::from_secs(5)))
+        .collect();
+    tokio::time::sleep(Duration::from_secs(61)).await;
+    let (running, killed_at) = {
+        let runs = runs.lock().unwrap();
+        let last = runs.last().unwrap().clone();
+        assert!(last.ended.is_none(), "no job runs at 61 s: {last:?}");
+        (last, Instant::now())
+    };
+    let names = ["h0", "h1", "h2"];
+    let victim = names.iter().position(|h| *h == running.holder).unwrap();
+    hosts[victim].run.abort();
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    let others: Vec<&Host> = hosts
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| *i != victim)
+        .map(|(_, h)| h)
+        .collect();
+    for h in &others {
+        h.token.cancel();
+    }
+    let done = finished(&runs);
+    let again = done
+        .iter()
+        .find(|r| r.slot == running.slot)
+        .unwrap_or_else(|| panic!("slot {} never completed: {done:?}", running.slot));
+    assert_ne!(again.holder, running.holder);
+    assert!(again.epoch > running.epoch);
+    let after = again.began - killed_at;
+    // The lease (15 s) and an acquire retry (1 s + 20 %), with slack.
+    assert!(
+        after <= Duration::from_secs(15) + Duration::from_millis(1500),
+        "{after:?}"
+    );
+    assert_eq!(
+        done.iter().filter(|r| r.slot == running.slot).count(),
+        1,
+        "the slot completed twice"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn slots_missed_while_every_host_was_down_run_in_order_within_the_window_and_older_ones_are_recorded_missed(
+) {
+    let store = MemoryLeaseStore::new("c/schedule");
+    let runs = Runs::default();
+    let first = host(&store, "h0", every_ten(), &runs, Duration::from_secs(1));
+    tokio::time::sleep(Duration::from_secs(35)).await;
+    first.token.cancel();
+    first.run.await.unwrap().unwrap();
+    let before = finished(&runs).len();
+    // Down for 100 s: ten slots, of which the last three (30 s window) are
+    // still worth running when a host comes back.
+    tokio::time::sleep(Duration::from_secs(100)).await;
+    let restart = jiff::Timestamp::try_from(store.storage_time()).unwrap();
+    let mut back = host(&store, "h1", every_ten(), &runs, Duration::from_secs(1));
+    tokio::time::sleep(Duration::from_secs(25)).await;
+    back.token.cancel();
+    back.run.await.unwrap().unwrap();
+    let done = finished(&runs);
+    let caught_up: Vec<&Run> = done[before..].iter().collect();
+    let slots: Vec<jiff::Timestamp> = caught_up.iter().map(|r| r.slot.parse().unwrap()).collect();
+    let ten = jiff::SignedDuration::from_secs(10);
+    assert!(
+        slots.windows(2).all(|w| w[1].duration_since(w[0]) == ten),
+        "out of order or a gap: {slots:?}"
+    );
+    // The first slot run is the oldest within the window at the restart.
+    let window_start = restart - jiff::SignedDuration::from_secs(30);
+    assert!(
+        slots[0] >= window_start && slots[0].duration_since(window_start) < ten,
+        "{slots:?} at {restart}"
+    );
+    let last_before: jiff::Timestamp = done[before - 1].slot.parse().unwrap();
+    let mut missed = 0;
+    while let Ok(report) = back.reports.try_recv() {
+        if let SlotOutcome::Missed { count } = report.outcome {
+            missed += count;
+        }
+    }
+    let between = slots[0].duration_since(last_before).as_secs() / 10 - 1;
+    assert_eq!(
+        missed,
+        u64::try_from(between).unwrap(),
+        "{slots:?}, last before {last_before}"
+    );
+    assert!(missed >= 6, "{missed}");
+}
