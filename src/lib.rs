@@ -65,8 +65,10 @@ mod options;
 pub mod partitions;
 pub mod quorum;
 #[cfg(feature = "schedule")]
+mod schedule;
+#[cfg(feature = "schedule")]
 #[cfg_attr(docsrs, doc(cfg(feature = "schedule")))]
-pub mod schedule;
+pub mod slots;
 pub mod store;
 pub mod term;
 #[cfg(feature = "testing")]
@@ -87,6 +89,7 @@ pub use mutex::{
 };
 pub use options::MutexOptions;
 #[cfg(feature = "schedule")]
+#[cfg_attr(docsrs, doc(cfg(feature = "schedule")))]
 pub use schedule::{BlobSchedule, ScheduleOptions};
 
 /// Re-exported so that callers can name the token type without adding the crate.

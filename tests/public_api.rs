@@ -16,10 +16,11 @@
 mod blob_mutex {
     #[allow(unused_imports)]
     use blob_mutex::{
-        azure, error, guide, health, partitions, quorum, store, term, testing,
-        BlobDistributedMutex, BlobLeaseSet, BlobLocks, BlobSettings, CancellationToken, Error,
-        LeaderContext, LeaseSetOptions, MutexGuard, MutexOptions, OnceOptions, OnceOutcome,
-        PartitionContext, Result, SkipReason, TryAcquire,
+        azure, error, guide, health, partitions, quorum, slots, store, term, testing,
+        BlobDistributedMutex, BlobLeaseSet, BlobLocks, BlobSchedule, BlobSettings,
+        CancellationToken, Error, LeaderContext, LeaseSetOptions, MutexGuard, MutexOptions,
+        OnceOptions, OnceOutcome, PartitionContext, Result, ScheduleOptions, SkipReason,
+        TryAcquire,
     };
 }
 mod blob_mutex_azure {
@@ -61,6 +62,10 @@ mod blob_mutex_quorum {
         AccountLease, Holding, QuorumLeaseSetStore, QuorumLeaseStore, MAX_QUORUM_ACCOUNTS,
     };
 }
+mod blob_mutex_slots {
+    #[allow(unused_imports)]
+    use blob_mutex::slots::{Overlap, Slot, SlotOutcome, SlotReport};
+}
 mod blob_mutex_store {
     #[allow(unused_imports)]
     use blob_mutex::store::{
@@ -101,6 +106,7 @@ const NAMED: &[&str] = &[
     "blob_mutex::BlobDistributedMutex",
     "blob_mutex::BlobLeaseSet",
     "blob_mutex::BlobLocks",
+    "blob_mutex::BlobSchedule",
     "blob_mutex::BlobSettings",
     "blob_mutex::CancellationToken",
     "blob_mutex::Error",
@@ -112,6 +118,7 @@ const NAMED: &[&str] = &[
     "blob_mutex::OnceOutcome",
     "blob_mutex::PartitionContext",
     "blob_mutex::Result",
+    "blob_mutex::ScheduleOptions",
     "blob_mutex::SkipReason",
     "blob_mutex::TryAcquire",
     "blob_mutex::azure",
@@ -163,6 +170,11 @@ const NAMED: &[&str] = &[
     "blob_mutex::quorum::MAX_QUORUM_ACCOUNTS",
     "blob_mutex::quorum::QuorumLeaseSetStore",
     "blob_mutex::quorum::QuorumLeaseStore",
+    "blob_mutex::slots",
+    "blob_mutex::slots::Overlap",
+    "blob_mutex::slots::Slot",
+    "blob_mutex::slots::SlotOutcome",
+    "blob_mutex::slots::SlotReport",
     "blob_mutex::store",
     "blob_mutex::store::Acquire",
     "blob_mutex::store::Candidate",
