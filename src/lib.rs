@@ -55,6 +55,8 @@ mod backoff;
 mod bounded;
 mod engine;
 pub mod error;
+#[cfg(feature = "schedule")]
+mod fleet;
 pub mod guide;
 pub mod health;
 mod lease_set;
@@ -65,10 +67,8 @@ mod options;
 pub mod partitions;
 pub mod quorum;
 #[cfg(feature = "schedule")]
-mod schedule;
-#[cfg(feature = "schedule")]
 #[cfg_attr(docsrs, doc(cfg(feature = "schedule")))]
-pub mod slots;
+pub mod schedule;
 pub mod store;
 pub mod term;
 #[cfg(feature = "testing")]
@@ -88,9 +88,6 @@ pub use mutex::{
     BlobDistributedMutex, MutexGuard, OnceOptions, OnceOutcome, SkipReason, TryAcquire,
 };
 pub use options::MutexOptions;
-#[cfg(feature = "schedule")]
-#[cfg_attr(docsrs, doc(cfg(feature = "schedule")))]
-pub use schedule::{BlobSchedule, ScheduleOptions};
 
 /// Re-exported so that callers can name the token type without adding the crate.
 pub use tokio_util::sync::CancellationToken;

@@ -3,24 +3,25 @@
 //! API: `scripts/public-api --test tests/fixtures/public-api.txt`.
 // The list is made with every feature; `testing` gates the memory stores and
 // the conformance suite, `official` and `sdk-v021` the backends' own types,
-// `azure_identity` the credential chosen from the environment. Deprecated
+// `azure_identity` the credential chosen from the environment, `schedule` the
+// fleet's schedule. Deprecated
 // items are public until they are removed: they are named too.
 #![allow(deprecated, non_snake_case)]
 #![cfg(all(
     feature = "testing",
     feature = "official",
     feature = "sdk-v021",
-    feature = "azure_identity"
+    feature = "azure_identity",
+    feature = "schedule"
 ))]
 
 mod blob_mutex {
     #[allow(unused_imports)]
     use blob_mutex::{
-        azure, error, guide, health, partitions, quorum, slots, store, term, testing,
-        BlobDistributedMutex, BlobLeaseSet, BlobLocks, BlobSchedule, BlobSettings,
-        CancellationToken, Error, LeaderContext, LeaseSetOptions, MutexGuard, MutexOptions,
-        OnceOptions, OnceOutcome, PartitionContext, Result, ScheduleOptions, SkipReason,
-        TryAcquire,
+        azure, error, guide, health, partitions, quorum, schedule, store, term, testing,
+        BlobDistributedMutex, BlobLeaseSet, BlobLocks, BlobSettings, CancellationToken, Error,
+        LeaderContext, LeaseSetOptions, MutexGuard, MutexOptions, OnceOptions, OnceOutcome,
+        PartitionContext, Result, SkipReason, TryAcquire,
     };
 }
 mod blob_mutex_azure {
@@ -62,9 +63,11 @@ mod blob_mutex_quorum {
         AccountLease, Holding, QuorumLeaseSetStore, QuorumLeaseStore, MAX_QUORUM_ACCOUNTS,
     };
 }
-mod blob_mutex_slots {
+mod blob_mutex_schedule {
     #[allow(unused_imports)]
-    use blob_mutex::slots::{Overlap, Slot, SlotOutcome, SlotReport};
+    use blob_mutex::schedule::{
+        BlobSchedule, Overlap, ScheduleOptions, Slot, SlotOutcome, SlotReport,
+    };
 }
 mod blob_mutex_store {
     #[allow(unused_imports)]
@@ -106,7 +109,6 @@ const NAMED: &[&str] = &[
     "blob_mutex::BlobDistributedMutex",
     "blob_mutex::BlobLeaseSet",
     "blob_mutex::BlobLocks",
-    "blob_mutex::BlobSchedule",
     "blob_mutex::BlobSettings",
     "blob_mutex::CancellationToken",
     "blob_mutex::Error",
@@ -118,7 +120,6 @@ const NAMED: &[&str] = &[
     "blob_mutex::OnceOutcome",
     "blob_mutex::PartitionContext",
     "blob_mutex::Result",
-    "blob_mutex::ScheduleOptions",
     "blob_mutex::SkipReason",
     "blob_mutex::TryAcquire",
     "blob_mutex::azure",
@@ -170,11 +171,13 @@ const NAMED: &[&str] = &[
     "blob_mutex::quorum::MAX_QUORUM_ACCOUNTS",
     "blob_mutex::quorum::QuorumLeaseSetStore",
     "blob_mutex::quorum::QuorumLeaseStore",
-    "blob_mutex::slots",
-    "blob_mutex::slots::Overlap",
-    "blob_mutex::slots::Slot",
-    "blob_mutex::slots::SlotOutcome",
-    "blob_mutex::slots::SlotReport",
+    "blob_mutex::schedule",
+    "blob_mutex::schedule::BlobSchedule",
+    "blob_mutex::schedule::Overlap",
+    "blob_mutex::schedule::ScheduleOptions",
+    "blob_mutex::schedule::Slot",
+    "blob_mutex::schedule::SlotOutcome",
+    "blob_mutex::schedule::SlotReport",
     "blob_mutex::store",
     "blob_mutex::store::Acquire",
     "blob_mutex::store::Candidate",
