@@ -14,195 +14,39 @@
 //! shape](crate::guide::shapes).
 
 mod due;
+mod options;
 mod record;
+mod report;
 mod slots;
+mod term;
 #[cfg(test)]
 mod tests;
 
 use std::future::Future;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use jiff::Timestamp;
 use tokio::sync::broadcast;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use tracing::{info, warn};
+use tracing::{info_span, warn, Instrument};
 
 use self::due::{due, Next};
-use self::record::{window_start, Entry, Fate, Record};
+use self::record::Record;
 use self::slots::Slots;
+use self::term::{storage_now, Term};
 use crate::azure::settings::BlobSettings;
 use crate::azure::BlobLeaseManager;
 use crate::backoff::backoff;
+use crate::bounded::bounded;
 use crate::engine::leadership::LeaderContext;
 use crate::error::{BoxError, Chain, Error, Result};
 use crate::mutex::{BlobDistributedMutex, OnceOutcome};
-use crate::options::MutexOptions;
 use crate::store::LeaseStore;
 
-/// What to do with a slot that comes due while the previous slot's job
-/// still runs (never two jobs at once, whatever the policy).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Overlap {
-    /// Record it as skipped: it never runs late. The default, as
-    /// Temporal's, and what a job that must not pile up wants.
-    #[default]
-    Skip,
-    /// Run it once the running job has ended, if it is still within the
-    /// catch-up window.
-    Wait,
-}
-
-/// The options of a [`BlobSchedule`].
-#[derive(Debug, Clone)]
-#[non_exhaustive]
-pub struct ScheduleOptions {
-    cron: String,
-    time_zone: String,
-    catch_up: Duration,
-    overlap: Overlap,
-    retries: u32,
-    retry_backoff: Duration,
-    mutex: MutexOptions,
-}
-
-impl ScheduleOptions {
-    /// A schedule of `cron`: five fields (minute, hour, day of month,
-    /// month, day of week) or six with seconds first, in UTC, with a
-    /// catch-up window of a minute, [`Overlap::Skip`], two retries of a
-    /// failed job 10 s apart (doubling), and the default mutex options.
-    #[must_use]
-    pub fn new(cron: impl Into<String>) -> Self {
-        ScheduleOptions {
-            cron: cron.into(),
-            time_zone: "UTC".to_owned(),
-            catch_up: Duration::from_secs(60),
-            overlap: Overlap::default(),
-            retries: 2,
-            retry_backoff: Duration::from_secs(10),
-            mutex: MutexOptions::default(),
-        }
-    }
-
-    /// The IANA time zone the expression is read in (`Europe/Berlin`).
-    #[must_use = "options are built by value; use the returned options"]
-    pub fn with_time_zone(mut self, zone: impl Into<String>) -> Self {
-        self.time_zone = zone.into();
-        self
-    }
-
-    /// How long after its instant, on storage's clock, a slot not done is
-    /// still run (or retried); past it, it is recorded as missed and never
-    /// runs. At least a second.
-    #[must_use = "options are built by value; use the returned options"]
-    pub fn with_catch_up(mut self, window: Duration) -> Self {
-        self.catch_up = window;
-        self
-    }
-
-    /// See [`Overlap`].
-    #[must_use = "options are built by value; use the returned options"]
-    pub fn with_overlap(mut self, overlap: Overlap) -> Self {
-        self.overlap = overlap;
-        self
-    }
-
-    /// How many times a slot whose job failed is run again, within the
-    /// window, the first `backoff` after the failure and each next one
-    /// twice as long after the last.
-    #[must_use = "options are built by value; use the returned options"]
-    pub fn with_retries(mut self, retries: u32, backoff: Duration) -> Self {
-        self.retries = retries;
-        self.retry_backoff = backoff;
-        self
-    }
-
-    /// The options of the lease's campaign and terms.
-    #[must_use = "options are built by value; use the returned options"]
-    pub fn with_mutex(mut self, options: MutexOptions) -> Self {
-        self.mutex = options;
-        self
-    }
-
-    /// Checks the options, the expression and the time zone.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::InvalidOption`] naming `cron`, `time_zone`, `catch_up`, or
-    /// one of the mutex's options.
-    pub fn validate(&self) -> Result<()> {
-        Slots::new(&self.cron, &self.time_zone)?;
-        if self.catch_up < Duration::from_secs(1) {
-            return Err(Error::invalid("catch_up", "must be at least 1 s"));
-        }
-        self.mutex.validate()
-    }
-}
-
-/// The slot a job runs for.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct Slot {
-    /// The slot's instant.
-    pub at: SystemTime,
-    /// Its key in the record: the instant in UTC, RFC 3339
-    /// (`2026-11-28T02:30:00Z`).
-    pub key: String,
-    /// This run's number: 1, then one more for each retry.
-    pub attempt: u32,
-}
-
-/// What became of a slot, as the host that settled it reports it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum SlotOutcome {
-    /// Its job succeeded and the record says so.
-    Ran {
-        /// The term's epoch (the fencing token the job was given).
-        epoch: u64,
-        /// Which run of the slot it was.
-        attempt: u32,
-    },
-    /// Its job failed (`error`); it is retried while retries are left.
-    Failed {
-        /// The term's epoch.
-        epoch: u64,
-        /// Which run of the slot it was.
-        attempt: u32,
-        /// The job's error.
-        error: String,
-    },
-    /// Its job ran but the record could not be written (the lease was
-    /// lost): the next holder runs it again.
-    Unrecorded {
-        /// The term's epoch.
-        epoch: u64,
-        /// Why the write failed.
-        error: String,
-    },
-    /// It came due while the previous slot's job ran ([`Overlap::Skip`]).
-    Skipped,
-    /// Nobody ran it within the catch-up window; `count` slots up to this
-    /// one were.
-    Missed {
-        /// How many slots went past the window together.
-        count: u64,
-    },
-}
-
-/// A report of one slot, sent by the host that settled it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct SlotReport {
-    /// The slot's key ([`Slot::key`]).
-    pub slot: String,
-    /// The holder that settled it.
-    pub holder: String,
-    /// What became of it.
-    pub outcome: SlotOutcome,
-}
+pub use self::options::{Overlap, ScheduleOptions};
+pub use self::report::{Slot, SlotOutcome, SlotReport};
 
 /// A cron schedule whose every slot runs once across the fleet.
 ///
@@ -297,7 +141,19 @@ impl<S: LeaseStore + Clone + 'static> BlobSchedule<S> {
         Fut: Future<Output = std::result::Result<(), E>> + Send + 'static,
         E: Into<BoxError> + 'static,
     {
-        let job = Arc::new(job);
+        // Every line of the schedule's names its lease and holder, as the
+        // engine's do (its terms nest their own spans in this one).
+        let span = info_span!("lease", lease = %self.store.name(), holder = %self.holder());
+        self.run_here(token, Arc::new(job)).instrument(span).await
+    }
+
+    /// [`run`](Self::run), in its span.
+    async fn run_here<F, Fut, E>(&self, token: CancellationToken, job: Arc<F>) -> Result<()>
+    where
+        F: Fn(Slot, LeaderContext) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = std::result::Result<(), E>> + Send + 'static,
+        E: Into<BoxError> + 'static,
+    {
         let mut failures = 0;
         while !token.is_cancelled() {
             let wait = match self.look().await {
@@ -341,14 +197,16 @@ impl<S: LeaseStore + Clone + 'static> BlobSchedule<S> {
 
     /// Reads the record and storage's clock without the lease.
     async fn look(&self) -> Result<Look> {
-        let state = self.store.read_state().await?;
-        let info = self.store.inspect().await?;
-        let seen = Instant::now();
-        // No lease blob yet: the first term makes it and begins the record.
-        let Some(now) = info.and_then(|i| i.storage_time) else {
-            return Ok(Look::Due);
+        let limit = self.options.mutex.request_timeout;
+        let state = bounded("read state", limit, self.store.read_state()).await?;
+        // No lease blob yet (no clock to read): the first term makes it
+        // and begins the record.
+        let now = match storage_now(&self.store, limit).await {
+            Ok(now) => now,
+            Err(Error::Unsupported { .. }) => return Ok(Look::Due),
+            Err(e) => return Err(e),
         };
-        let now = timestamp(now);
+        let seen = Instant::now();
         let record = Record::parse(&self.store.name(), &state)?.unwrap_or_default();
         if record.through.is_none() && record.slots.is_empty() {
             return Ok(Look::Due);
@@ -421,198 +279,6 @@ enum Look {
         at: Option<Timestamp>,
         seen: (Instant, Timestamp),
     },
-}
-
-/// What one term needs to settle the slots due.
-struct Term<S> {
-    store: S,
-    slots: Slots,
-    options: ScheduleOptions,
-    reports: broadcast::Sender<SlotReport>,
-}
-
-impl<S: LeaseStore> Term<S> {
-    /// Under the term's lease: reads the record and storage's clock, lets
-    /// the slots past the window go as missed, runs the oldest slot due,
-    /// and writes the record.
-    async fn settle<F, Fut, E>(self, ctx: LeaderContext, job: Arc<F>) -> Result<()>
-    where
-        F: Fn(Slot, LeaderContext) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = std::result::Result<(), E>> + Send + 'static,
-        E: Into<BoxError> + 'static,
-    {
-        let state = self.store.read_state().await?;
-        let mut record = Record::parse(&self.store.name(), &state)?.unwrap_or_default();
-        let now = self.now().await?;
-        let before = record.clone();
-        if record.through.is_none() && record.slots.is_empty() {
-            // A new schedule begins now: no slot before it is run.
-            record.through = Some(now);
-        }
-        let d = due(
-            &self.slots,
-            &record,
-            now,
-            self.options.catch_up,
-            self.options.retries,
-        );
-        if let Some(last) = d.missed.last() {
-            record.through = Some(record.through.map_or(*last, |t| t.max(*last)));
-            self.report(
-                &ctx,
-                *last,
-                SlotOutcome::Missed {
-                    count: d.missed_count,
-                },
-            );
-        }
-        let Next::Run { slot, attempt } = d.next else {
-            record.prune(now, self.options.catch_up);
-            if record != before {
-                self.store
-                    .write_state(ctx.lease_id(), &record.to_bytes())
-                    .await?;
-            }
-            return Ok(());
-        };
-        let given = Slot {
-            at: SystemTime::from(slot),
-            key: slot.to_string(),
-            attempt,
-        };
-        info!(holder = %ctx.holder(), epoch = ctx.epoch(), slot = %slot, attempt, "schedule: running the slot's job");
-        let result = job(given, ctx.clone()).await.map_err(Into::into);
-        let end = self.now().await?;
-        let outcome = self.record_run(&ctx, &mut record, slot, attempt, now, end, result);
-        record.prune(end, self.options.catch_up);
-        let written = self
-            .store
-            .write_state(ctx.lease_id(), &record.to_bytes())
-            .await;
-        match written {
-            Ok(()) => self.report(&ctx, slot, outcome),
-            Err(e) => self.report(
-                &ctx,
-                slot,
-                SlotOutcome::Unrecorded {
-                    epoch: ctx.epoch(),
-                    error: Chain(&e).to_string(),
-                },
-            ),
-        }
-        Ok(())
-    }
-
-    /// Enters the run of `slot` (from `started` to `end`, storage's clock)
-    /// in `record`, with the slots that came due meanwhile when they are
-    /// skipped; returns the slot's outcome.
-    #[allow(clippy::too_many_arguments)]
-    fn record_run(
-        &self,
-        ctx: &LeaderContext,
-        record: &mut Record,
-        slot: Timestamp,
-        attempt: u32,
-        started: Timestamp,
-        end: Timestamp,
-        result: std::result::Result<(), BoxError>,
-    ) -> SlotOutcome {
-        let (fate, retry_at, outcome) = match result {
-            Ok(()) => (
-                Fate::Done,
-                None,
-                SlotOutcome::Ran {
-                    epoch: ctx.epoch(),
-                    attempt,
-                },
-            ),
-            Err(e) => {
-                let wait = backoff(
-                    self.options.retry_backoff,
-                    Duration::from_secs(86_400),
-                    attempt,
-                );
-                let retry = end
-                    .checked_add(jiff::SignedDuration::try_from(wait).unwrap_or_default())
-                    .ok();
-                let error = e.to_string();
-                (
-                    Fate::Failed,
-                    retry,
-                    SlotOutcome::Failed {
-                        epoch: ctx.epoch(),
-                        attempt,
-                        error,
-                    },
-                )
-            }
-        };
-        record.slots.insert(
-            slot,
-            Entry {
-                fate,
-                attempts: attempt,
-                epoch: ctx.epoch(),
-                retry_at,
-                holder: ctx.holder().to_owned(),
-            },
-        );
-        if self.options.overlap == Overlap::Skip {
-            let mut cursor = started.max(slot);
-            while let Some(next) = self.slots.after(cursor).filter(|s| *s <= end) {
-                cursor = next;
-                if !record.slots.contains_key(&next)
-                    && next >= window_start(end, self.options.catch_up)
-                {
-                    record.slots.insert(next, skipped());
-                    self.report(ctx, next, SlotOutcome::Skipped);
-                }
-            }
-        }
-        outcome
-    }
-
-    /// Storage's clock, from an inspection.
-    async fn now(&self) -> Result<Timestamp> {
-        let info = self.store.inspect().await?;
-        info.and_then(|i| i.storage_time)
-            .map(timestamp)
-            .ok_or(Error::Unsupported {
-                operation: "read storage's clock (a schedule needs it)",
-            })
-    }
-
-    fn report(&self, ctx: &LeaderContext, slot: Timestamp, outcome: SlotOutcome) {
-        match &outcome {
-            SlotOutcome::Ran { epoch, attempt } => {
-                info!(holder = %ctx.holder(), epoch, attempt, slot = %slot, "schedule: the slot ran");
-            }
-            other => {
-                warn!(holder = %ctx.holder(), slot = %slot, outcome = ?other, "schedule: the slot did not run to its end");
-            }
-        }
-        let _ = self.reports.send(SlotReport {
-            slot: slot.to_string(),
-            holder: ctx.holder().to_owned(),
-            outcome,
-        });
-    }
-}
-
-/// A skipped slot's entry.
-fn skipped() -> Entry {
-    Entry {
-        fate: Fate::Skipped,
-        attempts: 0,
-        epoch: 0,
-        retry_at: None,
-        holder: String::new(),
-    }
-}
-
-/// A system time as a timestamp (the Unix epoch for one out of range).
-fn timestamp(time: SystemTime) -> Timestamp {
-    Timestamp::try_from(time).unwrap_or(Timestamp::UNIX_EPOCH)
 }
 
 /// How long from now until storage's clock reads `at`, from `seen`: the

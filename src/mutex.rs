@@ -23,7 +23,7 @@ use crate::store::{check_request_timeout, LeaseStore};
 
 mod guard;
 mod once;
-mod record;
+pub(crate) mod record;
 
 pub use guard::{MutexGuard, TryAcquire};
 pub use once::OnceOutcome;

@@ -1,0 +1,108 @@
+//! The options of a [`BlobSchedule`](super::BlobSchedule): its
+//! expression and zone, catch-up window, overlap policy and retries.
+
+use std::time::Duration;
+
+use super::slots::Slots;
+use crate::error::{Error, Result};
+use crate::options::MutexOptions;
+
+/// What to do with a slot that comes due while the previous slot's job
+/// still runs (never two jobs at once, whatever the policy).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Overlap {
+    /// Record it as skipped: it never runs late. The default, as
+    /// Temporal's, and what a job that must not pile up wants.
+    #[default]
+    Skip,
+    /// Run it once the running job has ended, if it is still within the
+    /// catch-up window.
+    Wait,
+}
+
+/// The options of a [`BlobSchedule`].
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct ScheduleOptions {
+    pub(super) cron: String,
+    pub(super) time_zone: String,
+    pub(super) catch_up: Duration,
+    pub(super) overlap: Overlap,
+    pub(super) retries: u32,
+    pub(super) retry_backoff: Duration,
+    pub(super) mutex: MutexOptions,
+}
+
+impl ScheduleOptions {
+    /// A schedule of `cron`: five fields (minute, hour, day of month,
+    /// month, day of week) or six with seconds first, in UTC, with a
+    /// catch-up window of a minute, [`Overlap::Skip`], two retries of a
+    /// failed job 10 s apart (doubling), and the default mutex options.
+    #[must_use]
+    pub fn new(cron: impl Into<String>) -> Self {
+        ScheduleOptions {
+            cron: cron.into(),
+            time_zone: "UTC".to_owned(),
+            catch_up: Duration::from_secs(60),
+            overlap: Overlap::default(),
+            retries: 2,
+            retry_backoff: Duration::from_secs(10),
+            mutex: MutexOptions::default(),
+        }
+    }
+
+    /// The IANA time zone the expression is read in (`Europe/Berlin`).
+    #[must_use = "options are built by value; use the returned options"]
+    pub fn with_time_zone(mut self, zone: impl Into<String>) -> Self {
+        self.time_zone = zone.into();
+        self
+    }
+
+    /// How long after its instant, on storage's clock, a slot not done is
+    /// still run (or retried); past it, it is recorded as missed and never
+    /// runs. At least a second.
+    #[must_use = "options are built by value; use the returned options"]
+    pub fn with_catch_up(mut self, window: Duration) -> Self {
+        self.catch_up = window;
+        self
+    }
+
+    /// See [`Overlap`].
+    #[must_use = "options are built by value; use the returned options"]
+    pub fn with_overlap(mut self, overlap: Overlap) -> Self {
+        self.overlap = overlap;
+        self
+    }
+
+    /// How many times a slot whose job failed is run again, within the
+    /// window, the first `backoff` after the failure and each next one
+    /// twice as long after the last.
+    #[must_use = "options are built by value; use the returned options"]
+    pub fn with_retries(mut self, retries: u32, backoff: Duration) -> Self {
+        self.retries = retries;
+        self.retry_backoff = backoff;
+        self
+    }
+
+    /// The options of the lease's campaign and terms.
+    #[must_use = "options are built by value; use the returned options"]
+    pub fn with_mutex(mut self, options: MutexOptions) -> Self {
+        self.mutex = options;
+        self
+    }
+
+    /// Checks the options, the expression and the time zone.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidOption`] naming `cron`, `time_zone`, `catch_up`, or
+    /// one of the mutex's options.
+    pub fn validate(&self) -> Result<()> {
+        Slots::new(&self.cron, &self.time_zone)?;
+        if self.catch_up < Duration::from_secs(1) {
+            return Err(Error::invalid("catch_up", "must be at least 1 s"));
+        }
+        self.mutex.validate()
+    }
+}

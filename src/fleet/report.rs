@@ -1,0 +1,67 @@
+//! What a job is given ([`Slot`]) and what a host reports of each slot it
+//! settles ([`SlotReport`], [`SlotOutcome`]).
+
+use std::time::SystemTime;
+
+/// The slot a job runs for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Slot {
+    /// The slot's instant.
+    pub at: SystemTime,
+    /// Its key in the record: the instant in UTC, RFC 3339
+    /// (`2026-11-28T02:30:00Z`).
+    pub key: String,
+    /// This run's number: 1, then one more for each retry.
+    pub attempt: u32,
+}
+
+/// What became of a slot, as the host that settled it reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SlotOutcome {
+    /// Its job succeeded and the record says so.
+    Ran {
+        /// The term's epoch (the fencing token the job was given).
+        epoch: u64,
+        /// Which run of the slot it was.
+        attempt: u32,
+    },
+    /// Its job failed (`error`); it is retried while retries are left.
+    Failed {
+        /// The term's epoch.
+        epoch: u64,
+        /// Which run of the slot it was.
+        attempt: u32,
+        /// The job's error.
+        error: String,
+    },
+    /// Its job ran but the record could not be written (the lease was
+    /// lost): the next holder runs it again.
+    Unrecorded {
+        /// The term's epoch.
+        epoch: u64,
+        /// Why the write failed.
+        error: String,
+    },
+    /// It came due while the previous slot's job ran ([`Overlap::Skip`]).
+    Skipped,
+    /// Nobody ran it within the catch-up window; `count` slots up to this
+    /// one were.
+    Missed {
+        /// How many slots went past the window together.
+        count: u64,
+    },
+}
+
+/// A report of one slot, sent by the host that settled it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SlotReport {
+    /// The slot's key ([`Slot::key`]).
+    pub slot: String,
+    /// The holder that settled it.
+    pub holder: String,
+    /// What became of it.
+    pub outcome: SlotOutcome,
+}

@@ -1,0 +1,226 @@
+//! One term of a schedule: under the lease, read the record and storage's
+//! clock, let the slots past the window go as missed, run the oldest slot
+//! due, and write what became of it.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use jiff::Timestamp;
+use tokio::sync::broadcast;
+use tracing::{info, warn};
+
+use super::due::{due, Next};
+use super::record::{window_start, Entry, Fate, Record};
+use super::slots::Slots;
+use super::{Overlap, ScheduleOptions, Slot, SlotOutcome, SlotReport};
+use crate::backoff::backoff;
+use crate::bounded::bounded;
+use crate::engine::leadership::LeaderContext;
+use crate::error::{BoxError, Chain, Error, Result};
+use crate::mutex::record::storage_time;
+use crate::store::LeaseStore;
+
+/// What one term needs to settle the slots due.
+pub(super) struct Term<S> {
+    pub(super) store: S,
+    pub(super) slots: Slots,
+    pub(super) options: ScheduleOptions,
+    pub(super) reports: broadcast::Sender<SlotReport>,
+}
+
+impl<S: LeaseStore> Term<S> {
+    /// Under the term's lease: reads the record and storage's clock, lets
+    /// the slots past the window go as missed, runs the oldest slot due,
+    /// and writes the record.
+    pub(super) async fn settle<F, Fut, E>(self, ctx: LeaderContext, job: Arc<F>) -> Result<()>
+    where
+        F: Fn(Slot, LeaderContext) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = std::result::Result<(), E>> + Send + 'static,
+        E: Into<BoxError> + 'static,
+    {
+        // Through the term's context: bounded, and the write fenced by the
+        // term's lease.
+        let state = ctx.read_state().await?;
+        let mut record = Record::parse(&self.store.name(), &state)?.unwrap_or_default();
+        let now = self.now().await?;
+        let before = record.clone();
+        if record.through.is_none() && record.slots.is_empty() {
+            // A new schedule begins now: no slot before it is run.
+            record.through = Some(now);
+        }
+        let d = due(
+            &self.slots,
+            &record,
+            now,
+            self.options.catch_up,
+            self.options.retries,
+        );
+        if let Some(last) = d.missed.last() {
+            record.through = Some(record.through.map_or(*last, |t| t.max(*last)));
+            self.report(
+                &ctx,
+                *last,
+                SlotOutcome::Missed {
+                    count: d.missed_count,
+                },
+            );
+        }
+        let Next::Run { slot, attempt } = d.next else {
+            record.prune(now, self.options.catch_up);
+            if record != before {
+                self.store
+                    .write_state(ctx.lease_id(), &record.to_bytes())
+                    .await?;
+            }
+            return Ok(());
+        };
+        let given = Slot {
+            at: SystemTime::from(slot),
+            key: slot.to_string(),
+            attempt,
+        };
+        info!(holder = %ctx.holder(), epoch = ctx.epoch(), slot = %slot, attempt, "schedule: running the slot's job");
+        let result = job(given, ctx.clone()).await.map_err(Into::into);
+        let end = self.now().await?;
+        let outcome = self.record_run(&ctx, &mut record, slot, attempt, now, end, result);
+        record.prune(end, self.options.catch_up);
+        let written = self
+            .store
+            .write_state(ctx.lease_id(), &record.to_bytes())
+            .await;
+        match written {
+            Ok(()) => self.report(&ctx, slot, outcome),
+            Err(e) => self.report(
+                &ctx,
+                slot,
+                SlotOutcome::Unrecorded {
+                    epoch: ctx.epoch(),
+                    error: Chain(&e).to_string(),
+                },
+            ),
+        }
+        Ok(())
+    }
+
+    /// Enters the run of `slot` (from `started` to `end`, storage's clock)
+    /// in `record`, with the slots that came due meanwhile when they are
+    /// skipped; returns the slot's outcome.
+    #[allow(clippy::too_many_arguments)]
+    fn record_run(
+        &self,
+        ctx: &LeaderContext,
+        record: &mut Record,
+        slot: Timestamp,
+        attempt: u32,
+        started: Timestamp,
+        end: Timestamp,
+        result: std::result::Result<(), BoxError>,
+    ) -> SlotOutcome {
+        let (fate, retry_at, outcome) = match result {
+            Ok(()) => (
+                Fate::Done,
+                None,
+                SlotOutcome::Ran {
+                    epoch: ctx.epoch(),
+                    attempt,
+                },
+            ),
+            Err(e) => {
+                let wait = backoff(
+                    self.options.retry_backoff,
+                    Duration::from_secs(86_400),
+                    attempt,
+                );
+                let retry = end
+                    .checked_add(jiff::SignedDuration::try_from(wait).unwrap_or_default())
+                    .ok();
+                let error = e.to_string();
+                (
+                    Fate::Failed,
+                    retry,
+                    SlotOutcome::Failed {
+                        epoch: ctx.epoch(),
+                        attempt,
+                        error,
+                    },
+                )
+            }
+        };
+        record.slots.insert(
+            slot,
+            Entry {
+                fate,
+                attempts: attempt,
+                epoch: ctx.epoch(),
+                retry_at,
+                holder: ctx.holder().to_owned(),
+            },
+        );
+        if self.options.overlap == Overlap::Skip {
+            let mut cursor = started.max(slot);
+            while let Some(next) = self.slots.after(cursor).filter(|s| *s <= end) {
+                cursor = next;
+                if !record.slots.contains_key(&next)
+                    && next >= window_start(end, self.options.catch_up)
+                {
+                    record.slots.insert(next, skipped());
+                    self.report(ctx, next, SlotOutcome::Skipped);
+                }
+            }
+        }
+        outcome
+    }
+
+    /// Storage's clock, from an inspection.
+    async fn now(&self) -> Result<Timestamp> {
+        storage_now(&self.store, self.options.mutex.request_timeout).await
+    }
+
+    fn report(&self, ctx: &LeaderContext, slot: Timestamp, outcome: SlotOutcome) {
+        match &outcome {
+            SlotOutcome::Ran { epoch, attempt } => {
+                info!(holder = %ctx.holder(), epoch, attempt, slot = %slot, "schedule: the slot ran");
+            }
+            other => {
+                warn!(holder = %ctx.holder(), slot = %slot, outcome = ?other, "schedule: the slot did not run to its end");
+            }
+        }
+        let _ = self.reports.send(SlotReport {
+            slot: slot.to_string(),
+            holder: ctx.holder().to_owned(),
+            outcome,
+        });
+    }
+}
+
+/// A skipped slot's entry.
+fn skipped() -> Entry {
+    Entry {
+        fate: Fate::Skipped,
+        attempts: 0,
+        epoch: 0,
+        retry_at: None,
+        holder: String::new(),
+    }
+}
+
+/// Storage's clock, from one inspection bounded by `limit`.
+///
+/// # Errors
+///
+/// The inspection's, and [`Error::Unsupported`] for a store that does not
+/// report its clock (or has no lease blob yet).
+pub(super) async fn storage_now<S: LeaseStore>(store: &S, limit: Duration) -> Result<Timestamp> {
+    bounded("inspect", limit, storage_time(store))
+        .await?
+        .map(timestamp)
+        .ok_or(Error::Unsupported {
+            operation: "read storage's clock (a schedule needs it)",
+        })
+}
+
+/// A system time as a timestamp (the Unix epoch for one out of range).
+pub(super) fn timestamp(time: SystemTime) -> Timestamp {
+    Timestamp::try_from(time).unwrap_or(Timestamp::UNIX_EPOCH)
+}
