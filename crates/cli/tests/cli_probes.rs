@@ -24,18 +24,9 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
 /// `blob-mutex run --forever` on the shared Azurite, serving on `addr`, and
 /// live there.
 async fn serving(name: &str, addr: &str) -> Child {
-    let child = Command::new(BIN)
-        .args(["run", "--container", &azurite::unique_container(name)])
-        .args(["--blob", "lock", "--forever", "--metrics-addr", addr])
+    let child = run_on_azurite(&azurite::unique_container(name))
+        .args(["--forever", "--metrics-addr", addr])
         .args(["--", "sleep", "1000"])
-        .env(
-            "AZURE_STORAGE_CONNECTION_STRING",
-            azurite::shared().connection_string(),
-        )
-        .env_remove("RUST_LOG")
-        .stdin(Stdio::null())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
         .spawn()
         .expect("start blob-mutex run");
     // Ready: the endpoint answers, and storage has answered a probe.
@@ -180,14 +171,22 @@ fn holding(container: &str, holder: &str, addr: &str) -> Child {
 
 /// `blob-mutex run --hold` for `holder`, serving on `addr`.
 fn hold_command(container: &str, holder: &str, addr: &str) -> Command {
-    let mut command = Command::new(BIN);
+    let mut command = run_on_azurite(container);
     command
-        .args(["run", "--container", container, "--blob", "lock"])
         .args(["--hold", "--holder", holder])
         // A lease far longer than the wait for the follower below: it
         // leads by the release, not by the lease's expiry.
         .args(["--lease-duration", "60", "--acquire-retry", "1s"])
-        .args(["--metrics-addr", addr])
+        .args(["--metrics-addr", addr]);
+    command
+}
+
+/// `blob-mutex run` on blob `lock` of `container` on the shared Azurite,
+/// its output and input closed; flags and the command follow.
+fn run_on_azurite(container: &str) -> Command {
+    let mut command = Command::new(BIN);
+    command
+        .args(["run", "--container", container, "--blob", "lock"])
         .env(
             "AZURE_STORAGE_CONNECTION_STRING",
             azurite::shared().connection_string(),
@@ -197,6 +196,16 @@ fn hold_command(container: &str, holder: &str, addr: &str) -> Command {
         .stderr(Stdio::null())
         .kill_on_drop(true);
     command
+}
+
+/// Waits until `addr` says this instance leads (`/readyz?leader`).
+async fn leads(addr: &str) {
+    wait_for("it to lead", Duration::from_secs(30), || async {
+        get(addr, "/readyz?leader")
+            .await
+            .filter(|(status, _)| *status == 200)
+    })
+    .await;
 }
 
 /// `/leader` on `addr`, parsed, when it names `holder`.
@@ -216,12 +225,7 @@ async fn run_hold_leads_with_no_command_and_leader_tells_every_replica_who_leads
     let addrs = support::http::free_addrs(2);
     let mut first = holding(&container, "first", &addrs[0]);
     let limit = Duration::from_secs(30);
-    wait_for("the first to lead", limit, || async {
-        get(&addrs[0], "/readyz?leader")
-            .await
-            .filter(|(status, _)| *status == 200)
-    })
-    .await;
+    leads(&addrs[0]).await;
     let mut second = holding(&container, "second", &addrs[1]);
     let seen = wait_for("the follower to name the leader", limit, || {
         leader_named(&addrs[1], "first")
@@ -271,12 +275,7 @@ async fn run_hold_whose_lease_is_broken_exits_4() {
         .spawn()
         .expect("start blob-mutex run --hold");
     let limit = Duration::from_secs(30);
-    wait_for("it to lead", limit, || async {
-        get(&addr, "/readyz?leader")
-            .await
-            .filter(|(status, _)| *status == 200)
-    })
-    .await;
+    leads(&addr).await;
     let broken = Command::new(BIN)
         .args(["break", "--container", &container, "--blob", "lock"])
         .env(
