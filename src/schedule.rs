@@ -2,5 +2,9 @@
 //! slot runs once across the hosts, on storage's clock, with its options
 //! ([`ScheduleOptions`], [`Overlap`]), what its job is given ([`Slot`]) and
 //! what it reports of each slot ([`SlotReport`], [`SlotOutcome`]).
+//!
+//! The code is in `src/fleet/`: the loop every host runs (`fleet.rs`), one
+//! term (`term.rs`), what is due (`due.rs`), the slots (`slots.rs`) and the
+//! record (`record.rs`).
 
 pub use crate::fleet::{BlobSchedule, Overlap, ScheduleOptions, Slot, SlotOutcome, SlotReport};
