@@ -76,32 +76,59 @@ fn late_renewals(proxy: &Proxy) -> usize {
     late
 }
 
-/// What the proxy saw of the member lease's renewals, for a failure's
-/// message: the longest wait between two sent (the client stalled, or
-/// queued them) and the slowest answered (storage's own time on top of
-/// `LATENCY`), and how many got no answer.
-fn member_renewals(proxy: &Proxy) -> String {
-    let renewals: Vec<_> = proxy
-        .log()
-        .into_iter()
-        .filter(|r| r.is("renew") && r.target.contains("/members/"))
-        .collect();
-    let gap = renewals
-        .windows(2)
-        .map(|w| w[1].at.saturating_duration_since(w[0].at))
-        .max()
-        .unwrap_or_default();
-    let slowest = renewals
-        .iter()
-        .filter_map(|r| Some(r.answered_at?.saturating_duration_since(r.forwarded_at?)))
-        .max()
-        .unwrap_or_default();
-    let unanswered = renewals.iter().filter(|r| r.answered_at.is_none()).count();
-    format!(
-        "{} member renewals: longest gap between two {gap:?}, slowest upstream answer \
-         {slowest:?}, {unanswered} unanswered",
-        renewals.len()
-    )
+/// What the proxy saw of the member lease's renewals.
+struct MemberRenewals {
+    count: usize,
+    /// The longest wait between two sent (the client stalled, or queued
+    /// them).
+    gap: Duration,
+    /// The slowest answered by storage itself, before the proxy's
+    /// `LATENCY` on top.
+    slowest: Duration,
+    unanswered: usize,
+}
+
+impl MemberRenewals {
+    fn of(proxy: &Proxy) -> MemberRenewals {
+        let renewals: Vec<_> = proxy
+            .log()
+            .into_iter()
+            .filter(|r| r.is("renew") && r.target.contains("/members/"))
+            .collect();
+        MemberRenewals {
+            count: renewals.len(),
+            gap: renewals
+                .windows(2)
+                .map(|w| w[1].at.saturating_duration_since(w[0].at))
+                .max()
+                .unwrap_or_default(),
+            slowest: renewals
+                .iter()
+                .filter_map(|r| Some(r.answered_at?.saturating_duration_since(r.forwarded_at?)))
+                .max()
+                .unwrap_or_default(),
+            unanswered: renewals.iter().filter(|r| r.answered_at.is_none()).count(),
+        }
+    }
+
+    /// Whether storage itself answered a member renewal too late for any
+    /// client: its own time and the proxy's `LATENCY` past the request
+    /// timeout (Azurite starved on a loaded machine). The promise is the
+    /// client's: that the membership does not wait behind partitions.
+    fn storage_too_slow(&self) -> bool {
+        self.slowest + LATENCY > REQUEST_TIMEOUT
+    }
+}
+
+impl std::fmt::Display for MemberRenewals {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} member renewals: longest gap between two {:?}, slowest upstream answer {:?}, \
+             {} unanswered",
+            self.count, self.gap, self.slowest, self.unanswered
+        )
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -148,14 +175,20 @@ async fn on_azurite_a_set_whose_renewals_outrun_its_slots_keeps_its_membership()
             .collect::<std::collections::BTreeSet<_>>()
             .into_iter()
             .collect();
-        assert_eq!(
-            members.len(),
-            1,
-            "{holder} acquired its membership {} times: a membership term ended \
-             (fewest owned {fewest} of {PARTITIONS}; {})",
-            members.len(),
-            member_renewals(&instance.proxy)
-        );
+        let seen = MemberRenewals::of(&instance.proxy);
+        if seen.storage_too_slow() {
+            // Storage itself, not the client, took the membership's
+            // renewals past the timeout: nothing to judge the client by.
+            println!("{holder}: storage answered too slowly to judge ({seen})");
+        } else {
+            assert_eq!(
+                members.len(),
+                1,
+                "{holder} acquired its membership {} times: a membership term ended \
+                 (fewest owned {fewest} of {PARTITIONS}; {seen})",
+                members.len()
+            );
+        }
         assert_eq!(
             late_renewals(&instance.proxy),
             0,
