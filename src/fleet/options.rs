@@ -21,7 +21,7 @@ pub enum Overlap {
     Wait,
 }
 
-/// The options of a [`BlobSchedule`].
+/// The options of a [`BlobSchedule`](super::BlobSchedule).
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct ScheduleOptions {

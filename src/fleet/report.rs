@@ -44,7 +44,7 @@ pub enum SlotOutcome {
         /// Why the write failed.
         error: String,
     },
-    /// It came due while the previous slot's job ran ([`Overlap::Skip`]).
+    /// It came due while the previous slot's job ran ([`Overlap::Skip`](super::Overlap::Skip)).
     Skipped,
     /// Nobody ran it within the catch-up window; `count` slots up to this
     /// one were.
