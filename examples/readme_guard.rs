@@ -1,4 +1,4 @@
-//! The README's guard program, as written there (`tests/readme_guard.rs`
+//! The README's guard program, as written there (`tests/it/examples/readme_guard.rs`
 //! checks that the two stay the same, and runs this one on Azurite).
 use blob_mutex::{BlobLocks, BlobSettings, TryAcquire};
 
