@@ -2,16 +2,14 @@
 //! leader state under `run`'s lease; a write after that lease was broken is
 //! refused with code 4 and does not land.
 
-use blob_mutex_testkit as support;
-
 use std::path::PathBuf;
 use std::process::{Output, Stdio};
 use std::time::Duration;
 
-use support::{azurite, wait_for};
+use blob_mutex_testkit::{azurite, wait_for};
 use tokio::process::Command;
 
-const BIN: &str = env!("CARGO_BIN_EXE_blob-mutex");
+use crate::support::{blob_mutex_on, BIN};
 
 struct Case {
     container: String,
@@ -29,17 +27,8 @@ impl Case {
     /// `blob-mutex <args>`, connected through the environment variable.
     #[allow(clippy::unused_self)] // a method, like the others of the case
     fn command(&self, args: &[&str]) -> Command {
-        let mut command = Command::new(BIN);
-        command
-            .args(args)
-            .env(
-                "AZURE_STORAGE_CONNECTION_STRING",
-                azurite::shared().connection_string(),
-            )
-            .env_remove("BLOB_MUTEX_LEASE_ID")
-            .env_remove("RUST_LOG")
-            .stdin(Stdio::null())
-            .kill_on_drop(true);
+        let mut command = blob_mutex_on(azurite::shared().connection_string());
+        command.args(args).env_remove("BLOB_MUTEX_LEASE_ID");
         command
     }
 

@@ -4,38 +4,29 @@
 //! file descriptors. The probes while storage is frozen are in
 //! `cli_health.rs`.
 
-use blob_mutex_testkit as support;
-
 use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use support::http::{free_addr, get, request};
-use support::proxy::Proxy;
-use support::{azurite, wait_for};
+use blob_mutex_testkit::http::{free_addr, get, request};
+use blob_mutex_testkit::proxy::Proxy;
+use blob_mutex_testkit::{azurite, wait_for};
 use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
 use tokio::process::{Child, Command};
 use tokio::time::Instant;
 
-const BIN: &str = env!("CARGO_BIN_EXE_blob-mutex");
+use crate::support::{blob_mutex_on, BIN};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_and_probes_while_leading() {
     let container = azurite::unique_container("cli-metrics");
     let addr = free_addr();
-    let mut child = Command::new(BIN)
+    let mut child = blob_mutex_on(azurite::shared().connection_string())
         .args(["run", "--container", &container, "--blob", "lock"])
         .args(["--forever", "--metrics-addr", &addr, "--", "sleep", "1000"])
-        .env(
-            "AZURE_STORAGE_CONNECTION_STRING",
-            azurite::shared().connection_string(),
-        )
-        .env_remove("RUST_LOG")
-        .stdin(Stdio::null())
         .stderr(Stdio::null())
-        .kill_on_drop(true)
         .spawn()
         .unwrap();
 
@@ -226,7 +217,7 @@ async fn many_idle_connections_under_a_low_fd_limit_never_cost_the_lease() {
     })
     .await;
     assert_eq!(answered, ready);
-    let status = Command::new(BIN)
+    let status = blob_mutex_on(azurite::shared().connection_string())
         .args([
             "status",
             "--container",
@@ -235,11 +226,6 @@ async fn many_idle_connections_under_a_low_fd_limit_never_cost_the_lease() {
             "lock",
             "--json",
         ])
-        .env(
-            "AZURE_STORAGE_CONNECTION_STRING",
-            azurite::shared().connection_string(),
-        )
-        .env_remove("RUST_LOG")
         .output()
         .await
         .unwrap();
@@ -262,15 +248,9 @@ async fn many_idle_connections_under_a_low_fd_limit_never_cost_the_lease() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bad_metrics_address_is_a_usage_error() {
     let container = azurite::unique_container("cli-metrics-off");
-    let output = Command::new(BIN)
+    let output = blob_mutex_on(azurite::shared().connection_string())
         .args(["run", "--container", &container, "--blob", "lock"])
         .args(["--metrics-addr", "127.0.0.1:not-a-port", "--", "true"])
-        .env(
-            "AZURE_STORAGE_CONNECTION_STRING",
-            azurite::shared().connection_string(),
-        )
-        .env_remove("RUST_LOG")
-        .stdin(Stdio::null())
         .output()
         .await
         .unwrap();
@@ -286,16 +266,12 @@ async fn a_failed_release_is_logged_as_a_warning() {
     std::fs::create_dir_all(&dir).unwrap();
     let (started, stop) = (dir.join("started"), dir.join("stop"));
     let script = r#"touch "$1"; while [ ! -e "$2" ]; do sleep 0.05; done"#;
-    let child = Command::new(BIN)
+    let child = blob_mutex_on(proxy.connection_string())
         .args(["run", "--container", &container, "--blob", "lock", "--"])
         .args(["sh", "-c", script, "sh"])
         .arg(&started)
         .arg(&stop)
-        .env("AZURE_STORAGE_CONNECTION_STRING", proxy.connection_string())
-        .env_remove("RUST_LOG")
-        .stdin(Stdio::null())
         .stderr(Stdio::piped())
-        .kill_on_drop(true)
         .spawn()
         .unwrap();
     wait_for("the command to start", Duration::from_secs(30), || async {
@@ -326,7 +302,7 @@ async fn every_metric_is_described_counters_start_at_zero_and_the_epoch_and_buil
     let container = azurite::unique_container("cli-metrics-described");
     let (leader_addr, follower_addr) = (free_addr(), free_addr());
     let run = |holder: &str, addr: &str| {
-        Command::new(BIN)
+        blob_mutex_on(azurite::shared().connection_string())
             .args([
                 "run",
                 "--container",
@@ -337,14 +313,7 @@ async fn every_metric_is_described_counters_start_at_zero_and_the_epoch_and_buil
                 holder,
             ])
             .args(["--forever", "--metrics-addr", addr, "--", "sleep", "1000"])
-            .env(
-                "AZURE_STORAGE_CONNECTION_STRING",
-                azurite::shared().connection_string(),
-            )
-            .env_remove("RUST_LOG")
-            .stdin(Stdio::null())
             .stderr(Stdio::null())
-            .kill_on_drop(true)
             .spawn()
             .unwrap()
     };

@@ -3,17 +3,16 @@
 //! commands that work on one account refuse several.
 
 use blob_mutex::store::LeaseStore;
-use blob_mutex_testkit as support;
 
 use std::process::{Output, Stdio};
 use std::time::Duration;
 
 use blob_mutex::{azure::BlobLeaseManager, store::LeaseId, store::StampOptions, BlobSettings};
-use support::azurite::{self, Azurite};
-use support::wait_for;
+use blob_mutex_testkit::azurite::{self, Azurite};
+use blob_mutex_testkit::wait_for;
 use tokio::process::Command;
 
-const BIN: &str = env!("CARGO_BIN_EXE_blob-mutex");
+use crate::support::BIN;
 
 /// `blob-mutex args`, with no connection string in its environment.
 fn command(args: &[&str]) -> Command {
@@ -228,8 +227,12 @@ async fn status_names_a_holder_only_where_the_stamp_shows_it() {
         .map(|account| {
             let cs = account.connection_string();
             let settings = BlobSettings::from_connection_string(&cs, &quorum.container, "lock");
-            BlobLeaseManager::new(&settings.unwrap().with_backend(support::backend::current()))
-                .unwrap()
+            BlobLeaseManager::new(
+                &settings
+                    .unwrap()
+                    .with_backend(blob_mutex_testkit::backend::current()),
+            )
+            .unwrap()
         })
         .collect();
     let (earlier, newest) = (LeaseId::new(), LeaseId::new());

@@ -41,17 +41,15 @@
 //! quorum model (`crates/model/tests/model/replay.rs`), as it replays the runs here when
 //! `BLOB_MUTEX_TRACE_DIR` is set (`scripts/test` sets it).
 
-use blob_mutex_testkit as support;
-
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use support::chaos_rig::{ChaosRig, Config};
-use support::checker::{check, figures};
-use support::history::History;
-use support::trace::Trace;
-use support::workers::{Cluster, What};
+use blob_mutex_testkit::chaos_rig::{ChaosRig, Config};
+use blob_mutex_testkit::checker::{check, figures};
+use blob_mutex_testkit::history::History;
+use blob_mutex_testkit::trace::Trace;
+use blob_mutex_testkit::workers::{Cluster, What};
 
 /// The seed of the fixed run.
 const FIXED_SEED: u64 = 28;

@@ -16,19 +16,17 @@
 //! a SAS read from a file leads on a plain Azurite, on every backend; and
 //! a quorum's accounts file mixes the kinds, one per account.
 
-use blob_mutex_testkit as support;
-
 use std::process::Output;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use support::azurite::{self, Azurite};
-use support::tls::TestCa;
+use blob_mutex_testkit::azurite::{self, Azurite};
+use blob_mutex_testkit::tls::TestCa;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tokio::process::Command;
 
-const BIN: &str = env!("CARGO_BIN_EXE_blob-mutex");
+use crate::support::BIN;
 
 /// The command: writes the leader state and prints it back (`$0` is this
 /// binary), with no flags: `run` passes the account and the way it signed in.
@@ -439,7 +437,7 @@ async fn a_missing_identity_is_a_clear_error_at_start_within_seconds() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sas_file_leads_and_releases_on_every_backend() {
     let storage = azurite::shared();
-    let sas = support::sas::account_sas("sco", "rwdlac");
+    let sas = blob_mutex_testkit::sas::account_sas("sco", "rwdlac");
     let dir = std::env::temp_dir().join(azurite::unique_container("entra-sas"));
     std::fs::create_dir_all(&dir).expect("create the test directory");
     let sas_file = dir.join("account.sas");
@@ -489,7 +487,7 @@ async fn a_quorum_signs_in_to_each_account_of_the_accounts_file() {
     let dir = std::env::temp_dir().join(azurite::unique_container("entra-quorum"));
     std::fs::create_dir_all(&dir).expect("create the test directory");
     let sas_file = dir.join("account.sas");
-    let sas = support::sas::account_sas("sco", "rwdlac");
+    let sas = blob_mutex_testkit::sas::account_sas("sco", "rwdlac");
     std::fs::write(&sas_file, &sas).expect("write the SAS file");
     let accounts = dir.join("accounts.txt");
     std::fs::write(

@@ -5,21 +5,18 @@
 //! error that names what to grant.
 
 use blob_mutex::store::LeaseStore;
-use blob_mutex_testkit as support;
 
-use std::process::Stdio;
 use std::time::Duration;
 
 use blob_mutex::{
     azure::BlobLeaseManager, store::LeaseId, BlobDistributedMutex, BlobLeaseSet, BlobSettings,
     CancellationToken, Error, LeaderContext, LeaseSetOptions, MutexOptions,
 };
-use support::azurite;
-use support::sas::{account_sas, blob_sas, container_sas, sas_connection_string};
-use tokio::process::Command;
+use blob_mutex_testkit::azurite;
+use blob_mutex_testkit::sas::{account_sas, blob_sas, container_sas, sas_connection_string};
 use tokio::sync::mpsc;
 
-const BIN: &str = env!("CARGO_BIN_EXE_blob-mutex");
+use crate::support::{blob_mutex_on, BIN};
 /// Long enough for a loaded two-core machine to campaign once.
 const LIMIT: Duration = Duration::from_secs(30);
 const LEASE: Duration = Duration::from_secs(15);
@@ -29,7 +26,7 @@ fn with_sas(container: &str, blob: &str, sas: &str) -> BlobSettings {
     let connection = sas_connection_string(&azurite::shared().endpoint, sas);
     BlobSettings::from_connection_string(&connection, container, blob)
         .expect("valid settings")
-        .with_backend(support::backend::current())
+        .with_backend(blob_mutex_testkit::backend::current())
 }
 
 /// Creates `container` with the account key, as an operator would before
@@ -254,13 +251,9 @@ async fn the_cli_runs_and_keeps_state_with_a_container_sas() {
         "printf kept | {BIN} state put --container {container} --blob lock && \
          {BIN} state get --container {container} --blob lock"
     );
-    let output = Command::new(BIN)
+    let output = blob_mutex_on(&connection)
         .args(["run", "--container", &container, "--blob", "lock", "--"])
         .args(["sh", "-c", &script])
-        .env("AZURE_STORAGE_CONNECTION_STRING", &connection)
-        .env_remove("RUST_LOG")
-        .stdin(Stdio::null())
-        .kill_on_drop(true)
         .output();
     let output = tokio::time::timeout(LIMIT, output).await.unwrap().unwrap();
     let stderr = String::from_utf8_lossy(&output.stderr);
@@ -276,7 +269,7 @@ async fn the_cli_names_the_permission_it_lacks() {
         &azurite::shared().endpoint,
         &container_sas(&container, "racwdl"),
     );
-    let output = Command::new(BIN)
+    let output = blob_mutex_on(&connection)
         .args([
             "run",
             "--container",
@@ -286,10 +279,6 @@ async fn the_cli_names_the_permission_it_lacks() {
             "--",
             "true",
         ])
-        .env("AZURE_STORAGE_CONNECTION_STRING", &connection)
-        .env_remove("RUST_LOG")
-        .stdin(Stdio::null())
-        .kill_on_drop(true)
         .output();
     let output = tokio::time::timeout(LIMIT, output).await.unwrap().unwrap();
     let stderr = String::from_utf8_lossy(&output.stderr);

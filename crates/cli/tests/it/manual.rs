@@ -4,7 +4,7 @@
 
 use std::process::{Command, Output};
 
-const BIN: &str = env!("CARGO_BIN_EXE_blob-mutex");
+use crate::support::BIN;
 
 fn blob_mutex(args: &[&str]) -> Output {
     Command::new(BIN)

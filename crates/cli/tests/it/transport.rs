@@ -4,16 +4,14 @@
 //! backend, whose HTTP client trusts the platform's store beside the
 //! bundled roots.
 
-use blob_mutex_testkit as support;
-
 use std::process::Output;
 
-use support::azurite::{self, Azurite};
-use support::proxy::Proxy;
-use support::tls::TestCa;
+use blob_mutex_testkit::azurite::{self, Azurite};
+use blob_mutex_testkit::proxy::Proxy;
+use blob_mutex_testkit::tls::TestCa;
 use tokio::process::Command;
 
-const BIN: &str = env!("CARGO_BIN_EXE_blob-mutex");
+use crate::support::BIN;
 
 /// `blob-mutex run -- true` on `connection_string`, with `env` set and
 /// every proxy and certificate variable of the test's own environment

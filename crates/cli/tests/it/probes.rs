@@ -5,19 +5,17 @@
 //! endpoint keeps is answered, and a request whose lines end in a bare LF
 //! is answered.
 
-use blob_mutex_testkit as support;
-
 use std::process::Stdio;
 use std::time::Duration;
 
-use support::http::{free_addr, get};
-use support::{azurite, wait_for};
+use blob_mutex_testkit::http::{free_addr, get};
+use blob_mutex_testkit::{azurite, wait_for};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::process::{Child, Command};
 use tokio::time::Instant;
 
-const BIN: &str = env!("CARGO_BIN_EXE_blob-mutex");
+use crate::support::{blob_mutex_on, BIN};
 /// A kubelet's default probe timeout.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
 
@@ -184,17 +182,10 @@ fn hold_command(container: &str, holder: &str, addr: &str) -> Command {
 /// `blob-mutex run` on blob `lock` of `container` on the shared Azurite,
 /// its output and input closed; flags and the command follow.
 fn run_on_azurite(container: &str) -> Command {
-    let mut command = Command::new(BIN);
+    let mut command = blob_mutex_on(azurite::shared().connection_string());
     command
         .args(["run", "--container", container, "--blob", "lock"])
-        .env(
-            "AZURE_STORAGE_CONNECTION_STRING",
-            azurite::shared().connection_string(),
-        )
-        .env_remove("RUST_LOG")
-        .stdin(Stdio::null())
-        .stderr(Stdio::null())
-        .kill_on_drop(true);
+        .stderr(Stdio::null());
     command
 }
 
@@ -222,7 +213,7 @@ async fn leader_named(addr: &str, holder: &str) -> Option<serde_json::Value> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn run_hold_leads_with_no_command_and_leader_tells_every_replica_who_leads() {
     let container = azurite::unique_container("hold");
-    let addrs = support::http::free_addrs(2);
+    let addrs = blob_mutex_testkit::http::free_addrs(2);
     let mut first = holding(&container, "first", &addrs[0]);
     let limit = Duration::from_secs(30);
     leads(&addrs[0]).await;

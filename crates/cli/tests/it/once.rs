@@ -17,16 +17,14 @@
 //! The command is a small `sh` script that appends its holder's name to
 //! the test's `ran` file, sleeps a little, and exits with the code given.
 
-use blob_mutex_testkit as support;
-
 use std::path::PathBuf;
 use std::process::{Output, Stdio};
 use std::time::Duration;
 
-use support::azurite::{self, Azurite};
+use blob_mutex_testkit::azurite::{self, Azurite};
 use tokio::process::Command;
 
-const BIN: &str = env!("CARGO_BIN_EXE_blob-mutex");
+use crate::support::{blob_mutex_on, BIN};
 
 /// The command: `$1` the scratch directory, `$2` the exit code, `$3` how
 /// long to sleep after the line is written (`$0` is this binary).
@@ -58,21 +56,14 @@ impl Case {
     /// `blob-mutex run` for `holder` with `flags`, running `script` with
     /// this binary as `$0`, the scratch directory as `$1`, then `args`.
     fn run_script(&self, holder: &str, flags: &[&str], script: &str, args: &[&str]) -> Command {
-        let mut command = Command::new(BIN);
+        let mut command = blob_mutex_on(azurite::shared().connection_string());
         command
             .args(["run", "--container", &self.container, "--blob", "lock"])
             .args(["--holder", holder, "--acquire-retry", "200ms"])
             .args(flags)
             .args(["--", "sh", "-c", script, BIN])
             .arg(&self.dir)
-            .args(args)
-            .env(
-                "AZURE_STORAGE_CONNECTION_STRING",
-                azurite::shared().connection_string(),
-            )
-            .env_remove("RUST_LOG")
-            .stdin(Stdio::null())
-            .kill_on_drop(true);
+            .args(args);
         command
     }
 
@@ -355,7 +346,7 @@ async fn a_command_stopped_by_a_signal_leaves_no_record_even_when_it_exits_0() {
         .run_script("h1", &flags, script, &[])
         .spawn()
         .expect("start run");
-    support::wait_for("the command to start", RUN_LIMIT, || async {
+    blob_mutex_testkit::wait_for("the command to start", RUN_LIMIT, || async {
         (!case.ran().is_empty()).then_some(())
     })
     .await;
@@ -448,7 +439,7 @@ async fn a_run_killed_mid_command_leaves_no_record_and_the_next_runs_it_once_the
     let case = Case::new("killed");
     let flags = ["--once", "--done-key", "migrate-v1"];
     let mut run = case.run("h1", &flags, 0, "60").spawn().expect("start run");
-    support::wait_for("the command to start", RUN_LIMIT, || async {
+    blob_mutex_testkit::wait_for("the command to start", RUN_LIMIT, || async {
         (!case.ran().is_empty()).then_some(())
     })
     .await;
@@ -498,7 +489,7 @@ fn since_first_start(case: &Case) -> Option<Duration> {
 /// first firings may take seconds to get the job going, and the window
 /// starts with the job. Every run must exit 0. Returns the job's
 /// `start`/`end` lines.
-async fn cron_on_three_hosts(case: &Case, backend: support::backend::Backend) -> String {
+async fn cron_on_three_hosts(case: &Case, backend: blob_mutex_testkit::backend::Backend) -> String {
     let flags = ["--once", "--at-most-every", "60s"];
     let script = r#"echo "start $(date +%s%N)" >> "$1/times"; sleep 1; echo "end $(date +%s%N)" >> "$1/times""#;
     let begin = tokio::time::Instant::now();
@@ -509,7 +500,7 @@ async fn cron_on_three_hosts(case: &Case, backend: support::backend::Backend) ->
         // window has not closed.
         while at < CRON_FOR + CRON_GAP {
             let mut command = case.run_script(host, &flags, script, &[]);
-            command.env(support::backend::Backend::ENV, backend.as_str());
+            command.env(blob_mutex_testkit::backend::Backend::ENV, backend.as_str());
             firings.push(async move {
                 // Until its time, or until the window closes.
                 loop {
@@ -541,7 +532,7 @@ async fn cron_on_three_hosts(case: &Case, backend: support::backend::Backend) ->
 /// three minutes for both.
 #[tokio::test]
 async fn three_hosts_cron_every_20s_for_3_minutes_with_a_60s_period_run_the_job_3_or_4_times() {
-    use support::backend::Backend;
+    use blob_mutex_testkit::backend::Backend;
     let cases = [Case::new("cron-official"), Case::new("cron-v021")];
     let (official, v021) = tokio::join!(
         cron_on_three_hosts(&cases[0], Backend::Official),
@@ -571,7 +562,7 @@ const WAITS_FOR_GO: &str =
 
 /// The record's time (`at=`, storage's clock in Unix seconds) in the
 /// lease's state, as `state get` prints it.
-async fn record_at(case: &Case, backend: support::backend::Backend) -> (String, u64) {
+async fn record_at(case: &Case, backend: blob_mutex_testkit::backend::Backend) -> (String, u64) {
     let mut command = Command::new(BIN);
     command
         .args([
@@ -586,7 +577,7 @@ async fn record_at(case: &Case, backend: support::backend::Backend) -> (String, 
             "AZURE_STORAGE_CONNECTION_STRING",
             azurite::shared().connection_string(),
         )
-        .env(support::backend::Backend::ENV, backend.as_str())
+        .env(blob_mutex_testkit::backend::Backend::ENV, backend.as_str())
         .env_remove("RUST_LOG");
     let output = finish(command).await;
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
@@ -612,8 +603,8 @@ fn unix_now() -> u64 {
 /// and records it. The held write then reaches storage, which refuses it
 /// (the lease is no longer the sender's), and the first host, woken, exits
 /// 6: the command ran, the record is not its.
-async fn frozen_leader(backend: support::backend::Backend) {
-    use support::proxy::{Fate, Proxy};
+async fn frozen_leader(backend: blob_mutex_testkit::backend::Backend) {
+    use blob_mutex_testkit::proxy::{Fate, Proxy};
     let case = Case::new(&format!("frozen-{backend}"));
     let flags = ["--once", "--done-key", "migrate-v1"];
     let proxy = Proxy::start(azurite::shared().port);
@@ -621,18 +612,18 @@ async fn frozen_leader(backend: support::backend::Backend) {
     first
         .env(
             "AZURE_STORAGE_CONNECTION_STRING",
-            support::backend::connection_string(&proxy.endpoint()),
+            blob_mutex_testkit::backend::connection_string(&proxy.endpoint()),
         )
-        .env(support::backend::Backend::ENV, backend.as_str());
+        .env(blob_mutex_testkit::backend::Backend::ENV, backend.as_str());
     let first = first.stdout(Stdio::null()).stderr(Stdio::piped());
     let first = first.spawn().expect("start the first host");
-    support::wait_for("the first host's command to start", RUN_LIMIT, || async {
+    blob_mutex_testkit::wait_for("the first host's command to start", RUN_LIMIT, || async {
         (!case.ran().is_empty()).then_some(())
     })
     .await;
     proxy.hold_next_write();
     std::fs::write(case.dir.join("go"), "").expect("let the command exit");
-    support::wait_for("the record write to be held", RUN_LIMIT, || async {
+    blob_mutex_testkit::wait_for("the record write to be held", RUN_LIMIT, || async {
         proxy.log().into_iter().find(|r| {
             r.method == "PUT"
                 && r.lease_action.is_none()
@@ -649,7 +640,7 @@ async fn frozen_leader(backend: support::backend::Backend) {
     // The lease expires 15 s after the first host's last renewal: the next
     // host waits for it, finds no record, runs the command and records it.
     let mut second = case.run_script("h2", &flags, WAITS_FOR_GO, &[]);
-    second.env(support::backend::Backend::ENV, backend.as_str());
+    second.env(blob_mutex_testkit::backend::Backend::ENV, backend.as_str());
     let second = finish(second).await;
     assert_eq!(
         second.status.code(),
@@ -667,7 +658,7 @@ async fn frozen_leader(backend: support::backend::Backend) {
 
     // The first host's write reaches storage now, under a lease it lost.
     proxy.release_held();
-    support::wait_for("the held write to reach storage", RUN_LIMIT, || async {
+    blob_mutex_testkit::wait_for("the held write to reach storage", RUN_LIMIT, || async {
         proxy.log().into_iter().find_map(|r| {
             (r.method == "PUT" && r.lease_action.is_none() && r.lease_id.is_some())
                 .then_some(r.forwarded_at)
@@ -706,7 +697,7 @@ async fn frozen_leader(backend: support::backend::Backend) {
 /// both.
 #[tokio::test]
 async fn a_leader_frozen_past_its_lease_cannot_record_and_the_next_leader_runs_the_job() {
-    use support::backend::Backend;
+    use blob_mutex_testkit::backend::Backend;
     tokio::join!(
         frozen_leader(Backend::Official),
         frozen_leader(Backend::SdkV021),

@@ -3,14 +3,12 @@
 //! no key, SAS signature or `Authorization` value is ever written, on the
 //! backend `BLOB_MUTEX_BACKEND` names.
 
-use blob_mutex_testkit as support;
-
 use std::process::Stdio;
 
-use support::azurite::{self, DEV_KEY};
+use blob_mutex_testkit::azurite::{self, DEV_KEY};
 use tokio::process::Command;
 
-const BIN: &str = env!("CARGO_BIN_EXE_blob-mutex");
+use crate::support::BIN;
 
 /// Spellings of `RUST_LOG` that reach, or try to reach, the SDKs' and the
 /// HTTP stack's debug logs: by a prefix of their targets, a longer target
@@ -31,14 +29,14 @@ const SPELLINGS: [&str; 9] = [
 async fn no_spelling_of_rust_log_writes_a_credential() {
     let container = azurite::unique_container("cli-logs");
     let shared = azurite::shared();
-    let sas = support::sas::container_sas(&container, "racwdl");
+    let sas = blob_mutex_testkit::sas::container_sas(&container, "racwdl");
     let signature = sas
         .split('&')
         .find_map(|p| p.strip_prefix("sig="))
         .expect("a signature")
         .to_owned();
     let key_string = shared.connection_string();
-    let sas_string = support::sas::sas_connection_string(&shared.endpoint, &sas);
+    let sas_string = blob_mutex_testkit::sas::sas_connection_string(&shared.endpoint, &sas);
     for (connection, secret) in [(&key_string, DEV_KEY), (&sas_string, signature.as_str())] {
         for rust_log in SPELLINGS {
             let out = Command::new(BIN)

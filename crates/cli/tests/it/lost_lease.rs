@@ -13,17 +13,15 @@
 //! `/proc`. With `stop` set, it answers SIGTERM with a `stop` line and exits;
 //! otherwise it ignores SIGTERM and only SIGKILL ends it.
 
-use blob_mutex_testkit as support;
-
 use std::path::PathBuf;
 use std::process::{ExitStatus, Output, Stdio};
 use std::time::Duration;
 
-use support::{azurite, wait_for};
+use blob_mutex_testkit::{azurite, wait_for};
 use tokio::process::{Child, Command};
 use tokio::time::Instant;
 
-const BIN: &str = env!("CARGO_BIN_EXE_blob-mutex");
+use crate::support::blob_mutex_on;
 
 /// The command: `d` is the test's directory, `mode` is `stop` (answer
 /// SIGTERM) or `ignore` (SIGTERM is ignored, in `sleep` too).
@@ -79,18 +77,11 @@ impl Case {
     }
 
     fn command(&self, subcommand: &str) -> Command {
-        let mut command = Command::new(BIN);
+        let mut command = blob_mutex_on(azurite::shared().connection_string());
         command
             .arg(subcommand)
             .args(["--container", &self.container, "--blob", "lock"])
-            .env(
-                "AZURE_STORAGE_CONNECTION_STRING",
-                azurite::shared().connection_string(),
-            )
-            .env_remove("RUST_LOG")
-            .env_remove("BLOB_MUTEX_TEST_KILL_DELAY")
-            .stdin(Stdio::null())
-            .kill_on_drop(true);
+            .env_remove("BLOB_MUTEX_TEST_KILL_DELAY");
         command
     }
 

@@ -6,16 +6,14 @@
 //! the leader's start and end; `--log-format json` writes one JSON object
 //! per line.
 
-use blob_mutex_testkit as support;
-
 use std::path::Path;
 use std::process::{Output, Stdio};
 use std::time::Duration;
 
-use support::azurite;
+use blob_mutex_testkit::azurite;
 use tokio::process::Command;
 
-const BIN: &str = env!("CARGO_BIN_EXE_blob-mutex");
+use crate::support::BIN;
 
 /// A time within which a run on a loaded machine has certainly ended.
 const RUN_LIMIT: Duration = Duration::from_secs(60);

@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::process::Command;
 
-const BIN: &str = env!("CARGO_BIN_EXE_blob-mutex");
+use crate::support::BIN;
 const CHAPTER: &str = "docs/guide/cli.md";
 
 /// The help text of `blob-mutex <words> --help`.

@@ -9,18 +9,17 @@
 //! `stop-<holder>`.
 
 use blob_mutex::store::LeaseStore;
-use blob_mutex_testkit as support;
 
 use std::path::PathBuf;
 use std::process::{ExitStatus, Output, Stdio};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use support::proxy::Proxy;
-use support::{azurite, wait_for};
+use blob_mutex_testkit::proxy::Proxy;
+use blob_mutex_testkit::{azurite, wait_for};
 use tokio::process::{Child, Command};
 use tokio::time::Instant;
 
-const BIN: &str = env!("CARGO_BIN_EXE_blob-mutex");
+use crate::support::{blob_mutex_on, BIN};
 
 /// The script `run` starts: marks its start, leaves a child in the
 /// background, waits for its stop file, and answers SIGTERM and SIGHUP by
@@ -78,14 +77,10 @@ impl Case {
     /// `blob-mutex <command>` for this case's blob, connected through the
     /// environment variable.
     fn command(&self, subcommand: &str) -> Command {
-        let mut command = Command::new(BIN);
+        let mut command = blob_mutex_on(&self.connection);
         command
             .arg(subcommand)
-            .args(["--container", &self.container, "--blob", self.blob])
-            .env("AZURE_STORAGE_CONNECTION_STRING", &self.connection)
-            .env_remove("RUST_LOG")
-            .stdin(Stdio::null())
-            .kill_on_drop(true);
+            .args(["--container", &self.container, "--blob", self.blob]);
         command
     }
 
@@ -304,7 +299,7 @@ async fn two_runs_take_turns_and_the_second_starts_within_acquire_retry_plus_1s(
 /// `run` leads on, and says so.
 #[tokio::test]
 async fn two_runs_on_the_backend_given_by_flag_take_turns() {
-    let backend = support::backend::current();
+    let backend = blob_mutex_testkit::backend::current();
     let case = Case::new("backend-flag");
     take_turns(
         &case,
@@ -931,7 +926,7 @@ async fn status_and_json_agree_with_the_lease() {
     // A container that does not exist is an error, not a free lease.
     let no_container = case.output("status", &["--json"]).await;
     assert_one_line_error(&no_container, 1, "the container does not exist");
-    support::raw::create(&support::raw::container(&case.container)).await;
+    blob_mutex_testkit::raw::create(&blob_mutex_testkit::raw::container(&case.container)).await;
     let missing = case.output("status", &["--json"]).await;
     assert_eq!(missing.status.code(), Some(3), "free before anyone leads");
     let json = text(&missing.stdout);
@@ -1260,15 +1255,9 @@ async fn help_has_an_example_and_the_exit_codes_for_every_command() {
 /// `blob-mutex partitions` for `set` in `container`, connected through the
 /// environment variable.
 async fn partitions(container: &str, set: &str, flags: &[&str]) -> Output {
-    Command::new(BIN)
+    blob_mutex_on(azurite::shared().connection_string())
         .args(["partitions", "--container", container, "--set", set])
         .args(flags)
-        .env(
-            "AZURE_STORAGE_CONNECTION_STRING",
-            azurite::shared().connection_string(),
-        )
-        .env_remove("RUST_LOG")
-        .stdin(Stdio::null())
         .output()
         .await
         .expect("run blob-mutex partitions")

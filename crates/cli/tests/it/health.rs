@@ -5,24 +5,22 @@
 //! leader stops its command before its deadline; and both are ready again,
 //! one of them leading, once storage answers.
 
-use blob_mutex_testkit as support;
-
 use std::process::Stdio;
 use std::time::Duration;
 
-use support::http::{free_addrs, get};
-use support::proxy::Proxy;
-use support::{azurite, wait_for};
-use tokio::process::{Child, Command};
+use blob_mutex_testkit::http::{free_addrs, get};
+use blob_mutex_testkit::proxy::Proxy;
+use blob_mutex_testkit::{azurite, wait_for};
+use tokio::process::Child;
 use tokio::time::Instant;
 
-const BIN: &str = env!("CARGO_BIN_EXE_blob-mutex");
+use crate::support::blob_mutex_on;
 const LEASE: Duration = Duration::from_secs(15);
 const FROZEN: Duration = Duration::from_secs(30);
 
 /// `blob-mutex run --forever` through `proxy`, serving on `addr`.
 fn run(proxy: &Proxy, container: &str, holder: &str, addr: &str) -> Child {
-    Command::new(BIN)
+    blob_mutex_on(proxy.connection_string())
         .args([
             "run",
             "--container",
@@ -33,11 +31,7 @@ fn run(proxy: &Proxy, container: &str, holder: &str, addr: &str) -> Child {
         ])
         .args(["--lease-duration", "15", "--holder", holder])
         .args(["--metrics-addr", addr, "--", "sleep", "1000"])
-        .env("AZURE_STORAGE_CONNECTION_STRING", proxy.connection_string())
-        .env_remove("RUST_LOG")
-        .stdin(Stdio::null())
         .stderr(Stdio::null())
-        .kill_on_drop(true)
         .spawn()
         .unwrap()
 }
