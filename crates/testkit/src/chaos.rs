@@ -1,4 +1,4 @@
-//! What the chaos runner (`crates/cli/tests/chaos.rs`, `chaos_rig.rs`,
+//! What the chaos runner (`crates/cli/tests/it/chaos.rs`, `chaos_rig.rs`,
 //! `nemesis.rs`) and the benchmark build on: a small seedable random source,
 //! and settings from the environment.
 

@@ -1,5 +1,5 @@
 //! Two instances of a lease set whose owners every instance lists: the
-//! check that `tests/leader.rs` (in memory) and `tests/leader_azurite.rs`
+//! check that `tests/it/shapes/leader.rs` (in memory) and `tests/it/shapes/leader_azurite.rs`
 //! (on Azurite) share. Included by path from the memory tests, which do
 //! not build the rest of the support module.
 
