@@ -131,7 +131,7 @@ impl std::fmt::Display for MemberRenewals {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn on_azurite_a_set_whose_renewals_outrun_its_slots_keeps_its_membership() {
-    support::init_tracing();
+    blob_mutex_testkit::init_tracing();
     let container = azurite::unique_container("overload");
     let token = CancellationToken::new();
     let instances = [
