@@ -17,7 +17,7 @@ fn test_paths(text: &str) -> Vec<&str> {
             .find(|c: char| !(c.is_ascii_alphanumeric() || "_-/.".contains(c)))
             .map_or(text.len(), |i| at + i);
         let path = text[start..end].trim_end_matches('.');
-        if path.ends_with(".rs") && !paths.contains(&path) {
+        if Path::new(path).extension().is_some_and(|e| e == "rs") && !paths.contains(&path) {
             paths.push(path);
         }
     }
