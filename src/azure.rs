@@ -1,8 +1,8 @@
 //! Azure Blob Storage specifics: the stores on blobs
 //! ([`BlobLeaseManager`], one lease; [`BlobLeaseSetStore`], a lease set's
-//! container), the SDK they speak through ([`Backend`]), the official SDK's
-//! own settings, credentials from the environment, the emulator's
-//! well-known account, and the [`metadata`] a lease blob carries.
+//! container), the SDK they speak through ([`Backend`]), credentials from
+//! the environment, the emulator's well-known account, and the
+//! [`metadata`] a lease blob carries.
 //!
 //! The mutex and the lease set make their stores from
 //! [`BlobSettings`](crate::BlobSettings) themselves. Name these to inspect,
@@ -73,9 +73,6 @@ pub use credential_options::credential_options;
 #[cfg_attr(docsrs, doc(cfg(feature = "azure_identity")))]
 pub use default_credential::default_credential;
 pub use lease::BlobLeaseManager;
-#[cfg(feature = "official")]
-#[cfg_attr(docsrs, doc(cfg(feature = "official")))]
-pub use official::OfficialSettings;
 pub use set::BlobLeaseSetStore;
 pub use settings::{Backend, AZURITE_ACCOUNT, AZURITE_ENDPOINT};
 

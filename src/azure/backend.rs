@@ -120,12 +120,6 @@ impl AnyCalls {
         Ok(AnyCalls::of(sdk))
     }
 
-    /// The official SDK's calls, with a client of their own.
-    #[cfg(feature = "official")]
-    pub(crate) fn official(calls: OfficialCalls) -> Self {
-        AnyCalls::of(Sdk::Official(calls))
-    }
-
     fn of(sdk: Sdk) -> Self {
         AnyCalls {
             sdk,

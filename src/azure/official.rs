@@ -5,14 +5,13 @@
 //! blob calls (`calls`, one request each, the whole of what the protocol
 //! above needs), the settings as this SDK takes them (`settings`, with
 //! `sas`, the tokens signed from an account key), and the client with its
-//! errors (`client`); the stores built from its settings directly
-//! (`stores`).
+//! errors (`client`).
 //!
 //! Decisions, and why (the guide's chapter `docs/guide/backends.md` says
 //! how to choose):
 //!
 //! - **Settings:** built from [`BlobSettings`](crate::BlobSettings) like
-//!   every backend's ([`OfficialSettings::from_blob_settings`]). The
+//!   every backend's (`OfficialSettings::from_blob_settings`). The
 //!   official SDK has no shared key, so an account key signs short-lived
 //!   SAS tokens here (`sas`), put on each request by a pipeline policy
 //!   (`sas_policy`) that keeps them on storage's clock.
@@ -44,7 +43,6 @@ mod client;
 mod sas;
 mod sas_policy;
 mod settings;
-mod stores;
 
 pub(crate) use calls::OfficialCalls;
-pub use settings::OfficialSettings;
+pub(crate) use settings::OfficialSettings;

@@ -61,6 +61,7 @@ pub(crate) enum Credential {
 /// from the settings then runs on it.
 ///
 /// Build it from a connection string ([`BlobSettings::from_connection_string`]),
+/// from a container URL with a SAS ([`BlobSettings::from_container_url`]),
 /// for Azurite ([`BlobSettings::azurite`]) or with a Microsoft Entra ID token
 /// credential ([`BlobSettings::with_token_credential`]). Container and blob
 /// names are checked against Azure's naming rules when the settings are made,
@@ -118,6 +119,36 @@ impl BlobSettings {
         let parsed = ConnectionString::parse(connection_string)?;
         let (account, endpoint, credential) = parsed.resolve()?;
         Self::build(account, endpoint, credential, container.into(), blob.into())
+    }
+
+    /// Settings from a container's URL with a SAS as its query, such as
+    /// `https://acct.blob.core.windows.net/leases?sv=…&sig=…`: the blob
+    /// endpoint is the URL less its last path segment, which names the
+    /// container, and the account is the endpoint's (its first host label,
+    /// or the first path segment of a path-style URL such as Azurite's).
+    /// The SAS (on the container or on the account) needs read, add,
+    /// create, write and delete on the container's blobs (`racwd`), and
+    /// list (`l`) for a lease set or candidates; see the README's
+    /// permissions.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidOption`] (field `container_url`) unless the URL is an
+    /// `http://` or `https://` URL with a host, a path whose last segment
+    /// names the container, a SAS as its query and no fragment;
+    /// [`Error::InvalidOption`] when the container or blob name breaks
+    /// Azure's naming rules. The message never repeats the query.
+    pub fn from_container_url(container_url: &str, blob: impl Into<String>) -> Result<Self> {
+        let (endpoint, container, sas) = endpoint::container_url(container_url)
+            .map_err(|reason| Error::invalid("container_url", reason))?;
+        let account = endpoint::account(&endpoint);
+        Self::build(
+            account,
+            endpoint,
+            Credential::Sas(sas),
+            container,
+            blob.into(),
+        )
     }
 
     /// Settings for Azurite's default account at its default address,
@@ -309,22 +340,6 @@ impl BlobSettings {
         Ok((settings, kind))
     }
 
-    /// Settings that name a container and blob at `endpoint` on the
-    /// official backend, for their names only: no credential, so that no
-    /// client is ever built from them.
-    #[cfg(feature = "official")]
-    pub(crate) fn naming(endpoint: &str, container: &str, blob: &str) -> Result<Self> {
-        let mut settings = Self::build(
-            String::new(),
-            endpoint.to_owned(),
-            Credential::Sas(String::new()),
-            container.to_owned(),
-            blob.to_owned(),
-        )?;
-        settings.backend = Backend::Official;
-        Ok(settings)
-    }
-
     fn build(
         account: String,
         endpoint: String,
@@ -498,6 +513,80 @@ mod tests {
 
     fn from_cs(cs: &str) -> Result<BlobSettings> {
         BlobSettings::from_connection_string(cs, "leases", "leader")
+    }
+
+    #[test]
+    fn a_container_url_names_the_endpoint_account_and_container_and_hides_the_sas() {
+        for (url, endpoint, account) in [
+            (
+                "https://acct.blob.core.windows.net/leases?sv=2022-11-02&sig=topsecret",
+                "https://acct.blob.core.windows.net",
+                "acct",
+            ),
+            (
+                "http://127.0.0.1:10000/devstoreaccount1/leases/?sv=1&sig=topsecret",
+                "http://127.0.0.1:10000/devstoreaccount1",
+                "devstoreaccount1",
+            ),
+        ] {
+            let s = BlobSettings::from_container_url(url, "jobs/nightly").unwrap();
+            assert_eq!(
+                (s.endpoint(), s.account(), s.container(), s.blob()),
+                (endpoint, account, "leases", "jobs/nightly"),
+                "{url}"
+            );
+            assert!(
+                matches!(s.credential(), Credential::Sas(sas) if sas.ends_with("&sig=topsecret")),
+                "{url}"
+            );
+            let shown = format!("{s:?}");
+            assert!(!shown.contains("topsecret"), "{shown}");
+        }
+    }
+
+    #[test]
+    fn container_urls_without_a_container_or_a_sas_are_refused_without_echoing_the_query() {
+        for url in [
+            "leases?sig=topsecret",
+            "ftp://host/leases?sig=topsecret",
+            "https://host?sig=topsecret",
+            "https://host/?sig=topsecret",
+            "https://host/leases",
+            "https://host/leases?",
+            "https://user:pw@host/leases?sig=topsecret",
+            "https://host/leases?sig=topsecret#x",
+            "https://host/le ases?sig=topsecret",
+        ] {
+            let err = BlobSettings::from_container_url(url, "b").unwrap_err();
+            assert!(
+                matches!(
+                    err,
+                    Error::InvalidOption {
+                        field: "container_url",
+                        ..
+                    }
+                ),
+                "{url}: {err:?}"
+            );
+            assert!(!err.to_string().contains("topsecret"), "{err}");
+        }
+        for (url, field) in [
+            ("https://host/Bad_Name?sig=x", "container"),
+            ("https://host/leases?sig=x", "blob"),
+        ] {
+            let blob = if field == "blob" {
+                "jobs/members/x"
+            } else {
+                "b"
+            };
+            assert!(
+                matches!(
+                    BlobSettings::from_container_url(url, blob),
+                    Err(Error::InvalidOption { field: f, .. }) if f == field
+                ),
+                "{url}"
+            );
+        }
     }
 
     #[test]

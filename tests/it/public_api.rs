@@ -19,7 +19,7 @@ mod blob_mutex_azure {
     #[allow(unused_imports)]
     use blob_mutex::azure::{
         credential_options, default_credential, metadata, Backend, BlobLeaseManager,
-        BlobLeaseSetStore, OfficialSettings, AZURITE_ACCOUNT, AZURITE_ENDPOINT,
+        BlobLeaseSetStore, AZURITE_ACCOUNT, AZURITE_ENDPOINT,
     };
 }
 mod blob_mutex_azure_metadata {
@@ -119,7 +119,6 @@ const NAMED: &[&str] = &[
     "blob_mutex::azure::Backend",
     "blob_mutex::azure::BlobLeaseManager",
     "blob_mutex::azure::BlobLeaseSetStore",
-    "blob_mutex::azure::OfficialSettings",
     "blob_mutex::azure::credential_options",
     "blob_mutex::azure::default_credential",
     "blob_mutex::azure::metadata",

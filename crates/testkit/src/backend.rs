@@ -4,6 +4,7 @@
 //! once per backend: one row more, the same tests.
 
 pub use blob_mutex::azure::Backend;
+use blob_mutex::BlobSettings;
 
 use super::sas;
 
@@ -29,18 +30,13 @@ pub fn account_sas() -> String {
     sas::account_sas("co", "rwdlac")
 }
 
-/// The official backend's own settings for `container`/`blob` at
-/// `endpoint`, from a container URL with an account SAS.
-pub fn official_settings(
-    endpoint: &str,
-    container: &str,
-    blob: &str,
-) -> blob_mutex::azure::OfficialSettings {
-    blob_mutex::azure::OfficialSettings::from_container_url(
-        &format!("{endpoint}/{container}?{}", account_sas()),
-        blob,
-    )
-    .expect("valid official settings")
+/// Settings for `container`/`blob` at `endpoint` from a container URL
+/// with an account SAS, as a user with nothing but the URL makes them, on
+/// this run's backend.
+pub fn container_url_settings(endpoint: &str, container: &str, blob: &str) -> BlobSettings {
+    BlobSettings::from_container_url(&format!("{endpoint}/{container}?{}", account_sas()), blob)
+        .expect("valid settings from a container URL")
+        .with_backend(current())
 }
 
 /// What a test asks of a backend.

@@ -138,7 +138,7 @@ impl<'a> ConnectionString<'a> {
         };
         let account = match self.account_name {
             Some(account) => account.to_owned(),
-            None => account_from_endpoint(&endpoint),
+            None => endpoint::account(&endpoint),
         };
         Ok((account, endpoint, credential))
     }
@@ -163,22 +163,6 @@ impl<'a> ConnectionString<'a> {
         endpoint::parse(&format!("{protocol}://{account}.blob.{suffix}"))
             .map_err(|r| bad(&format!("EndpointSuffix makes an endpoint that {r}")))
     }
-}
-
-/// The account name in a blob endpoint: the first path segment for the
-/// path-style URLs of emulators and IP addresses, else the first host label.
-fn account_from_endpoint(endpoint: &str) -> String {
-    let without_scheme = endpoint
-        .split_once("://")
-        .map_or(endpoint, |(_, rest)| rest);
-    let (host, path) = without_scheme
-        .split_once('/')
-        .unwrap_or((without_scheme, ""));
-    let first_segment = path.split('/').next().unwrap_or("");
-    if !first_segment.is_empty() {
-        return first_segment.to_owned();
-    }
-    host.split(['.', ':']).next().unwrap_or(host).to_owned()
 }
 
 fn is_base64(text: &str) -> bool {

@@ -45,6 +45,47 @@ pub(crate) fn development_proxy(text: &str) -> Result<String, String> {
     parse(url.as_str())
 }
 
+/// A container URL with a SAS as its query
+/// (`https://acct.blob.core.windows.net/leases?sv=…&sig=…`) as the blob
+/// endpoint (as [`parse`] keeps it), the container's name and the SAS (the
+/// query, without its `?`). The error is the reason, never repeating the
+/// query.
+pub(crate) fn container_url(text: &str) -> Result<(String, String, String), String> {
+    let (base, sas) = text.split_once('?').unwrap_or((text, ""));
+    if sas.contains('#') {
+        return Err("must be a plain URL without a fragment".to_owned());
+    }
+    if sas.is_empty() {
+        return Err(
+            "needs a SAS as its query (…/container?sv=…&sig=…); for a token \
+             credential, use with_token_credential and with_endpoint"
+                .to_owned(),
+        );
+    }
+    let base = base.trim_end_matches('/');
+    if parse_url(base)?.path().trim_matches('/').is_empty() {
+        return Err("has no container as the last segment of its path".to_owned());
+    }
+    let (endpoint, container) = base.rsplit_once('/').unwrap_or((base, ""));
+    Ok((parse(endpoint)?, container.to_owned(), sas.to_owned()))
+}
+
+/// The account name in a blob endpoint: the first path segment for the
+/// path-style URLs of emulators and IP addresses, else the first host label.
+pub(crate) fn account(endpoint: &str) -> String {
+    let without_scheme = endpoint
+        .split_once("://")
+        .map_or(endpoint, |(_, rest)| rest);
+    let (host, path) = without_scheme
+        .split_once('/')
+        .unwrap_or((without_scheme, ""));
+    let first_segment = path.split('/').next().unwrap_or("");
+    if !first_segment.is_empty() {
+        return first_segment.to_owned();
+    }
+    host.split(['.', ':']).next().unwrap_or(host).to_owned()
+}
+
 fn parse_url(text: &str) -> Result<Url, String> {
     let lower = text.get(..8).unwrap_or(text).to_ascii_lowercase();
     if !(lower.starts_with("https://") || lower.starts_with("http://")) {

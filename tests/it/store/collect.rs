@@ -473,17 +473,18 @@ async fn a_leased_member_is_never_deleted_whatever_the_race_with_its_renewal() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stale_member_with_a_snapshot_is_not_retried_at_every_listing_and_goes_with_its_snapshot()
 {
-    use blob_mutex_testkit::backend::official_settings;
+    use blob_mutex::azure::Backend;
+    use blob_mutex_testkit::backend::container_url_settings;
     use blob_mutex_testkit::proxy::Proxy;
 
     init_tracing();
     let container = azurite::unique_container("collect-snapshot");
     // Through a proxy, to count the deletes that reach storage.
     let proxy = Proxy::start(azurite::shared().port);
-    let store =
-        BlobLeaseSetStore::from_official(&official_settings(&proxy.endpoint(), &container, "set"))
-            .unwrap()
-            .with_collection(Collection::default().with_stale_after(Duration::ZERO));
+    let settings = container_url_settings(&proxy.endpoint(), &container, "set");
+    let store = BlobLeaseSetStore::new(&settings.with_backend(Backend::Official))
+        .unwrap()
+        .with_collection(Collection::default().with_stale_after(Duration::ZERO));
     for name in ["members/snapped", "members/plain"] {
         store
             .lease(name)

@@ -17,7 +17,7 @@ mod epoch_floor;
 mod first_contact;
 mod lease_manager;
 #[cfg(feature = "official")]
-mod official_lease_manager;
+mod official_backend;
 #[cfg(all(feature = "testing", feature = "official"))]
 // rustls is the official backend's dependency
 mod process_globals;

@@ -77,12 +77,13 @@ async fn every_call_of_a_quorum_of_silent_accounts_gives_up_within_its_request_t
     }
 }
 
-#[cfg(feature = "official")]
 #[tokio::test]
-async fn every_call_of_a_manager_from_official_settings_gives_up_within_its_request_timeout() {
+async fn every_call_of_a_manager_from_a_container_url_gives_up_within_its_request_timeout() {
     let url = format!("{}/silent?sv=2024-01-01&sig=x", silent_endpoint().await);
-    let settings = blob_mutex::azure::OfficialSettings::from_container_url(&url, "lease").unwrap();
-    let manager = blob_mutex::azure::BlobLeaseManager::from_official(&settings)
+    let settings = blob_mutex::BlobSettings::from_container_url(&url, "lease")
+        .unwrap()
+        .with_backend(blob_mutex_testkit::backend::current());
+    let manager = blob_mutex::azure::BlobLeaseManager::new(&settings)
         .unwrap()
         .with_request_timeout(LIMIT);
     bounded(&manager, LIMIT).await;

@@ -1,16 +1,18 @@
-//! The official backend's manager, built from `OfficialSettings`, against
-//! a real Azurite, for what the shared conformance and fault tests do not
-//! see: kept-alive connections, a blob never overwritten, break, and a SAS
-//! that may not create the container.
+//! The official backend's stores against a real Azurite, for what the
+//! shared conformance and fault tests do not see: kept-alive connections, a
+//! blob never overwritten, break, a SAS that may not create the container,
+//! and an account key signing the tokens this SDK takes instead.
 
 use std::time::Duration;
 
+use blob_mutex::azure::Backend;
+use blob_mutex::BlobSettings;
 use blob_mutex::{
     azure::BlobLeaseManager, store::Acquire, store::LeaseId, store::LeaseState, store::LeaseStore,
     store::StampOptions, Error,
 };
 use blob_mutex_testkit::azurite;
-use blob_mutex_testkit::backend::official_settings;
+use blob_mutex_testkit::backend::container_url_settings;
 use blob_mutex_testkit::proxy::Proxy;
 use blob_mutex_testkit::sas;
 
@@ -18,7 +20,15 @@ const D: Duration = Duration::from_secs(15);
 
 fn manager(endpoint: &str, blob: &str) -> BlobLeaseManager {
     let container = azurite::unique_container(blob);
-    BlobLeaseManager::from_official(&official_settings(endpoint, &container, blob)).unwrap()
+    BlobLeaseManager::new(&official(container_url_settings(
+        endpoint, &container, blob,
+    )))
+    .unwrap()
+}
+
+/// `settings` on the official backend, whichever backend the run is on.
+fn official(settings: BlobSettings) -> BlobSettings {
+    settings.with_backend(Backend::Official)
 }
 
 /// One HTTP client per manager, with a pool: ten renewals in a row do not
@@ -75,8 +85,8 @@ async fn a_sas_that_cannot_create_the_missing_container_names_what_to_grant() {
         azurite::shared().endpoint,
         sas::container_sas(&container, "racwdl")
     );
-    let settings = blob_mutex::azure::OfficialSettings::from_container_url(&url, "lease").unwrap();
-    let m = BlobLeaseManager::from_official(&settings).unwrap();
+    let settings = BlobSettings::from_container_url(&url, "lease").unwrap();
+    let m = BlobLeaseManager::new(&official(settings)).unwrap();
     let e = m.acquire(LeaseId::new(), D).await.unwrap_err();
     assert!(e.is_fatal(), "{e:?}");
     assert!(
@@ -93,13 +103,10 @@ async fn a_sas_that_cannot_create_the_missing_container_names_what_to_grant() {
 async fn an_account_key_signs_container_tokens_that_storage_accepts() {
     let proxy = Proxy::start(azurite::shared().port);
     let container = azurite::unique_container("key-signed");
-    let settings = blob_mutex::BlobSettings::from_connection_string(
-        &proxy.connection_string(),
-        &container,
-        "lease",
-    )
-    .unwrap()
-    .with_backend(blob_mutex::azure::Backend::Official);
+    let settings = official(
+        BlobSettings::from_connection_string(&proxy.connection_string(), &container, "lease")
+            .unwrap(),
+    );
     let m = blob_mutex::azure::BlobLeaseManager::new(&settings).unwrap();
     let a = LeaseId::new();
     assert_eq!(m.acquire(a, D).await.unwrap(), Acquire::Acquired);
@@ -123,7 +130,7 @@ async fn an_account_key_signs_container_tokens_that_storage_accepts() {
     assert!(log.iter().filter(|r| r.is("renew")).count() == 1);
 }
 
-/// A set from `OfficialSettings`: one listing reads every lease of the set, stale
+/// A set from a container URL: one listing reads every lease of the set, stale
 /// member blobs are collected (conditionally, never a leased one), and a
 /// leave deletes a member blob only once it is not leased.
 #[tokio::test]
@@ -131,8 +138,8 @@ async fn a_set_lists_its_leases_collects_stale_members_and_keeps_leased_ones() {
     use blob_mutex::{azure::BlobLeaseSetStore, store::Collection, store::LeaseSetStore};
 
     let container = azurite::unique_container("official-set");
-    let settings = official_settings(&azurite::shared().endpoint, &container, "set");
-    let store = BlobLeaseSetStore::from_official(&settings)
+    let settings = container_url_settings(&azurite::shared().endpoint, &container, "set");
+    let store = BlobLeaseSetStore::new(&official(settings))
         .unwrap()
         .with_collection(Collection::default().with_stale_after(Duration::from_millis(300)));
     for i in 0..10 {
