@@ -32,7 +32,7 @@ use tracing::{debug, error, info_span, trace, warn, Instrument, Span};
 
 use crate::backoff::{backoff, Jitter};
 use crate::bounded::bounded;
-use crate::engine::ending::StopReason;
+use crate::ending::StopReason;
 use crate::engine::fail_stop::FailStop;
 use crate::engine::first_contact::FirstContact;
 use crate::engine::leader::LeaderWatch;
@@ -539,7 +539,6 @@ fn joined_task(joined: std::result::Result<Ended, JoinError>) -> Ended {
 }
 
 mod campaign;
-pub(crate) mod ending;
 pub(crate) mod fail_stop;
 pub(crate) mod first_contact;
 pub(crate) mod handover;

@@ -176,7 +176,7 @@ pub enum Error {
     #[error("the leader task of epoch {} ended with no output ({})", report.epoch, report.reason)]
     TaskFailed {
         /// How the term ended.
-        report: Box<crate::term::TermReport>,
+        report: Box<crate::ending::TermReport>,
         /// The error the task returned, as it returned it.
         #[source]
         source: Option<BoxError>,

@@ -69,7 +69,7 @@ use crate::azure::settings::BlobSettings;
 use crate::azure::BlobLeaseSetStore;
 use crate::backoff::Jitter;
 use crate::bounded::bounded;
-use crate::engine::ending::{StopReason, TermReport};
+use crate::ending::{StopReason, TermReport};
 use crate::engine::leader::Leader;
 use crate::engine::leadership::{LeaderContext, Leadership};
 use crate::engine::lingering::Lingering;

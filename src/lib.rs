@@ -53,6 +53,7 @@
 pub mod azure;
 mod backoff;
 mod bounded;
+mod ending;
 mod engine;
 pub mod error;
 #[cfg(feature = "schedule")]

@@ -9,7 +9,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::azure::settings::BlobSettings;
 use crate::azure::BlobLeaseManager;
-use crate::engine::ending::TermReport;
+use crate::ending::TermReport;
 use crate::engine::first_contact::FirstContact;
 use crate::engine::leader::{Leader, LeaderWatch};
 use crate::engine::leadership::{LeaderContext, Leadership};

@@ -7,7 +7,7 @@
 //! stopped its task, and [`FAIL_STOP_EXIT_CODE`], the exit code of a
 //! process stopped by [`fail_stop`](crate::MutexOptions::with_fail_stop).
 
-pub use crate::engine::ending::{StopReason, TaskStop, TermReport};
+pub use crate::ending::{StopReason, TaskStop, TermReport};
 pub use crate::engine::fail_stop::FAIL_STOP_EXIT_CODE;
 pub use crate::engine::leader::Leader;
 pub use crate::engine::leadership::{Heartbeat, Leadership};

@@ -8,7 +8,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::engine::ending::{StopReason, TermReport};
+use crate::ending::{StopReason, TermReport};
 use crate::engine::state::TermState;
 use crate::engine::term_tasks::Shared as TermShared;
 use crate::error::{BoxError, Result};

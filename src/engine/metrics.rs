@@ -29,8 +29,8 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 #[cfg(feature = "metrics")]
-use crate::engine::ending::StopReason;
-use crate::engine::ending::{TaskStop, TermReport};
+use crate::ending::StopReason;
+use crate::ending::{TaskStop, TermReport};
 use crate::engine::vitals::Vitals;
 
 /// The figures of one lease (a no-op without the `metrics` feature), and

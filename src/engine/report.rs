@@ -11,7 +11,7 @@ use tokio::time::Instant;
 use tracing::{debug, error, warn};
 
 use super::Deadline;
-use crate::engine::ending::{StopReason, TaskStop, TermReport};
+use crate::ending::{StopReason, TaskStop, TermReport};
 use crate::engine::leadership::Leadership;
 use crate::engine::lingering::Lingering;
 use crate::engine::metrics::Metrics;

@@ -10,7 +10,7 @@ use tracing::{debug, error, warn};
 
 use super::handover::{ending, Ending};
 use super::{fail_stop, joined_task, Deadline, Engine, RenewEnd, Running, Term, LOST_GRACE};
-use crate::engine::ending::{StopReason, TaskStop, TermReport};
+use crate::ending::{StopReason, TaskStop, TermReport};
 use crate::error::{Chain, Error, Result};
 use crate::options::{ABORT_WAIT, FAIL_STOP_SLACK, STOP_SLACK};
 use crate::store::LeaseStore;

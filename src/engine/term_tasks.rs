@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{error, Instrument};
 
-use crate::engine::ending::StopReason;
+use crate::ending::StopReason;
 use crate::error::{BoxError, Chain};
 
 /// How one piece of a term's work ended by itself.

@@ -14,7 +14,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::{box_task, Engine, TaskFn};
-use crate::engine::ending::{StopReason, TaskStop, TermReport};
+use crate::ending::{StopReason, TaskStop, TermReport};
 use crate::engine::leadership::{LeaderContext, Leadership};
 use crate::error::{Error, Result};
 use crate::options::{MutexOptions, STOP_SLACK};

@@ -10,7 +10,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use super::{BlobLeaseSet, LeaseSetOptions, PartitionReport, MEMBERS};
-use crate::engine::ending::StopReason;
+use crate::ending::StopReason;
 use crate::error::{Error, Result};
 use crate::store::memory::MemoryLeaseSetStore;
 

@@ -13,7 +13,7 @@ use tracing::Instrument;
 
 use super::{BlobDistributedMutex, MutexObserver, OneCampaign};
 use crate::bounded::bounded;
-use crate::engine::ending::{StopReason, TaskStop, TermReport};
+use crate::ending::{StopReason, TaskStop, TermReport};
 use crate::engine::leader::Leader;
 use crate::engine::leadership::LeaderContext;
 use crate::engine::vitals::{Outlived, Vitals};

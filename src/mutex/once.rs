@@ -13,7 +13,7 @@ use super::record::{self, Decision, OnceOptions, Record, SkipReason};
 use super::{BlobDistributedMutex, MutexObserver, OneCampaign};
 use crate::backoff::{backoff, Jitter};
 use crate::bounded::bounded;
-use crate::engine::ending::{StopReason, TermReport};
+use crate::ending::{StopReason, TermReport};
 use crate::engine::first_contact;
 use crate::engine::leadership::LeaderContext;
 use crate::engine::{Attempts, TaskFn, ACQUIRE_BACKOFF_MAX};

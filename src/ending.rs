@@ -1,6 +1,8 @@
 //! How a term ends: why it was asked to stop ([`StopReason`]), how its
 //! tasks ended ([`TaskStop`]), and the report of both ([`TermReport`]),
-//! which the end of a term (`stop`, `report`) makes and every observer reads.
+//! which the end of a term (the engine's `stop` and `report`) makes and
+//! every observer reads. It names nothing of the crate: the floor, so that
+//! an [`Error`](crate::Error) can carry a report.
 
 use std::fmt;
 
