@@ -4,9 +4,8 @@
 //! key after a newer one ran skips it (every key is kept), and a key that
 //! a full record cannot keep exits 1 before the command runs; hosts whose cron fires
 //! one after the other, or all the time, with `--at-most-every` run the
-//! job once per period, never overlapping (three hosts' cron every 20 s
-//! with a 60 s period for three minutes: 3 or 4 runs, on both backends at
-//! once); a command that failed, was
+//! job once per period, never overlapping (three hosts' cron every 10 s
+//! with a 30 s period for 90 s: 3 or 4 runs, on both backends at once); a command that failed, was
 //! stopped by a signal, whose `run` was killed, or whose record could not
 //! be written leaves no record and runs again; a leader frozen past its
 //! lease with its record write in flight (held by the fault proxy) cannot
@@ -457,17 +456,17 @@ async fn a_run_killed_mid_command_leaves_no_record_and_the_next_runs_it_once_the
 }
 
 /// How often each host's cron fires in [`cron_on_three_hosts`].
-const CRON_EVERY: Duration = Duration::from_secs(20);
+const CRON_EVERY: Duration = Duration::from_secs(10);
 /// How long the cron test fires.
-const CRON_FOR: Duration = Duration::from_secs(180);
+const CRON_FOR: Duration = Duration::from_secs(90);
 /// The shortest gap between two runs of the cron test's job: its period,
-/// 60 s, counted from the time storage gave just before the last run, less
+/// 30 s, counted from the time storage gave just before the last run, less
 /// a second, since storage's clock counts whole seconds (a run that
 /// started late in its second makes the next one due up to a second
 /// early), and less half a second for the runs' own lag from that reading
 /// to the job's first line (starting `sh` on a loaded machine), which the
 /// job's times include and the period does not.
-const CRON_GAP: Duration = Duration::from_millis(58_500);
+const CRON_GAP: Duration = Duration::from_millis(28_500);
 
 /// How long ago the job of the cron test first started (`None`: not yet).
 fn since_first_start(case: &Case) -> Option<Duration> {
@@ -483,14 +482,14 @@ fn since_first_start(case: &Case) -> Option<Duration> {
 }
 
 /// Three hosts' cron on `backend`: each fires `run --once --at-most-every
-/// 60s` every [`CRON_EVERY`] (the hosts' clocks a few hundred milliseconds
+/// 30s` every [`CRON_EVERY`] (the hosts' clocks a few hundred milliseconds
 /// apart), whether or not its last run has ended, as cron does, for
 /// [`CRON_FOR`] counted from the job's first start: on a loaded machine the
 /// first firings may take seconds to get the job going, and the window
 /// starts with the job. Every run must exit 0. Returns the job's
 /// `start`/`end` lines.
 async fn cron_on_three_hosts(case: &Case, backend: blob_mutex_testkit::backend::Backend) -> String {
-    let flags = ["--once", "--at-most-every", "60s"];
+    let flags = ["--once", "--at-most-every", "30s"];
     let script = r#"echo "start $(date +%s%N)" >> "$1/times"; sleep 1; echo "end $(date +%s%N)" >> "$1/times""#;
     let begin = tokio::time::Instant::now();
     let mut firings = Vec::new();
@@ -529,9 +528,9 @@ async fn cron_on_three_hosts(case: &Case, backend: blob_mutex_testkit::backend::
 }
 
 /// Both backends' fleets at once, each on its own container: one wait of
-/// three minutes for both.
+/// 90 s for both.
 #[tokio::test]
-async fn three_hosts_cron_every_20s_for_3_minutes_with_a_60s_period_run_the_job_3_or_4_times() {
+async fn three_hosts_cron_every_10s_for_90s_with_a_30s_period_run_the_job_3_or_4_times() {
     use blob_mutex_testkit::backend::Backend;
     let cases = [Case::new("cron-official"), Case::new("cron-v021")];
     let (official, v021) = tokio::join!(
