@@ -1,6 +1,6 @@
 //! `blob-mutex schedule`, as separate processes against Azurite: three
-//! hosts on a cron of every 10 seconds for two minutes, one SIGKILLed and
-//! one SIGSTOPped mid-job, judged from the jobs' own output; its usage
+//! hosts on a cron of every 10 seconds for two minutes, one killed with
+//! SIGKILL and one stopped with SIGSTOP mid-job, judged from the jobs' own output; its usage
 //! errors; and `status` showing a schedule's record.
 //!
 //! The job is a small `sh` script that appends `start SLOT PID HOLDER
@@ -125,6 +125,11 @@ fn wall_ns() -> u128 {
         .as_nanos()
 }
 
+/// The time from `earlier` to `later`, wall clock in nanoseconds.
+fn between(earlier: u128, later: u128) -> Duration {
+    Duration::from_nanos(u64::try_from(later.saturating_sub(earlier)).unwrap_or(u64::MAX))
+}
+
 fn signal(pid: u32, signal: &str) {
     let status = std::process::Command::new("kill")
         .args([format!("-{signal}"), pid.to_string()])
@@ -184,8 +189,8 @@ async fn gone(pid: u32) -> u128 {
 }
 
 /// Three hosts on a cron of every 10 s for two minutes; the host running a
-/// slot's job is SIGKILLed mid-job, later another is SIGSTOPped mid-job
-/// and SIGCONTed once its slot was completed elsewhere. From the jobs' own
+/// slot's job is killed with SIGKILL mid-job, later another is stopped
+/// with SIGSTOP mid-job and continued with SIGCONT once its slot was completed elsewhere. From the jobs' own
 /// lines: every slot from the first to the last of the two minutes
 /// completed exactly once, no two jobs ran at once (a job that died counts
 /// until its process was seen gone), and each slot whose host died was
@@ -214,7 +219,7 @@ async fn three_hosts_complete_every_slot_once_never_overlapping_through_a_kill_a
     let _ = hosts.get_mut(victim.as_str()).unwrap().wait().await;
     let killed_job_gone = gone(killed.pid).await;
     let (retry, _) = completed_elsewhere(&case, &killed.slot, &victim).await;
-    let after_kill = Duration::from_nanos((retry.ns - killed_at) as u64);
+    let after_kill = between(killed_at, retry.ns);
     println!(
         "slot {} of the SIGKILLed {victim}: rerun by {} {after_kill:?} after the kill",
         killed.slot, retry.holder
@@ -245,11 +250,11 @@ async fn three_hosts_complete_every_slot_once_never_overlapping_through_a_kill_a
     let stopped_job_gone = gone(stopped.pid).await;
     std::fs::remove_file(&hold).unwrap();
     let (retry, _) = completed_elsewhere(&case, &stopped.slot, &sleeper).await;
-    let after_stop = Duration::from_nanos((retry.ns - stopped_at) as u64);
+    let after_stop = between(stopped_at, retry.ns);
     println!(
         "slot {} of the SIGSTOPped {sleeper}: its job killed {:?} after the stop, rerun by {} {after_stop:?} after it",
         stopped.slot,
-        Duration::from_nanos((stopped_job_gone - stopped_at) as u64),
+        between(stopped_at, stopped_job_gone),
         retry.holder
     );
     assert!(
