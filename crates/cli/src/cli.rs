@@ -238,8 +238,8 @@ pub(crate) enum Command {
     /// For example, `blob-mutex man run > blob-mutex-run.1`, or
     /// `blob-mutex man | man -l -`.
     Man {
-        /// The subcommand whose page to print (run, status, break, state,
-        /// partitions); without one, the page of blob-mutex itself.
+        /// The subcommand whose page to print (run, schedule, status, break,
+        /// state, partitions); without one, the page of blob-mutex itself.
         command: Option<String>,
     },
     /// Print the version, the commit it was built from, and the storage

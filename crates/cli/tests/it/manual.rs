@@ -89,7 +89,7 @@ fn a_page_of_an_unknown_or_internal_command_is_a_usage_error() {
         let output = blob_mutex(&["man", name]);
         assert_eq!(output.status.code(), Some(2), "man {name}");
         let stderr = String::from_utf8_lossy(&output.stderr);
-        assert!(stderr.contains("one of: run, status"), "{stderr}");
+        assert!(stderr.contains("one of: run, schedule, status"), "{stderr}");
     }
 }
 
