@@ -291,6 +291,7 @@ async fn three_hosts_complete_every_slot_once_never_overlapping_through_a_kill_a
             .unwrap();
         assert_eq!(status.code(), Some(143), "{h}: {}", case.stderr(h));
     }
+    let stopped_all = wall_ns();
 
     judge(
         &case,
@@ -300,6 +301,7 @@ async fn three_hosts_complete_every_slot_once_never_overlapping_through_a_kill_a
             (killed.pid, killed_job_gone),
             (stopped.pid, stopped_job_gone),
         ],
+        stopped_all,
     );
     for h in holders {
         let stderr = case.stderr(h);
@@ -309,9 +311,11 @@ async fn three_hosts_complete_every_slot_once_never_overlapping_through_a_kill_a
 
 /// From the jobs' lines: each slot from `first` to `last` (every 10 s)
 /// ended exactly once, and no two jobs' lives overlap; a job without an
-/// end line lived until it was seen gone (`died`: its pid and then).
-fn judge(case: &Case, first: &str, last: &str, died: &[(u32, u128)]) {
+/// end line lived until it was seen gone (`died`: its pid and then), or,
+/// for a slot after `last`, until the hosts were stopped (`stopped`).
+fn judge(case: &Case, first: &str, last: &str, died: &[(u32, u128)], stopped: u128) {
     let log = case.log();
+    let last_key = last;
     let first: jiff::Timestamp = first.parse().unwrap();
     let last: jiff::Timestamp = last.parse().unwrap();
     let mut expected = Vec::new();
@@ -344,6 +348,9 @@ fn judge(case: &Case, first: &str, last: &str, died: &[(u32, u128)]) {
                 .find(|l| !l.start && l.pid == start.pid)
                 .map(|l| l.ns)
                 .or_else(|| died.iter().find(|(pid, _)| *pid == start.pid).map(|d| d.1))
+                // A job after the last slot judged may have been stopped by
+                // the SIGTERM that ended its host: it lived until then.
+                .or_else(|| (start.slot.as_str() > last_key).then_some(stopped))
                 .unwrap_or_else(|| panic!("job {start:?} has no end: {log:#?}"));
             (start.ns, end, start.pid)
         })
