@@ -21,6 +21,7 @@ mod slots;
 mod term;
 #[cfg(test)]
 mod tests;
+mod view;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -47,6 +48,7 @@ use crate::store::LeaseStore;
 
 pub use self::options::{Overlap, ScheduleOptions};
 pub use self::report::{Slot, SlotOutcome, SlotReport};
+pub use self::view::{RecordedOutcome, RecordedSlot, ScheduleRecord};
 
 /// A cron schedule whose every slot runs once across the fleet.
 ///

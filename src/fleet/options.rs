@@ -1,7 +1,7 @@
 //! The options of a [`BlobSchedule`](super::BlobSchedule): its
 //! expression and zone, catch-up window, overlap policy and retries.
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use super::slots::Slots;
 use crate::error::{Error, Result};
@@ -92,6 +92,20 @@ impl ScheduleOptions {
         self
     }
 
+    /// The first slot of the expression, in its time zone, strictly after
+    /// `after`: `None` when none comes (a date that never does, or past
+    /// the year 5000).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidOption`] naming `cron` or `time_zone`.
+    pub fn next_slot_after(&self, after: SystemTime) -> Result<Option<SystemTime>> {
+        let after = jiff::Timestamp::try_from(after)
+            .map_err(|e| Error::invalid("after", format!("out of range: {e}")))?;
+        let slots = Slots::new(&self.cron, &self.time_zone)?;
+        Ok(slots.after(after).map(SystemTime::from))
+    }
+
     /// Checks the options, the expression and the time zone.
     ///
     /// # Errors
@@ -104,5 +118,32 @@ impl ScheduleOptions {
             return Err(Error::invalid("catch_up", "must be at least 1 s"));
         }
         self.mutex.validate()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_next_slot_is_the_expressions_in_its_zone_strictly_after() {
+        let at = |t: &str| SystemTime::from(t.parse::<jiff::Timestamp>().unwrap());
+        let nightly = ScheduleOptions::new("30 2 * * *").with_time_zone("Europe/Berlin");
+        assert_eq!(
+            nightly.next_slot_after(at("2026-11-28T01:30:00Z")).unwrap(),
+            Some(at("2026-11-29T01:30:00Z"))
+        );
+        assert_eq!(
+            nightly.next_slot_after(at("2026-11-28T01:29:59Z")).unwrap(),
+            Some(at("2026-11-28T01:30:00Z"))
+        );
+        let bad = ScheduleOptions::new("30 2 * * *").with_time_zone("Mars/Olympus");
+        assert!(matches!(
+            bad.next_slot_after(at("2026-11-28T01:30:00Z")),
+            Err(Error::InvalidOption {
+                field: "time_zone",
+                ..
+            })
+        ));
     }
 }

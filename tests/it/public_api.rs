@@ -57,7 +57,8 @@ mod blob_mutex_quorum {
 mod blob_mutex_schedule {
     #[allow(unused_imports)]
     use blob_mutex::schedule::{
-        BlobSchedule, Overlap, ScheduleOptions, Slot, SlotOutcome, SlotReport,
+        BlobSchedule, Overlap, RecordedOutcome, RecordedSlot, ScheduleOptions, ScheduleRecord,
+        Slot, SlotOutcome, SlotReport,
     };
 }
 mod blob_mutex_store {
@@ -164,7 +165,10 @@ const NAMED: &[&str] = &[
     "blob_mutex::schedule",
     "blob_mutex::schedule::BlobSchedule",
     "blob_mutex::schedule::Overlap",
+    "blob_mutex::schedule::RecordedOutcome",
+    "blob_mutex::schedule::RecordedSlot",
     "blob_mutex::schedule::ScheduleOptions",
+    "blob_mutex::schedule::ScheduleRecord",
     "blob_mutex::schedule::Slot",
     "blob_mutex::schedule::SlotOutcome",
     "blob_mutex::schedule::SlotReport",

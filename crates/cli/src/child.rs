@@ -29,6 +29,9 @@ use reap::{gone_by, Live, REAP_WAIT};
 
 /// The environment variable that carries the fencing token.
 pub(crate) const EPOCH_ENV: &str = "BLOB_MUTEX_EPOCH";
+/// The environment variable that carries the slot a `schedule` job runs
+/// for: its instant in UTC, RFC 3339.
+pub(crate) const SLOT_ENV: &str = "BLOB_MUTEX_SLOT";
 /// The environment variable that carries this host's holder name.
 pub(crate) const HOLDER_ENV: &str = "BLOB_MUTEX_HOLDER";
 /// The environment variable that carries the term's lease id, for

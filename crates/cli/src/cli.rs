@@ -69,6 +69,21 @@ Examples:
   # A quorum of three accounts: each account's lease, then the majority's view.
   blob-mutex status --accounts-file accounts.txt --container leases --blob nightly";
 
+const SCHEDULE_EXAMPLES: &str = "\
+Examples:
+  # Every host's crontab line, replaced by one service on every host: the
+  # report runs once a night at 02:30 Berlin time, on one of them.
+  blob-mutex schedule --container leases --blob nightly --cron '30 2 * * *' --tz Europe/Berlin \\
+    -- ./nightly-report.sh
+
+  # Every 10 minutes; a slot whose host died mid-job is run again elsewhere
+  # within 5 minutes of its time, and a slot due while a job runs waits.
+  blob-mutex schedule --container leases --blob sync --cron '*/10 * * * *' --catch-up 5m \\
+    --overlap wait -- sh -c 'echo \"slot $BLOB_MUTEX_SLOT epoch $BLOB_MUTEX_EPOCH\"; ./sync.sh'
+
+  # Against a local Azurite, every 10 seconds (six fields: seconds first).
+  blob-mutex schedule --dev --container leases --blob demo --cron '*/10 * * * * *' -- date";
+
 const PARTITIONS_EXAMPLES: &str = "\
 Examples:
   blob-mutex partitions --container leases --set ingest
@@ -149,9 +164,32 @@ pub(crate) enum Command {
     /// then expires on its own.
     #[command(after_help = format!("{RUN_EXAMPLES}\n\n{TABLE}"))]
     Run(RunArgs),
+    /// Run CMD for every slot of a cron schedule, once across all hosts.
+    ///
+    /// Runs on every host, in place of the hosts' crontabs. At each slot of
+    /// --cron (read in --tz), on storage's clock, one host takes the lease
+    /// and runs CMD with BLOB_MUTEX_SLOT (the slot's instant, RFC 3339 in
+    /// UTC), BLOB_MUTEX_EPOCH (the fencing token) and BLOB_MUTEX_HOLDER in
+    /// its environment, as `run` runs it (its own process group, a guard
+    /// that kills it before the lease could expire). When CMD exits 0 the
+    /// slot is recorded done in the lease blob's state, under the lease;
+    /// every host then skips it. CMD failing is retried (--retries) within
+    /// --catch-up; a host that dies or freezes mid-job records nothing, and
+    /// another host runs the slot again once the lease has expired, if it
+    /// is still within --catch-up: a slot runs at least once, and the
+    /// epoch fences CMD's writes. A slot nobody ran within --catch-up is
+    /// recorded missed. One line is logged per slot's outcome; `status`
+    /// shows the record. SIGINT, SIGTERM and SIGHUP stop it: a running CMD
+    /// gets the signal (a second one kills it), the lease is released, and
+    /// blob-mutex exits with 128 + the signal's number. One storage account
+    /// only.
+    #[command(after_help = format!("{SCHEDULE_EXAMPLES}\n\n{TABLE}"))]
+    Schedule(ScheduleArgs),
     /// Show the lease's state, holder, epoch and acquisition time.
     ///
     /// Exits 0 when the lease is held (leased or breaking), 3 when it is free.
+    /// When the blob holds a schedule's record, also its last slots, each
+    /// with its outcome and holder (and with --cron, the next slot).
     #[command(after_help = format!("{STATUS_EXAMPLES}\n\n{TABLE}"))]
     Status(StatusArgs),
     /// Force the lease free, whoever holds it (for operators).
@@ -200,8 +238,8 @@ pub(crate) enum Command {
     /// For example, `blob-mutex man run > blob-mutex-run.1`, or
     /// `blob-mutex man | man -l -`.
     Man {
-        /// The subcommand whose page to print (run, status, break, state,
-        /// partitions); without one, the page of blob-mutex itself.
+        /// The subcommand whose page to print (run, schedule, status, break,
+        /// state, partitions); without one, the page of blob-mutex itself.
         command: Option<String>,
     },
     /// Print the version, the commit it was built from, and the storage
@@ -224,6 +262,7 @@ impl Command {
     pub(crate) async fn sign_in(&mut self) -> Result<()> {
         match self {
             Command::Run(args) => args.target.sign_in().await,
+            Command::Schedule(args) => args.target.sign_in().await,
             Command::Status(args) => args.target.sign_in().await,
             Command::Break(args) => args.target.sign_in().await,
             Command::Partitions(args) => args.target.sign_in().await,
@@ -559,6 +598,53 @@ pub(crate) struct RunArgs {
     pub(crate) command: Vec<OsString>,
 }
 
+/// `blob-mutex schedule`.
+#[derive(Debug, Args)]
+pub(crate) struct ScheduleArgs {
+    #[command(flatten)]
+    pub(crate) target: Target,
+    #[command(flatten)]
+    pub(crate) lease: LeaseArgs,
+    /// The cron expression: five fields (minute, hour, day of month, month,
+    /// day of week) or six with seconds first; @daily and the like too.
+    #[arg(long, value_name = "EXPR", env = "BLOB_MUTEX_CRON")]
+    pub(crate) cron: String,
+    /// The IANA time zone the expression is read in, for example
+    /// Europe/Berlin. Daylight-saving changes: in a gap, a job at a fixed
+    /// time runs at the first valid time after it; in a repeated hour, it
+    /// runs once, and a job of wildcards or steps runs on both passes
+    /// [default: UTC].
+    #[arg(long, value_name = "ZONE", env = "BLOB_MUTEX_TZ")]
+    pub(crate) tz: Option<String>,
+    /// How long after its time, on storage's clock, a slot not done is
+    /// still run or retried; past it, it is recorded missed and never runs.
+    /// At least 1s [default: 1m].
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, env = "BLOB_MUTEX_CATCH_UP")]
+    pub(crate) catch_up: Option<Duration>,
+    /// A slot that comes due while CMD still runs: skip (recorded skipped,
+    /// never run late) or wait (run after it, if still within --catch-up).
+    /// Never two CMDs at once either way [default: skip].
+    #[arg(long, value_enum, value_name = "POLICY", env = "BLOB_MUTEX_OVERLAP")]
+    pub(crate) overlap: Option<OverlapArg>,
+    /// How many times a slot whose CMD failed (exited non-zero) is run
+    /// again, within --catch-up: 10s after the failure, then doubling
+    /// [default: 2].
+    #[arg(long, value_name = "N", env = "BLOB_MUTEX_RETRIES")]
+    pub(crate) retries: Option<u32>,
+    /// The command to run for each slot, and its arguments, after `--`.
+    #[arg(last = true, required = true, value_name = "CMD")]
+    pub(crate) command: Vec<OsString>,
+}
+
+/// `--overlap`.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub(crate) enum OverlapArg {
+    /// Record it as skipped.
+    Skip,
+    /// Run it once CMD has ended.
+    Wait,
+}
+
 /// `blob-mutex status`.
 #[derive(Debug, Args)]
 pub(crate) struct StatusArgs {
@@ -566,9 +652,18 @@ pub(crate) struct StatusArgs {
     pub(crate) target: Target,
     /// Print one JSON object instead of a table: container, blob, exists,
     /// state, leased, duration, holder, epoch, acquired_at; on a quorum,
-    /// also accounts (account, state, holder, epoch, error per account).
+    /// also accounts (account, state, holder, epoch, error per account);
+    /// with a schedule's record, also schedule (slots: slot, outcome,
+    /// attempts, epoch, holder, retry_at; next).
     #[arg(long)]
     pub(crate) json: bool,
+    /// The schedule's cron expression, to show its next slot after
+    /// storage's clock (with the record's slots).
+    #[arg(long, value_name = "EXPR", env = "BLOB_MUTEX_CRON")]
+    pub(crate) cron: Option<String>,
+    /// The time zone of --cron [default: UTC].
+    #[arg(long, value_name = "ZONE", env = "BLOB_MUTEX_TZ", requires = "cron")]
+    pub(crate) tz: Option<String>,
 }
 
 /// `blob-mutex break`.

@@ -1,6 +1,7 @@
 //! `blob-mutex`: run a command on one host at a time, using an Azure Blob
 //! Storage lease; show or break the lease; read and write the leader state;
-//! show who owns which partition of a lease set.
+//! show who owns which partition of a lease set; run a cron schedule's
+//! every slot once across hosts.
 //!
 //! Run `blob-mutex --help` (and `blob-mutex <command> --help`) for the
 //! commands, examples and exit codes.
@@ -27,6 +28,7 @@ mod orphans;
 mod partitions;
 mod recorder;
 mod run;
+mod schedule;
 mod signin;
 mod state;
 mod status;
@@ -55,6 +57,7 @@ const READ_BY_HAND: &[&str] = &[
     "BLOB_MUTEX_CONTAINER",
     "BLOB_MUTEX_BLOB",
     "BLOB_MUTEX_BACKEND",
+    "BLOB_MUTEX_SLOT",
 ];
 
 fn main() -> ExitCode {
@@ -104,6 +107,7 @@ fn main() -> ExitCode {
         command.sign_in().await?;
         match command {
             Command::Run(args) => run::run(args).await,
+            Command::Schedule(args) => schedule::schedule(args).await,
             Command::Status(args) => status::status(args).await,
             Command::Break(args) => break_lease::break_lease(args).await,
             Command::State(command) => state::state(command).await,

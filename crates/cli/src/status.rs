@@ -1,11 +1,14 @@
-//! `blob-mutex status`: show the lease's state and holder.
+//! `blob-mutex status`: show the lease's state and holder, and a
+//! schedule's record (see [`slots`]).
+
+mod slots;
 
 use std::fmt::Write as _;
 
 use anyhow::Result;
 use blob_mutex::{
     quorum::AccountLease, quorum::Holding, quorum::QuorumLeaseStore, store::LeaseInfo,
-    store::LeaseState,
+    store::LeaseState, store::LeaseStore,
 };
 use serde::{Serialize, Serializer};
 
@@ -17,8 +20,18 @@ pub(crate) async fn status(args: StatusArgs) -> Result<u8> {
     if let Some(quorum) = args.target.quorum()? {
         return quorum_status(&args, &quorum).await;
     }
-    let info = args.target.lease_manager()?.inspect_existing().await?;
-    let view = View::new(&args.target, info.as_ref());
+    let manager = args.target.lease_manager()?;
+    let info = manager.inspect_existing().await?;
+    let mut view = View::new(&args.target, info.as_ref());
+    if info.is_some() {
+        let state = manager.read_state().await?;
+        let cron = args.cron.as_deref().map(|cron| (cron, args.tz.as_deref()));
+        let now = info
+            .as_ref()
+            .and_then(|i| i.storage_time)
+            .unwrap_or_else(std::time::SystemTime::now);
+        view.schedule = slots::ScheduleView::new(&state, cron, now)?;
+    }
     if args.json {
         println!("{}", view.json());
     } else {
@@ -177,6 +190,9 @@ struct View<'a> {
     acquired_at: Option<&'a str>,
     /// What the holder advertised with its stamp.
     advertised: Option<&'a str>,
+    /// The schedule's record, when the blob holds one (left out otherwise).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    schedule: Option<slots::ScheduleView>,
 }
 
 impl<'a> View<'a> {
@@ -198,6 +214,7 @@ impl<'a> View<'a> {
             epoch: Some(info.map_or(0, |i| i.epoch)),
             acquired_at: info.and_then(|i| i.acquired_at.as_deref()),
             advertised: info.and_then(|i| i.advertised.as_deref()),
+            schedule: None,
         }
     }
 
@@ -245,6 +262,9 @@ impl<'a> View<'a> {
         for (label, value) in rows {
             let _ = writeln!(out, "{label:<12} {value}");
         }
+        if let Some(schedule) = &self.schedule {
+            out.push_str(&schedule.rows());
+        }
         out
     }
 
@@ -287,6 +307,7 @@ mod tests {
             epoch,
             acquired_at: Some("2026-11-28T17:31:25Z"),
             advertised: None,
+            schedule: None,
         }
     }
 

@@ -32,6 +32,9 @@ const FIELDS: &[(&str, &str)] = &[
     ("blob", "blob"),
     ("container", "container_flag"),
     ("set", "set"),
+    ("cron", "cron"),
+    ("time_zone", "tz"),
+    ("catch_up", "catch_up"),
 ];
 
 /// Variables of the project's own tools and of the systemd unit, which the

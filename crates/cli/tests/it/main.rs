@@ -18,6 +18,7 @@ mod metrics;
 mod once;
 mod probes;
 mod quorum;
+mod schedule;
 mod state;
 mod support;
 mod transport;

@@ -89,6 +89,27 @@ fn a_page_of_an_unknown_or_internal_command_is_a_usage_error() {
         let output = blob_mutex(&["man", name]);
         assert_eq!(output.status.code(), Some(2), "man {name}");
         let stderr = String::from_utf8_lossy(&output.stderr);
-        assert!(stderr.contains("one of: run, status"), "{stderr}");
+        assert!(stderr.contains("one of: run, schedule, status"), "{stderr}");
+    }
+}
+
+#[test]
+fn the_schedule_has_its_manual_page_and_its_flags_are_completed() {
+    let page = stdout(&blob_mutex(&["man", "schedule"]));
+    assert!(page.contains(".TH blob-mutex-schedule 1"), "{page}");
+    for word in [
+        "\\-\\-cron",
+        "\\-\\-tz",
+        "\\-\\-catch\\-up",
+        "\\-\\-overlap",
+        "\\-\\-retries",
+        "BLOB_MUTEX_SLOT",
+        "BLOB_MUTEX_EPOCH",
+    ] {
+        assert!(page.contains(word), "no {word} on the page:\n{page}");
+    }
+    let bash = stdout(&blob_mutex(&["completions", "bash"]));
+    for word in ["schedule", "--cron", "--catch-up", "skip wait"] {
+        assert!(bash.contains(word), "no {word} in:\n{bash}");
     }
 }

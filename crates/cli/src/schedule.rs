@@ -1,0 +1,271 @@
+//! `blob-mutex schedule`: every slot of a cron expression runs its command
+//! once across the hosts, through the library's `BlobSchedule`; the
+//! command runs as `run` runs it (see [`crate::child`]).
+
+use std::ffi::OsString;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use anyhow::{anyhow, Result};
+use blob_mutex::schedule::{BlobSchedule, Overlap, ScheduleOptions, Slot, SlotOutcome, SlotReport};
+use blob_mutex::{term::StopReason, CancellationToken, LeaderContext};
+use nix::sys::signal::Signal;
+use nix::unistd::Pid;
+use tokio::signal::unix::{signal, SignalKind};
+use tokio::sync::broadcast;
+use tokio::time::Instant;
+use tracing::{info, warn, Instrument};
+
+use crate::child::{Child, Groups, SpawnError, StopTimes, Watched, SLOT_ENV};
+use crate::cli::{OverlapArg, ScheduleArgs};
+use crate::exit::{self, UsageError};
+use crate::logs::{self, LEADER};
+
+/// The back-off before a failed slot's first retry (then doubling).
+const RETRY_BACKOFF: Duration = Duration::from_secs(10);
+
+/// What the jobs, the signal handler and the exit code share.
+struct Shared {
+    command: Vec<OsString>,
+    /// The command's environment besides the epoch, holder and slot.
+    env: Vec<(&'static str, String)>,
+    /// The library's stop grace: how long a job may take to stop.
+    grace: Duration,
+    token: CancellationToken,
+    /// The process groups of jobs that may still run.
+    groups: Groups,
+    state: Mutex<State>,
+}
+
+/// What a signal changes.
+#[derive(Default)]
+struct State {
+    /// The first SIGINT, SIGTERM or SIGHUP received, forwarded to the job.
+    signal: Option<Signal>,
+    /// The process group of the running job.
+    running: Option<Pid>,
+}
+
+impl Shared {
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// Runs `blob-mutex schedule` until a signal stops it; returns its exit
+/// code (128 + the signal's number).
+pub(crate) async fn schedule(args: ScheduleArgs) -> Result<u8> {
+    let options = options(&args)?;
+    if args.target.quorum()?.is_some() {
+        return Err(UsageError(
+            "schedule keeps its record in one storage account: a quorum of accounts is refused"
+                .to_owned(),
+        )
+        .into());
+    }
+    crate::orphans::reap_orphans();
+    let settings = args.target.settings()?;
+    let backend = settings.backend();
+    let schedule = BlobSchedule::new(&settings, options)?;
+    let name = args.target.name();
+    let shared = Arc::new(Shared {
+        command: args.command,
+        env: args.target.command_env(),
+        grace: args
+            .lease
+            .options(args.target.request_timeout())
+            .stop_grace(),
+        token: CancellationToken::new(),
+        groups: Groups::new(name.clone()),
+        state: Mutex::new(State::default()),
+    });
+    logs::identify(&name, schedule.holder());
+    let span = tracing::info_span!("schedule", lease = %name, holder = schedule.holder());
+    span.in_scope(|| info!(%backend, cron = %args.cron, "running the schedule"));
+    let signals = tokio::spawn(forward_signals(shared.clone()));
+    let reports = tokio::spawn(log_reports(schedule.slot_reports()).instrument(span.clone()));
+    let job_shared = shared.clone();
+    let ran = schedule
+        .run(shared.token.clone(), move |slot, ctx| {
+            job(slot, ctx, job_shared.clone())
+        })
+        .instrument(span)
+        .await;
+    signals.abort();
+    // The last reports are logged before the exit.
+    tokio::task::yield_now().await;
+    reports.abort();
+    shared.groups.settled().await;
+    ran?;
+    let signal = shared.state().signal;
+    Ok(signal.map_or(exit::OK, |s| {
+        u8::try_from(128 + s as i32).unwrap_or(u8::MAX)
+    }))
+}
+
+/// The library's options from the flags, checked: a bad expression, zone
+/// or window is a usage error naming its flag.
+fn options(args: &ScheduleArgs) -> Result<ScheduleOptions> {
+    let mut options = ScheduleOptions::new(args.cron.clone())
+        .with_mutex(args.lease.options(args.target.request_timeout()));
+    if let Some(zone) = &args.tz {
+        options = options.with_time_zone(zone.clone());
+    }
+    if let Some(window) = args.catch_up {
+        options = options.with_catch_up(window);
+    }
+    if let Some(overlap) = args.overlap {
+        options = options.with_overlap(match overlap {
+            OverlapArg::Skip => Overlap::Skip,
+            OverlapArg::Wait => Overlap::Wait,
+        });
+    }
+    if let Some(retries) = args.retries {
+        options = options.with_retries(retries, RETRY_BACKOFF);
+    }
+    options.validate()?;
+    Ok(options)
+}
+
+/// One slot's job: the command, with the slot and the epoch in its
+/// environment, until it exits or the term ends (then it is stopped as
+/// `run` stops it). Succeeds when the command exited 0 by itself.
+async fn job(slot: Slot, ctx: LeaderContext, shared: Arc<Shared>) -> Result<()> {
+    // No job starts while a process of an earlier one's may still run.
+    tokio::select! {
+        () = shared.groups.settled() => {}
+        reason = ctx.cancelled() => return Err(anyhow!("the term ended ({reason}) before the command started")),
+    }
+    let mut env = shared.env.clone();
+    env.push((SLOT_ENV, slot.key.clone()));
+    let spawned = Child::spawn(
+        &shared.command,
+        ctx.epoch(),
+        ctx.holder(),
+        &env,
+        ctx.deadline(),
+        &shared.groups,
+    )
+    .await;
+    let mut child = match spawned {
+        Ok(child) => child,
+        Err(SpawnError::Command(e)) => {
+            return Err(anyhow!(
+                "cannot run {}: {e}",
+                shared.command[0].to_string_lossy()
+            ))
+        }
+        Err(SpawnError::Guard(e)) => return Err(anyhow!("cannot start the guard process: {e}")),
+    };
+    info!(target: LEADER, slot = %slot.key, attempt = slot.attempt, epoch = ctx.epoch(), pid = child.pid(), "leader: started the slot's command");
+    let _running = Running::new(&shared, child.group());
+    let mut deadlines = ctx.watch_deadline();
+    tokio::select! {
+        watched = child.watch(&mut deadlines) => match watched? {
+            Watched::Exited(status) if status.success() => Ok(()),
+            Watched::Exited(status) => Err(anyhow!("the command ended with {}", exit::describe(status))),
+            Watched::GuardEnded(status) => Err(anyhow!(
+                "the guard process ended while the command ran; the command was killed ({})",
+                exit::describe(status)
+            )),
+        },
+        reason = ctx.cancelled() => {
+            let first = match reason {
+                StopReason::Shutdown => shared.state().signal.unwrap_or(Signal::SIGTERM),
+                _ => Signal::SIGTERM,
+            };
+            let times = StopTimes::new(Instant::now(), shared.grace, ctx.deadline());
+            let status = child.stop(first, times).await?;
+            Err(anyhow!("the term ended ({reason}); the command was stopped ({})", exit::describe(status)))
+        }
+    }
+}
+
+/// Marks the job's process group as the one a second signal kills, until
+/// dropped (also when the library aborts the job).
+struct Running<'a>(&'a Shared);
+
+impl<'a> Running<'a> {
+    fn new(shared: &'a Shared, group: Pid) -> Self {
+        shared.state().running = Some(group);
+        Running(shared)
+    }
+}
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        self.0.state().running = None;
+    }
+}
+
+/// One line per slot this host settles.
+async fn log_reports(mut reports: broadcast::Receiver<SlotReport>) {
+    loop {
+        match reports.recv().await {
+            Ok(report) => log_report(&report),
+            Err(broadcast::error::RecvError::Lagged(n)) => {
+                warn!(lost = n, "schedule: some slots' reports were not logged");
+            }
+            Err(broadcast::error::RecvError::Closed) => return,
+        }
+    }
+}
+
+/// The line of one slot's outcome.
+fn log_report(report: &SlotReport) {
+    let (slot, holder) = (&report.slot, &report.holder);
+    match &report.outcome {
+        SlotOutcome::Ran { epoch, attempt } => {
+            info!(target: LEADER, %slot, %holder, epoch, attempt, "slot: ran on {holder} with epoch {epoch}");
+        }
+        SlotOutcome::Failed {
+            epoch,
+            attempt,
+            error,
+        } => {
+            warn!(%slot, %holder, epoch, attempt, %error, "slot: failed on {holder} with epoch {epoch}; retried while retries are left within the catch-up window");
+        }
+        SlotOutcome::Unrecorded { epoch, error } => {
+            warn!(%slot, %holder, epoch, %error, "slot: ran on {holder} with epoch {epoch} but was not recorded (the lease was lost); the next holder runs it again");
+        }
+        SlotOutcome::Skipped => {
+            warn!(%slot, %holder, "slot: skipped, it came due while the previous slot's command ran");
+        }
+        SlotOutcome::Missed { count } => {
+            warn!(%slot, %holder, count, "slot: missed, nobody ran it within the catch-up window ({count} slots up to it)");
+        }
+        other => warn!(%slot, %holder, outcome = ?other, "slot: settled"),
+    }
+}
+
+/// Forwards the first SIGINT, SIGTERM or SIGHUP: stops the schedule, whose
+/// running job gets the same signal, then the lease is released. A second
+/// signal kills the job.
+async fn forward_signals(shared: Arc<Shared>) -> Result<()> {
+    let mut interrupt = signal(SignalKind::interrupt())?;
+    let mut terminate = signal(SignalKind::terminate())?;
+    let mut hangup = signal(SignalKind::hangup())?;
+    loop {
+        let received = tokio::select! {
+            _ = interrupt.recv() => Signal::SIGINT,
+            _ = terminate.recv() => Signal::SIGTERM,
+            _ = hangup.recv() => Signal::SIGHUP,
+        };
+        let running = {
+            let mut state = shared.state();
+            if state.signal.is_none() {
+                state.signal = Some(received);
+                None
+            } else {
+                state.running
+            }
+        };
+        if let Some(group) = running {
+            warn!(signal = %received, "second signal: killing the command");
+            crate::group::signal_group(group, Signal::SIGKILL);
+        } else {
+            info!(target: LEADER, signal = %received, "stopping: a running command gets the signal, then the lease is released");
+        }
+        shared.token.cancel();
+    }
+}

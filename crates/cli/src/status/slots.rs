@@ -1,0 +1,142 @@
+//! What `status` shows of a schedule's record: its last slots, each with
+//! its outcome and holder, and the next slot when the expression is given.
+
+use std::fmt::Write as _;
+use std::time::SystemTime;
+
+use anyhow::Result;
+use blob_mutex::schedule::{RecordedSlot, ScheduleOptions, ScheduleRecord};
+use serde::Serialize;
+
+/// The most slots `status` shows: the last ones.
+const SHOWN: usize = 16;
+
+/// A schedule's record as `status` shows it (`--json`: these fields).
+#[derive(Debug, Serialize, PartialEq, Eq)]
+pub(super) struct ScheduleView {
+    /// The last slots, oldest first.
+    slots: Vec<SlotView>,
+    /// The next slot after storage's clock, when `--cron` was given.
+    next: Option<String>,
+}
+
+/// One slot.
+#[derive(Debug, Serialize, PartialEq, Eq)]
+struct SlotView {
+    slot: String,
+    outcome: &'static str,
+    attempts: u32,
+    epoch: u64,
+    holder: Option<String>,
+    retry_at: Option<String>,
+}
+
+impl ScheduleView {
+    /// The view of the schedule's record in `state`, if it holds one (any
+    /// other state is none of `status`'s business); with `cron` (in
+    /// `zone`), the next slot after `now`.
+    ///
+    /// # Errors
+    ///
+    /// A bad expression or zone, as the library words it.
+    pub(super) fn new(
+        state: &[u8],
+        cron: Option<(&str, Option<&str>)>,
+        now: SystemTime,
+    ) -> Result<Option<ScheduleView>> {
+        let Ok(Some(record)) = ScheduleRecord::from_state(state) else {
+            return Ok(None);
+        };
+        let next = match cron {
+            Some((cron, zone)) => {
+                let mut options = ScheduleOptions::new(cron);
+                if let Some(zone) = zone {
+                    options = options.with_time_zone(zone);
+                }
+                options.next_slot_after(now)?.map(rfc3339)
+            }
+            None => None,
+        };
+        let skip = record.slots.len().saturating_sub(SHOWN);
+        Ok(Some(ScheduleView {
+            slots: record.slots.iter().skip(skip).map(SlotView::new).collect(),
+            next,
+        }))
+    }
+
+    /// The rows of the table, one per slot, then the next slot.
+    pub(super) fn rows(&self) -> String {
+        let mut out = String::new();
+        for slot in &self.slots {
+            let _ = writeln!(out, "{:<12} {}", "slot", slot.text());
+        }
+        if let Some(next) = &self.next {
+            let _ = writeln!(out, "{:<12} {next}", "next slot");
+        }
+        out
+    }
+}
+
+impl SlotView {
+    fn new(slot: &RecordedSlot) -> Self {
+        SlotView {
+            slot: slot.key.clone(),
+            outcome: slot.outcome.as_str(),
+            attempts: slot.attempts,
+            epoch: slot.epoch,
+            holder: slot.holder.clone(),
+            retry_at: slot.retry_at.map(rfc3339),
+        }
+    }
+
+    /// `<slot> <outcome> (attempts N[, retry at T]) holder H epoch E`;
+    /// without the details for a slot that never ran.
+    fn text(&self) -> String {
+        let mut text = format!("{} {}", self.slot, self.outcome);
+        if self.attempts > 0 {
+            let _ = write!(text, " (attempts {}", self.attempts);
+            if let Some(retry) = &self.retry_at {
+                let _ = write!(text, ", retry at {retry}");
+            }
+            text.push(')');
+        }
+        if let Some(holder) = &self.holder {
+            let _ = write!(text, " holder {holder} epoch {}", self.epoch);
+        }
+        text
+    }
+}
+
+/// An instant in UTC, RFC 3339, to the second as the record keeps it.
+fn rfc3339(time: SystemTime) -> String {
+    jiff::Timestamp::try_from(time).map_or_else(|_| "-".to_owned(), |t| t.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const RECORD: &[u8] = b"blob-mutex schedule v1\n\
+        slot=2026-11-28T02:30:00Z done attempts=1 epoch=7 retry=- holder=web-1\n\
+        slot=2026-11-28T02:30:10Z skipped attempts=0 epoch=0 retry=- holder=\n";
+
+    #[test]
+    fn the_rows_show_each_slot_with_its_outcome_and_holder_then_the_next_slot() {
+        let now = SystemTime::from("2026-11-28T02:30:15Z".parse::<jiff::Timestamp>().unwrap());
+        let view = ScheduleView::new(RECORD, Some(("*/10 * * * * *", None)), now)
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            view.rows(),
+            "slot         2026-11-28T02:30:00Z done (attempts 1) holder web-1 epoch 7\n\
+             slot         2026-11-28T02:30:10Z skipped\n\
+             next slot    2026-11-28T02:30:20Z\n"
+        );
+        assert_eq!(
+            serde_json::to_string(&view).unwrap(),
+            r#"{"slots":[{"slot":"2026-11-28T02:30:00Z","outcome":"done","attempts":1,"epoch":7,"holder":"web-1","retry_at":null},{"slot":"2026-11-28T02:30:10Z","outcome":"skipped","attempts":0,"epoch":0,"holder":null,"retry_at":null}],"next":"2026-11-28T02:30:20Z"}"#
+        );
+        assert_eq!(ScheduleView::new(b"other state", None, now).unwrap(), None);
+        assert_eq!(ScheduleView::new(b"", None, now).unwrap(), None);
+    }
+}

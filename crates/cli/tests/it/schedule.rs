@@ -1,0 +1,461 @@
+//! `blob-mutex schedule`, as separate processes against Azurite: three
+//! hosts on a cron of every 10 seconds for two minutes, one killed with
+//! SIGKILL and one stopped with SIGSTOP mid-job, judged from the jobs' own output; its usage
+//! errors; and `status` showing a schedule's record.
+//!
+//! The job is a small `sh` script that appends `start SLOT PID HOLDER
+//! EPOCH NS` to the test's `log`, sleeps (and waits while the test's `hold`
+//! file exists), and appends `end SLOT PID HOLDER NS` (`NS` the wall clock
+//! in nanoseconds).
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::Output;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use blob_mutex::azure::BlobLeaseManager;
+use blob_mutex::store::{LeaseId, LeaseStore};
+use blob_mutex_testkit::{azurite, wait_for};
+use tokio::process::Child;
+
+use crate::support::{blob_mutex_on, BIN};
+
+/// The job: `$1` the scratch directory, `$2` how long it sleeps at least.
+const JOB: &str = r#"
+echo "start $BLOB_MUTEX_SLOT $$ $BLOB_MUTEX_HOLDER $BLOB_MUTEX_EPOCH $(date +%s%N)" >> "$1/log"
+sleep "$2"
+while [ -e "$1/hold" ]; do sleep 0.1; done
+echo "end $BLOB_MUTEX_SLOT $$ $BLOB_MUTEX_HOLDER $(date +%s%N)" >> "$1/log"
+"#;
+
+/// The lease of the three hosts: the shortest storage allows.
+const LEASE: Duration = Duration::from_secs(15);
+
+/// What the hosts' output must show within: generous for a loaded
+/// machine of two cores.
+const LIMIT: Duration = Duration::from_secs(60);
+
+/// One test's container and scratch directory.
+struct Case {
+    container: String,
+    dir: PathBuf,
+}
+
+impl Case {
+    fn new(name: &str) -> Case {
+        let container = azurite::unique_container(&format!("schedule-{name}"));
+        let dir = std::env::temp_dir().join(format!("blob-mutex-{container}"));
+        std::fs::create_dir_all(&dir).expect("create the test directory");
+        Case { container, dir }
+    }
+
+    /// `blob-mutex schedule` for `holder`, every 10 seconds, running
+    /// [`JOB`] for `sleep` seconds; its stderr goes to `stderr-<holder>`.
+    fn schedule(&self, holder: &str, sleep: &str) -> Child {
+        let stderr = std::fs::File::create(self.dir.join(format!("stderr-{holder}")))
+            .expect("create the stderr file");
+        let mut command = blob_mutex_on(azurite::shared().connection_string());
+        command
+            .args(["schedule", "--container", &self.container, "--blob", "cron"])
+            .args(["--cron", "*/10 * * * * *", "--catch-up", "45s"])
+            .args(["--overlap", "wait", "--lease-duration", "15s"])
+            .args(["--holder", holder, "--acquire-retry", "500ms"])
+            .args(["--", "sh", "-c", JOB, BIN])
+            .arg(&self.dir)
+            .arg(sleep)
+            .env("RUST_LOG", "info")
+            .stderr(stderr);
+        command.spawn().expect("start blob-mutex schedule")
+    }
+
+    /// The jobs' lines so far.
+    fn log(&self) -> Vec<Line> {
+        std::fs::read_to_string(self.dir.join("log"))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(Line::parse)
+            .collect()
+    }
+
+    fn stderr(&self, holder: &str) -> String {
+        std::fs::read_to_string(self.dir.join(format!("stderr-{holder}"))).unwrap_or_default()
+    }
+}
+
+impl Drop for Case {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+/// A line of the jobs' log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Line {
+    start: bool,
+    slot: String,
+    pid: u32,
+    holder: String,
+    ns: u128,
+}
+
+impl Line {
+    fn parse(text: &str) -> Option<Line> {
+        let words: Vec<&str> = text.split(' ').collect();
+        let (start, ns) = match words.as_slice() {
+            ["start", _, _, _, _, ns] => (true, ns),
+            ["end", _, _, _, ns] => (false, ns),
+            _ => return None,
+        };
+        Some(Line {
+            start,
+            slot: words[1].to_owned(),
+            pid: words[2].parse().ok()?,
+            holder: words[3].to_owned(),
+            ns: ns.parse().ok()?,
+        })
+    }
+}
+
+fn wall_ns() -> u128 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("after 1970")
+        .as_nanos()
+}
+
+/// The time from `earlier` to `later`, wall clock in nanoseconds.
+fn between(earlier: u128, later: u128) -> Duration {
+    Duration::from_nanos(u64::try_from(later.saturating_sub(earlier)).unwrap_or(u64::MAX))
+}
+
+fn signal(pid: u32, signal: &str) {
+    let status = std::process::Command::new("kill")
+        .args([format!("-{signal}"), pid.to_string()])
+        .status()
+        .expect("run kill");
+    assert!(status.success(), "kill -{signal} {pid}");
+}
+
+/// Whether `pid` runs (exists and is no zombie).
+fn is_running(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        stat.rsplit_once(") ")
+            .is_some_and(|(_, rest)| !rest.starts_with('Z') && !rest.starts_with('X'))
+    })
+}
+
+/// Waits for a job of a slot not in `seen` to start on one of `holders`,
+/// and returns its start line.
+async fn a_new_job(case: &Case, seen: &[String], holders: &[&str]) -> Line {
+    wait_for("a job of a new slot to start", LIMIT, || {
+        let found = case
+            .log()
+            .into_iter()
+            .find(|l| l.start && !seen.contains(&l.slot) && holders.contains(&l.holder.as_str()));
+        async move { found }
+    })
+    .await
+}
+
+/// Waits until the job of `slot` has ended on a holder other than
+/// `not`; returns its start and end lines.
+async fn completed_elsewhere(case: &Case, slot: &str, not: &str) -> (Line, Line) {
+    wait_for(
+        &format!("slot {slot} completed by another host"),
+        LIMIT,
+        || {
+            let log = case.log();
+            let end = log
+                .iter()
+                .find(|l| !l.start && l.slot == slot && l.holder != not)
+                .cloned();
+            let start = end
+                .as_ref()
+                .and_then(|end| log.iter().find(|l| l.start && l.pid == end.pid).cloned());
+            async move { start.zip(end) }
+        },
+    )
+    .await
+}
+
+/// Waits until `pid` is gone; returns the wall clock then.
+async fn gone(pid: u32) -> u128 {
+    wait_for(&format!("process {pid} gone"), LIMIT, || async move {
+        (!is_running(pid)).then(wall_ns)
+    })
+    .await
+}
+
+/// Three hosts on a cron of every 10 s for two minutes; the host running a
+/// slot's job is killed with SIGKILL mid-job, later another is stopped
+/// with SIGSTOP mid-job and continued with SIGCONT once its slot was completed elsewhere. From the jobs' own
+/// lines: every slot from the first to the last of the two minutes
+/// completed exactly once, no two jobs ran at once (a job that died counts
+/// until its process was seen gone), and each slot whose host died was
+/// completed by another host within the lease's expiry plus one retry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_hosts_complete_every_slot_once_never_overlapping_through_a_kill_and_a_stop() {
+    let case = Case::new("fleet");
+    let holders = ["h1", "h2", "h3"];
+    let mut hosts: BTreeMap<&str, Child> = holders
+        .iter()
+        .map(|h| (*h, case.schedule(h, "3")))
+        .collect();
+    let pid = |hosts: &BTreeMap<&str, Child>, h: &str| hosts[h].id().expect("running");
+    let first = a_new_job(&case, &[], &holders).await;
+    let began = wall_ns();
+    let mut seen = vec![first.slot.clone()];
+    let second = a_new_job(&case, &seen, &holders).await;
+    seen.push(second.slot.clone());
+
+    // SIGKILL the host of the next slot's job, mid-job.
+    let killed = a_new_job(&case, &seen, &holders).await;
+    seen.push(killed.slot.clone());
+    let victim = killed.holder.clone();
+    signal(pid(&hosts, &victim), "KILL");
+    let killed_at = wall_ns();
+    let _ = hosts.get_mut(victim.as_str()).unwrap().wait().await;
+    let killed_job_gone = gone(killed.pid).await;
+    let (retry, _) = completed_elsewhere(&case, &killed.slot, &victim).await;
+    let after_kill = between(killed_at, retry.ns);
+    println!(
+        "slot {} of the SIGKILLed {victim}: rerun by {} {after_kill:?} after the kill",
+        killed.slot, retry.holder
+    );
+    assert!(
+        retry.ns > killed_job_gone,
+        "the retry started after the job was gone"
+    );
+    // The lease expires at most LEASE after the dead host's last renewal
+    // (before the kill); the next campaign attempt comes within the
+    // acquire retry; 10 s of slack for a loaded machine.
+    assert!(
+        after_kill < LEASE + Duration::from_secs(10),
+        "{after_kill:?}"
+    );
+
+    // SIGSTOP the host of a later slot's job, mid-job (held until its
+    // guard kills it: the job outlives the frozen host's lease), and wake
+    // it once another host completed that slot.
+    let alive: Vec<&str> = holders.iter().copied().filter(|h| *h != victim).collect();
+    let hold = case.dir.join("hold");
+    std::fs::write(&hold, "").unwrap();
+    let stopped = a_new_job(&case, &seen, &alive).await;
+    seen.push(stopped.slot.clone());
+    let sleeper = stopped.holder.clone();
+    signal(pid(&hosts, &sleeper), "STOP");
+    let stopped_at = wall_ns();
+    let stopped_job_gone = gone(stopped.pid).await;
+    std::fs::remove_file(&hold).unwrap();
+    let (retry, _) = completed_elsewhere(&case, &stopped.slot, &sleeper).await;
+    let after_stop = between(stopped_at, retry.ns);
+    println!(
+        "slot {} of the SIGSTOPped {sleeper}: its job killed {:?} after the stop, rerun by {} {after_stop:?} after it",
+        stopped.slot,
+        between(stopped_at, stopped_job_gone),
+        retry.holder
+    );
+    assert!(
+        retry.ns > stopped_job_gone,
+        "the retry started after the job was gone"
+    );
+    assert!(
+        after_stop < LEASE + Duration::from_secs(10),
+        "{after_stop:?}"
+    );
+    signal(pid(&hosts, &sleeper), "CONT");
+
+    // Two minutes in all, then stop the hosts as a service manager would.
+    let last = wait_for("two minutes of slots", Duration::from_secs(240), || {
+        let log = case.log();
+        let done = (wall_ns() - began > 120_000_000_000)
+            .then(|| {
+                log.iter()
+                    .filter(|l| !l.start)
+                    .map(|l| l.slot.clone())
+                    .max()
+            })
+            .flatten();
+        async move { done }
+    })
+    .await;
+    for h in alive {
+        signal(pid(&hosts, h), "TERM");
+    }
+    for (h, host) in hosts.iter_mut().filter(|(h, _)| **h != victim) {
+        let status = tokio::time::timeout(LIMIT, host.wait())
+            .await
+            .unwrap_or_else(|_| panic!("{h} did not stop after SIGTERM"))
+            .unwrap();
+        assert_eq!(status.code(), Some(143), "{h}: {}", case.stderr(h));
+    }
+    let stopped_all = wall_ns();
+
+    judge(
+        &case,
+        &first.slot,
+        &last,
+        &[
+            (killed.pid, killed_job_gone),
+            (stopped.pid, stopped_job_gone),
+        ],
+        stopped_all,
+    );
+    for h in holders {
+        let stderr = case.stderr(h);
+        assert!(!stderr.contains("AccountKey"), "{h}: {stderr}");
+    }
+}
+
+/// From the jobs' lines: each slot from `first` to `last` (every 10 s)
+/// ended exactly once, and no two jobs' lives overlap; a job without an
+/// end line lived until it was seen gone (`died`: its pid and then), or,
+/// for a slot after `last`, until the hosts were stopped (`stopped`).
+fn judge(case: &Case, first: &str, last: &str, died: &[(u32, u128)], stopped: u128) {
+    let log = case.log();
+    let last_key = last;
+    let first: jiff::Timestamp = first.parse().unwrap();
+    let last: jiff::Timestamp = last.parse().unwrap();
+    let mut expected = Vec::new();
+    let mut at = first;
+    while at <= last {
+        expected.push(at.to_string());
+        at += jiff::SignedDuration::from_secs(10);
+    }
+    let mut ended: BTreeMap<&str, usize> = BTreeMap::new();
+    for line in log.iter().filter(|l| !l.start) {
+        *ended.entry(&line.slot).or_default() += 1;
+    }
+    for slot in &expected {
+        assert_eq!(
+            ended.get(slot.as_str()),
+            Some(&1),
+            "slot {slot} ended once: {log:#?}"
+        );
+    }
+    println!(
+        "{} slots completed once each, from {first} to {last}",
+        expected.len()
+    );
+    let mut lives: Vec<(u128, u128, u32)> = log
+        .iter()
+        .filter(|l| l.start)
+        .map(|start| {
+            let end = log
+                .iter()
+                .find(|l| !l.start && l.pid == start.pid)
+                .map(|l| l.ns)
+                .or_else(|| died.iter().find(|(pid, _)| *pid == start.pid).map(|d| d.1))
+                // A job after the last slot judged may have been stopped by
+                // the SIGTERM that ended its host: it lived until then.
+                .or_else(|| (start.slot.as_str() > last_key).then_some(stopped))
+                .unwrap_or_else(|| panic!("job {start:?} has no end: {log:#?}"));
+            (start.ns, end, start.pid)
+        })
+        .collect();
+    lives.sort_unstable();
+    for pair in lives.windows(2) {
+        assert!(pair[0].1 < pair[1].0, "jobs overlap: {pair:?} in {log:#?}");
+    }
+}
+
+/// Runs `blob-mutex args` to its end, with no storage in its environment.
+fn blob_mutex(args: &[&str]) -> Output {
+    std::process::Command::new(BIN)
+        .args(args)
+        .env_remove("AZURE_STORAGE_CONNECTION_STRING")
+        .output()
+        .expect("run blob-mutex")
+}
+
+/// A bad cron expression or time zone, and a schedule without a command,
+/// are one-line usage errors (exit code 2) naming the flag, before any
+/// request.
+#[test]
+fn a_bad_cron_a_bad_zone_and_no_command_are_usage_errors_naming_the_flag() {
+    let cases: [(&[&str], &str); 4] = [
+        (&["--cron", "*/10 * * *", "--", "true"], "--cron"),
+        (&["--cron", "61 * * * *", "--", "true"], "--cron"),
+        (
+            &["--cron", "0 2 * * *", "--tz", "Mars/Olympus", "--", "true"],
+            "--tz",
+        ),
+        (&["--cron", "0 2 * * *"], "CMD"),
+    ];
+    for (args, flag) in cases {
+        let mut all = vec!["schedule", "--dev", "-c", "leases", "-b", "nightly"];
+        all.extend_from_slice(args);
+        let output = blob_mutex(&all);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{args:?}: one line: {stderr:?}");
+        assert!(stderr.starts_with("blob-mutex: "), "{stderr:?}");
+        assert!(stderr.contains(flag), "{args:?}: {flag} in {stderr:?}");
+    }
+}
+
+/// `status` on a blob that holds a schedule's record shows its last slots,
+/// each with its outcome and holder, and with `--cron` the next slot after
+/// storage's clock; `--json` the same as `schedule` fields.
+#[tokio::test]
+async fn status_shows_a_schedules_last_slots_and_the_next_one() {
+    let container = azurite::unique_container("schedule-status");
+    let store = BlobLeaseManager::new(&azurite::shared().settings(&container, "nightly")).unwrap();
+    let lease = LeaseId::new();
+    store.acquire(lease, LEASE).await.unwrap();
+    let record = "blob-mutex schedule v1\n\
+        through=2026-11-26T02:30:00Z\n\
+        slot=2026-11-27T02:30:00Z done attempts=2 epoch=7 retry=- holder=web-1\n\
+        slot=2026-11-28T02:30:00Z failed attempts=1 epoch=8 retry=2026-11-28T02:30:20Z holder=web-2\n";
+    store.write_state(lease, record.as_bytes()).await.unwrap();
+    store.release(lease).await.unwrap();
+    let status = |flags: &'static [&'static str]| {
+        let container = container.clone();
+        async move {
+            let mut command = blob_mutex_on(azurite::shared().connection_string());
+            command
+                .args(["status", "--container", &container, "--blob", "nightly"])
+                .args(flags);
+            command.output().await.expect("run blob-mutex status")
+        }
+    };
+    let text = status(&["--cron", "30 2 * * *"]).await;
+    let stdout = String::from_utf8_lossy(&text.stdout);
+    assert_eq!(
+        text.status.code(),
+        Some(3),
+        "{stdout} {}",
+        String::from_utf8_lossy(&text.stderr)
+    );
+    let tail = stdout.split_once("slot ").map(|(_, t)| format!("slot {t}"));
+    let tail = tail.unwrap_or_else(|| panic!("no slots in {stdout}"));
+    let next = tail.lines().last().unwrap_or_default().to_owned();
+    assert_eq!(
+        tail.lines().take(2).collect::<Vec<_>>(),
+        [
+            "slot         2026-11-27T02:30:00Z done (attempts 2) holder web-1 epoch 7",
+            "slot         2026-11-28T02:30:00Z failed (attempts 1, retry at 2026-11-28T02:30:20Z) holder web-2 epoch 8",
+        ],
+        "{stdout}"
+    );
+    assert!(next.starts_with("next slot    "), "{stdout}");
+    assert!(next.ends_with("T02:30:00Z"), "{stdout}");
+
+    let json = status(&["--json"]).await;
+    let json: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert_eq!(
+        json["schedule"]["slots"][1],
+        serde_json::json!({
+            "slot": "2026-11-28T02:30:00Z",
+            "outcome": "failed",
+            "attempts": 1,
+            "epoch": 8,
+            "holder": "web-2",
+            "retry_at": "2026-11-28T02:30:20Z",
+        }),
+        "{json}"
+    );
+    assert_eq!(json["schedule"]["next"], serde_json::Value::Null, "{json}");
+}
