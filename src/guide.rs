@@ -41,6 +41,7 @@ macro_rules! links {
             "[guide-model]: crate::guide::model\n",
             "[guide-state]: crate::guide::state\n",
             "[guide-shapes]: crate::guide::shapes\n",
+            "[guide-shapes-schedule]: crate::guide::shapes#a-schedule-for-the-fleet\n",
             "[guide-cli]: crate::guide::cli\n",
             "[guide-entra]: crate::guide::cli#sign-in-with-microsoft-entra-id\n",
             "[guide-operations]: crate::guide::operations\n",
