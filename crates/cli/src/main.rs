@@ -29,6 +29,7 @@ mod partitions;
 mod recorder;
 mod run;
 mod schedule;
+mod signals;
 mod signin;
 mod state;
 mod status;

@@ -16,7 +16,6 @@ use blob_mutex::{
 };
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;
-use tokio::signal::unix::{signal, SignalKind};
 use tokio::time::Instant;
 use tracing::{info, warn, Instrument};
 
@@ -458,30 +457,18 @@ fn conclude(ctx: &LeaderContext, shared: &Shared, ended: Ended) -> Result<()> {
 /// Forwards the first SIGINT, SIGTERM or SIGHUP: stops the campaign, which
 /// stops the command with the same signal. A second signal kills the command.
 async fn forward_signals(shared: Arc<Shared>) -> Result<()> {
-    let mut interrupt = signal(SignalKind::interrupt())?;
-    let mut terminate = signal(SignalKind::terminate())?;
-    let mut hangup = signal(SignalKind::hangup())?;
-    loop {
-        let received = tokio::select! {
-            _ = interrupt.recv() => Signal::SIGINT,
-            _ = terminate.recv() => Signal::SIGTERM,
-            _ = hangup.recv() => Signal::SIGHUP,
-        };
-        let running = {
-            let mut state = shared.state();
-            if state.signal.is_none() {
-                state.signal = Some(received);
-                None
-            } else {
-                state.running
-            }
-        };
-        if let Some(group) = running {
-            warn!(signal = %received, "second signal: killing the command");
-            crate::group::signal_group(group, Signal::SIGKILL);
+    let token = shared.token.clone();
+    let note = |received| {
+        let mut state = shared.state();
+        if state.signal.is_none() {
+            state.signal = Some(received);
+            None
         } else {
-            info!(signal = %received, "stopping: the command gets the signal, then the lease is released");
+            state.running
         }
-        shared.token.cancel();
-    }
+    };
+    let stopping = |received: Signal| {
+        info!(signal = %received, "stopping: the command gets the signal, then the lease is released");
+    };
+    crate::signals::forward(token, note, stopping).await
 }

@@ -11,7 +11,6 @@ use blob_mutex::schedule::{BlobSchedule, Overlap, ScheduleOptions, Slot, SlotOut
 use blob_mutex::{term::StopReason, CancellationToken, LeaderContext};
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;
-use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::broadcast;
 use tokio::time::Instant;
 use tracing::{info, warn, Instrument};
@@ -242,30 +241,18 @@ fn log_report(report: &SlotReport) {
 /// running job gets the same signal, then the lease is released. A second
 /// signal kills the job.
 async fn forward_signals(shared: Arc<Shared>) -> Result<()> {
-    let mut interrupt = signal(SignalKind::interrupt())?;
-    let mut terminate = signal(SignalKind::terminate())?;
-    let mut hangup = signal(SignalKind::hangup())?;
-    loop {
-        let received = tokio::select! {
-            _ = interrupt.recv() => Signal::SIGINT,
-            _ = terminate.recv() => Signal::SIGTERM,
-            _ = hangup.recv() => Signal::SIGHUP,
-        };
-        let running = {
-            let mut state = shared.state();
-            if state.signal.is_none() {
-                state.signal = Some(received);
-                None
-            } else {
-                state.running
-            }
-        };
-        if let Some(group) = running {
-            warn!(signal = %received, "second signal: killing the command");
-            crate::group::signal_group(group, Signal::SIGKILL);
+    let token = shared.token.clone();
+    let note = |received| {
+        let mut state = shared.state();
+        if state.signal.is_none() {
+            state.signal = Some(received);
+            None
         } else {
-            info!(target: LEADER, signal = %received, "stopping: a running command gets the signal, then the lease is released");
+            state.running
         }
-        shared.token.cancel();
-    }
+    };
+    let stopping = |received: Signal| {
+        info!(target: LEADER, signal = %received, "stopping: a running command gets the signal, then the lease is released");
+    };
+    crate::signals::forward(token, note, stopping).await
 }
