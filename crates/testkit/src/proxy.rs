@@ -123,6 +123,10 @@ pub struct Request {
     /// did. The clients here do not pipeline: the first bytes storage sends
     /// after a request was forwarded on a connection are its answer.
     pub answered_at: Option<Instant>,
+    /// When the client closed its connection with this request forwarded
+    /// and still unanswered by storage: storage took longer than the time
+    /// from [`forwarded_at`](Self::forwarded_at) to this.
+    pub given_up_at: Option<Instant>,
     /// The status of storage's answer, read from its first bytes.
     pub status: Option<u16>,
 }
@@ -644,7 +648,7 @@ async fn serve(shared: Arc<Shared>, mut client: TcpStream, id: u64) {
             }
             read = client.read(&mut from_client), if client_open => {
                 let n = match read {
-                    Ok(0) | Err(_) => { client_open = false; continue; }
+                    Ok(0) | Err(_) => { client_open = false; gave_up(&shared, &unanswered); continue; }
                     Ok(n) => n,
                 };
                 let now = Instant::now();
@@ -715,6 +719,15 @@ async fn serve(shared: Arc<Shared>, mut client: TcpStream, id: u64) {
 fn stamp(shared: &Shared, index: usize, note: impl FnOnce(&mut Request)) {
     if let Some(request) = lock(&shared.log).get_mut(index) {
         note(request);
+    }
+}
+
+/// Notes that the client closed its connection now, before storage
+/// answered the log's requests `unanswered`.
+fn gave_up(shared: &Shared, unanswered: &VecDeque<usize>) {
+    let now = Instant::now();
+    for &index in unanswered {
+        stamp(shared, index, |r| r.given_up_at = Some(now));
     }
 }
 
@@ -913,6 +926,7 @@ impl Head {
             version: self.version,
             fate,
             answered_at: None,
+            given_up_at: None,
             status: None,
         }
     }

@@ -208,6 +208,40 @@ async fn a_stopped_upstream_is_counted_and_refused() {
 }
 
 #[tokio::test]
+async fn a_request_storage_never_answers_is_marked_given_up_when_the_client_hangs_up() {
+    // Storage that takes connections and never answers on them.
+    let silent = tokio::net::TcpListener::bind(("127.0.0.1", 0))
+        .await
+        .unwrap();
+    let port = silent.local_addr().unwrap().port();
+    let held = tokio::spawn(async move {
+        let mut open = Vec::new();
+        while let Ok((connection, _)) = silent.accept().await {
+            open.push(connection);
+        }
+    });
+    let proxy = Proxy::start(port);
+    let e = manager(&proxy, "proxy-given-up")
+        .inspect()
+        .await
+        .unwrap_err();
+    assert!(e.is_transient(), "{e:?}");
+    blob_mutex_testkit::wait_for("the hang-up marked", Duration::from_secs(5), || async {
+        proxy.log().first()?.given_up_at.map(|_| ())
+    })
+    .await;
+    let r = proxy.log().remove(0);
+    let waited = r.given_up_at.unwrap() - r.forwarded_at.unwrap();
+    assert_eq!(r.answered_at, None);
+    // The client's request timeout (1.5 s), less its send.
+    assert!(
+        waited >= Duration::from_secs(1) && waited <= Duration::from_secs(3),
+        "{waited:?}"
+    );
+    held.abort();
+}
+
+#[tokio::test]
 async fn reset_all_breaks_open_connections() {
     let proxy = Proxy::start(azurite::shared().port);
     let m = manager(&proxy, "proxy-reset-all");
