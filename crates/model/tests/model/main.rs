@@ -184,6 +184,26 @@ fn two_instances_with_a_lease_broken_and_a_request_lost_keep_every_promise() {
     );
 }
 
+#[test]
+fn two_instances_whose_calls_decide_before_an_answer_comes_keep_every_promise() {
+    unplanted(
+        late,
+        LATE_HORIZON,
+        "2 instances × 3 accounts, an answer after the call was decided",
+    );
+}
+
+/// Two instances, one answer that comes after the others decided its call
+/// (the acquire, the read, the stamp or the renewal), beside the other
+/// faults: the calls decide on the answers that came, as the crate's do.
+fn late(c: &mut Config) {
+    c.instances = 2;
+    c.faults.lates = 1;
+}
+
+/// The horizon of the configuration with a late answer in `scripts/test`.
+const LATE_HORIZON: u8 = 8;
+
 /// The horizons of the planted tests' configurations in `scripts/test`.
 const DROPPED_HORIZON: u8 = 7;
 const BROKEN_HORIZON: u8 = 5;
@@ -253,6 +273,7 @@ fn named_quorum(settings: &[(&str, u8)]) {
             "freezes" => config.faults.freezes = value,
             "breaks" => config.faults.breaks = value,
             "drops" => config.faults.drops = value,
+            "lates" => config.faults.lates = value,
             other => panic!("unknown setting {other}"),
         }
     }
@@ -571,6 +592,7 @@ fn wiped_in_turn(c: &mut Config) {
         freezes: 0,
         breaks: 0,
         drops: 0,
+        lates: 0,
     };
 }
 

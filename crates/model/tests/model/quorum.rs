@@ -80,6 +80,12 @@ pub(crate) struct Faults {
     /// be taken by another after it expired; a stamp that does not reach
     /// it leaves it behind the term.
     pub(crate) drops: u8,
+    /// Answers that come after every other account's and after the
+    /// straggler's grace: the instance decides the call without them when
+    /// the others decide it, as the crate's calls stop once their count is
+    /// decided. A fault for the bound on a new leader only: an account that
+    /// answers that late is one the call goes on without.
+    pub(crate) lates: u8,
 }
 
 /// One configuration of the model.
@@ -140,6 +146,7 @@ impl Config {
                 freezes: 0,
                 breaks: 0,
                 drops: 0,
+                lates: 0,
             },
             defects: Defects::default(),
             clock: None,
@@ -271,6 +278,10 @@ pub(crate) enum Mishap {
     /// The request is lost on its way: the account never sees it, the
     /// instance counts it as failed.
     Request,
+    /// Its answer comes after every other account's: the account applied
+    /// the request, and the instance counts the answer only if the others
+    /// leave the call undecided (see [`Quorum::settle`]).
+    Late,
 }
 
 /// What can happen next.
@@ -343,16 +354,54 @@ pub(crate) struct Quorum(pub Config);
 
 impl Quorum {
     fn votes(&self, votes: impl IntoIterator<Item = Vote> + Clone) -> Votes {
-        let n = if self.0.defects.majority_of_answers {
-            votes
-                .clone()
-                .into_iter()
-                .filter(|v| *v != Vote::Failed)
-                .count()
+        Votes::of(self.count_over(votes.clone()), votes)
+    }
+
+    /// The number of accounts a count is over: all of them, or under the
+    /// planted defect those that answered.
+    fn count_over(&self, votes: impl IntoIterator<Item = Vote>) -> usize {
+        if self.0.defects.majority_of_answers {
+            votes.into_iter().filter(|v| *v != Vote::Failed).count()
         } else {
             self.0.accounts
-        };
-        Votes::of(n, votes)
+        }
+    }
+
+    /// The answers to one call as the crate's `Asking` takes them: in the
+    /// order they come (by account, `late`'s last), each counted with
+    /// `vote`, until `decided` says the count is enough; then, when
+    /// `collects` says so of the count, the others that come within the
+    /// straggler's grace (all but `late`, whose answer comes after it).
+    /// The answers it did not take become `unknown` (the account applied
+    /// the request; the instance never learns how). The count of those it
+    /// took.
+    pub(crate) fn settle<T: Copy>(
+        &self,
+        answers: &mut [T],
+        (unknown, vote): (T, impl Fn(T) -> Vote),
+        late: Option<usize>,
+        (decided, collects): (impl Fn(Votes) -> bool, impl Fn(Votes) -> bool),
+    ) -> Votes {
+        let mut votes = Votes::new(self.count_over(answers.iter().map(|a| vote(*a))));
+        votes.pending = answers.len();
+        let mut collecting = None;
+        for a in (0..answers.len()).filter(|a| Some(*a) != late).chain(late) {
+            let taken = match collecting {
+                None if decided(votes) => {
+                    collecting = Some(collects(votes));
+                    collecting == Some(true) && Some(a) != late
+                }
+                None => true,
+                Some(collect) => collect && Some(a) != late,
+            };
+            if taken {
+                votes.add(vote(answers[a]));
+                votes.pending -= 1;
+            } else {
+                answers[a] = unknown;
+            }
+        }
+        votes
     }
 
     fn expires(&self, t: u8) -> u8 {
@@ -406,6 +455,7 @@ impl Quorum {
                 match lose {
                     Some((_, _, Mishap::Answer)) => s.left.losses -= 1,
                     Some((_, _, Mishap::Request)) => s.left.drops -= 1,
+                    Some((_, _, Mishap::Late)) => s.left.lates -= 1,
                     None => {}
                 }
                 if lose.is_some() {
@@ -419,15 +469,7 @@ impl Quorum {
                     Plan::Renew => self.renew(&mut s, instance, lose, &mut log),
                     Plan::Campaign => self.campaign(&mut s, instance, lose, &mut log),
                 }
-                match lose {
-                    Some((call, a, Mishap::Answer)) => {
-                        let _ = write!(log, " (a{a}'s answer to the {call:?} call lost)");
-                    }
-                    Some((call, a, Mishap::Request)) => {
-                        let _ = write!(log, " (the {call:?} request to a{a} lost on its way)");
-                    }
-                    None => {}
-                }
+                note_mishap(&mut log, lose);
                 if cut != 0 {
                     let _ = write!(log, " (cut off from {})", accounts(cut));
                 }
@@ -558,6 +600,26 @@ fn break_lease(s: &mut State, a: usize, log: &mut String) {
     fault(s);
 }
 
+/// Says in the log what went wrong with a request of the step, if
+/// anything did.
+fn note_mishap(log: &mut String, lose: Lost) {
+    let _ = match lose {
+        Some((call, a, Mishap::Answer)) => {
+            write!(log, " (a{a}'s answer to the {call:?} call lost)")
+        }
+        Some((call, a, Mishap::Request)) => {
+            write!(log, " (the {call:?} request to a{a} lost on its way)")
+        }
+        Some((call, a, Mishap::Late)) => {
+            write!(
+                log,
+                " (a{a}'s answer to the {call:?} call came after its grace)"
+            )
+        }
+        None => Ok(()),
+    };
+}
+
 fn fault(s: &mut State) {
     s.last_fault = s.t;
     s.led_since_fault = false;
@@ -674,10 +736,17 @@ impl Model for Quorum {
                 (_, Plan::Renew) => &[Call::Lease],
                 (_, Plan::Campaign) => &[Call::Stamp],
             };
+            // Any answer may come last: the read, the stamp, and the
+            // acquire or the renewal count as the crate's calls do.
+            let lates: &[Call] = match state.left.lates {
+                0 => &[],
+                _ => &[Call::Lease, Call::Read, Call::Stamp],
+            };
             let lost = answers
                 .iter()
                 .map(|c| (*c, Mishap::Answer))
-                .chain(requests.iter().map(|c| (*c, Mishap::Request)));
+                .chain(requests.iter().map(|c| (*c, Mishap::Request)))
+                .chain(lates.iter().map(|c| (*c, Mishap::Late)));
             for (call, mishap) in lost {
                 for a in (0..c.accounts).filter(|a| state.down & (1 << a) == 0) {
                     actions.push(Action::Step {

@@ -63,6 +63,7 @@ fn config(instances: usize, wall: u64) -> Config {
         // quorum's; a request lost on its way is a path cut (`cut`).
         breaks: 0,
         drops: 0,
+        lates: 0,
     };
     Config {
         instances,

@@ -9,8 +9,8 @@ use super::{show, Account, Call, Carries, Id, Lost, Mishap, Quorum, State, Term,
 use crate::hold_off::{self, first_missing, on_the_same_blob, Read};
 use crate::rules::{
     acquire_outcome, behind_the_stamp, carried_by_majority, lift, majority, next_epoch,
-    read_outcome, vote_carried, vote_stamped, AcquireOutcome, Acquired, ReadOutcome, RenewOutcome,
-    Renewed, Stamped, Standing, Vote,
+    read_decided, read_outcome, vote_carried, vote_stamped, AcquireOutcome, Acquired, ReadOutcome,
+    RenewOutcome, Renewed, Stamped, Standing, Vote, Votes,
 };
 
 impl Quorum {
@@ -23,9 +23,17 @@ impl Quorum {
         lose == Some((call, a, Mishap::Request))
     }
 
+    /// The account whose answer to `call` comes last, if one is chosen.
+    fn late(lose: Lost, call: Call) -> Option<usize> {
+        match lose {
+            Some((c, a, Mishap::Late)) if c == call => Some(a),
+            _ => None,
+        }
+    }
+
     pub(super) fn campaign(&self, s: &mut State, i: usize, lose: Lost, log: &mut String) {
         let (t, id) = (s.t, (i, s.instances[i].round));
-        let answers: Vec<Acquired> = (0..self.0.accounts)
+        let mut answers: Vec<Acquired> = (0..self.0.accounts)
             .map(|a| {
                 if s.down & (1 << a) != 0 || Self::dropped(lose, Call::Lease, a) {
                     return Acquired::Failed;
@@ -45,7 +53,13 @@ impl Quorum {
                 }
             })
             .collect();
-        let votes = self.votes(answers.iter().map(|a| a.vote()));
+        let votes = self.settle(
+            &mut answers,
+            (Acquired::Failed, Acquired::vote),
+            Self::late(lose, Call::Lease),
+            // A won acquire collects the late answers for a grace.
+            (Votes::decided, Votes::won),
+        );
         let _ = write!(log, "i{i} acquires {}", show(&answers));
         for (a, answer) in answers.iter().enumerate() {
             let record = &mut s.instances[i].missing[a];
@@ -147,16 +161,22 @@ impl Quorum {
         log: &mut String,
     ) {
         let (t, id) = (s.t, (i, s.instances[i].round));
-        let read: Vec<Option<u64>> = (0..self.0.accounts)
+        let mut read: Vec<Option<u64>> = (0..self.0.accounts)
             .map(|a| {
                 let answered = s.down & (1 << a) == 0 && !Self::answer_lost(lose, Call::Read, a);
                 answered.then_some(s.accounts[a].epoch)
             })
             .collect();
-        let votes = self.votes(read.iter().map(|e| vote_carried(*e)));
+        let votes = self.settle(
+            &mut read,
+            (None, vote_carried),
+            Self::late(lose, Call::Read),
+            // The read ends once decided.
+            (read_decided, |_| false),
+        );
         let last = read.iter().flatten().max().copied().unwrap_or(0);
         let _ = write!(log, "reads epochs {}", show(&read));
-        let ReadOutcome::Last { .. } = read_outcome(votes) else {
+        let ReadOutcome::Last { from_every_account } = read_outcome(votes) else {
             let _ = write!(log, ", undecided: gives the lease back");
             self.give_up(s, i);
             return;
@@ -176,6 +196,19 @@ impl Quorum {
             })
             .collect();
         let mut answers = answers;
+        // Read from every account, the stamp waits for every account (up
+        // to its time limit): a late answer counts.
+        let decided: fn(Votes) -> bool = if from_every_account {
+            |_| false
+        } else {
+            Votes::decided
+        };
+        let stamped = self.settle(
+            &mut answers,
+            (Stamped::Failed, |a| self.vote_stamped(a, epoch)),
+            Self::late(lose, Call::Stamp),
+            (decided, |_| true),
+        );
         let _ = write!(log, ", stamps {epoch}: {}", show(&answers));
         let carried: Vec<Option<u64>> = answers.iter().map(Carries::carries).collect();
         if let Some((top, behind)) = lift(&carried) {
@@ -185,7 +218,11 @@ impl Quorum {
                 answers[a] = self.stamp(&mut s.accounts[a], id, top, t);
             }
         }
-        let votes = self.votes(answers.iter().map(|a| self.vote_stamped(*a, epoch)));
+        // The same accounts answered; only what some of them carry changed.
+        let votes = Votes {
+            pending: stamped.pending,
+            ..self.votes(answers.iter().map(|a| self.vote_stamped(*a, epoch)))
+        };
         let carried: Vec<Option<u64>> = answers.iter().map(Carries::carries).collect();
         if !votes.won() {
             let _ = write!(log, ", no majority: gives the lease back");
@@ -232,7 +269,7 @@ impl Quorum {
         let Some(mut term) = s.instances[i].term.take() else {
             return;
         };
-        let answers: Vec<Renewed> = (0..self.0.accounts)
+        let mut answers: Vec<Renewed> = (0..self.0.accounts)
             .map(|a| {
                 if s.down & (1 << a) != 0 || Self::dropped(lose, Call::Lease, a) {
                     return Renewed::Failed;
@@ -245,7 +282,12 @@ impl Quorum {
                 }
             })
             .collect();
-        let votes = self.votes(answers.iter().map(|a| a.vote()));
+        let votes = self.settle(
+            &mut answers,
+            (Renewed::Failed, Renewed::vote),
+            Self::late(lose, Call::Lease),
+            (Votes::decided, |_| true),
+        );
         if term.broken.is_some_and(|a| answers[a] != Renewed::Failed) {
             term.broken = None;
         }
