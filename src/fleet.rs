@@ -197,13 +197,19 @@ impl<S: LeaseStore + Clone + 'static> BlobSchedule<S> {
         wait
     }
 
-    /// Reads the record and storage's clock without the lease.
+    /// Reads the record and storage's clock without the lease, both at
+    /// once: one round trip tells a host that wakes whether to campaign or
+    /// to sleep again.
     async fn look(&self) -> Result<Look> {
         let limit = self.options.mutex.request_timeout;
-        let state = bounded("read state", limit, self.store.read_state()).await?;
+        let (state, now) = tokio::join!(
+            bounded("read state", limit, self.store.read_state()),
+            storage_now(&self.store, limit)
+        );
+        let state = state?;
         // No lease blob yet (no clock to read): the first term makes it
         // and begins the record.
-        let now = match storage_now(&self.store, limit).await {
+        let now = match now {
             Ok(now) => now,
             Err(Error::Unsupported { .. }) => return Ok(Look::Due),
             Err(e) => return Err(e),

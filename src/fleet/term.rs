@@ -40,10 +40,10 @@ impl<S: LeaseStore> Term<S> {
         E: Into<BoxError> + 'static,
     {
         // Through the term's context: bounded, and the write fenced by the
-        // term's lease.
-        let state = ctx.read_state().await?;
-        let mut record = Record::parse(&self.store.name(), &state)?.unwrap_or_default();
-        let now = self.now().await?;
+        // term's lease. The record and storage's clock at once.
+        let (state, now) = tokio::join!(ctx.read_state(), self.now());
+        let mut record = Record::parse(&self.store.name(), &state?)?.unwrap_or_default();
+        let now = now?;
         let before = record.clone();
         if record.through.is_none() && record.slots.is_empty() {
             // A new schedule begins now: no slot before it is run.

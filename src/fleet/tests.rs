@@ -250,3 +250,28 @@ async fn slots_missed_while_every_host_was_down_run_in_order_within_the_window_a
     );
     assert!(missed >= 6, "{missed}");
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_host_that_wakes_to_a_done_slot_knows_it_after_one_round_trip() {
+    // A paced store: its answers take what `set_latency` says (none yet).
+    let storage = crate::store::memory::MemoryLeaseSetStore::new().with_pace(Duration::ZERO, 8);
+    let store = crate::store::LeaseSetStore::lease(&storage, "schedule").unwrap();
+    let runs = Runs::default();
+    let first = host(&store, "h0", every_ten(), &runs, Duration::from_millis(10));
+    while finished(&runs).is_empty() {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    first.token.cancel();
+    first.run.await.unwrap().unwrap();
+    // Every answer now takes a second: the record and storage's clock are
+    // read at once, so a look costs one.
+    storage.pace().unwrap().set_latency(Duration::from_secs(1));
+    let schedule = BlobSchedule::with_store(store.clone(), every_ten()).unwrap();
+    let start = Instant::now();
+    let look = schedule.look().await.unwrap();
+    assert!(
+        matches!(look, super::Look::Wait { .. }),
+        "the slot just done is due again"
+    );
+    assert_eq!(start.elapsed(), Duration::from_secs(1));
+}

@@ -1,6 +1,7 @@
 //! The shapes users hold: the mutex's elections, who leads, the guard, locks
 //! by name, run once and its completion records, sub-tasks, a dropped
-//! campaign, and the spans their logs are written in.
+//! campaign, the spans their logs are written in, and a fleet's schedule
+//! over a simulated month.
 
 #[cfg(feature = "testing")]
 mod completion_records;
@@ -22,4 +23,6 @@ mod locks_azurite;
 mod log_spans;
 #[cfg(feature = "testing")]
 mod run_once;
+#[cfg(all(feature = "testing", feature = "schedule"))]
+mod schedule_month;
 mod sub_tasks;
