@@ -14,6 +14,7 @@
 //! shape](crate::guide::shapes).
 
 mod due;
+mod metrics;
 mod options;
 mod record;
 mod report;
@@ -34,6 +35,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info_span, warn, Instrument};
 
 use self::due::{due, Next};
+use self::metrics::SlotCounter;
 use self::record::Record;
 use self::slots::Slots;
 use self::term::{storage_now, Term};
@@ -80,6 +82,7 @@ pub struct BlobSchedule<S: LeaseStore = BlobLeaseManager> {
     slots: Slots,
     options: ScheduleOptions,
     reports: broadcast::Sender<SlotReport>,
+    counter: SlotCounter,
 }
 
 impl BlobSchedule<BlobLeaseManager> {
@@ -108,6 +111,7 @@ impl<S: LeaseStore + Clone + 'static> BlobSchedule<S> {
             BlobDistributedMutex::with_store_for_guards(store.clone(), options.mutex.clone())?;
         Ok(BlobSchedule {
             mutex,
+            counter: SlotCounter::new(&store.name()),
             store,
             slots,
             options,
@@ -249,6 +253,7 @@ impl<S: LeaseStore + Clone + 'static> BlobSchedule<S> {
             slots: self.slots.clone(),
             options: self.options.clone(),
             reports: self.reports.clone(),
+            counter: self.counter.clone(),
         };
         let ran = self
             .mutex

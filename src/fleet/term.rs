@@ -11,6 +11,7 @@ use tokio::sync::broadcast;
 use tracing::{info, warn};
 
 use super::due::{due, Next};
+use super::metrics::SlotCounter;
 use super::record::{window_start, Entry, Fate, Record};
 use super::slots::Slots;
 use super::{Overlap, ScheduleOptions, Slot, SlotOutcome, SlotReport};
@@ -27,6 +28,7 @@ pub(super) struct Term<S> {
     pub(super) slots: Slots,
     pub(super) options: ScheduleOptions,
     pub(super) reports: broadcast::Sender<SlotReport>,
+    pub(super) counter: SlotCounter,
 }
 
 impl<S: LeaseStore> Term<S> {
@@ -178,6 +180,7 @@ impl<S: LeaseStore> Term<S> {
     }
 
     fn report(&self, ctx: &LeaderContext, slot: Timestamp, outcome: SlotOutcome) {
+        self.counter.settled(&outcome);
         match &outcome {
             SlotOutcome::Ran { epoch, attempt } => {
                 info!(holder = %ctx.holder(), epoch, attempt, slot = %slot, "schedule: the slot ran");
