@@ -244,12 +244,8 @@ async fn forward_signals(shared: Arc<Shared>) -> Result<()> {
     let token = shared.token.clone();
     let note = |received| {
         let mut state = shared.state();
-        if state.signal.is_none() {
-            state.signal = Some(received);
-            None
-        } else {
-            state.running
-        }
+        let running = state.running;
+        crate::signals::note(&mut state.signal, running, received)
     };
     let stopping = |received: Signal| {
         info!(target: LEADER, signal = %received, "stopping: a running command gets the signal, then the lease is released");

@@ -9,6 +9,22 @@ use nix::unistd::Pid;
 use tokio::signal::unix::{signal, SignalKind};
 use tracing::warn;
 
+/// Notes a signal in a command's state: the first is recorded in
+/// `signal` (`None` back: stop gracefully); a later one answers the
+/// running child's group, to be killed.
+pub(crate) fn note(
+    signal: &mut Option<Signal>,
+    running: Option<Pid>,
+    received: Signal,
+) -> Option<Pid> {
+    if signal.is_none() {
+        *signal = Some(received);
+        None
+    } else {
+        running
+    }
+}
+
 /// Waits for signals until the process ends. `note` records each one and
 /// answers the running child's group when an earlier signal was recorded
 /// already (the child is then killed); `stopping` logs the first; `token`
