@@ -1036,6 +1036,54 @@ async fn signal_is_forwarded_and_the_lease_released(
     );
 }
 
+/// A command that ignores SIGTERM is killed (its whole group) by a second
+/// signal, long before its grace would have ended; the lease is released.
+#[tokio::test]
+async fn a_second_signal_kills_a_command_that_ignores_the_first() {
+    const IGNORES_TERM: &str = r#"trap '' TERM; echo $$ > "$1.tmp" && mv "$1.tmp" "$1"
+while :; do sleep 0.1; done"#;
+    let case = Case::new("second-signal");
+    let (pid_file, log) = (case.path("pid"), case.path("stderr"));
+    let mut a = case
+        .command("run")
+        .args(["--lease-duration", "60s", "--grace", "30s"])
+        .args(["--", "sh", "-c", IGNORES_TERM, "ignores"])
+        .arg(&pid_file)
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let pid = wait_for("the command to start", Duration::from_secs(30), || {
+        let pid_file = pid_file.clone();
+        async move { std::fs::read_to_string(pid_file).ok() }
+    })
+    .await;
+    kill(a.id().expect("run runs"), "TERM");
+    // Two signals sent at once may reach `run` as one: the second goes once
+    // the first was taken.
+    wait_for("the first signal taken", Duration::from_secs(10), || {
+        let log = log.clone();
+        async move {
+            let text = std::fs::read_to_string(log).ok()?;
+            text.contains("stopping").then_some(())
+        }
+    })
+    .await;
+    kill(a.id().expect("run runs"), "TERM");
+    // Well within the 30 s grace the first signal gave the command.
+    exited(&mut a, Duration::from_secs(20)).await;
+    let command = std::path::Path::new("/proc").join(pid.trim());
+    assert!(!command.exists(), "the command outlived the second signal");
+    let after = case.output("status", &[]).await;
+    assert_eq!(
+        after.status.code(),
+        Some(3),
+        "released: {}",
+        text(&after.stdout)
+    );
+}
+
 #[tokio::test]
 async fn sigint_is_forwarded_as_sigint() {
     let case = Case::new("sigint");
