@@ -40,6 +40,7 @@ pub mod matrix_process;
 pub mod nemesis;
 pub mod owners;
 pub mod partitions;
+pub mod ports;
 pub mod proxy;
 #[cfg(feature = "official")]
 pub mod raw;

@@ -4,7 +4,8 @@
 use std::process::Stdio;
 use std::time::Duration;
 
-use blob_mutex_testkit::http::{free_addrs, get};
+use blob_mutex_testkit::http::get;
+use blob_mutex_testkit::ports::free_addrs;
 use blob_mutex_testkit::workers::example_bin;
 use blob_mutex_testkit::{azurite, wait_for};
 use tokio::process::{Child, Command};

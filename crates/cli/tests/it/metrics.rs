@@ -9,7 +9,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use blob_mutex_testkit::http::{free_addr, get, request};
+use blob_mutex_testkit::http::{get, request};
+use blob_mutex_testkit::ports::free_addr;
 use blob_mutex_testkit::proxy::Proxy;
 use blob_mutex_testkit::{azurite, wait_for};
 use tokio::io::AsyncReadExt;

@@ -8,7 +8,8 @@
 use std::process::Stdio;
 use std::time::Duration;
 
-use blob_mutex_testkit::http::{free_addr, get};
+use blob_mutex_testkit::http::get;
+use blob_mutex_testkit::ports::free_addr;
 use blob_mutex_testkit::{azurite, wait_for};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -213,7 +214,7 @@ async fn leader_named(addr: &str, holder: &str) -> Option<serde_json::Value> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn run_hold_leads_with_no_command_and_leader_tells_every_replica_who_leads() {
     let container = azurite::unique_container("hold");
-    let addrs = blob_mutex_testkit::http::free_addrs(2);
+    let addrs = blob_mutex_testkit::ports::free_addrs(2);
     let mut first = holding(&container, "first", &addrs[0]);
     let limit = Duration::from_secs(30);
     leads(&addrs[0]).await;
