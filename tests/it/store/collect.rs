@@ -43,7 +43,11 @@ fn stale_members() -> usize {
             .expect("BLOB_MUTEX_STALE_MEMBERS must be a number")
     })
 }
-const STALE_CANDIDATES: usize = 1_000;
+/// More than one listing's worth at [`CANDIDATES_PER_LISTING`]: the leader
+/// collects them over several listings, a bounded number each.
+const STALE_CANDIDATES: usize = 200;
+/// A listing's bound in the candidates' test.
+const CANDIDATES_PER_LISTING: usize = 100;
 /// Creates in flight at once while setting up.
 const CREATES_IN_FLIGHT: usize = 32;
 /// Azurite lists 20 000 blobs with metadata in about 5 s on a loaded
@@ -320,7 +324,7 @@ async fn stale_candidates_are_collected_by_the_leader_and_a_withdraw_deletes_its
         let store = BlobLeaseManager::new(&settings)
             .unwrap()
             .with_request_timeout(REQUEST_TIMEOUT)
-            .with_collection(collection());
+            .with_collection(collection().with_per_listing(CANDIDATES_PER_LISTING));
         let options = MutexOptions::default()
             .with_holder(holder.to_owned())
             .with_priority(priority)
