@@ -14,6 +14,7 @@
 //! shape](crate::guide::shapes).
 
 mod due;
+mod elsewhere;
 mod metrics;
 mod options;
 mod record;
@@ -32,9 +33,10 @@ use jiff::Timestamp;
 use tokio::sync::broadcast;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use tracing::{info_span, warn, Instrument};
+use tracing::{info, info_span, warn, Instrument};
 
 use self::due::{due, Next};
+use self::elsewhere::Elsewhere;
 use self::metrics::SlotCounter;
 use self::record::Record;
 use self::slots::Slots;
@@ -83,6 +85,7 @@ pub struct BlobSchedule<S: LeaseStore = BlobLeaseManager> {
     options: ScheduleOptions,
     reports: broadcast::Sender<SlotReport>,
     counter: SlotCounter,
+    elsewhere: std::sync::Mutex<Elsewhere>,
 }
 
 impl BlobSchedule<BlobLeaseManager> {
@@ -116,6 +119,7 @@ impl<S: LeaseStore + Clone + 'static> BlobSchedule<S> {
             slots,
             options,
             reports: broadcast::channel(64).0,
+            elsewhere: std::sync::Mutex::default(),
         })
     }
 
@@ -126,8 +130,9 @@ impl<S: LeaseStore + Clone + 'static> BlobSchedule<S> {
     }
 
     /// A receiver of a report for every slot this host settles from now on
-    /// (ran, failed, unrecorded, skipped, missed). It keeps the last 64 for
-    /// a slow receiver.
+    /// (ran, failed, unrecorded, skipped, missed), and for every slot it
+    /// finds another host ran (done elsewhere). It keeps the last 64 for a
+    /// slow receiver.
     #[must_use]
     pub fn slot_reports(&self) -> broadcast::Receiver<SlotReport> {
         self.reports.subscribe()
@@ -220,6 +225,7 @@ impl<S: LeaseStore + Clone + 'static> BlobSchedule<S> {
         };
         let seen = Instant::now();
         let record = Record::parse(&self.store.name(), &state)?.unwrap_or_default();
+        self.report_elsewhere(&record, now);
         if record.through.is_none() && record.slots.is_empty() {
             return Ok(Look::Due);
         }
@@ -239,6 +245,29 @@ impl<S: LeaseStore + Clone + 'static> BlobSchedule<S> {
                 seen: (seen, now),
             },
         })
+    }
+
+    /// Reports each slot of `record` up to `now` that another host ran and
+    /// that this host has not reported yet.
+    fn report_elsewhere(&self, record: &Record, now: Timestamp) {
+        let news = self
+            .elsewhere
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .news(record, now, self.holder());
+        for (slot, entry) in news {
+            info!(slot = %slot, by = %entry.holder, epoch = entry.epoch, "schedule: the slot was done elsewhere; skipped");
+            let outcome = SlotOutcome::DoneElsewhere {
+                holder: entry.holder,
+                epoch: entry.epoch,
+            };
+            self.counter.settled(&outcome);
+            let _ = self.reports.send(SlotReport {
+                slot: slot.to_string(),
+                holder: self.holder().to_owned(),
+                outcome,
+            });
+        }
     }
 
     /// Campaigns for one term and settles what is due in it.

@@ -2,7 +2,7 @@
 //!
 //! | name | kind | labels | meaning |
 //! |---|---|---|---|
-//! | `blob_mutex_schedule_slots_total` | counter | `container`, `blob`, `outcome` | slots this host settled, by [`SlotOutcome`] word: `ran`, `failed`, `unrecorded`, `skipped`, `missed` (a run of missed slots counts each) |
+//! | `blob_mutex_schedule_slots_total` | counter | `container`, `blob`, `outcome` | slots this host settled, by [`SlotOutcome`] word: `ran`, `failed`, `unrecorded`, `skipped`, `missed` (a run of missed slots counts each), `done_elsewhere` (another host ran it) |
 //!
 //! The lease's own figures (terms, renewals) are the mutex's
 //! (`engine::metrics`); no label carries a secret or a lease id.
@@ -10,7 +10,14 @@
 use super::SlotOutcome;
 
 /// The outcome words, each counted from 0 at the start.
-const OUTCOMES: [&str; 5] = ["ran", "failed", "unrecorded", "skipped", "missed"];
+const OUTCOMES: [&str; 6] = [
+    "ran",
+    "failed",
+    "unrecorded",
+    "skipped",
+    "missed",
+    "done_elsewhere",
+];
 
 /// The word of an outcome, and how many slots it stands for.
 fn word(outcome: &SlotOutcome) -> (&'static str, u64) {
@@ -20,6 +27,7 @@ fn word(outcome: &SlotOutcome) -> (&'static str, u64) {
         SlotOutcome::Unrecorded { .. } => ("unrecorded", 1),
         SlotOutcome::Skipped => ("skipped", 1),
         SlotOutcome::Missed { count } => ("missed", *count),
+        SlotOutcome::DoneElsewhere { .. } => ("done_elsewhere", 1),
     }
 }
 
@@ -117,12 +125,17 @@ mod tests {
             });
             counter.settled(&SlotOutcome::Missed { count: 3 });
             counter.settled(&SlotOutcome::Skipped);
+            counter.settled(&SlotOutcome::DoneElsewhere {
+                holder: "h1".to_owned(),
+                epoch: 8,
+            });
             at_start
         });
         let zero: BTreeMap<String, u64> = OUTCOMES.iter().map(|o| ((*o).to_owned(), 0)).collect();
         assert_eq!(at_start, zero);
         let after = counts(&recorder);
         let expected = [
+            ("done_elsewhere", 1),
             ("failed", 0),
             ("missed", 3),
             ("ran", 1),

@@ -46,6 +46,15 @@ pub enum SlotOutcome {
     },
     /// It came due while the previous slot's job ran ([`Overlap::Skip`](super::Overlap::Skip)).
     Skipped,
+    /// Another host ran its job to its end; this host skipped it as done.
+    /// Each host reports each slot that comes due while it runs once: the
+    /// host that ran it as [`Ran`](Self::Ran), every other as this.
+    DoneElsewhere {
+        /// The holder that ran it.
+        holder: String,
+        /// The epoch of its term.
+        epoch: u64,
+    },
     /// Nobody ran it within the catch-up window; `count` slots up to this
     /// one were.
     Missed {
@@ -54,13 +63,14 @@ pub enum SlotOutcome {
     },
 }
 
-/// A report of one slot, sent by the host that settled it.
+/// A report of one slot, sent by the host that settled it, or that found it
+/// settled by another ([`SlotOutcome::DoneElsewhere`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct SlotReport {
     /// The slot's key ([`Slot::key`]).
     pub slot: String,
-    /// The holder that settled it.
+    /// The holder that reports it: this host.
     pub holder: String,
     /// What became of it.
     pub outcome: SlotOutcome,

@@ -181,13 +181,28 @@ impl<S: LeaseStore> Term<S> {
 
     fn report(&self, ctx: &LeaderContext, slot: Timestamp, outcome: SlotOutcome) {
         self.counter.settled(&outcome);
+        let holder = ctx.holder();
         match &outcome {
             SlotOutcome::Ran { epoch, attempt } => {
-                info!(holder = %ctx.holder(), epoch, attempt, slot = %slot, "schedule: the slot ran");
+                info!(%holder, epoch, attempt, slot = %slot, "schedule: the slot ran");
             }
-            other => {
-                warn!(holder = %ctx.holder(), slot = %slot, outcome = ?other, "schedule: the slot did not run to its end");
+            SlotOutcome::Failed {
+                epoch,
+                attempt,
+                error,
+            } => {
+                warn!(%holder, epoch, attempt, slot = %slot, %error, "schedule: the slot's job failed; it is retried while retries are left within the catch-up window");
             }
+            SlotOutcome::Unrecorded { epoch, error } => {
+                warn!(%holder, epoch, slot = %slot, %error, "schedule: the slot's job ran but its record could not be written (the lease was lost); the next holder runs it again");
+            }
+            SlotOutcome::Skipped => {
+                warn!(%holder, slot = %slot, "schedule: the slot was skipped: it came due while the previous slot's job ran");
+            }
+            SlotOutcome::Missed { count } => {
+                warn!(%holder, slot = %slot, count, "schedule: the slot was missed: nobody ran it within the catch-up window ({count} slots up to it)");
+            }
+            SlotOutcome::DoneElsewhere { .. } => {}
         }
         let _ = self.reports.send(SlotReport {
             slot: slot.to_string(),

@@ -275,3 +275,56 @@ async fn a_host_that_wakes_to_a_done_slot_knows_it_after_one_round_trip() {
     );
     assert_eq!(start.elapsed(), Duration::from_secs(1));
 }
+
+#[tokio::test(start_paused = true)]
+async fn every_host_reports_each_slot_once_as_ran_or_as_done_elsewhere() {
+    let store = MemoryLeaseStore::new("c/schedule");
+    let runs = Runs::default();
+    let names = ["h0", "h1", "h2"];
+    let mut hosts: Vec<Host> = names
+        .iter()
+        .map(|h| host(&store, h, every_ten(), &runs, Duration::from_secs(2)))
+        .collect();
+    // Five minutes: 30 slots, fewer reports than a receiver keeps.
+    tokio::time::sleep(Duration::from_secs(300)).await;
+    for h in &hosts {
+        h.token.cancel();
+    }
+    let mut reports = Vec::new();
+    for h in &mut hosts {
+        let mut of_host = Vec::new();
+        while let Ok(report) = h.reports.try_recv() {
+            of_host.push(report);
+        }
+        reports.push(of_host);
+    }
+    for h in hosts {
+        h.run.await.unwrap().unwrap();
+    }
+    let runs = finished(&runs);
+    assert!(runs.len() >= 28, "{} runs", runs.len());
+    // The last slot may end while the others campaign for it, unreported.
+    for run in &runs[..runs.len() - 1] {
+        for (name, of_host) in names.iter().zip(&reports) {
+            let of_slot: Vec<&SlotReport> = of_host.iter().filter(|r| r.slot == run.slot).collect();
+            let expected = if *name == run.holder {
+                SlotOutcome::Ran {
+                    epoch: run.epoch,
+                    attempt: 1,
+                }
+            } else {
+                SlotOutcome::DoneElsewhere {
+                    holder: run.holder.clone(),
+                    epoch: run.epoch,
+                }
+            };
+            assert_eq!(
+                of_slot.iter().map(|r| &r.outcome).collect::<Vec<_>>(),
+                [&expected],
+                "{name}'s reports of {}",
+                run.slot
+            );
+            assert_eq!(of_slot[0].holder, *name, "a report names its host");
+        }
+    }
+}

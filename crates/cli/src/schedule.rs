@@ -197,7 +197,9 @@ impl Drop for Running<'_> {
     }
 }
 
-/// One line per slot this host settles.
+/// The leader's line of each slot this host ran or found done by another,
+/// shown by default: the library logs these at info only, and every other
+/// outcome at warn itself.
 async fn log_reports(mut reports: broadcast::Receiver<SlotReport>) {
     loop {
         match reports.recv().await {
@@ -210,30 +212,17 @@ async fn log_reports(mut reports: broadcast::Receiver<SlotReport>) {
     }
 }
 
-/// The line of one slot's outcome.
+/// The leader's line of one slot's outcome, if it has one.
 fn log_report(report: &SlotReport) {
     let (slot, holder) = (&report.slot, &report.holder);
     match &report.outcome {
         SlotOutcome::Ran { epoch, attempt } => {
             info!(target: LEADER, %slot, %holder, epoch, attempt, "slot: ran on {holder} with epoch {epoch}");
         }
-        SlotOutcome::Failed {
-            epoch,
-            attempt,
-            error,
-        } => {
-            warn!(%slot, %holder, epoch, attempt, %error, "slot: failed on {holder} with epoch {epoch}; retried while retries are left within the catch-up window");
+        SlotOutcome::DoneElsewhere { holder: by, epoch } => {
+            info!(target: LEADER, %slot, %holder, by = %by, epoch, "slot: done on {by} with epoch {epoch}; skipped here");
         }
-        SlotOutcome::Unrecorded { epoch, error } => {
-            warn!(%slot, %holder, epoch, %error, "slot: ran on {holder} with epoch {epoch} but was not recorded (the lease was lost); the next holder runs it again");
-        }
-        SlotOutcome::Skipped => {
-            warn!(%slot, %holder, "slot: skipped, it came due while the previous slot's command ran");
-        }
-        SlotOutcome::Missed { count } => {
-            warn!(%slot, %holder, count, "slot: missed, nobody ran it within the catch-up window ({count} slots up to it)");
-        }
-        other => warn!(%slot, %holder, outcome = ?other, "slot: settled"),
+        _ => {}
     }
 }
 

@@ -307,6 +307,30 @@ async fn three_hosts_complete_every_slot_once_never_overlapping_through_a_kill_a
         let stderr = case.stderr(h);
         assert!(!stderr.contains("AccountKey"), "{h}: {stderr}");
     }
+    one_line_on_each_host(&case, &holders, &second);
+}
+
+/// A slot that came due while every host ran: one line of it on each
+/// host's stderr, the holder's that it ran there and every other's that it
+/// was done on the holder.
+fn one_line_on_each_host(case: &Case, holders: &[&str], slot: &Line) {
+    for h in holders {
+        let stderr = case.stderr(h);
+        let said = if *h == slot.holder {
+            format!("slot: ran on {h} with epoch")
+        } else {
+            format!("slot: done on {} with epoch", slot.holder)
+        };
+        let lines: Vec<&str> = stderr
+            .lines()
+            .filter(|l| l.contains("slot: ") && l.contains(slot.slot.as_str()))
+            .collect();
+        assert!(
+            lines.len() == 1 && lines[0].contains(&said),
+            "{h} on slot {}: {lines:?}",
+            slot.slot
+        );
+    }
 }
 
 /// From the jobs' lines: each slot from `first` to `last` (every 10 s)
