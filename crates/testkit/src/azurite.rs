@@ -1,9 +1,13 @@
 //! Starts a real Azurite blob service for the integration tests.
 //!
 //! Each test process starts its own Azurite on a free port of 127.0.0.1
-//! (`shared()`), unless `BLOB_MUTEX_TEST_AZURITE` names an external blob
-//! endpoint such as `http://127.0.0.1:10000/devstoreaccount1`. Tests that
-//! stop and restart storage start a private one with `Azurite::start_persistent`.
+//! (`shared()`), unless `BLOB_MUTEX_TEST_AZURITE` names external blob
+//! endpoints such as `http://127.0.0.1:10000/devstoreaccount1`: one, or
+//! several separated by spaces, of which each test process takes one by its
+//! process id (`scripts/test` starts four for its rows). Tests that stop and
+//! restart storage start a private one with `Azurite::start_persistent`;
+//! tests that load storage with thousands of blobs take one of their own
+//! with `own()`, so that the tests sharing an endpoint are not slowed.
 //!
 //! Azurite runs under `sh`, which kills it when this process's end of its
 //! standard input closes, so no Azurite outlives the test process by more
@@ -216,13 +220,44 @@ pub fn connection_string(endpoint: &str) -> String {
     )
 }
 
-/// The Azurite shared by all tests of this process.
+/// This process's Azurite, that every helper of the kit uses.
+static SHARED: OnceLock<Azurite> = OnceLock::new();
+
+/// The Azurite shared by all tests of this process: one of the endpoints
+/// `BLOB_MUTEX_TEST_AZURITE` names (chosen by the process id), or one
+/// started for this process.
 pub fn shared() -> &'static Azurite {
-    static SHARED: OnceLock<Azurite> = OnceLock::new();
-    SHARED.get_or_init(|| match std::env::var("BLOB_MUTEX_TEST_AZURITE") {
-        Ok(endpoint) if !endpoint.is_empty() => Azurite::external(&endpoint),
-        _ => Azurite::start(),
+    SHARED.get_or_init(|| {
+        let given = std::env::var("BLOB_MUTEX_TEST_AZURITE").unwrap_or_default();
+        let endpoints: Vec<&str> = given.split_whitespace().collect();
+        if endpoints.is_empty() {
+            return Azurite::start();
+        }
+        let pick = std::process::id() as usize % endpoints.len();
+        Azurite::external(endpoints[pick])
     })
+}
+
+/// An Azurite of this process's own, even where `BLOB_MUTEX_TEST_AZURITE`
+/// names endpoints, from now on also what [`shared`] returns: for a test
+/// that creates thousands of blobs, whose requests would slow every other
+/// test on a shared endpoint past its request timeout on a loaded machine.
+///
+/// # Panics
+///
+/// When [`shared`] was called first in this process: the test would then
+/// use two Azurites.
+pub fn own() -> &'static Azurite {
+    let mut started = false;
+    let azurite = SHARED.get_or_init(|| {
+        started = true;
+        Azurite::start()
+    });
+    assert!(
+        started || azurite.process.is_some(),
+        "azurite::own() must come before any use of azurite::shared() in a test"
+    );
+    azurite
 }
 
 /// A container name no other test uses: `<prefix>-<pid>-<n>`.

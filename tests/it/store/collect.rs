@@ -18,6 +18,8 @@ use blob_mutex::{
     BlobDistributedMutex, BlobLeaseSet, BlobSettings, CancellationToken, Error, LeaseSetOptions,
     MutexOptions,
 };
+// Every test here takes an Azurite of its own (`azurite::own()`): they
+// create hundreds of blobs, which would slow the tests sharing one.
 use blob_mutex_testkit::{azurite, init_tracing, wait_for};
 use futures_util::StreamExt;
 use tokio::sync::watch;
@@ -133,7 +135,7 @@ async fn members(store: &BlobLeaseSetStore) -> blob_mutex::Result<Vec<(String, L
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stale_members_are_collected_while_the_set_balances_and_a_leave_deletes_its_own() {
     let container = azurite::unique_container("collect-members");
-    let settings = azurite::shared().settings(&container, "set");
+    let settings = azurite::own().settings(&container, "set");
     let store = BlobLeaseSetStore::new(&settings)
         .unwrap()
         .with_request_timeout(REQUEST_TIMEOUT)
@@ -205,9 +207,9 @@ async fn stale_members_are_collected_while_the_set_balances_and_a_leave_deletes_
 async fn a_foreign_blob_of_member_shape_is_neither_counted_nor_collected() {
     init_tracing();
     let container = azurite::unique_container("collect-foreign");
-    let settings = azurite::shared().settings(&container, "jobs");
+    let settings = azurite::own().settings(&container, "jobs");
     let refused = BlobSettings::from_connection_string(
-        &azurite::shared().connection_string(),
+        &azurite::own().connection_string(),
         &container,
         "jobs/members/nightly",
     );
@@ -299,7 +301,7 @@ async fn a_foreign_blob_of_member_shape_is_neither_counted_nor_collected() {
 async fn stale_candidates_are_collected_by_the_leader_and_a_withdraw_deletes_its_own() {
     init_tracing();
     let container = azurite::unique_container("collect-candidates");
-    let settings = azurite::shared().settings(&container, "lock");
+    let settings = azurite::own().settings(&container, "lock");
     // `lock.candidates/<holder>`: names the crate refuses for a lease, so
     // made with the SDK itself.
     let client = blob_mutex_testkit::raw::container(&container);
@@ -382,7 +384,7 @@ async fn stale_candidates_are_collected_by_the_leader_and_a_withdraw_deletes_its
 async fn a_withdraw_deletes_its_record_that_was_created_and_never_leased() {
     init_tracing();
     let container = azurite::unique_container("withdraw-unleased");
-    let settings = azurite::shared().settings(&container, "lock");
+    let settings = azurite::own().settings(&container, "lock");
     let client = blob_mutex_testkit::raw::container(&container);
     blob_mutex_testkit::raw::create(&client).await;
     let record = "lock.candidates/candidate";
@@ -418,7 +420,7 @@ async fn a_withdraw_deletes_its_record_that_was_created_and_never_leased() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leased_member_is_never_deleted_whatever_the_race_with_its_renewal() {
     let container = azurite::unique_container("collect-race");
-    let settings = azurite::shared().settings(&container, "set");
+    let settings = azurite::own().settings(&container, "set");
     let store = BlobLeaseSetStore::new(&settings)
         .unwrap()
         .with_collection(Collection::default().with_stale_after(Duration::ZERO));
@@ -484,7 +486,7 @@ async fn a_stale_member_with_a_snapshot_is_not_retried_at_every_listing_and_goes
     init_tracing();
     let container = azurite::unique_container("collect-snapshot");
     // Through a proxy, to count the deletes that reach storage.
-    let proxy = Proxy::start(azurite::shared().port);
+    let proxy = Proxy::start(azurite::own().port);
     let settings = container_url_settings(&proxy.endpoint(), &container, "set");
     let store = BlobLeaseSetStore::new(&settings.with_backend(Backend::Official))
         .unwrap()
