@@ -1027,6 +1027,11 @@ async fn signal_is_forwarded_and_the_lease_released(
             "the command got SIGTERM instead"
         );
     }
+    assert_released(&case).await;
+}
+
+/// `status` says the lease is free (exit code 3).
+async fn assert_released(case: &Case) {
     let after = case.output("status", &[]).await;
     assert_eq!(
         after.status.code(),
@@ -1075,13 +1080,7 @@ while :; do sleep 0.1; done"#;
     exited(&mut a, Duration::from_secs(20)).await;
     let command = std::path::Path::new("/proc").join(pid.trim());
     assert!(!command.exists(), "the command outlived the second signal");
-    let after = case.output("status", &[]).await;
-    assert_eq!(
-        after.status.code(),
-        Some(3),
-        "released: {}",
-        text(&after.stdout)
-    );
+    assert_released(&case).await;
 }
 
 #[tokio::test]
