@@ -203,6 +203,7 @@ pub(crate) struct Term {
 
 /// The whole system at one instant.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[allow(clippy::struct_excessive_bools)] // one flag per promise checked
 pub(crate) struct State {
     /// Real time, in ticks.
     pub(crate) t: u8,
@@ -232,6 +233,14 @@ pub(crate) struct State {
     pub(crate) epoch_went_back: bool,
     /// A write of a term that a newer one deposed was accepted.
     pub(crate) deposed_write: bool,
+    /// A term ended before its deadline although no account had been found
+    /// without its lease since its last renewal that won: nothing but
+    /// failures and silence, which the term must ride out until its
+    /// deadline.
+    pub(crate) ended_early: bool,
+    /// A term's own stamp (its first, the lift after it, or a catch-up)
+    /// left an account at an epoch other than the term's.
+    pub(crate) stamped_apart: bool,
 }
 
 impl State {
@@ -702,6 +711,8 @@ impl Model for Quorum {
             newest: None,
             epoch_went_back: false,
             deposed_write: false,
+            ended_early: false,
+            stamped_apart: false,
         }]
     }
 
@@ -818,6 +829,14 @@ impl Model for Quorum {
             Property::always("no write of a deposed term accepted", |_, s: &State| {
                 !s.deposed_write
             }),
+            Property::always(
+                "a term ends early only once a lease of it is found gone",
+                |_, s: &State| !s.ended_early,
+            ),
+            Property::always(
+                "a term's own stamps leave its accounts at its epoch",
+                |_, s: &State| !s.stamped_apart,
+            ),
             Property::always(
                 "a leader within the bound after the last fault",
                 |m: &Quorum, s: &State| {

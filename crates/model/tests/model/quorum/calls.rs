@@ -210,14 +210,7 @@ impl Quorum {
             (decided, |_| true),
         );
         let _ = write!(log, ", stamps {epoch}: {}", show(&answers));
-        let carried: Vec<Option<u64>> = answers.iter().map(Carries::carries).collect();
-        if let Some((top, behind)) = lift(&carried) {
-            // Every account that answered is lifted to the largest epoch.
-            let _ = write!(log, ", lifts to {top}");
-            for a in (0..self.0.accounts).filter(|a| behind[*a]) {
-                answers[a] = self.stamp(&mut s.accounts[a], id, top, t);
-            }
-        }
+        self.lift(s, id, &mut answers, log);
         // The same accounts answered; only what some of them carry changed.
         let votes = Votes {
             pending: stamped.pending,
@@ -240,6 +233,10 @@ impl Quorum {
             &carried.iter().map(Option::is_some).collect::<Vec<_>>(),
         );
         let epoch = carried_by_majority(&carried, votes.majority()).map_or(epoch, |e| e.max(epoch));
+        if carried.iter().flatten().any(|c| *c != epoch) {
+            let _ = write!(log, ", an account it stamped carries another epoch");
+            s.stamped_apart = true;
+        }
         standing.stamped(
             carried
                 .iter()
@@ -262,6 +259,18 @@ impl Quorum {
             renew_at: t + self.0.renew,
             broken: None,
         });
+    }
+
+    /// Lifts every account that answered a stamp to the largest epoch
+    /// they answered, as the crate's `lift`.
+    fn lift(&self, s: &mut State, id: Id, answers: &mut [Stamped], log: &mut String) {
+        let carried: Vec<Option<u64>> = answers.iter().map(Carries::carries).collect();
+        if let Some((top, behind)) = lift(&carried) {
+            let _ = write!(log, ", lifts to {top}");
+            for a in (0..self.0.accounts).filter(|a| behind[*a]) {
+                answers[a] = self.stamp(&mut s.accounts[a], id, top, s.t);
+            }
+        }
     }
 
     pub(super) fn renew(&self, s: &mut State, i: usize, lose: Lost, log: &mut String) {
@@ -301,6 +310,11 @@ impl Quorum {
             outcome = RenewOutcome::NoMajority;
         }
         let _ = write!(log, "i{i} renews {}: {outcome:?}", show(&answers));
+        let early = matches!(outcome, RenewOutcome::Lost | RenewOutcome::BasisGone);
+        if early && !term.standing.gone.contains(&true) {
+            let _ = write!(log, " although no lease of it was found gone");
+            s.ended_early = true;
+        }
         match outcome {
             RenewOutcome::Renewed => {
                 for (a, answer) in answers.iter().enumerate() {
@@ -365,7 +379,7 @@ impl Quorum {
         }
         let behind = term.standing.behind(answers);
         for a in (0..self.0.accounts).filter(|a| behind[*a]) {
-            if Self::answer_lost(lose, Call::Read, a) {
+            if s.down & (1 << a) != 0 || Self::answer_lost(lose, Call::Read, a) {
                 continue;
             }
             let carried = s.accounts[a].epoch;
@@ -374,6 +388,10 @@ impl Quorum {
                     continue;
                 }
                 let answer = self.stamp(&mut s.accounts[a], id, term.epoch, s.t);
+                if s.accounts[a].epoch != term.epoch {
+                    let _ = write!(log, ", raises a{a} past the term's epoch");
+                    s.stamped_apart = true;
+                }
                 if Self::answer_lost(lose, Call::Stamp, a) {
                     continue;
                 }
