@@ -17,6 +17,7 @@ mod due;
 mod elsewhere;
 mod metrics;
 mod options;
+mod phase;
 mod record;
 mod report;
 mod slots;
@@ -30,7 +31,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use jiff::Timestamp;
-use tokio::sync::broadcast;
+use tokio::sync::{broadcast, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, info_span, warn, Instrument};
@@ -38,6 +39,7 @@ use tracing::{info, info_span, warn, Instrument};
 use self::due::{due, Next};
 use self::elsewhere::Elsewhere;
 use self::metrics::SlotCounter;
+use self::phase::Running;
 use self::record::Record;
 use self::slots::Slots;
 use self::term::{storage_now, Term};
@@ -45,12 +47,14 @@ use crate::azure::settings::BlobSettings;
 use crate::azure::BlobLeaseManager;
 use crate::backoff::backoff;
 use crate::bounded::bounded;
+use crate::engine::leader::Leader;
 use crate::engine::leadership::LeaderContext;
 use crate::error::{BoxError, Chain, Error, Result};
 use crate::mutex::{BlobDistributedMutex, OnceOutcome};
 use crate::store::LeaseStore;
 
 pub use self::options::{Overlap, ScheduleOptions};
+pub(crate) use self::phase::Phase;
 pub use self::report::{Slot, SlotOutcome, SlotReport};
 pub use self::view::{RecordedOutcome, RecordedSlot, ScheduleRecord};
 
@@ -86,6 +90,7 @@ pub struct BlobSchedule<S: LeaseStore = BlobLeaseManager> {
     reports: broadcast::Sender<SlotReport>,
     counter: SlotCounter,
     elsewhere: std::sync::Mutex<Elsewhere>,
+    phase: watch::Sender<Phase>,
 }
 
 impl BlobSchedule<BlobLeaseManager> {
@@ -120,6 +125,7 @@ impl<S: LeaseStore + Clone + 'static> BlobSchedule<S> {
             options,
             reports: broadcast::channel(64).0,
             elsewhere: std::sync::Mutex::default(),
+            phase: watch::Sender::new(Phase::Stopped),
         })
     }
 
@@ -127,6 +133,24 @@ impl<S: LeaseStore + Clone + 'static> BlobSchedule<S> {
     #[must_use]
     pub fn holder(&self) -> &str {
         self.mutex.holder()
+    }
+
+    /// A receiver of who leads the schedule's lease, as this host last saw
+    /// it: the holder of the slot being run, `None` between slots (see
+    /// [`BlobDistributedMutex::leader`]).
+    #[must_use]
+    pub fn leader(&self) -> watch::Receiver<Option<Leader>> {
+        self.mutex.leader()
+    }
+
+    /// Where this host's schedule stands, for its health.
+    pub(crate) fn phase(&self) -> watch::Receiver<Phase> {
+        self.phase.subscribe()
+    }
+
+    /// The mutex whose terms run the slots, for its health.
+    pub(crate) fn mutex(&self) -> &BlobDistributedMutex<S> {
+        &self.mutex
     }
 
     /// A receiver of a report for every slot this host settles from now on
@@ -166,10 +190,13 @@ impl<S: LeaseStore + Clone + 'static> BlobSchedule<S> {
         E: Into<BoxError> + 'static,
     {
         let mut failures = 0;
+        let phase = Running::start(&self.phase);
         while !token.is_cancelled() {
+            phase.set(Phase::Awake);
             let wait = match self.look().await {
                 Ok(Look::Wait { at, seen }) => {
                     failures = 0;
+                    phase.set(Phase::Waiting(at));
                     at.map(|at| until(seen, at))
                 }
                 Ok(Look::Due) => match self.lead(&token, job.clone()).await {
@@ -211,10 +238,19 @@ impl<S: LeaseStore + Clone + 'static> BlobSchedule<S> {
     /// to sleep again.
     async fn look(&self) -> Result<Look> {
         let limit = self.options.mutex.request_timeout;
+        let sent = Instant::now();
         let (state, now) = tokio::join!(
             bounded("read state", limit, self.store.read_state()),
             storage_now(&self.store, limit)
         );
+        // Storage's answers to the looks count for the schedule's health as
+        // the campaign's do for a mutex's: between slots they are all it
+        // hears.
+        let failed = state.as_ref().err().or(match &now {
+            Err(Error::Unsupported { .. }) | Ok(_) => None,
+            Err(e) => Some(e),
+        });
+        self.mutex.vitals().heard(sent, failed);
         let state = state?;
         // No lease blob yet (no clock to read): the first term makes it
         // and begins the record.

@@ -631,6 +631,14 @@ pub(crate) struct ScheduleArgs {
     /// [default: 2].
     #[arg(long, value_name = "N", env = "BLOB_MUTEX_RETRIES")]
     pub(crate) retries: Option<u32>,
+    /// Serve, on this address only (for example 127.0.0.1:9898), as `run`
+    /// does: /metrics (the slots' outcomes among them); /livez and /healthz
+    /// (503 only for a slot's term not stopped by its deadline); /readyz
+    /// (ready while the schedule runs and its looks at the record get
+    /// answers, between slots too; with ?leader only while this host holds
+    /// the lease at a slot); /leader, the host that holds it. [default: off]
+    #[arg(long, value_name = "ADDR", env = "BLOB_MUTEX_METRICS_ADDR")]
+    pub(crate) metrics_addr: Option<std::net::SocketAddr>,
     /// The command to run for each slot, and its arguments, after `--`.
     #[arg(last = true, required = true, value_name = "CMD")]
     pub(crate) command: Vec<OsString>,

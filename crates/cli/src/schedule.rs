@@ -17,6 +17,7 @@ use tracing::{info, warn, Instrument};
 
 use crate::child::{Child, Groups, SpawnError, StopTimes, Watched, SLOT_ENV};
 use crate::cli::{OverlapArg, ScheduleArgs};
+use crate::endpoint::Endpoint;
 use crate::exit::{self, UsageError};
 use crate::logs::{self, LEADER};
 
@@ -65,6 +66,12 @@ pub(crate) async fn schedule(args: ScheduleArgs) -> Result<u8> {
     crate::orphans::reap_orphans();
     let settings = args.target.settings()?;
     let backend = settings.backend();
+    // Before the schedule is made, so that its figures are recorded from
+    // the start.
+    let endpoint = match args.metrics_addr {
+        Some(addr) => Some(Endpoint::bind(addr, backend).await?),
+        None => None,
+    };
     let schedule = BlobSchedule::new(&settings, options)?;
     let name = args.target.name();
     let shared = Arc::new(Shared {
@@ -84,12 +91,22 @@ pub(crate) async fn schedule(args: ScheduleArgs) -> Result<u8> {
     let signals = tokio::spawn(forward_signals(shared.clone()));
     let reports = tokio::spawn(log_reports(schedule.slot_reports()).instrument(span.clone()));
     let job_shared = shared.clone();
-    let ran = schedule
+    let running = schedule
         .run(shared.token.clone(), move |slot, ctx| {
             job(slot, ctx, job_shared.clone())
         })
-        .instrument(span)
-        .await;
+        .instrument(span);
+    let serving = async {
+        if let Some(endpoint) = endpoint {
+            endpoint.serve(schedule.health(), schedule.leader()).await;
+        }
+        std::future::pending::<()>().await;
+    };
+    // Serving never ends: the schedule's end ends it.
+    let ran = tokio::select! {
+        ran = running => ran,
+        () = serving => Ok(()),
+    };
     signals.abort();
     // The last reports are logged before the exit.
     tokio::task::yield_now().await;

@@ -15,6 +15,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use blob_mutex::azure::BlobLeaseManager;
 use blob_mutex::store::{LeaseId, LeaseStore};
+use blob_mutex_testkit::http::get;
+use blob_mutex_testkit::ports::free_addr;
 use blob_mutex_testkit::{azurite, wait_for};
 use tokio::process::Child;
 
@@ -482,4 +484,82 @@ async fn status_shows_a_schedules_last_slots_and_the_next_one() {
         "{json}"
     );
     assert_eq!(json["schedule"]["next"], serde_json::Value::Null, "{json}");
+}
+
+/// `schedule --metrics-addr`: `/readyz` is ready while the host waits for
+/// its next slot (where a mutex's probe would say "not campaigning") and
+/// while it runs one, `/readyz?leader` and `/leader` only while it holds the
+/// lease, `/livez` throughout, and `/metrics` counts the slots.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_probes_of_a_schedule_are_ready_between_slots_and_lead_while_a_slot_runs() {
+    let case = Case::new("schedule-probes");
+    let (hold, started) = (case.dir.join("hold"), case.dir.join("started"));
+    std::fs::write(&hold, "").unwrap();
+    let addr = free_addr();
+    // Says it started, then runs while the hold file exists.
+    let job = r#"touch "$1"; while [ -e "$0" ]; do sleep 0.1; done"#;
+    let mut child = blob_mutex_on(azurite::shared().connection_string())
+        .args(["schedule", "--container", &case.container, "--blob", "job"])
+        .args(["--cron", "*/2 * * * * *", "--metrics-addr", &addr])
+        .args(["--holder", "h0", "--", "sh", "-c", job])
+        .args([&hold, &started])
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let answer = |path: &'static str, status: u16, starts: &'static str| {
+        let addr = addr.clone();
+        async move {
+            get(&addr, path)
+                .await
+                .filter(|(s, body)| *s == status && body.starts_with(starts))
+                .map(|(_, body)| body)
+        }
+    };
+    let limit = Duration::from_secs(30);
+    wait_for("the first job", limit, || async {
+        started.exists().then_some(())
+    })
+    .await;
+    let (status, leading) = get(&addr, "/readyz?leader").await.unwrap();
+    assert!(
+        status == 200 && leading.starts_with("ready: leader of term "),
+        "{status} {leading}"
+    );
+    assert_eq!(get(&addr, "/readyz").await, Some((200, leading)));
+    assert_eq!(get(&addr, "/livez").await, Some((200, "ok\n".to_owned())));
+    let (_, leader) = get(&addr, "/leader").await.unwrap();
+    assert!(
+        leader.contains(r#""holder":"h0""#) && leader.contains(r#""this_instance_leads":true"#),
+        "{leader}"
+    );
+
+    // The job ends; between slots the host is ready, and leads nothing.
+    std::fs::remove_file(&hold).unwrap();
+    wait_for("waiting for a slot", limit, || {
+        answer("/readyz", 200, "ready: waiting for the slot at ")
+    })
+    .await;
+    wait_for("not the leader between slots", limit, || {
+        answer(
+            "/readyz?leader",
+            503,
+            "not the leader: waiting for the slot at ",
+        )
+    })
+    .await;
+    assert_eq!(get(&addr, "/livez").await, Some((200, "ok\n".to_owned())));
+    wait_for("a slot counted as ran", limit, || async {
+        let (_, metrics) = get(&addr, "/metrics").await?;
+        metrics
+            .lines()
+            .any(|l| {
+                l.starts_with("blob_mutex_schedule_slots_total{")
+                    && l.contains(r#"outcome="ran""#)
+                    && !l.ends_with(" 0")
+            })
+            .then_some(())
+    })
+    .await;
+    child.start_kill().unwrap();
+    let _ = child.wait().await;
 }
