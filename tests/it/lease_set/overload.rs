@@ -78,7 +78,9 @@ fn late_renewals(proxy: &Proxy) -> usize {
 }
 
 /// What the proxy saw of a member lease's requests once storage slowed
-/// down.
+/// down: those sent since, and those still in flight then (a renewal
+/// storage had not answered when the slowdown began counts as one of the
+/// window's: its time out ends a term in the window).
 struct MemberLog {
     requests: Vec<blob_mutex_testkit::proxy::Request>,
     slowed: Instant,
@@ -90,7 +92,10 @@ impl MemberLog {
             .log()
             .into_iter()
             .filter(|r| r.lease_action.is_some() && r.target.contains("/members/"))
-            .filter(|r| r.at >= slowed)
+            .filter(|r| {
+                let ended = r.answered_at.or(r.given_up_at);
+                r.at >= slowed || ended.is_none_or(|end| end >= slowed)
+            })
             .collect();
         MemberLog { requests, slowed }
     }
@@ -137,9 +142,8 @@ impl MemberLog {
 
 impl std::fmt::Display for MemberLog {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "member requests after the slowdown:")?;
+        write!(f, "member requests in flight at the slowdown or after:")?;
         for r in &self.requests {
-            let since = |t: Instant| t.saturating_duration_since(self.slowed);
             let storage = match (r.forwarded_at, r.answered_at, r.given_up_at) {
                 (Some(f), Some(a), _) => format!(
                     "storage {:?}, {:?}",
@@ -152,7 +156,11 @@ impl std::fmt::Display for MemberLog {
                 _ => format!("{:?}", r.fate),
             };
             let action = r.lease_action.as_deref().unwrap_or_default();
-            write!(f, " [{action} +{:.1?}: {storage}]", since(r.at))?;
+            let sent = match r.at.checked_duration_since(self.slowed) {
+                Some(after) => format!("+{after:.1?}"),
+                None => format!("-{:.1?}", self.slowed.saturating_duration_since(r.at)),
+            };
+            write!(f, " [{action} {sent}: {storage}]")?;
         }
         Ok(())
     }
