@@ -1,7 +1,7 @@
 //! Liveness and readiness of a mutex, a lease set or a schedule, for an
 //! orchestrator's probes: [`BlobDistributedMutex::health`](crate::BlobDistributedMutex::health),
 //! [`BlobLeaseSet::health`](crate::BlobLeaseSet::health) and
-//! [`BlobSchedule::health`](crate::schedule::BlobSchedule::health) give a
+//! and (feature `schedule`) `BlobSchedule::health` give a
 //! [`Health`], whose [`live`](Health::live) and [`ready`](Health::ready)
 //! say pass or fail with a reason to print. No HTTP here: serve them with
 //! the server you have (the `health` example uses hyper; the command line
@@ -22,7 +22,8 @@ use tokio::time::Instant;
 use crate::engine::leadership::Leadership;
 use crate::engine::vitals::{Snapshot, Vitals};
 use crate::engine::ACQUIRE_BACKOFF_MAX;
-use crate::fleet::{BlobSchedule, Phase};
+#[cfg(feature = "schedule")]
+use crate::fleet::Phase;
 use crate::lease_set::BlobLeaseSet;
 use crate::mutex::BlobDistributedMutex;
 use crate::options::MutexOptions;
@@ -59,6 +60,7 @@ enum Role {
     /// The partitions a lease set owns, with the epoch of each term.
     Set(watch::Receiver<BTreeMap<String, u64>>),
     /// A schedule's phase, and the state of the mutex that runs its slots.
+    #[cfg(feature = "schedule")]
     Schedule(watch::Receiver<Phase>, watch::Receiver<Leadership>),
 }
 
@@ -130,22 +132,6 @@ impl Health {
         Health {
             vitals,
             role: Role::Set(owned),
-            quiet_limit: quiet_limit(options),
-            guard_grace: options.stop_grace,
-        }
-    }
-
-    /// The health of a schedule in `phase`, whose slots are terms of a
-    /// mutex in `state`.
-    pub(crate) fn of_schedule(
-        vitals: Arc<Vitals>,
-        phase: watch::Receiver<Phase>,
-        state: watch::Receiver<Leadership>,
-        options: &MutexOptions,
-    ) -> Self {
-        Health {
-            vitals,
-            role: Role::Schedule(phase, state),
             quiet_limit: quiet_limit(options),
             guard_grace: options.stop_grace,
         }
@@ -237,8 +223,9 @@ impl Health {
         let part = match &self.role {
             Role::Mutex(state) => mutex_part(&state.borrow(), &vitals, leader_only),
             Role::Set(owned) => set_part(vitals.campaigning, owned.borrow().len(), leader_only),
+            #[cfg(feature = "schedule")]
             Role::Schedule(phase, state) => {
-                schedule_part(*phase.borrow(), &state.borrow(), &vitals, leader_only)
+                schedule::part(*phase.borrow(), &state.borrow(), &vitals, leader_only)
             }
         };
         match readiness(unlive, &vitals, now, part) {
@@ -354,29 +341,6 @@ fn set_part(running: bool, owned: usize, leader_only: bool) -> Result<String, St
     }
 }
 
-/// A schedule's part, from its phase and the state of the mutex that runs
-/// its slots: ready while it runs, whether it waits for a slot or holds
-/// the lease at one; for the leader only while it holds the lease (running
-/// the slot due, or recording what became of the slots).
-fn schedule_part(
-    phase: Phase,
-    state: &Leadership,
-    vitals: &Snapshot,
-    leader_only: bool,
-) -> Result<String, String> {
-    match (phase, state) {
-        (Phase::Stopped, _) => Err("not running the schedule".to_owned()),
-        (Phase::Awake, Leadership::Leader { .. }) => mutex_part(state, vitals, leader_only),
-        (Phase::Waiting(Some(at)), _) if leader_only => {
-            Err(format!("not the leader: waiting for the slot at {at}"))
-        }
-        _ if leader_only => Err("not the leader".to_owned()),
-        (Phase::Waiting(Some(at)), _) => Ok(format!("ready: waiting for the slot at {at}")),
-        (Phase::Waiting(None), _) => Ok("ready: no slot comes again".to_owned()),
-        (Phase::Awake, _) => Ok("ready: at a slot, not the leader".to_owned()),
-    }
-}
-
 /// The readiness at `now`: the line for a pass, or why it fails. `unlive`
 /// is why liveness fails; `part`, the instance's part in the election.
 fn readiness(
@@ -425,32 +389,8 @@ impl<S: LeaseSetStore> BlobLeaseSet<S> {
     }
 }
 
-impl<S: LeaseStore + Clone + 'static> BlobSchedule<S> {
-    /// Whether this host's schedule is live and ready, for an
-    /// orchestrator's probes (see [`Health`]): read from its looks at the
-    /// record and from the terms that run its slots, at no request.
-    ///
-    /// - Ready while [`run`](Self::run) runs and storage answers: `ready:
-    ///   waiting for the slot at T` between slots (T on storage's clock),
-    ///   `ready: leader of term N` while this host holds the lease at a
-    ///   slot (running the slot's job, or recording the slots missed),
-    ///   `ready: at a slot, not the leader` while it reads the record or
-    ///   campaigns at a slot another host runs. Storage's answers are those to the
-    ///   looks (one at each slot, and after a failed one within 1 to 30 s)
-    ///   and to the slot's campaign: a host that sleeps until a slot hears
-    ///   nothing meanwhile, and stays ready.
-    /// - [`ready_to_lead`](Health::ready_to_lead) passes only while this
-    ///   host holds the lease at a slot.
-    /// - Live by the mutex's rules, which apply to the terms of the slots
-    ///   (a term past its deadline, a task that could not be stopped); the
-    ///   bound on a quiet campaign counts only while a slot's campaign
-    ///   runs, never during the sleep between slots, however long.
-    #[must_use]
-    pub fn health(&self) -> Health {
-        let mutex = self.mutex();
-        Health::of_schedule(mutex.vitals(), self.phase(), mutex.watch(), mutex.options())
-    }
-}
+#[cfg(feature = "schedule")]
+mod schedule;
 
 #[cfg(test)]
 #[path = "health_tests.rs"]

@@ -257,7 +257,6 @@ mod on_the_memory_store {
     use tokio_util::sync::CancellationToken;
 
     use super::*;
-    use crate::fleet::{BlobSchedule, ScheduleOptions};
     use crate::lease_set::{BlobLeaseSet, LeaseSetOptions};
     use crate::mutex::BlobDistributedMutex;
     use crate::store::memory::{MemoryLeaseSetStore, MemoryLeaseStore};
@@ -420,150 +419,157 @@ mod on_the_memory_store {
         .await;
     }
 
-    /// What the jobs of a test's schedule wait for: the first slot's job
-    /// waits until the gate opens, every later one passes at once.
-    struct Gate {
-        open: tokio::sync::Semaphore,
-        started: std::sync::atomic::AtomicBool,
-    }
+    /// A schedule's probes (feature `schedule`).
+    #[cfg(feature = "schedule")]
+    mod schedule {
+        use super::*;
+        use crate::fleet::{BlobSchedule, ScheduleOptions};
 
-    impl Gate {
-        async fn pass(&self) {
-            self.started
-                .store(true, std::sync::atomic::Ordering::SeqCst);
-            // The permit, given back at once, lets every later job pass.
-            drop(self.open.acquire().await);
+        /// What the jobs of a test's schedule wait for: the first slot's job
+        /// waits until the gate opens, every later one passes at once.
+        struct Gate {
+            open: tokio::sync::Semaphore,
+            started: std::sync::atomic::AtomicBool,
         }
 
-        fn started(&self) -> bool {
-            self.started.load(std::sync::atomic::Ordering::SeqCst)
-        }
+        impl Gate {
+            async fn pass(&self) {
+                self.started
+                    .store(true, std::sync::atomic::Ordering::SeqCst);
+                // The permit, given back at once, lets every later job pass.
+                drop(self.open.acquire().await);
+            }
 
-        fn open(&self) {
-            self.open.add_permits(1);
-        }
-    }
+            fn started(&self) -> bool {
+                self.started.load(std::sync::atomic::Ordering::SeqCst)
+            }
 
-    impl Default for Gate {
-        fn default() -> Self {
-            Gate {
-                open: tokio::sync::Semaphore::new(0),
-                started: std::sync::atomic::AtomicBool::new(false),
+            fn open(&self) {
+                self.open.add_permits(1);
             }
         }
-    }
 
-    /// A schedule of `cron` on `store`, and the gate its jobs wait at.
-    fn schedule(
-        store: &MemoryLeaseStore,
-        cron: &str,
-    ) -> (Arc<BlobSchedule<MemoryLeaseStore>>, Arc<Gate>) {
-        let options = ScheduleOptions::new(cron).with_mutex(
-            MutexOptions::default()
-                .with_holder("h0".to_owned())
-                .with_jitter_seed(7),
-        );
-        let schedule = BlobSchedule::with_store(store.clone(), options).unwrap();
-        (Arc::new(schedule), Arc::default())
-    }
+        impl Default for Gate {
+            fn default() -> Self {
+                Gate {
+                    open: tokio::sync::Semaphore::new(0),
+                    started: std::sync::atomic::AtomicBool::new(false),
+                }
+            }
+        }
 
-    fn spawn_schedule(
-        schedule: &Arc<BlobSchedule<MemoryLeaseStore>>,
-        gate: &Arc<Gate>,
-    ) -> CancellationToken {
-        let token = CancellationToken::new();
-        let (running, stop, gate) = (schedule.clone(), token.clone(), gate.clone());
-        spawn_run(async move {
-            running
-                .run(stop, move |_, _| {
-                    let gate = gate.clone();
-                    async move {
-                        gate.pass().await;
-                        Ok::<(), std::convert::Infallible>(())
-                    }
-                })
-                .await
-        });
-        token
-    }
+        /// A schedule of `cron` on `store`, and the gate its jobs wait at.
+        fn schedule(
+            store: &MemoryLeaseStore,
+            cron: &str,
+        ) -> (Arc<BlobSchedule<MemoryLeaseStore>>, Arc<Gate>) {
+            let options = ScheduleOptions::new(cron).with_mutex(
+                MutexOptions::default()
+                    .with_holder("h0".to_owned())
+                    .with_jitter_seed(7),
+            );
+            let schedule = BlobSchedule::with_store(store.clone(), options).unwrap();
+            (Arc::new(schedule), Arc::default())
+        }
 
-    #[tokio::test(start_paused = true)]
-    async fn a_schedule_is_ready_waiting_for_a_slot_and_running_one_and_unready_when_its_looks_fail(
-    ) {
-        let store = MemoryLeaseStore::new("c/schedule");
-        let (schedule, first) = schedule(&store, "*/10 * * * * *");
-        let health = schedule.health();
-        assert_eq!(
-            health.ready(),
-            Verdict::fail("storage has not answered yet: no answer yet")
-        );
-        let token = spawn_schedule(&schedule, &first);
-        let waiting = || {
-            health
+        fn spawn_schedule(
+            schedule: &Arc<BlobSchedule<MemoryLeaseStore>>,
+            gate: &Arc<Gate>,
+        ) -> CancellationToken {
+            let token = CancellationToken::new();
+            let (running, stop, gate) = (schedule.clone(), token.clone(), gate.clone());
+            spawn_run(async move {
+                running
+                    .run(stop, move |_, _| {
+                        let gate = gate.clone();
+                        async move {
+                            gate.pass().await;
+                            Ok::<(), std::convert::Infallible>(())
+                        }
+                    })
+                    .await
+            });
+            token
+        }
+
+        #[tokio::test(start_paused = true)]
+        async fn a_schedule_is_ready_waiting_for_a_slot_and_running_one_and_unready_when_its_looks_fail(
+        ) {
+            let store = MemoryLeaseStore::new("c/schedule");
+            let (schedule, first) = schedule(&store, "*/10 * * * * *");
+            let health = schedule.health();
+            assert_eq!(
+                health.ready(),
+                Verdict::fail("storage has not answered yet: no answer yet")
+            );
+            let token = spawn_schedule(&schedule, &first);
+            let waiting = || {
+                health
+                    .ready()
+                    .reason()
+                    .starts_with("ready: waiting for the slot at ")
+            };
+            until(MINUTE, waiting).await;
+            let waiting_for = health
                 .ready()
                 .reason()
-                .starts_with("ready: waiting for the slot at ")
-        };
-        until(MINUTE, waiting).await;
-        let waiting_for = health
-            .ready()
-            .reason()
-            .replace("ready: ", "not the leader: ");
-        assert_eq!(health.ready_to_lead(), Verdict::fail(waiting_for));
-        until(MINUTE, || health.ready_to_lead().passes()).await;
-        until(MINUTE, || first.started()).await;
-        let running = health.ready_to_lead();
-        assert!(
-            running.reason().starts_with("ready: leader of term "),
-            "{running}"
-        );
-        assert_eq!(health.ready(), running);
-        assert!(health.live().passes());
-        first.open();
-        until(MINUTE, waiting).await;
+                .replace("ready: ", "not the leader: ");
+            assert_eq!(health.ready_to_lead(), Verdict::fail(waiting_for));
+            until(MINUTE, || health.ready_to_lead().passes()).await;
+            until(MINUTE, || first.started()).await;
+            let running = health.ready_to_lead();
+            assert!(
+                running.reason().starts_with("ready: leader of term "),
+                "{running}"
+            );
+            assert_eq!(health.ready(), running);
+            assert!(health.live().passes());
+            first.open();
+            until(MINUTE, waiting).await;
 
-        // Looks that fail, at the next slot, for longer than the bound.
-        store.set_unavailable(true);
-        until(MINUTE, || !health.ready().passes()).await;
-        let reason = health.ready();
-        assert!(
-            reason.reason().starts_with("storage has not answered for "),
-            "{reason}"
-        );
-        assert!(reason.reason().contains("unavailable"), "{reason}");
-        assert!(health.live().passes());
-        store.set_unavailable(false);
-        until(MINUTE, waiting).await;
+            // Looks that fail, at the next slot, for longer than the bound.
+            store.set_unavailable(true);
+            until(MINUTE, || !health.ready().passes()).await;
+            let reason = health.ready();
+            assert!(
+                reason.reason().starts_with("storage has not answered for "),
+                "{reason}"
+            );
+            assert!(reason.reason().contains("unavailable"), "{reason}");
+            assert!(health.live().passes());
+            store.set_unavailable(false);
+            until(MINUTE, waiting).await;
 
-        token.cancel();
-        until(MINUTE, || {
-            health.ready() == Verdict::fail("not running the schedule")
-        })
-        .await;
-        assert!(health.live().passes());
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_schedule_sleeping_for_a_long_time_until_its_slot_stays_live_and_ready() {
-        let store = MemoryLeaseStore::new("c/schedule");
-        // Once a year: the next slot is weeks away.
-        let (schedule, first) = schedule(&store, "0 0 0 1 1 *");
-        let health = schedule.health();
-        let token = spawn_schedule(&schedule, &first);
-        until(MINUTE, || health.ready().passes()).await;
-        let waiting = health.ready();
-        assert!(
-            waiting
-                .reason()
-                .starts_with("ready: waiting for the slot at ")
-                && waiting.reason().ends_with("-01-01T00:00:00Z"),
-            "{waiting}"
-        );
-        for _ in 0..10 {
-            advance(health.quiet_limit()).await;
-            assert_eq!(health.ready(), waiting);
-            assert_eq!(health.live(), Verdict::pass("ok"));
+            token.cancel();
+            until(MINUTE, || {
+                health.ready() == Verdict::fail("not running the schedule")
+            })
+            .await;
+            assert!(health.live().passes());
         }
-        token.cancel();
+
+        #[tokio::test(start_paused = true)]
+        async fn a_schedule_sleeping_for_a_long_time_until_its_slot_stays_live_and_ready() {
+            let store = MemoryLeaseStore::new("c/schedule");
+            // Once a year: the next slot is weeks away.
+            let (schedule, first) = schedule(&store, "0 0 0 1 1 *");
+            let health = schedule.health();
+            let token = spawn_schedule(&schedule, &first);
+            until(MINUTE, || health.ready().passes()).await;
+            let waiting = health.ready();
+            assert!(
+                waiting
+                    .reason()
+                    .starts_with("ready: waiting for the slot at ")
+                    && waiting.reason().ends_with("-01-01T00:00:00Z"),
+                "{waiting}"
+            );
+            for _ in 0..10 {
+                advance(health.quiet_limit()).await;
+                assert_eq!(health.ready(), waiting);
+                assert_eq!(health.live(), Verdict::pass("ok"));
+            }
+            token.cancel();
+        }
     }
 }
