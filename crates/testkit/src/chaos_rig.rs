@@ -612,14 +612,18 @@ impl ChaosRig {
         None
     }
 
-    /// Whether every resource is owned now (by the record).
+    /// Whether every resource is owned now (by the record, as the checker
+    /// counts it: an owner whose lease was just broken owns no more, so a
+    /// settle after the nemesis waits for the next).
     pub fn all_owned(&self) -> bool {
         let mut history = self.snapshot();
         history.until = self.cluster.now();
         history.bounds.keys().all(|r| {
-            history.terms_of(r).last().is_some_and(|t| {
-                t.end.is_none() && !self.paused.iter().any(|(w, _)| *w == t.worker)
-            })
+            history.owned_at_end(r)
+                && history
+                    .terms_of(r)
+                    .last()
+                    .is_some_and(|t| !self.paused.iter().any(|(w, _)| *w == t.worker))
         })
     }
 

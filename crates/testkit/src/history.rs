@@ -330,6 +330,16 @@ impl History {
     }
 
     /// The terms of one resource, in order of their start.
+    /// Whether `resource` is owned at the end of the record as the
+    /// checker counts it: its last term has not ended, and nothing (a break
+    /// of its lease, a pause another term took over in) cut what it may
+    /// act before then. A term broken at the last instant no longer owns.
+    pub fn owned_at_end(&self, resource: &str) -> bool {
+        self.terms_of(resource)
+            .last()
+            .is_some_and(|t| t.end.is_none() && self.acted_until(t) >= self.until)
+    }
+
     pub fn terms_of<'a>(&'a self, resource: &'a str) -> impl Iterator<Item = &'a Term> + 'a {
         self.terms.iter().filter(move |t| t.resource == resource)
     }

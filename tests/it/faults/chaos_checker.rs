@@ -357,6 +357,29 @@ fn a_resource_left_without_an_owner_after_the_nemesis_is_caught() {
     assert_eq!(check(&h), vec![]);
 }
 
+/// Seed 1122327122 on a loaded machine: the nemesis's last fault broke
+/// the owner's lease an instant before it stopped; the rig's settle took
+/// the owner, which had not noticed yet, for an owner, ended the run at
+/// once, and the checker found nobody owning after the nemesis. The rig
+/// now counts ownership as the checker does.
+#[test]
+fn an_owner_whose_lease_was_just_broken_owns_no_more_at_the_end_of_the_record() {
+    let mut h = clean();
+    h.terms[1].end = None;
+    assert!(h.owned_at_end("mutex"));
+    // Broken as the nemesis stopped (30 s); the record ends at 40 s.
+    h.breaks.push(("mutex".to_owned(), s(30), s(30)));
+    assert!(!h.owned_at_end("mutex"), "broken before the end");
+    assert_eq!(rules(&h), vec!["liveness"], "the checker agrees");
+    h.terms.push(term("mutex", 0, 3, 40, None));
+    assert!(h.owned_at_end("mutex"), "a new term");
+    h.terms[1].end = Some(s(40));
+    assert!(h.owned_at_end("mutex"));
+    let mut ended = clean();
+    ended.terms[1].end = Some(s(40));
+    assert!(!ended.owned_at_end("mutex"), "its last term ended");
+}
+
 #[test]
 fn a_process_that_never_exits_is_caught() {
     let mut h = clean();
