@@ -452,11 +452,18 @@ impl<S: LeaseStore> Engine<'_, S> {
         }
     }
 
-    async fn release(&self, lease: LeaseId, limit: Duration) {
+    /// Releases the lease within `limit`: whether storage answered the
+    /// release (if not, the lease is left to expire, and counted).
+    async fn release(&self, lease: LeaseId, limit: Duration) -> bool {
         match bounded("release", limit, self.store.release(lease)).await {
-            Ok(()) => debug!(holder = %self.holder, "released lease"),
+            Ok(()) => {
+                debug!(holder = %self.holder, "released lease");
+                true
+            }
             Err(e) => {
+                self.metrics.release_failed();
                 warn!(holder = %self.holder, error = %Chain(&e), "release failed; the lease will expire");
+                false
             }
         }
     }

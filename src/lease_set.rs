@@ -3,8 +3,9 @@
 //!
 //! Beside it in this folder: the set's options (`options`), the balancer's
 //! plan (`balance`), when a cycle lists the whole set (`cadence`), what ends
-//! a run and which partitions are skipped (`fate`), and the tests of the
-//! names a set owns on the in-memory store (`names_tests`).
+//! a run and which partitions are skipped (`fate`), what it tells of its
+//! partition leases when its membership ends (`leaving`), and the tests of
+//! the names a set owns on the in-memory store (`names_tests`).
 //!
 //! # How it works
 //!
@@ -87,11 +88,14 @@ use crate::store::{check_request_timeout, LeaseInfo, LeaseSetStore, LeaseState, 
 pub(crate) mod balance;
 mod cadence;
 mod fate;
+mod leaving;
 mod options;
 
 pub use self::options::LeaseSetOptions;
 #[cfg(test)]
 mod balance_tests;
+#[cfg(all(test, feature = "testing"))]
+mod leaving_tests;
 #[cfg(all(test, feature = "testing"))]
 mod names_tests;
 #[cfg(all(test, feature = "testing"))]
@@ -100,6 +104,7 @@ mod overload_tests;
 mod reports_tests;
 
 use fate::{is_partition_fault, Fate};
+use leaving::Leaving;
 
 /// The time between two claims of one cycle: a cold start with many
 /// partitions sends at most 200 acquires a second.
@@ -527,6 +532,9 @@ async fn balance<S: LeaseSetStore>(ctx: LeaderContext, shared: Arc<Shared<S>>) -
     let options = &shared.options;
     let mut random = Jitter::new(options.mutex.jitter_seed, options.mutex.acquire_jitter);
     let mut claims: BTreeMap<String, Claim> = BTreeMap::new();
+    // Tells, once this term and its partition terms are over, how many
+    // partition leases were released.
+    let leaving = Arc::new(Leaving::new(shared.holder.clone(), ctx.token().clone()));
     let mut free_since = FreeSince::default();
     // What the last listing of the whole set left (see `cadence`).
     let mut last: Option<LastFull> = None;
@@ -549,6 +557,7 @@ async fn balance<S: LeaseSetStore>(ctx: LeaderContext, shared: Arc<Shared<S>>) -
                 let unsettled = plan_cycle(
                     &ctx,
                     &shared,
+                    &leaving,
                     &listing,
                     &mut claims,
                     &mut free_since,
@@ -580,6 +589,7 @@ async fn balance<S: LeaseSetStore>(ctx: LeaderContext, shared: Arc<Shared<S>>) -
 fn plan_cycle<S: LeaseSetStore>(
     ctx: &LeaderContext,
     shared: &Arc<Shared<S>>,
+    leaving: &Arc<Leaving>,
     listing: &Listing,
     claims: &mut BTreeMap<String, Claim>,
     free_since: &mut FreeSince<Instant>,
@@ -618,7 +628,7 @@ fn plan_cycle<S: LeaseSetStore>(
     let claim = claim.into_iter().filter(|p| shared.claimable(p));
     for (i, partition) in claim.enumerate() {
         let delay = CLAIM_PACE * u32::try_from(i).unwrap_or(u32::MAX);
-        let claim = start_claim(ctx, shared, partition.clone(), delay);
+        let claim = start_claim(ctx, shared, leaving.clone(), partition.clone(), delay);
         claims.insert(partition, claim);
     }
     unsettled
@@ -775,6 +785,7 @@ fn parse<S: LeaseSetStore>(shared: &Shared<S>, listed: &[(String, LeaseInfo)]) -
 fn start_claim<S: LeaseSetStore>(
     ctx: &LeaderContext,
     shared: &Arc<Shared<S>>,
+    leaving: Arc<Leaving>,
     partition: String,
     delay: Duration,
 ) -> Claim {
@@ -790,7 +801,7 @@ fn start_claim<S: LeaseSetStore>(
             // The semaphore is never closed.
             permit = shared.claiming.clone().acquire_owned() => permit.ok(),
         };
-        match run_partition(&shared, &partition, &claim_token, permit).await {
+        match run_partition(&shared, &leaving, &partition, &claim_token, permit).await {
             Ok(()) => {}
             // This partition's blob cannot be led: skip it for a while.
             Err(e) if is_partition_fault(&e) => shared.skip(&partition, &e),
@@ -819,6 +830,10 @@ struct PartitionObserver<'s> {
     permit: Mutex<Option<OwnedSemaphorePermit>>,
     /// The partition lease's figures, for a term shed at its deadline.
     metrics: &'s Metrics,
+    /// What the set tells of its partition leases when its membership ends.
+    leaving: &'s Leaving,
+    /// Whether `leaving` counted this term's end.
+    counted: AtomicBool,
 }
 
 impl Observer for PartitionObserver<'_> {
@@ -853,11 +868,16 @@ impl Observer for PartitionObserver<'_> {
                  the set keeps its membership and claims it again as it rebalances"
             );
         }
+        self.leaving.ended(&self.counted);
         // Nobody listening is fine.
         let _ = self.reports.send(PartitionReport {
             partition: self.partition.to_owned(),
             report: report.clone(),
         });
+    }
+
+    fn released(&self, released: bool) {
+        self.leaving.released(&self.counted, released);
     }
 }
 
@@ -867,6 +887,7 @@ impl Observer for PartitionObserver<'_> {
 /// anew waits for storage's clock to pass a second, holds no slot.
 async fn run_partition<S: LeaseSetStore>(
     shared: &Arc<Shared<S>>,
+    leaving: &Leaving,
     partition: &str,
     token: &CancellationToken,
     permit: Option<OwnedSemaphorePermit>,
@@ -888,6 +909,8 @@ async fn run_partition<S: LeaseSetStore>(
         reports: &shared.reports,
         permit: Mutex::new(permit),
         metrics: &metrics,
+        leaving,
+        counted: AtomicBool::new(false),
     };
     let engine = Engine {
         store,

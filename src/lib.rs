@@ -53,6 +53,8 @@
 pub mod azure;
 mod backoff;
 mod bounded;
+#[cfg(test)]
+mod captured_logs;
 mod ending;
 mod engine;
 pub mod error;

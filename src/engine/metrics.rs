@@ -15,6 +15,7 @@
 //! | `blob_mutex_task_aborts_total` | counter | `container`, `blob` | terms whose tasks had to be aborted |
 //! | `blob_mutex_tasks_stuck_total` | counter | `container`, `blob` | terms with a task that could be neither stopped nor aborted |
 //! | `blob_mutex_guards_unreleased_total` | counter | `container`, `blob` | guards' terms that had to end and were not released before the lease could expire (left to expire) |
+//! | `blob_mutex_release_failures_total` | counter | `container`, `blob` | releases that failed or timed out at the end of a term (the lease is left to expire: the next holder waits for its expiry) |
 //! | `blob_mutex_partitions_shed_total` | counter | `container`, `blob` (of the partition) | partition terms a lease set gave up at their deadline while it kept its membership: renewals that could not be sent in time (slow or unreachable storage, more renewals than the client's slots carry); the set claims them again as it rebalances |
 //! | `blob_mutex_collect_refused_total` | counter | `code` | deletions of stale member and candidate blobs that storage refused with a 409 that stays until someone acts, by code: `SnapshotsPresent`, `BlobImmutableDueToPolicy`, `BlobImmutableDueToLegalHold`, `other` (see [`Collection`](crate::store::Collection)) |
 //!
@@ -86,6 +87,11 @@ impl Metrics {
         self.counters.term_ended(report);
     }
 
+    /// A release failed or timed out: the lease is left to expire.
+    pub(crate) fn release_failed(&self) {
+        self.counters.release_failed();
+    }
+
     /// A lease set gave this partition's term up at its deadline.
     pub(crate) fn partition_shed(&self) {
         self.counters.partition_shed();
@@ -120,6 +126,7 @@ const ZERO_FROM_START: &[&str] = &[
     "blob_mutex_guards_unreleased_total",
     "blob_mutex_renewals_total",
     "blob_mutex_renew_failures_total",
+    "blob_mutex_release_failures_total",
 ];
 
 /// Describes every metric to the recorder (`# HELP` and `# TYPE` in the
@@ -159,6 +166,10 @@ fn describe() {
     );
     describe_counter!("blob_mutex_renewals_total", "successful renewals");
     describe_counter!("blob_mutex_renew_failures_total", "failed renewal attempts");
+    describe_counter!(
+        "blob_mutex_release_failures_total",
+        "releases that failed or timed out; the lease is left to expire"
+    );
     describe_counter!(
         "blob_mutex_partitions_shed_total",
         "partition terms a lease set gave up at their deadline while it kept its membership"
@@ -255,6 +266,10 @@ impl Counters {
         ::metrics::counter!("blob_mutex_renew_failures_total", &self.labels).increment(1);
     }
 
+    fn release_failed(&self) {
+        ::metrics::counter!("blob_mutex_release_failures_total", &self.labels).increment(1);
+    }
+
     fn partition_shed(&self) {
         ::metrics::counter!("blob_mutex_partitions_shed_total", &self.labels).increment(1);
     }
@@ -283,6 +298,8 @@ impl Counters {
     fn renewed(&self, _took: Duration) {}
 
     fn renew_failed(&self) {}
+
+    fn release_failed(&self) {}
 
     fn partition_shed(&self) {}
 }

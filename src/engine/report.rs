@@ -29,6 +29,13 @@ pub(crate) trait Observer: Send + Sync {
 
     /// A term has ended, as the report says.
     fn ended(&self, report: &TermReport);
+
+    /// The lease of a term that ended was released (`true`), or its release
+    /// failed or timed out and it is left to expire (`false`). Called after
+    /// [`ended`](Self::ended), and only for a term whose ending was a
+    /// release: not for a lease lost, handed over, or left to expire at
+    /// once (a task that could not be stopped, a guard not released).
+    fn released(&self, _released: bool) {}
 }
 
 /// The mutex's term reports.

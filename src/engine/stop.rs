@@ -65,7 +65,10 @@ impl<S: LeaseStore> Engine<'_, S> {
         }
         match ending {
             Ending::HandOver(to) => self.hand_over(term.lease, to).await,
-            Ending::Release => self.release(term.lease, self.options.request_timeout).await,
+            Ending::Release => {
+                let released = self.release(term.lease, self.options.request_timeout).await;
+                self.observer.released(released);
+            }
             Ending::LeaveIt => {}
         }
         debug!(holder = %self.holder, epoch, "no longer leader");

@@ -553,37 +553,9 @@ async fn a_finished_task_releases_and_campaigns_again_with_the_next_epoch() {
     assert_eq!(releases, 3);
 }
 
-/// Collects log lines written by `tracing` for assertions.
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl std::io::Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Captured {
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
-    }
-}
-
 #[tokio::test(start_paused = true)]
 async fn a_panicking_task_is_reported_and_the_campaign_recovers_after_backoff() {
-    let logs = Captured::default();
-    let writer = logs.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer(move || writer.clone())
-        .with_ansi(false)
-        .with_max_level(tracing::Level::WARN)
-        .finish();
-    let _guard = tracing::subscriber::set_default(subscriber);
+    let (logs, _guard) = crate::captured_logs::capture(tracing::Level::WARN);
     let h = Harness::new(defaults());
     let store = h.store.clone();
     let task = box_task(move |ctx: LeaderContext| {

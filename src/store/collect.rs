@@ -613,31 +613,9 @@ mod tests {
         );
     }
 
-    /// What a subscriber wrote, as text.
-    #[derive(Clone, Default)]
-    struct Logs(Arc<Mutex<Vec<u8>>>);
-
-    impl std::io::Write for Logs {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(buf);
-            Ok(buf.len())
-        }
-
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-
     #[test]
     fn each_refusal_counts_and_the_first_of_each_blob_is_told_with_what_to_do() {
-        let logs = Logs::default();
-        let writer = logs.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .with_writer(move || writer.clone())
-            .with_ansi(false)
-            .with_max_level(tracing::Level::WARN)
-            .finish();
-        let _logging = tracing::subscriber::set_default(subscriber);
+        let (logs, _logging) = crate::captured_logs::capture(tracing::Level::WARN);
         #[cfg(feature = "metrics")]
         let recorder = metrics_util::debugging::DebuggingRecorder::new();
         #[cfg(feature = "metrics")]
@@ -664,7 +642,7 @@ mod tests {
         });
         let tries = |name: &str| attempts.iter().filter(|(n, _)| n == name).count();
         assert_eq!(tries("set/members/snapped"), 6, "{attempts:?}");
-        let logs = String::from_utf8(logs.0.lock().unwrap().clone()).unwrap();
+        let logs = logs.text();
         let told: Vec<&str> = logs.lines().collect();
         assert_eq!(told.len(), 3, "once per blob: {logs}");
         for (blob, code, advice) in [
