@@ -525,22 +525,37 @@ struct Claim {
     handle: JoinHandle<()>,
 }
 
+/// What the balancer keeps from one cycle to the next of a membership term.
+struct Books {
+    claims: BTreeMap<String, Claim>,
+    /// The partitions claimed as orphans: given up last (see `balance`).
+    adopted: BTreeSet<String>,
+    free_since: FreeSince<Instant>,
+    random: Jitter,
+    /// Tells, once this term and its partition terms are over, how many
+    /// partition leases were released.
+    leaving: Arc<Leaving>,
+}
+
 /// The membership term's task: balance every cycle until the term ends.
 async fn balance<S: LeaseSetStore>(ctx: LeaderContext, shared: Arc<Shared<S>>) -> Result<()> {
     // No listing comes once the membership term is over.
     let _forget = ForgetOwners(&shared.owners);
     let options = &shared.options;
-    let mut random = Jitter::new(options.mutex.jitter_seed, options.mutex.acquire_jitter);
-    let mut claims: BTreeMap<String, Claim> = BTreeMap::new();
-    // Tells, once this term and its partition terms are over, how many
-    // partition leases were released.
-    let leaving = Arc::new(Leaving::new(shared.holder.clone(), ctx.token().clone()));
-    let mut free_since = FreeSince::default();
+    let mut books = Books {
+        claims: BTreeMap::new(),
+        adopted: BTreeSet::new(),
+        free_since: FreeSince::default(),
+        random: Jitter::new(options.mutex.jitter_seed, options.mutex.acquire_jitter),
+        leaving: Arc::new(Leaving::new(shared.holder.clone(), ctx.token().clone())),
+    };
     // What the last listing of the whole set left (see `cadence`).
     let mut last: Option<LastFull> = None;
     loop {
+        let claims = &mut books.claims;
         let before = claims.len();
         claims.retain(|_, claim| !claim.handle.is_finished());
+        books.adopted.retain(|p| claims.contains_key(p));
         // A claim ended, or one is not in a term (not started yet, or its
         // term is over and it is still ending).
         let claims_changed = claims.len() < before || {
@@ -554,15 +569,7 @@ async fn balance<S: LeaseSetStore>(ctx: LeaderContext, shared: Arc<Shared<S>>) -
                 }
             }
             Ok(Some(listing)) => {
-                let unsettled = plan_cycle(
-                    &ctx,
-                    &shared,
-                    &leaving,
-                    &listing,
-                    &mut claims,
-                    &mut free_since,
-                    &mut random,
-                );
+                let unsettled = plan_cycle(&ctx, &shared, &listing, &mut books);
                 last = Some(LastFull::new(listing.members, unsettled));
             }
             Err(e) if e.is_fatal() => {
@@ -575,7 +582,7 @@ async fn balance<S: LeaseSetStore>(ctx: LeaderContext, shared: Arc<Shared<S>>) -
                 warn!(holder = %shared.holder, error = %Chain(&e), "cannot read the set; balancing later");
             }
         }
-        let wait = random.apply(options.balance_interval);
+        let wait = books.random.apply(options.balance_interval);
         tokio::select! {
             _ = ctx.cancelled() => return Ok(()),
             () = tokio::time::sleep(wait) => {}
@@ -589,22 +596,19 @@ async fn balance<S: LeaseSetStore>(ctx: LeaderContext, shared: Arc<Shared<S>>) -
 fn plan_cycle<S: LeaseSetStore>(
     ctx: &LeaderContext,
     shared: &Arc<Shared<S>>,
-    leaving: &Arc<Leaving>,
     listing: &Listing,
-    claims: &mut BTreeMap<String, Claim>,
-    free_since: &mut FreeSince<Instant>,
-    random: &mut Jitter,
+    books: &mut Books,
 ) -> Option<Unsettled> {
     let options = &shared.options;
     let grace = options.balance_interval * ORPHAN_CYCLES;
-    let mine: BTreeSet<String> = claims.keys().cloned().collect();
+    let mine: BTreeSet<String> = books.claims.keys().cloned().collect();
     let free = free(&shared.partitions, &mine, &listing.leased);
     let with_epochs: Vec<(&String, u64)> = free
         .iter()
         .map(|p| (*p, listing.epochs.get(*p).copied().unwrap_or(0)))
         .collect();
     let now = Instant::now();
-    let orphaned = free_since.observe(&with_epochs, now, |since| {
+    let orphaned = books.free_since.observe(&with_epochs, now, |since| {
         now.duration_since(since) >= grace
     });
     let view = View {
@@ -614,22 +618,27 @@ fn plan_cycle<S: LeaseSetStore>(
         mine: &mine,
         leased: &listing.leased,
         orphaned: &orphaned,
+        adopted: &books.adopted,
     };
+    let random = &mut books.random;
     let Plan { claim, release } = plan(&view, options.strategy, &mut |n| random.below(n));
     let moved = !claim.is_empty() || !release.is_empty();
     let unsettled = unsettled(&view, options.strategy, moved, !free.is_empty());
     let most = options.max_releases_per_cycle.unwrap_or(usize::MAX);
     for partition in release.into_iter().take(most) {
         debug!(holder = %shared.holder, %partition, "giving a partition up to balance the set");
-        if let Some(claim) = claims.get(&partition) {
+        if let Some(claim) = books.claims.get(&partition) {
             claim.token.cancel();
         }
     }
-    let claim = claim.into_iter().filter(|p| shared.claimable(p));
-    for (i, partition) in claim.enumerate() {
+    let claim: Vec<String> = claim.into_iter().filter(|p| shared.claimable(p)).collect();
+    let adopting = claim.iter().filter(|p| orphaned.contains(*p)).cloned();
+    books.adopted.extend(adopting);
+    for (i, partition) in claim.into_iter().enumerate() {
         let delay = CLAIM_PACE * u32::try_from(i).unwrap_or(u32::MAX);
-        let claim = start_claim(ctx, shared, leaving.clone(), partition.clone(), delay);
-        claims.insert(partition, claim);
+        let leaving = books.leaving.clone();
+        let claim = start_claim(ctx, shared, leaving, partition.clone(), delay);
+        books.claims.insert(partition, claim);
     }
     unsettled
 }

@@ -34,6 +34,16 @@
 //! live member under its share claims within one cycle, so the grace only
 //! ever runs out on partitions nobody is claiming. Once the shares grow
 //! again the balance gives the extra partitions up as usual.
+//!
+//! An instance over its share gives up the partitions it adopted so (the
+//! view's `adopted`) after all others. A partition also comes free for
+//! good on a live member that skips it (one it cannot lead, for a while):
+//! that member stays under its share, and the instance that adopted the
+//! partition is over its own. Were the adopted partition given up, it
+//! would be given up towards the member that skips it, which never claims
+//! it, and be adopted again two cycles later, over and over. Giving up one
+//! of its other partitions instead hands the skipping member one it does
+//! claim, and the set settles with the skipped partition owned.
 
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet};
@@ -85,6 +95,9 @@ pub(crate) struct View<'a> {
     /// Free partitions that every listing has shown free for the grace of
     /// [`ORPHAN_CYCLES`] intervals: anyone's to claim.
     pub(crate) orphaned: &'a BTreeSet<String>,
+    /// The partitions of `mine` this instance claimed as orphans: given up
+    /// last (see [Partitions nobody's share would take](self#partitions-nobodys-share-would-take)).
+    pub(crate) adopted: &'a BTreeSet<String>,
 }
 
 /// The partitions that are neither leased by the listing nor this
@@ -191,17 +204,24 @@ pub(crate) fn plan(
                     claim: with_orphans(Vec::new(), view),
                     release: Vec::new(),
                 },
-                // The same choice every cycle: the last by name.
-                Ordering::Greater => Plan {
-                    claim: Vec::new(),
-                    release: view
+                // The same choice every cycle: the last by name, those
+                // adopted as orphans after the others.
+                Ordering::Greater => {
+                    let (adopted, own): (Vec<&String>, Vec<&String>) = view
                         .mine
                         .iter()
                         .rev()
-                        .take((owned - target).min(others_lack(view, free.len())))
-                        .cloned()
-                        .collect(),
-                },
+                        .partition(|p| view.adopted.contains(*p));
+                    Plan {
+                        claim: Vec::new(),
+                        release: own
+                            .into_iter()
+                            .chain(adopted)
+                            .take((owned - target).min(others_lack(view, free.len())))
+                            .cloned()
+                            .collect(),
+                    }
+                }
                 Ordering::Equal => Plan::default(),
             }
         }

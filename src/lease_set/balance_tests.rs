@@ -72,6 +72,7 @@ fn under_its_share_an_instance_claims_free_partitions_only() {
         mine: &mine,
         leased: &leased,
         orphaned: &BTreeSet::new(),
+        adopted: &BTreeSet::new(),
     };
     let plan = plan(&view, Strategy::Balanced, &mut seeded(1));
     assert_eq!(plan.claim.len(), 3);
@@ -96,6 +97,7 @@ fn over_its_share_an_instance_releases_what_the_free_partitions_do_not_cover() {
         mine: &mine,
         leased: &leased,
         orphaned: &BTreeSet::new(),
+        adopted: &BTreeSet::new(),
     };
     let plan = plan(&view, Strategy::Balanced, &mut seeded(1));
     assert_eq!(
@@ -128,6 +130,7 @@ fn after_a_join_an_over_loaded_instance_gives_up_its_whole_excess_in_one_cycle()
             mine: &mine,
             leased: &leased,
             orphaned: &BTreeSet::new(),
+            adopted: &BTreeSet::new(),
         };
         let plan = plan(&view, Strategy::Balanced, &mut seeded(1));
         assert!(plan.claim.is_empty());
@@ -154,9 +157,37 @@ fn an_instance_gives_up_nothing_that_no_member_lacks() {
         mine: &mine,
         leased: &leased,
         orphaned: &BTreeSet::new(),
+        adopted: &BTreeSet::new(),
     };
     let plan = plan(&view, Strategy::Balanced, &mut seeded(1));
     assert_eq!(plan, Plan::default());
+}
+
+/// b skips p02 (it freed it and does not claim it) and a adopted it: a,
+/// over its share, gives up one of its own for b, never the adopted one,
+/// which b would not claim.
+#[test]
+fn over_its_share_an_instance_gives_up_what_it_adopted_last() {
+    let all = partitions(4);
+    let members = set(&["a", "b"]);
+    let mine = set(&["p00", "p01", "p02"]);
+    let leased = held_by(&all, &[("a", 3), ("b", 1)]);
+    let adopted = set(&["p02"]);
+    let mut view = View {
+        me: "a",
+        members: &members,
+        partitions: &all,
+        mine: &mine,
+        leased: &leased,
+        orphaned: &BTreeSet::new(),
+        adopted: &adopted,
+    };
+    let random = &mut seeded(1);
+    assert_eq!(plan(&view, Strategy::Balanced, random).release, ["p01"]);
+    // Without it, the last by name.
+    let none = BTreeSet::new();
+    view.adopted = &none;
+    assert_eq!(plan(&view, Strategy::Balanced, random).release, ["p02"]);
 }
 
 /// Partitions still leased by an instance that is no longer a member
@@ -175,6 +206,7 @@ fn partitions_of_a_departed_instance_count_as_coming() {
         mine: &mine,
         leased: &leased,
         orphaned: &BTreeSet::new(),
+        adopted: &BTreeSet::new(),
     };
     let plan = plan(&view, Strategy::Balanced, &mut seeded(1));
     // b lacks 6; 4 will be free: a gives up 2 (its excess).
@@ -194,6 +226,7 @@ fn greedy_claims_everything_free_and_never_releases() {
         mine: &mine,
         leased: &leased,
         orphaned: &BTreeSet::new(),
+        adopted: &BTreeSet::new(),
     };
     let plan = plan(&view, Strategy::Greedy, &mut seeded(1));
     assert_eq!(
@@ -218,6 +251,7 @@ fn claims_come_in_random_order() {
         mine: &empty,
         leased: &none,
         orphaned: &BTreeSet::new(),
+        adopted: &BTreeSet::new(),
     };
     let first = plan(&view, Strategy::Balanced, &mut seeded(1)).claim;
     let second = plan(&view, Strategy::Balanced, &mut seeded(2)).claim;
@@ -243,6 +277,7 @@ fn at_its_share_an_instance_claims_orphaned_partitions_only() {
         mine: &mine,
         leased: &leased,
         orphaned: &none,
+        adopted: &BTreeSet::new(),
     };
     let random = &mut seeded(1);
     assert_eq!(plan(&view, Strategy::Balanced, random), Plan::default());

@@ -151,6 +151,9 @@ pub(crate) struct Instance {
     pub(crate) claims: u16,
     /// The partitions it skips (a bit each).
     pub(crate) skipped: u16,
+    /// The partitions it claimed as orphans and owns (a bit each): the
+    /// crate's balancer gives them up last.
+    pub(crate) adopted: u16,
 }
 
 /// The whole system at one instant.
@@ -173,6 +176,11 @@ pub(crate) struct State {
     /// A partition freed by a skip and the tick it was freed, until anyone
     /// claims it again.
     pub(crate) skipped_free: Option<(usize, u8)>,
+    /// That partition once claimed again, and the tick of the claim.
+    pub(crate) reowned: Option<(usize, u8)>,
+    /// It was given up again with no fault since it was claimed: handed
+    /// back towards the instance that skips it.
+    pub(crate) gave_up_reowned: bool,
 }
 
 impl State {
@@ -266,6 +274,7 @@ impl LeaseSet {
     /// Ends `i`'s term on partition `p`: its task has stopped; the lease is
     /// released.
     fn end_partition(s: &mut State, i: usize, p: usize, log: &mut String, why: &str) {
+        s.instances[i].adopted &= !(1 << p);
         if s.instances[i].owned[p].take().is_some() {
             Self::release(&mut s.partitions[p], i);
             let _ = write!(log, "; {why} p{p}");
@@ -521,6 +530,10 @@ impl LeaseSet {
             .free_since
             .observe(&with_epochs, t, |since| t - since >= grace);
         let me = name(i);
+        let adopted: BTreeSet<String> = (0..names.len())
+            .filter(|p| s.instances[i].adopted & 1 << p != 0)
+            .map(partition)
+            .collect();
         let view = View {
             me: &me,
             members,
@@ -528,6 +541,7 @@ impl LeaseSet {
             mine: &mine,
             leased: &leased,
             orphaned: &orphaned,
+            adopted: &adopted,
         };
         let Plan { claim, release } = plan(&view, Strategy::Balanced, &mut |_| 0);
         let moved = !claim.is_empty() || !release.is_empty();
@@ -537,6 +551,11 @@ impl LeaseSet {
             .iter()
             .filter_map(|p| names.iter().position(|n| n == p))
         {
+            if s.reowned
+                .is_some_and(|(q, at)| q == p && s.last_fault <= at)
+            {
+                s.gave_up_reowned = true;
+            }
             Self::end_partition(s, i, p, log, "gives up");
         }
         for p in claim
@@ -546,6 +565,9 @@ impl LeaseSet {
             .collect::<Vec<_>>()
         {
             self.claim(s, i, p, log);
+            if s.instances[i].owned[p].is_some() && orphaned.contains(&names[p]) {
+                s.instances[i].adopted |= 1 << p;
+            }
         }
         unsettled
     }
@@ -555,6 +577,7 @@ impl LeaseSet {
         let t = s.t;
         if s.skipped_free.is_some_and(|(q, _)| q == p) {
             s.skipped_free = None;
+            s.reowned = Some((p, t));
         }
         let blob = &mut s.partitions[p];
         if self.0.defects.claim_from_departed && blob.leased_at(t).is_some() {
@@ -631,6 +654,7 @@ impl Model for LeaseSet {
                 last: None,
                 claims: 0,
                 skipped: 0,
+                adopted: 0,
             })
             .collect();
         vec![State {
@@ -646,6 +670,8 @@ impl Model for LeaseSet {
             epoch_went_back: false,
             deposed_write: false,
             skipped_free: None,
+            reowned: None,
+            gave_up_reowned: false,
         }]
     }
 
@@ -770,6 +796,10 @@ impl Model for LeaseSet {
                             .iter()
                             .any(|i| i.frozen || i.life != Life::Running)
                 },
+            ),
+            Property::always(
+                "a partition claimed again after a skip is kept while nothing else changes",
+                |_, s: &State| !s.gave_up_reowned,
             ),
             Property::sometimes("every partition owned", |_, s: &State| {
                 (0..s.partitions.len()).all(|p| s.acting(p).next().is_some())

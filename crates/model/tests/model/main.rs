@@ -380,10 +380,12 @@ fn a_lease_set_of_two_instances_one_of_them_frozen_keeps_every_promise() {
 /// A partition whose term ended on a live instance that then skips it is
 /// claimed again by the other within six cycles: up to four until the
 /// other lists the whole set (`cadence::FULL_LISTING_EVERY`), and the
-/// orphan grace of two (`balance::ORPHAN_CYCLES`). It does not stay: the
-/// claimer, over its share, gives it up again for the skipping instance
-/// under its share (see the guide), so the bound of every partition owned
-/// does not hold here and is left out.
+/// orphan grace of two (`balance::ORPHAN_CYCLES`). It stays (the property
+/// "a partition claimed again after a skip is kept"): the claimer, over its
+/// share, gives up one of its other partitions for the skipping instance,
+/// never the one it adopted. That move leaves the other partition free for
+/// a cycle or two past the six, so the bound of every partition owned is
+/// left out here.
 #[test]
 fn a_partition_freed_on_an_instance_that_skips_it_is_claimed_again_within_six_cycles() {
     let mut config = SetConfig::two_by_three();
