@@ -1,15 +1,21 @@
-//! Azure's hold on a lease that expired unreleased, as a rule the fault
+//! Azure's rules on a lease that expired unreleased, as rules the fault
 //! proxy applies where Azurite is lenient.
 //!
-//! Azurite lets a new client acquire a lease the moment it expires. Azure
-//! may answer `409 LeaseAlreadyPresent` for up to a minute after a lease
-//! expired without a release or a break. [`AzureHold`] keeps, per blob, what
-//! storage answered to the lease calls it saw ([`Book`]: the last
-//! successful acquire or renew, with the acquire's duration and the instant
-//! its 2xx answer was seen; releases and breaks, which free a lease at
-//! once), and refuses an acquire under another lease id from the expiry
-//! until the hold has passed. Share one rule among the proxies of every
-//! client of one account, so that it sees every holder's calls.
+//! Azurite lets a new client acquire a lease the moment it expires, and
+//! renews an expired lease under its own id whatever happened to the blob
+//! since. Azure may answer `409 LeaseAlreadyPresent` for up to a minute
+//! after a lease expired without a release or a break, and renews an
+//! expired lease only while the blob has been neither leased again nor
+//! modified since the expiry. [`AzureHold`] keeps, per blob, what storage
+//! answered to the calls it saw ([`Book`]: the last successful acquire or
+//! renew, with the acquire's duration and the instant its 2xx answer was
+//! seen; releases and breaks, which free a lease at once; writes to the
+//! blob), refuses an acquire under another lease id from the expiry until
+//! the hold has passed, and refuses a renewal of a lease that expired
+//! before a write to its blob (with `409 LeaseNotPresentWithLeaseOperation`:
+//! the write left the blob with no lease; the crates read either code as
+//! the lease lost). Share one rule among the proxies of every client of
+//! one account, so that it sees every holder's calls.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -42,6 +48,8 @@ enum Lease {
         id: String,
         duration: Option<Duration>,
         expires: Option<Expiry>,
+        /// When the last write to the blob seen since was sent.
+        written: Option<Instant>,
     },
     /// Released or broken: free at once, no hold.
     Free,
@@ -86,6 +94,26 @@ impl Book {
         }
     }
 
+    /// Whether Azure would refuse `call` on `blob` as a renewal of a lease
+    /// that had expired when its blob was written: a renew under the
+    /// lease's own id, after a write sent once the lease had expired for
+    /// sure (its latest expiry). A write while it may still have been held
+    /// changes nothing.
+    pub fn refuses_renewal(&self, blob: &str, call: &Call<'_>) -> bool {
+        if call.action != Some("renew") {
+            return false;
+        }
+        match self.leases.get(blob) {
+            Some(Lease::Held {
+                id,
+                expires: Some(expires),
+                written: Some(written),
+                ..
+            }) => call.lease_id == Some(id.as_str()) && *written >= expires.latest,
+            _ => false,
+        }
+    }
+
     /// Notes that `call` on `blob` was sent to storage at `at`, whether or
     /// not its answer is ever seen (a client killed with its request in
     /// flight): a renew of the held lease may have extended it, so storage
@@ -99,6 +127,7 @@ impl Book {
             id,
             duration: Some(duration),
             expires: Some(expires),
+            ..
         }) = self.leases.get_mut(blob)
         {
             let own = call.lease_id.or(call.proposed) == Some(id.as_str());
@@ -131,6 +160,12 @@ impl Book {
             self.leases.remove(blob);
             return;
         }
+        if call.method == "PUT" && call.action.is_none() {
+            if let Some(Lease::Held { written, .. }) = self.leases.get_mut(blob) {
+                *written = Some(sent);
+            }
+            return;
+        }
         let held = |id: &str, duration: Option<Duration>| Lease::Held {
             id: id.to_owned(),
             duration,
@@ -138,6 +173,7 @@ impl Book {
                 earliest: sent + d,
                 latest: now + d,
             }),
+            written: None,
         };
         match call.action {
             Some("acquire") => {
@@ -173,12 +209,28 @@ impl Book {
     }
 }
 
-/// The rule, shared by the proxies it is applied to: a [`Book`], the hold
-/// and how many acquires it refused.
+/// The rules, shared by the proxies they are applied to: a [`Book`], the
+/// hold, and how many calls they refused.
 #[derive(Clone, Debug)]
 pub struct AzureHold {
     hold: Duration,
-    state: Arc<Mutex<(Book, usize)>>,
+    state: Arc<Mutex<(Book, Refused)>>,
+}
+
+/// How many calls the rules refused.
+#[derive(Clone, Copy, Debug, Default)]
+struct Refused {
+    acquires: usize,
+    renewals: usize,
+}
+
+/// Which rule refuses a call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Refusal {
+    /// An acquire within the hold after an unreleased expiry.
+    Held,
+    /// A renewal of a lease that expired before its blob was written.
+    ExpiredAndWritten,
 }
 
 impl AzureHold {
@@ -187,7 +239,7 @@ impl AzureHold {
     pub fn new(hold: Duration) -> AzureHold {
         AzureHold {
             hold,
-            state: Arc::new(Mutex::new((Book::default(), 0))),
+            state: Arc::new(Mutex::new((Book::default(), Refused::default()))),
         }
     }
 
@@ -198,15 +250,27 @@ impl AzureHold {
 
     /// How many acquires it refused so far.
     pub fn refused(&self) -> usize {
-        self.lock().1
+        self.lock().1.acquires
     }
 
-    /// Whether to refuse `call` on `blob` now; counts a refusal.
-    pub(crate) fn refuses(&self, blob: &str, call: &Call<'_>, now: Instant) -> bool {
+    /// How many renewals of a lease that expired before its blob was
+    /// written it refused so far.
+    pub fn refused_renewals(&self) -> usize {
+        self.lock().1.renewals
+    }
+
+    /// Which rule refuses `call` on `blob` now, if any; counts a refusal.
+    pub(crate) fn refusal(&self, blob: &str, call: &Call<'_>, now: Instant) -> Option<Refusal> {
         let mut state = self.lock();
-        let refuses = state.0.refuses(blob, call, now, self.hold);
-        state.1 += usize::from(refuses);
-        refuses
+        if state.0.refuses(blob, call, now, self.hold) {
+            state.1.acquires += 1;
+            Some(Refusal::Held)
+        } else if state.0.refuses_renewal(blob, call) {
+            state.1.renewals += 1;
+            Some(Refusal::ExpiredAndWritten)
+        } else {
+            None
+        }
     }
 
     /// Notes that `call` on `blob` was sent to storage at `at`.
@@ -227,7 +291,7 @@ impl AzureHold {
         self.lock().0.answered_sent(blob, call, status, sent, now);
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, (Book, usize)> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, (Book, Refused)> {
         self.state
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -391,6 +455,42 @@ mod tests {
         };
         book.answered(BLOB, &delete, 202, t0 + D / 2);
         assert!(!book.refuses(BLOB, &acquire("b"), t0 + D, HOLD));
+    }
+
+    fn write() -> Call<'static> {
+        Call {
+            action: None,
+            lease_id: None,
+            proposed: None,
+            duration: None,
+            method: "PUT",
+        }
+    }
+
+    #[test]
+    fn a_renewal_of_a_lease_that_expired_before_its_blob_was_written_is_refused() {
+        let t0 = Instant::now();
+        let renew = call("renew", Some("a"), None);
+        // Expired, nothing written: Azure renews it, as Azurite does.
+        let mut book = acquired_by_a(t0);
+        assert!(!book.refuses_renewal(BLOB, &renew));
+        // Written while it may still have been held: still renewed.
+        book.answered(BLOB, &write(), 201, t0 + D.saturating_sub(TICK));
+        assert!(!book.refuses_renewal(BLOB, &renew));
+        // Written once it had expired: refused, under its own id only.
+        book.answered(BLOB, &write(), 201, t0 + D);
+        assert!(book.refuses_renewal(BLOB, &renew));
+        assert!(!book.refuses_renewal(BLOB, &call("renew", Some("b"), None)));
+        assert!(!book.refuses_renewal(BLOB, &acquire("a")));
+        // A write that failed changes nothing.
+        let mut book = acquired_by_a(t0);
+        book.answered(BLOB, &write(), 412, t0 + D * 2);
+        assert!(!book.refuses_renewal(BLOB, &renew));
+        // A renewal answered before the write moved the expiry past it.
+        let mut book = acquired_by_a(t0);
+        book.answered(BLOB, &renew, 200, t0 + D / 2);
+        book.answered(BLOB, &write(), 201, t0 + D);
+        assert!(!book.refuses_renewal(BLOB, &renew));
     }
 
     #[test]

@@ -180,9 +180,10 @@ impl Rig {
         }
     }
 
-    /// The same rig with Azure's rule on every account: an acquire of a
+    /// The same rig with Azure's rules on every account: an acquire of a
     /// lease that expired unreleased is refused (`409 LeaseAlreadyPresent`)
-    /// until `hold` after the expiry.
+    /// until `hold` after the expiry, and a renewal of a lease that expired
+    /// before its blob was written is refused (see [`AzureHold`]).
     pub fn with_azure_hold(mut self, hold: Duration) -> Rig {
         self.rules = self.ports.iter().map(|_| AzureHold::new(hold)).collect();
         self

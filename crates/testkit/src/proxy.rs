@@ -17,9 +17,11 @@
 //!   Blob or Set Blob Metadata with a lease id: a leader's state write)
 //!   until [`Proxy::release_held`]: a write sent in time that reaches
 //!   storage late.
-//! - [`Proxy::apply`] applies Azure's hold on a lease that expired
-//!   unreleased ([`AzureHold`]): such an acquire is answered `409
-//!   LeaseAlreadyPresent` as Azure answers it.
+//! - [`Proxy::apply`] applies Azure's rules on a lease that expired
+//!   unreleased ([`AzureHold`]): an acquire within the hold is answered
+//!   `409 LeaseAlreadyPresent` as Azure answers it, and a renewal of a
+//!   lease that expired before its blob was written `409
+//!   LeaseNotPresentWithLeaseOperation`.
 //!
 //! Every request on the client→server stream is parsed (HTTP/1.1 request head
 //! and `Content-Length` body) and logged with what happened to it and when
@@ -38,7 +40,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
-use crate::azure_rule::{blob_of, AzureHold, Call};
+use crate::azure_rule::{blob_of, AzureHold, Call, Refusal};
 
 /// Which way data flows through a connection.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -74,6 +76,10 @@ pub enum Injected {
     /// Answer `409 There is already a lease present.` with
     /// `x-ms-error-code: LeaseAlreadyPresent`, as Azure does (see [`AzureHold`]).
     LeaseAlreadyPresent,
+    /// Answer `409 There is currently no lease on the blob.` with
+    /// `x-ms-error-code: LeaseNotPresentWithLeaseOperation`: a renewal of a
+    /// lease that expired before its blob was written (see [`AzureHold`]).
+    LeaseNotPresent,
 }
 
 /// What happened to a request.
@@ -839,7 +845,7 @@ fn take_requests(
         };
         let bytes: Vec<u8> = pending.drain(..take).collect();
         let rule = lock(&shared.rule).clone();
-        let refused = rule.is_some_and(|rule| {
+        let refused = rule.and_then(|rule| {
             let call = Call {
                 action: head.lease_action.as_deref(),
                 lease_id: head.lease_id.as_deref(),
@@ -847,12 +853,12 @@ fn take_requests(
                 duration: head.lease_duration,
                 method: &head.method,
             };
-            rule.refuses(blob_of(&head.target), &call, now)
+            rule.refusal(blob_of(&head.target), &call, now)
         });
-        let injected = if refused {
-            Some(Injected::LeaseAlreadyPresent)
-        } else {
-            lock(&shared.faults).roll(head.lease_action.as_deref())
+        let injected = match refused {
+            Some(Refusal::Held) => Some(Injected::LeaseAlreadyPresent),
+            Some(Refusal::ExpiredAndWritten) => Some(Injected::LeaseNotPresent),
+            None => lock(&shared.faults).roll(head.lease_action.as_deref()),
         };
         let fate = match (injected, mode) {
             (Some(kind), _) => Fate::Injected(kind),
@@ -994,6 +1000,11 @@ fn error_response(kind: Injected, is_head: bool, index: usize) -> Vec<u8> {
             409,
             "There is already a lease present.",
             "LeaseAlreadyPresent",
+        ),
+        Injected::LeaseNotPresent => (
+            409,
+            "There is currently no lease on the blob.",
+            "LeaseNotPresentWithLeaseOperation",
         ),
     };
     let request_id = format!(
