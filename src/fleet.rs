@@ -71,7 +71,10 @@ pub use self::view::{RecordedOutcome, RecordedSlot, ScheduleRecord};
 /// freezes after its job's effects and before that write leaves the slot
 /// not done: another host runs it again, with a higher epoch, once the
 /// lease has expired. Make the job idempotent, or check the epoch where it
-/// writes.
+/// writes. The holder marks the slot before the job starts; the host that
+/// runs it again finds the mark and reports [`SlotOutcome::CutShort`] with
+/// the holder and epoch whose run was cut short, and runs it as the same
+/// attempt (a death does not use up a retry).
 ///
 /// **The record** is the lease blob's state: the slots within the catch-up
 /// window and the last 16 done, each with its outcome, holder, epoch and

@@ -2,7 +2,7 @@
 //!
 //! | name | kind | labels | meaning |
 //! |---|---|---|---|
-//! | `blob_mutex_schedule_slots_total` | counter | `container`, `blob`, `outcome` | slots this host settled, by [`SlotOutcome`] word: `ran`, `failed`, `unrecorded`, `skipped`, `missed` (a run of missed slots counts each), `done_elsewhere` (another host ran it) |
+//! | `blob_mutex_schedule_slots_total` | counter | `container`, `blob`, `outcome` | slots this host settled, by [`SlotOutcome`] word: `ran`, `failed`, `unrecorded`, `skipped`, `missed` (a run of missed slots counts each), `done_elsewhere` (another host ran it), `cut_short` (another term's run of it was cut short; this host runs it again) |
 //!
 //! The lease's own figures (terms, renewals) are the mutex's
 //! (`engine::metrics`); no label carries a secret or a lease id.
@@ -10,13 +10,14 @@
 use super::SlotOutcome;
 
 /// The outcome words, each counted from 0 at the start.
-const OUTCOMES: [&str; 6] = [
+const OUTCOMES: [&str; 7] = [
     "ran",
     "failed",
     "unrecorded",
     "skipped",
     "missed",
     "done_elsewhere",
+    "cut_short",
 ];
 
 /// The word of an outcome, and how many slots it stands for.
@@ -28,6 +29,7 @@ fn word(outcome: &SlotOutcome) -> (&'static str, u64) {
         SlotOutcome::Skipped => ("skipped", 1),
         SlotOutcome::Missed { count } => ("missed", *count),
         SlotOutcome::DoneElsewhere { .. } => ("done_elsewhere", 1),
+        SlotOutcome::CutShort { .. } => ("cut_short", 1),
     }
 }
 
@@ -129,12 +131,17 @@ mod tests {
                 holder: "h1".to_owned(),
                 epoch: 8,
             });
+            counter.settled(&SlotOutcome::CutShort {
+                holder: "h2".to_owned(),
+                epoch: 6,
+            });
             at_start
         });
         let zero: BTreeMap<String, u64> = OUTCOMES.iter().map(|o| ((*o).to_owned(), 0)).collect();
         assert_eq!(at_start, zero);
         let after = counts(&recorder);
         let expected = [
+            ("cut_short", 1),
             ("done_elsewhere", 1),
             ("failed", 0),
             ("missed", 3),

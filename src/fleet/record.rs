@@ -68,6 +68,41 @@ pub(crate) struct Entry {
     pub(crate) holder: String,
 }
 
+impl Entry {
+    /// The mark a term writes before it runs `slot`'s job, its `attempt`-th
+    /// run: the slot is due again at once, with the attempts of the runs
+    /// that ended, unless the term writes how this run ended. So a host that
+    /// finds it under a later term knows that the run of the marked term
+    /// was cut short (its host died, froze or lost the lease mid-job), and a
+    /// death is not counted against the retries.
+    ///
+    /// It is a failed entry whose retry is due a second before its slot, an
+    /// instant no failure records (a failure's retry comes after its end,
+    /// and so after its slot): the record's format is unchanged, and hosts
+    /// of 0.2.0, which know nothing of the mark, read it as a failed run
+    /// whose retry is due, and run the slot again as well.
+    pub(crate) fn started(slot: Timestamp, attempt: u32, epoch: u64, holder: &str) -> Entry {
+        Entry {
+            fate: Fate::Failed,
+            attempts: attempt.saturating_sub(1),
+            epoch,
+            retry_at: Some(before(slot)),
+            holder: holder.to_owned(),
+        }
+    }
+
+    /// Whether this entry of `slot` is a [`started`](Self::started) mark.
+    pub(crate) fn is_started(&self, slot: Timestamp) -> bool {
+        self.fate == Fate::Failed && self.retry_at.is_some_and(|t| t < slot)
+    }
+}
+
+/// A second before `at`.
+fn before(at: Timestamp) -> Timestamp {
+    at.checked_sub(jiff::SignedDuration::from_secs(1))
+        .unwrap_or(Timestamp::MIN)
+}
+
 /// The record: every slot up to `through` is settled (those not listed
 /// were recorded and have been let go, or were never due for this record);
 /// the slots listed after it are what became of each.
@@ -230,6 +265,38 @@ mod tests {
                 Err(Error::StateNotARecord(_))
             ));
         }
+    }
+
+    /// A run's start mark, read by this version and by 0.2.0's parser and
+    /// decision (the same code: the format did not change): the slot is due
+    /// again at once, as the same attempt, however many retries are left.
+    #[test]
+    fn a_start_mark_round_trips_and_leaves_its_slot_due_again_as_the_same_attempt() {
+        let slot = at("2026-11-28T10:00:10Z");
+        let now = at("2026-11-28T10:00:15Z");
+        for (attempt, retries) in [(1, 0), (2, 2), (3, 2)] {
+            let mut record = Record {
+                through: Some(at("2026-11-28T10:00:00Z")),
+                ..Record::default()
+            };
+            let mark = Entry::started(slot, attempt, 7, "web 1");
+            assert!(mark.is_started(slot));
+            record.slots.insert(slot, mark);
+            let read = Record::parse("c/b", &record.to_bytes()).unwrap().unwrap();
+            assert_eq!(read, record);
+            let slots = super::super::slots::Slots::new("*/10 * * * * *", "UTC").unwrap();
+            let due = super::super::due::due(&slots, &read, now, Duration::from_secs(60), retries);
+            assert_eq!(
+                due.next,
+                super::super::due::Next::Run { slot, attempt },
+                "attempt {attempt}, {retries} retries"
+            );
+        }
+        // A failure's retry comes after its slot: never read as a mark.
+        let mut failed = entry(Fate::Failed);
+        failed.retry_at = Some(slot);
+        assert!(!failed.is_started(slot));
+        assert!(!entry(Fate::Done).is_started(slot));
     }
 
     #[test]

@@ -55,6 +55,16 @@ pub enum SlotOutcome {
         /// The epoch of its term.
         epoch: u64,
     },
+    /// A run of it by another term began and never ended: that term's host
+    /// died, froze or lost its lease mid-job (the record holds the mark the
+    /// term wrote before the job, and nothing after). This host runs it
+    /// again, as the same attempt, and reports how that run ends next.
+    CutShort {
+        /// The holder whose run was cut short.
+        holder: String,
+        /// The epoch of its term.
+        epoch: u64,
+    },
     /// Nobody ran it within the catch-up window; `count` slots up to this
     /// one were.
     Missed {

@@ -82,6 +82,7 @@ impl<S: LeaseStore> Term<S> {
             key: slot.to_string(),
             attempt,
         };
+        self.mark_started(&ctx, &mut record, slot, attempt).await?;
         info!(holder = %ctx.holder(), epoch = ctx.epoch(), slot = %slot, attempt, "schedule: running the slot's job");
         let result = job(given, ctx.clone()).await.map_err(Into::into);
         let end = self.now().await?;
@@ -103,6 +104,35 @@ impl<S: LeaseStore> Term<S> {
             ),
         }
         Ok(())
+    }
+
+    /// Before `slot`'s job runs: reports a run of it that another term
+    /// began and did not end, and writes this run's start mark (see
+    /// [`Entry::started`]), so that the next holder can tell the same if
+    /// this one is cut short. The job runs only once the mark is written.
+    async fn mark_started(
+        &self,
+        ctx: &LeaderContext,
+        record: &mut Record,
+        slot: Timestamp,
+        attempt: u32,
+    ) -> Result<()> {
+        if let Some(cut) = record
+            .slots
+            .get(&slot)
+            .filter(|e| e.is_started(slot) && e.epoch != ctx.epoch())
+        {
+            let outcome = SlotOutcome::CutShort {
+                holder: cut.holder.clone(),
+                epoch: cut.epoch,
+            };
+            self.report(ctx, slot, outcome);
+        }
+        let mark = Entry::started(slot, attempt, ctx.epoch(), ctx.holder());
+        record.slots.insert(slot, mark);
+        self.store
+            .write_state(ctx.lease_id(), &record.to_bytes())
+            .await
     }
 
     /// Enters the run of `slot` (from `started` to `end`, storage's clock)
@@ -201,6 +231,12 @@ impl<S: LeaseStore> Term<S> {
             }
             SlotOutcome::Missed { count } => {
                 warn!(%holder, slot = %slot, count, "schedule: the slot was missed: nobody ran it within the catch-up window ({count} slots up to it)");
+            }
+            SlotOutcome::CutShort {
+                holder: cut,
+                epoch: cut_epoch,
+            } => {
+                warn!(%holder, slot = %slot, cut_short_on = %cut, cut_short_epoch = cut_epoch, "schedule: the slot's run on {cut} (epoch {cut_epoch}) was cut short: its host died, froze or lost the lease mid-job; running it again");
             }
             SlotOutcome::DoneElsewhere { .. } => {}
         }

@@ -198,6 +198,25 @@ async fn a_host_killed_mid_job_leaves_its_slot_to_another_within_the_lease_and_a
         1,
         "the slot completed twice"
     );
+    // The host that ran it again says whose run was cut short, and nobody
+    // else says it of any slot.
+    let mut told = Vec::new();
+    for mut h in hosts {
+        while let Ok(report) = h.reports.try_recv() {
+            if let SlotOutcome::CutShort { holder, epoch } = report.outcome {
+                told.push((report.slot, report.holder, holder, epoch));
+            }
+        }
+    }
+    assert_eq!(
+        told,
+        [(
+            running.slot.clone(),
+            again.holder.clone(),
+            running.holder.clone(),
+            running.epoch
+        )]
+    );
 }
 
 #[tokio::test(start_paused = true)]

@@ -55,10 +55,13 @@ pub enum RecordedOutcome {
     Skipped,
     /// Nobody ran it within the catch-up window.
     Missed,
+    /// A run of it began (on `holder`, with `epoch`) and has not ended: it
+    /// runs now, or it was cut short and the slot is due again.
+    Started,
 }
 
 impl RecordedOutcome {
-    /// Its word in the record: `done`, `failed`, `skipped` or `missed`.
+    /// Its word: `done`, `failed`, `skipped`, `missed` or `started`.
     #[must_use]
     pub fn as_str(self) -> &'static str {
         match self {
@@ -66,6 +69,7 @@ impl RecordedOutcome {
             RecordedOutcome::Failed => "failed",
             RecordedOutcome::Skipped => "skipped",
             RecordedOutcome::Missed => "missed",
+            RecordedOutcome::Started => "started",
         }
     }
 }
@@ -101,6 +105,7 @@ fn recorded(at: Timestamp, entry: &Entry) -> RecordedSlot {
         key: at.to_string(),
         at: SystemTime::from(at),
         outcome: match entry.fate {
+            _ if entry.is_started(at) => RecordedOutcome::Started,
             Fate::Done => RecordedOutcome::Done,
             Fate::Failed => RecordedOutcome::Failed,
             Fate::Skipped => RecordedOutcome::Skipped,
@@ -109,7 +114,11 @@ fn recorded(at: Timestamp, entry: &Entry) -> RecordedSlot {
         attempts: entry.attempts,
         epoch: entry.epoch,
         holder: (!entry.holder.is_empty()).then(|| entry.holder.clone()),
-        retry_at: entry.retry_at.map(SystemTime::from),
+        // A start mark's retry is its own encoding, not a retry.
+        retry_at: entry
+            .retry_at
+            .filter(|_| !entry.is_started(at))
+            .map(SystemTime::from),
     }
 }
 

@@ -198,6 +198,9 @@ async fn gone(pid: u32) -> u128 {
 /// until its process was seen gone), and each slot whose host died was
 /// completed by another host within the lease's expiry plus one retry.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+// One scenario told in order (a kill, a stop, two minutes, the judgement):
+// split, its steps would pass most of its state along.
+#[allow(clippy::too_many_lines)]
 async fn three_hosts_complete_every_slot_once_never_overlapping_through_a_kill_and_a_stop() {
     let case = Case::new("fleet");
     let holders = ["h1", "h2", "h3"];
@@ -221,6 +224,7 @@ async fn three_hosts_complete_every_slot_once_never_overlapping_through_a_kill_a
     let _ = hosts.get_mut(victim.as_str()).unwrap().wait().await;
     let killed_job_gone = gone(killed.pid).await;
     let (retry, _) = completed_elsewhere(&case, &killed.slot, &victim).await;
+    let mut cut_short = vec![(killed.slot.clone(), victim.clone(), retry.holder.clone())];
     let after_kill = between(killed_at, retry.ns);
     println!(
         "slot {} of the SIGKILLed {victim}: rerun by {} {after_kill:?} after the kill",
@@ -252,6 +256,7 @@ async fn three_hosts_complete_every_slot_once_never_overlapping_through_a_kill_a
     let stopped_job_gone = gone(stopped.pid).await;
     std::fs::remove_file(&hold).unwrap();
     let (retry, _) = completed_elsewhere(&case, &stopped.slot, &sleeper).await;
+    cut_short.push((stopped.slot.clone(), sleeper.clone(), retry.holder.clone()));
     let after_stop = between(stopped_at, retry.ns);
     println!(
         "slot {} of the SIGSTOPped {sleeper}: its job killed {:?} after the stop, rerun by {} {after_stop:?} after it",
@@ -310,6 +315,21 @@ async fn three_hosts_complete_every_slot_once_never_overlapping_through_a_kill_a
         assert!(!stderr.contains("AccountKey"), "{h}: {stderr}");
     }
     one_line_on_each_host(&case, &holders, &second);
+    cut_short_named(&case, &cut_short);
+}
+
+/// The host that ran each slot again (`by`) names the host whose run of it
+/// (`slot`) was cut short (`dead`).
+fn cut_short_named(case: &Case, cut_short: &[(String, String, String)]) {
+    for (slot, dead, by) in cut_short {
+        let stderr = case.stderr(by);
+        assert!(
+            stderr.lines().any(|l| l.contains("was cut short")
+                && l.contains(&format!("slot={slot}"))
+                && l.contains(&format!("cut_short_on={dead}"))),
+            "{by} on slot {slot} of {dead}: {stderr}"
+        );
+    }
 }
 
 /// A slot that came due while every host ran: one line of it on each
