@@ -139,4 +139,19 @@ mod tests {
         assert_eq!(ScheduleView::new(b"other state", None, now).unwrap(), None);
         assert_eq!(ScheduleView::new(b"", None, now).unwrap(), None);
     }
+
+    /// A slot whose job began and has not ended (the mark its holder writes
+    /// first: a failed entry due a second before its slot) shows as started
+    /// on its holder, with no retry.
+    #[test]
+    fn a_slot_whose_run_began_shows_as_started_on_its_holder() {
+        let record = b"blob-mutex schedule v1\n\
+            slot=2026-11-28T02:30:10Z failed attempts=0 epoch=8 retry=2026-11-28T02:30:09Z holder=web-2\n";
+        let now = SystemTime::from("2026-11-28T02:30:15Z".parse::<jiff::Timestamp>().unwrap());
+        let view = ScheduleView::new(record, None, now).unwrap().unwrap();
+        assert_eq!(
+            view.rows(),
+            "slot         2026-11-28T02:30:10Z started holder web-2 epoch 8\n"
+        );
+    }
 }
