@@ -106,10 +106,10 @@ impl<S: LeaseStore> Term<S> {
         Ok(())
     }
 
-    /// Before `slot`'s job runs: reports a run of it that another term
-    /// began and did not end, and writes this run's start mark (see
-    /// [`Entry::started`]), so that the next holder can tell the same if
-    /// this one is cut short. The job runs only once the mark is written.
+    /// Before `slot`'s job runs: writes this run's start mark (see
+    /// [`Entry::started`]), so that the next holder can tell if this run is
+    /// cut short, and then reports a run of it that another term began and
+    /// did not end. The job runs only once the mark is written.
     async fn mark_started(
         &self,
         ctx: &LeaderContext,
@@ -117,22 +117,24 @@ impl<S: LeaseStore> Term<S> {
         slot: Timestamp,
         attempt: u32,
     ) -> Result<()> {
-        if let Some(cut) = record
+        let cut_short = record
             .slots
             .get(&slot)
             .filter(|e| e.is_started(slot) && e.epoch != ctx.epoch())
-        {
-            let outcome = SlotOutcome::CutShort {
+            .map(|cut| SlotOutcome::CutShort {
                 holder: cut.holder.clone(),
                 epoch: cut.epoch,
-            };
-            self.report(ctx, slot, outcome);
-        }
+            });
         let mark = Entry::started(slot, attempt, ctx.epoch(), ctx.holder());
         record.slots.insert(slot, mark);
         self.store
             .write_state(ctx.lease_id(), &record.to_bytes())
-            .await
+            .await?;
+        // Told once the slot is sure to run here.
+        if let Some(outcome) = cut_short {
+            self.report(ctx, slot, outcome);
+        }
+        Ok(())
     }
 
     /// Enters the run of `slot` (from `started` to `end`, storage's clock)
