@@ -1,7 +1,7 @@
 //! Liveness and readiness of a mutex, a lease set or a schedule, for an
 //! orchestrator's probes: [`BlobDistributedMutex::health`](crate::BlobDistributedMutex::health),
-//! [`BlobLeaseSet::health`](crate::BlobLeaseSet::health) and
-//! and (feature `schedule`) `BlobSchedule::health` give a
+//! [`BlobLeaseSet::health`](crate::BlobLeaseSet::health) and (feature
+//! `schedule`) `BlobSchedule::health` give a
 //! [`Health`], whose [`live`](Health::live) and [`ready`](Health::ready)
 //! say pass or fail with a reason to print. No HTTP here: serve them with
 //! the server you have (the `health` example uses hyper; the command line
