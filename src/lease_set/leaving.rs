@@ -10,13 +10,15 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
-use tracing::{info, warn};
+use tracing::{info, warn, Span};
 
 /// The partition terms that end once the membership term is stopping,
 /// counted as they end and let go of their leases. Told when the last of
-/// them and the balancer are gone (on drop).
+/// them and the balancer are gone (on drop), in the span it was made in:
+/// the membership term's, which names the member lease.
 pub(super) struct Leaving {
     holder: Arc<str>,
+    span: Span,
     /// The membership term's token: cancelled once that term stops.
     membership: CancellationToken,
     ended: AtomicUsize,
@@ -27,6 +29,7 @@ impl Leaving {
     pub(super) fn new(holder: Arc<str>, membership: CancellationToken) -> Self {
         Leaving {
             holder,
+            span: Span::current(),
             membership,
             ended: AtomicUsize::new(0),
             released: AtomicUsize::new(0),
@@ -57,6 +60,8 @@ impl Drop for Leaving {
         if ended == 0 {
             return;
         }
+        // The last holder may be a task dropped outside its span.
+        let _entered = self.span.enter();
         let unanswered = ended - released;
         if unanswered == 0 {
             info!(

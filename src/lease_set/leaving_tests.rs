@@ -20,6 +20,8 @@ const SLOTS: usize = 4;
 /// storage to `latency`, and has the set leave. Returns the log lines of
 /// its leaving, and how many partition leases are free once `run` returned.
 async fn leave(n: usize, latency: Duration) -> (String, usize) {
+    // From the start: the spans the set's tasks run in are made meanwhile.
+    let (logs, _logging) = capture(Level::INFO);
     let shared = MemoryLeaseSetStore::new();
     let store = shared.clone().with_pace(Duration::ZERO, SLOTS);
     let options = LeaseSetOptions::default().with_mutex(
@@ -49,7 +51,6 @@ async fn leave(n: usize, latency: Duration) -> (String, usize) {
         .await
         .expect("every partition owned")
         .unwrap();
-    let (logs, _logging) = capture(Level::INFO);
     store.pace().unwrap().set_latency(latency);
     token.cancel();
     run.await.unwrap().unwrap();
@@ -80,6 +81,12 @@ async fn a_set_leaving_through_quick_storage_says_it_released_every_partition_le
     let said = "every partition lease it held was released";
     assert_eq!(figure(&logs, said, "released"), Ok(20));
     assert!(logs.lines().any(|l| l.contains(said) && l.contains("INFO")));
+    // In the membership term's span, which names the member lease.
+    assert!(
+        logs.lines()
+            .any(|l| l.contains(said) && l.contains("lease=members/a")),
+        "{logs}"
+    );
     assert!(!logs.contains("left to expire"), "{logs}");
 }
 
