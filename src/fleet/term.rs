@@ -127,9 +127,8 @@ impl<S: LeaseStore> Term<S> {
             });
         let mark = Entry::started(slot, attempt, ctx.epoch(), ctx.holder());
         record.slots.insert(slot, mark);
-        self.store
-            .write_state(ctx.lease_id(), &record.to_bytes())
-            .await?;
+        // The term's own path: bounded, cut at its deadline, fenced.
+        ctx.write_state(record.to_bytes()).await?;
         // Told once the slot is sure to run here.
         if let Some(outcome) = cut_short {
             self.report(ctx, slot, outcome);
