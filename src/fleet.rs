@@ -81,6 +81,13 @@ pub use self::view::{RecordedOutcome, RecordedSlot, ScheduleRecord};
 /// attempts; a slot past the window and never run is counted as missed and
 /// let go. At most (window ÷ period + 16) lines of about 110 bytes.
 ///
+/// **What its terms advertise.** Each term's stamp carries the expression
+/// and zone (`schedule tz=ZONE cron=EXPR`, read back by
+/// [`ScheduleOptions::from_advertised`]), so that a reader of the lease,
+/// `blob-mutex status` among them, tells the next slot without being told
+/// the expression. Not when the mutex options advertise a value of their
+/// own, the store keeps none, or the value would be over 256 bytes.
+///
 /// **Cost.** Between slots a host sleeps. At a slot each host reads the
 /// record and storage's clock (two requests), and the hosts that find it
 /// due campaign: the holder runs it, the others take their turn once it
@@ -118,8 +125,8 @@ impl<S: LeaseStore + Clone + 'static> BlobSchedule<S> {
     pub fn with_store(store: S, options: ScheduleOptions) -> Result<Self> {
         options.validate()?;
         let slots = Slots::new(&options.cron, &options.time_zone)?;
-        let mutex =
-            BlobDistributedMutex::with_store_for_guards(store.clone(), options.mutex.clone())?;
+        let terms = options.term_options(store.supports_advertised());
+        let mutex = BlobDistributedMutex::with_store_for_guards(store.clone(), terms)?;
         Ok(BlobSchedule {
             mutex,
             counter: SlotCounter::new(&store.name()),

@@ -5,7 +5,12 @@ use std::time::{Duration, SystemTime};
 
 use super::slots::Slots;
 use crate::error::{Error, Result};
+use crate::limits::check_advertised;
 use crate::options::MutexOptions;
+
+/// How a schedule's advertised value starts: `schedule tz=ZONE cron=EXPR`
+/// (a zone name has no space; the expression is the rest).
+const ADVERTISED: &str = "schedule tz=";
 
 /// What to do with a slot that comes due while the previous slot's job
 /// still runs (never two jobs at once, whatever the policy).
@@ -106,6 +111,45 @@ impl ScheduleOptions {
         Ok(slots.after(after).map(SystemTime::from))
     }
 
+    /// What a term of this schedule advertises when its mutex options
+    /// advertise nothing of their own: `schedule tz=ZONE cron=EXPR`, read
+    /// back by [`from_advertised`](Self::from_advertised). `None` when that
+    /// would not be a valid advertised value (over 256 bytes, or not
+    /// printable ASCII).
+    pub(crate) fn advertisement(&self) -> Option<String> {
+        let value = format!("{ADVERTISED}{} cron={}", self.time_zone, self.cron.trim());
+        check_advertised(&value).ok().map(|()| value)
+    }
+
+    /// The expression and zone of a schedule, from what its term
+    /// advertised (a [`Leader`](crate::term::Leader)'s or a
+    /// [`LeaseInfo`](crate::store::LeaseInfo)'s `advertised`), with the
+    /// other options at their defaults; `None` for any other value, or an
+    /// expression or zone this version cannot read.
+    ///
+    /// A [`BlobSchedule`](super::BlobSchedule) advertises its expression
+    /// and zone at each term's stamp, unless its mutex options advertise a
+    /// value of their own (or the store keeps none), so that whoever reads
+    /// the lease, `blob-mutex status` among them, can tell the next slot
+    /// without being told the expression.
+    #[must_use]
+    pub fn from_advertised(value: &str) -> Option<ScheduleOptions> {
+        let (zone, cron) = value.strip_prefix(ADVERTISED)?.split_once(" cron=")?;
+        Slots::new(cron, zone).ok()?;
+        Some(ScheduleOptions::new(cron).with_time_zone(zone))
+    }
+
+    /// The mutex options of the schedule's terms: its own, advertising the
+    /// expression and zone when they advertise nothing and `store_keeps`
+    /// an advertised value.
+    pub(crate) fn term_options(&self, store_keeps: bool) -> MutexOptions {
+        let mut mutex = self.mutex.clone();
+        if mutex.advertised.is_none() && store_keeps {
+            mutex.advertised = self.advertisement();
+        }
+        mutex
+    }
+
     /// Checks the options, the expression and the time zone.
     ///
     /// # Errors
@@ -145,5 +189,49 @@ mod tests {
                 ..
             })
         ));
+    }
+
+    #[test]
+    fn a_schedule_advertises_its_expression_and_zone_and_reads_them_back() {
+        for (cron, zone) in [
+            ("30 2 * * *", "Europe/Berlin"),
+            ("*/10 * * * * *", "UTC"),
+            ("@daily", "America/New_York"),
+        ] {
+            let options = ScheduleOptions::new(cron).with_time_zone(zone);
+            let advertised = options.term_options(true).advertised;
+            assert_eq!(
+                advertised.as_deref(),
+                Some(format!("schedule tz={zone} cron={cron}").as_str())
+            );
+            let read = ScheduleOptions::from_advertised(&advertised.unwrap()).unwrap();
+            assert_eq!((read.cron.as_str(), read.time_zone.as_str()), (cron, zone));
+        }
+        // A value of the options' own is kept; a store that keeps none
+        // gets none; an expression too long for the stamp is not sent.
+        let own = ScheduleOptions::new("* * * * *")
+            .with_mutex(MutexOptions::default().with_advertised("10.0.0.7:8080".into()));
+        assert_eq!(
+            own.term_options(true).advertised.as_deref(),
+            Some("10.0.0.7:8080")
+        );
+        assert_eq!(
+            ScheduleOptions::new("* * * * *")
+                .term_options(false)
+                .advertised,
+            None
+        );
+        let minutes = (0..60).map(|m| m.to_string()).collect::<Vec<_>>().join(",");
+        let long = ScheduleOptions::new(format!("{minutes},{minutes} * * * *"));
+        assert!(long.validate().is_ok());
+        assert_eq!(long.term_options(true).advertised, None);
+        for other in [
+            "10.0.0.7:8080",
+            "schedule tz=Mars/Olympus cron=* * * * *",
+            "schedule tz=UTC cron=not cron",
+            "schedule tz=UTC",
+        ] {
+            assert!(ScheduleOptions::from_advertised(other).is_none(), "{other}");
+        }
     }
 }

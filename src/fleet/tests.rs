@@ -347,3 +347,45 @@ async fn every_host_reports_each_slot_once_as_ran_or_as_done_elsewhere() {
         }
     }
 }
+
+/// A schedule's terms advertise its expression and zone, from which a
+/// reader of the lease tells the next slot; a value of the options' own is
+/// advertised instead.
+#[tokio::test(start_paused = true)]
+async fn a_schedules_terms_advertise_its_expression_unless_told_a_value_of_their_own() {
+    use crate::store::LeaseStore as _;
+    for (own, expected) in [
+        (None, "schedule tz=Europe/Berlin cron=*/10 * * * * *"),
+        (Some("10.0.0.7:8080"), "10.0.0.7:8080"),
+    ] {
+        let store = MemoryLeaseStore::new("c/schedule");
+        let mut mutex = MutexOptions::default().with_holder("h0".to_owned());
+        if let Some(own) = own {
+            mutex = mutex.with_advertised(own.to_owned());
+        }
+        let options = every_ten().with_time_zone("Europe/Berlin");
+        let schedule = BlobSchedule::with_store(store.clone(), options.with_mutex(mutex)).unwrap();
+        let token = CancellationToken::new();
+        let ran = tokio::spawn({
+            let token = token.clone();
+            async move {
+                schedule
+                    .run(token, |_, _| async { Ok::<(), Error>(()) })
+                    .await
+            }
+        });
+        // Two slots in: both ran, each under its own term.
+        tokio::time::sleep(Duration::from_secs(25)).await;
+        token.cancel();
+        ran.await.unwrap().unwrap();
+        let info = store.inspect().await.unwrap().unwrap();
+        assert!(info.epoch >= 2, "{info:?}");
+        assert_eq!(info.advertised.as_deref(), Some(expected));
+        if own.is_none() {
+            let read = ScheduleOptions::from_advertised(expected).unwrap();
+            let now = store.storage_time();
+            let next = read.next_slot_after(now).unwrap().unwrap();
+            assert_eq!(next, every_ten().next_slot_after(now).unwrap().unwrap());
+        }
+    }
+}

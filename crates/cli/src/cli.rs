@@ -666,7 +666,8 @@ pub(crate) struct StatusArgs {
     #[arg(long)]
     pub(crate) json: bool,
     /// The schedule's cron expression, to show its next slot after
-    /// storage's clock (with the record's slots).
+    /// storage's clock (with the record's slots) [default: the expression
+    /// and zone the schedule's last term advertised, when it did].
     #[arg(long, value_name = "EXPR", env = "BLOB_MUTEX_CRON")]
     pub(crate) cron: Option<String>,
     /// The time zone of --cron [default: UTC].

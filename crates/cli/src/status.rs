@@ -25,12 +25,13 @@ pub(crate) async fn status(args: StatusArgs) -> Result<u8> {
     let mut view = View::new(&args.target, info.as_ref());
     if info.is_some() {
         let state = manager.read_state().await?;
-        let cron = args.cron.as_deref().map(|cron| (cron, args.tz.as_deref()));
+        let expression =
+            slots::expression(args.cron.as_deref(), args.tz.as_deref(), view.advertised);
         let now = info
             .as_ref()
             .and_then(|i| i.storage_time)
             .unwrap_or_else(std::time::SystemTime::now);
-        view.schedule = slots::ScheduleView::new(&state, cron, now)?;
+        view.schedule = slots::ScheduleView::new(&state, expression.as_ref(), now)?;
     }
     if args.json {
         println!("{}", view.json());

@@ -1,5 +1,6 @@
 //! What `status` shows of a schedule's record: its last slots, each with
-//! its outcome and holder, and the next slot when the expression is given.
+//! its outcome and holder, and the next slot when the expression is known:
+//! given with `--cron`, or advertised by the schedule's last term.
 
 use std::fmt::Write as _;
 use std::time::SystemTime;
@@ -16,7 +17,7 @@ const SHOWN: usize = 16;
 pub(super) struct ScheduleView {
     /// The last slots, oldest first.
     slots: Vec<SlotView>,
-    /// The next slot after storage's clock, when `--cron` was given.
+    /// The next slot after storage's clock, when the expression is known.
     next: Option<String>,
 }
 
@@ -33,28 +34,22 @@ struct SlotView {
 
 impl ScheduleView {
     /// The view of the schedule's record in `state`, if it holds one (any
-    /// other state is none of `status`'s business); with `cron` (in
-    /// `zone`), the next slot after `now`.
+    /// other state is none of `status`'s business); with the schedule's
+    /// `expression`, the next slot after `now`.
     ///
     /// # Errors
     ///
     /// A bad expression or zone, as the library words it.
     pub(super) fn new(
         state: &[u8],
-        cron: Option<(&str, Option<&str>)>,
+        expression: Option<&ScheduleOptions>,
         now: SystemTime,
     ) -> Result<Option<ScheduleView>> {
         let Ok(Some(record)) = ScheduleRecord::from_state(state) else {
             return Ok(None);
         };
-        let next = match cron {
-            Some((cron, zone)) => {
-                let mut options = ScheduleOptions::new(cron);
-                if let Some(zone) = zone {
-                    options = options.with_time_zone(zone);
-                }
-                options.next_slot_after(now)?.map(rfc3339)
-            }
+        let next = match expression {
+            Some(options) => options.next_slot_after(now)?.map(rfc3339),
             None => None,
         };
         let skip = record.slots.len().saturating_sub(SHOWN);
@@ -70,11 +65,29 @@ impl ScheduleView {
         for slot in &self.slots {
             let _ = writeln!(out, "{:<12} {}", "slot", slot.text());
         }
-        if let Some(next) = &self.next {
-            let _ = writeln!(out, "{:<12} {next}", "next slot");
-        }
+        let next = self.next.as_deref().unwrap_or(
+            "unknown: the last term advertised no expression (a value of its own, or 0.2.0); pass --cron",
+        );
+        let _ = writeln!(out, "{:<12} {next}", "next slot");
         out
     }
+}
+
+/// The schedule's expression: `cron` (in `zone`) when given, or else the
+/// one the last term advertised with its stamp.
+pub(super) fn expression(
+    cron: Option<&str>,
+    zone: Option<&str>,
+    advertised: Option<&str>,
+) -> Option<ScheduleOptions> {
+    let Some(cron) = cron else {
+        return advertised.and_then(ScheduleOptions::from_advertised);
+    };
+    let options = ScheduleOptions::new(cron);
+    Some(match zone {
+        Some(zone) => options.with_time_zone(zone),
+        None => options,
+    })
 }
 
 impl SlotView {
@@ -123,7 +136,8 @@ mod tests {
     #[test]
     fn the_rows_show_each_slot_with_its_outcome_and_holder_then_the_next_slot() {
         let now = SystemTime::from("2026-11-28T02:30:15Z".parse::<jiff::Timestamp>().unwrap());
-        let view = ScheduleView::new(RECORD, Some(("*/10 * * * * *", None)), now)
+        let every_ten = expression(Some("*/10 * * * * *"), None, None);
+        let view = ScheduleView::new(RECORD, every_ten.as_ref(), now)
             .unwrap()
             .unwrap();
         assert_eq!(
@@ -151,7 +165,30 @@ mod tests {
         let view = ScheduleView::new(record, None, now).unwrap().unwrap();
         assert_eq!(
             view.rows(),
-            "slot         2026-11-28T02:30:10Z started holder web-2 epoch 8\n"
+            "slot         2026-11-28T02:30:10Z started holder web-2 epoch 8\n\
+             next slot    unknown: the last term advertised no expression (a value of its own, or 0.2.0); pass --cron\n"
         );
+    }
+
+    /// Without `--cron`, the expression is the one the last term
+    /// advertised; `--cron` wins over it; any other value tells nothing.
+    #[test]
+    fn the_next_slot_comes_from_the_flags_or_else_from_what_the_last_term_advertised() {
+        let now = SystemTime::from("2026-11-28T02:30:15Z".parse::<jiff::Timestamp>().unwrap());
+        let next = |cron: Option<&str>, advertised: Option<&str>| {
+            let options = expression(cron, None, advertised);
+            ScheduleView::new(RECORD, options.as_ref(), now)
+                .unwrap()
+                .unwrap()
+                .next
+        };
+        let berlin = Some("schedule tz=Europe/Berlin cron=30 2 * * *");
+        assert_eq!(next(None, berlin).as_deref(), Some("2026-11-29T01:30:00Z"));
+        assert_eq!(
+            next(Some("*/10 * * * * *"), berlin).as_deref(),
+            Some("2026-11-28T02:30:20Z")
+        );
+        assert_eq!(next(None, Some("10.0.0.7:8080")), None);
+        assert_eq!(next(None, None), None);
     }
 }

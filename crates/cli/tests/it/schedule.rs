@@ -14,7 +14,7 @@ use std::process::Output;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use blob_mutex::azure::BlobLeaseManager;
-use blob_mutex::store::{LeaseId, LeaseStore};
+use blob_mutex::store::{LeaseId, LeaseStore, StampOptions};
 use blob_mutex_testkit::http::get;
 use blob_mutex_testkit::ports::free_addr;
 use blob_mutex_testkit::{azurite, wait_for};
@@ -449,8 +449,9 @@ fn a_bad_cron_a_bad_zone_and_no_command_are_usage_errors_naming_the_flag() {
 }
 
 /// `status` on a blob that holds a schedule's record shows its last slots,
-/// each with its outcome and holder, and with `--cron` the next slot after
-/// storage's clock; `--json` the same as `schedule` fields.
+/// each with its outcome and holder, and the next slot after storage's
+/// clock, of `--cron` or else of the expression the last term advertised;
+/// `--json` the same as `schedule` fields.
 #[tokio::test]
 async fn status_shows_a_schedules_last_slots_and_the_next_one() {
     let container = azurite::unique_container("schedule-status");
@@ -510,12 +511,31 @@ async fn status_shows_a_schedules_last_slots_and_the_next_one() {
         "{json}"
     );
     assert_eq!(json["schedule"]["next"], serde_json::Value::Null, "{json}");
+
+    // A term that advertised its schedule's expression, as a schedule's
+    // terms do: the next slot without --cron.
+    let lease = LeaseId::new();
+    store.acquire(lease, LEASE).await.unwrap();
+    let advertised =
+        StampOptions::new().with_advertised("schedule tz=Europe/Berlin cron=30 2 * * *");
+    store.stamp(lease, "web-3", &advertised).await.unwrap();
+    store.release(lease).await.unwrap();
+    let text = status(&[]).await;
+    let stdout = String::from_utf8_lossy(&text.stdout);
+    let next = stdout.lines().last().unwrap_or_default();
+    assert!(next.starts_with("next slot    "), "{stdout}");
+    assert!(next.ends_with("T01:30:00Z"), "{stdout}");
+    let json = status(&["--json"]).await;
+    let json: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    let next = json["schedule"]["next"].as_str().unwrap_or_default();
+    assert!(next.ends_with("T01:30:00Z"), "{json}");
 }
 
 /// `schedule --metrics-addr`: `/readyz` is ready while the host waits for
 /// its next slot (where a mutex's probe would say "not campaigning") and
 /// while it runs one, `/readyz?leader` and `/leader` only while it holds the
-/// lease, `/livez` throughout, and `/metrics` counts the slots.
+/// lease, `/livez` throughout, and `/metrics` counts the slots; `status`
+/// tells the next slot from what the running term advertised.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_probes_of_a_schedule_are_ready_between_slots_and_lead_while_a_slot_runs() {
     let case = Case::new("schedule-probes");
@@ -557,6 +577,23 @@ async fn the_probes_of_a_schedule_are_ready_between_slots_and_lead_while_a_slot_
     assert!(
         leader.contains(r#""holder":"h0""#) && leader.contains(r#""this_instance_leads":true"#),
         "{leader}"
+    );
+    // The term advertises its expression: `status` tells the next slot
+    // without --cron.
+    let shown = blob_mutex_on(azurite::shared().connection_string())
+        .args(["status", "--container", &case.container, "--blob", "job"])
+        .output()
+        .await
+        .unwrap();
+    let shown = String::from_utf8_lossy(&shown.stdout);
+    assert!(
+        shown.contains("advertised   schedule tz=UTC cron=*/2 * * * * *\n"),
+        "{shown}"
+    );
+    let next = shown.lines().last().unwrap_or_default();
+    assert!(
+        next.starts_with("next slot    ") && next.ends_with('Z'),
+        "{shown}"
     );
 
     // The job ends; between slots the host is ready, and leads nothing.
