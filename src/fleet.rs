@@ -15,6 +15,7 @@
 
 mod due;
 mod elsewhere;
+mod entries;
 mod metrics;
 mod options;
 mod phase;

@@ -28,11 +28,10 @@ pub(crate) enum Next {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Due {
     pub(crate) next: Next,
-    /// Slots before the window that were neither run nor recorded, oldest
-    /// first (at most [`MOST_WALKED`] of them listed).
-    pub(crate) missed: Vec<Timestamp>,
-    /// How many slots that makes (more than listed when a span was skipped).
+    /// How many slots before the window were neither run nor recorded.
     pub(crate) missed_count: u64,
+    /// The last of them: a record's `through` moves up to it.
+    pub(crate) last_missed: Option<Timestamp>,
 }
 
 /// What is due at storage's `now`: the oldest slot within the window that
@@ -61,8 +60,8 @@ pub(crate) fn due(
         .unwrap_or(now);
     let mut due = Due {
         next: Next::Wait(None),
-        missed: Vec::new(),
         missed_count: 0,
+        last_missed: None,
     };
     let mut wait: Option<Timestamp> = None;
     let mut cursor = begin;
@@ -90,11 +89,12 @@ pub(crate) fn due(
             None if slot < start => {
                 due.missed_count += 1;
                 walked += 1;
-                due.missed.push(slot);
+                due.last_missed = Some(slot);
                 if walked >= MOST_WALKED {
                     // Jump to the window: count what lies between apart.
                     let (skipped, last) = count_until(slots, slot, start);
                     due.missed_count += skipped;
+                    due.last_missed = Some(last);
                     cursor = last;
                 }
             }
@@ -185,7 +185,7 @@ mod tests {
             }
         );
         assert_eq!(d.missed_count, 5);
-        assert_eq!(d.missed.first(), Some(&at("2026-11-28T10:00:10Z")));
+        assert_eq!(d.last_missed, Some(at("2026-11-28T10:00:50Z")));
     }
 
     #[test]
@@ -246,6 +246,6 @@ mod tests {
         );
         // 31 days of six slots a minute, less the seven of the window.
         assert_eq!(d.missed_count, 31 * 24 * 60 * 6 - 7);
-        assert_eq!(d.missed.len(), MOST_WALKED);
+        assert_eq!(d.last_missed, Some(at("2026-11-28T09:58:50Z")));
     }
 }

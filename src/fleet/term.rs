@@ -10,9 +10,10 @@ use jiff::Timestamp;
 use tokio::sync::broadcast;
 use tracing::{info, warn};
 
-use super::due::{due, Next};
+use super::due::Next;
+use super::entries::{end as ended, open, start, Ended};
 use super::metrics::SlotCounter;
-use super::record::{window_start, Entry, Fate, Record};
+use super::record::Record;
 use super::slots::Slots;
 use super::{Overlap, ScheduleOptions, Slot, SlotOutcome, SlotReport};
 use crate::backoff::backoff;
@@ -47,22 +48,17 @@ impl<S: LeaseStore> Term<S> {
         let mut record = Record::parse(&self.store.name(), &state?)?.unwrap_or_default();
         let now = now?;
         let before = record.clone();
-        if record.through.is_none() && record.slots.is_empty() {
-            // A new schedule begins now: no slot before it is run.
-            record.through = Some(now);
-        }
-        let d = due(
+        let d = open(
+            &mut record,
             &self.slots,
-            &record,
             now,
             self.options.catch_up,
             self.options.retries,
         );
-        if let Some(last) = d.missed.last() {
-            record.through = Some(record.through.map_or(*last, |t| t.max(*last)));
+        if let Some(last) = d.last_missed {
             self.report(
                 &ctx,
-                *last,
+                last,
                 SlotOutcome::Missed {
                     count: d.missed_count,
                 },
@@ -117,16 +113,8 @@ impl<S: LeaseStore> Term<S> {
         slot: Timestamp,
         attempt: u32,
     ) -> Result<()> {
-        let cut_short = record
-            .slots
-            .get(&slot)
-            .filter(|e| e.is_started(slot) && e.epoch != ctx.epoch())
-            .map(|cut| SlotOutcome::CutShort {
-                holder: cut.holder.clone(),
-                epoch: cut.epoch,
-            });
-        let mark = Entry::started(slot, attempt, ctx.epoch(), ctx.holder());
-        record.slots.insert(slot, mark);
+        let cut_short = start(record, slot, attempt, ctx.epoch(), ctx.holder())
+            .map(|(holder, epoch)| SlotOutcome::CutShort { holder, epoch });
         // The term's own path: bounded, cut at its deadline, fenced.
         ctx.write_state(record.to_bytes()).await?;
         // Told once the slot is sure to run here.
@@ -150,57 +138,34 @@ impl<S: LeaseStore> Term<S> {
         end: Timestamp,
         result: std::result::Result<(), BoxError>,
     ) -> SlotOutcome {
-        let (fate, retry_at, outcome) = match result {
-            Ok(()) => (
-                Fate::Done,
-                None,
-                SlotOutcome::Ran {
-                    epoch: ctx.epoch(),
-                    attempt,
-                },
-            ),
-            Err(e) => {
-                let wait = backoff(
+        let epoch = ctx.epoch();
+        let (retry_after, outcome) = match result {
+            Ok(()) => (None, SlotOutcome::Ran { epoch, attempt }),
+            Err(e) => (
+                Some(backoff(
                     self.options.retry_backoff,
                     Duration::from_secs(86_400),
                     attempt,
-                );
-                let retry = end
-                    .checked_add(jiff::SignedDuration::try_from(wait).unwrap_or_default())
-                    .ok();
-                let error = e.to_string();
-                (
-                    Fate::Failed,
-                    retry,
-                    SlotOutcome::Failed {
-                        epoch: ctx.epoch(),
-                        attempt,
-                        error,
-                    },
-                )
-            }
+                )),
+                SlotOutcome::Failed {
+                    epoch,
+                    attempt,
+                    error: e.to_string(),
+                },
+            ),
         };
-        record.slots.insert(
+        let run = Ended {
             slot,
-            Entry {
-                fate,
-                attempts: attempt,
-                epoch: ctx.epoch(),
-                retry_at,
-                holder: ctx.holder().to_owned(),
-            },
-        );
-        if self.options.overlap == Overlap::Skip {
-            let mut cursor = started.max(slot);
-            while let Some(next) = self.slots.after(cursor).filter(|s| *s <= end) {
-                cursor = next;
-                if !record.slots.contains_key(&next)
-                    && next >= window_start(end, self.options.catch_up)
-                {
-                    record.slots.insert(next, skipped());
-                    self.report(ctx, next, SlotOutcome::Skipped);
-                }
-            }
+            attempt,
+            epoch,
+            holder: ctx.holder(),
+            started,
+            end,
+            retry_after,
+        };
+        let skip = self.options.overlap == Overlap::Skip;
+        for skipped in ended(record, &self.slots, &run, skip, self.options.catch_up) {
+            self.report(ctx, skipped, SlotOutcome::Skipped);
         }
         outcome
     }
@@ -246,17 +211,6 @@ impl<S: LeaseStore> Term<S> {
             holder: ctx.holder().to_owned(),
             outcome,
         });
-    }
-}
-
-/// A skipped slot's entry.
-fn skipped() -> Entry {
-    Entry {
-        fate: Fate::Skipped,
-        attempts: 0,
-        epoch: 0,
-        retry_at: None,
-        holder: String::new(),
     }
 }
 
