@@ -29,18 +29,37 @@ mod cadence;
 #[allow(dead_code, unreachable_pub)]
 mod handover_rules;
 
+// The schedule's decisions: what is due, and what a term enters in the
+// record, with the record and the slots they read, the same files (at the
+// root, where they find each other as `super::…`).
+#[path = "../../../../src/fleet/due.rs"]
+#[allow(dead_code, unreachable_pub)]
+mod due;
+#[path = "../../../../src/fleet/entries.rs"]
+#[allow(dead_code, unreachable_pub)]
+mod entries;
+#[path = "../../../../src/fleet/record.rs"]
+#[allow(dead_code, unreachable_pub)]
+mod record;
+#[path = "../../../../src/fleet/slots.rs"]
+#[allow(dead_code, unreachable_pub)]
+mod slots;
+
 mod check;
 mod clock;
+mod error;
 mod handover;
 mod lease_set;
 mod quorum;
 mod replay;
+mod schedule;
 
 use blob_mutex_testkit::trace::Trace;
 use check::{check, Found};
 use handover::{Config as HandoverConfig, Handover};
 use lease_set::{Config as SetConfig, Faults as SetFaults, LeaseSet};
 use quorum::{Config, Defects, Quorum};
+use schedule::{Config as ScheduleConfig, Schedule};
 
 #[test]
 fn three_instances_on_three_accounts_keep_every_promise_in_every_interleaving() {
@@ -615,4 +634,14 @@ fn no_catch_up_on_an_account_restarted_empty_lets_the_epoch_go_back() {
     };
     let found = planted(defects, wiped_in_turn, "epochs strictly increase");
     found.print("no catch-up on an account restarted empty");
+}
+
+#[test]
+fn a_schedule_on_two_hosts_keeps_every_promise_in_every_interleaving() {
+    for skip in [true, false] {
+        let report = check(Schedule::new(ScheduleConfig::two_hosts(skip)), None);
+        let policy = if skip { "skip" } else { "wait" };
+        report.print(&format!("schedule, 2 hosts, overlap {policy}"));
+        report.assert_complete_and_safe();
+    }
 }
