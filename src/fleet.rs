@@ -37,7 +37,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, info_span, warn, Instrument};
 
-use self::due::{due, Next};
+use self::due::{wake, Wake};
 use self::elsewhere::Elsewhere;
 use self::metrics::SlotCounter;
 use self::phase::Running;
@@ -273,21 +273,16 @@ impl<S: LeaseStore + Clone + 'static> BlobSchedule<S> {
         let seen = Instant::now();
         let record = Record::parse(&self.store.name(), &state)?.unwrap_or_default();
         self.report_elsewhere(&record, now);
-        if record.through.is_none() && record.slots.is_empty() {
-            return Ok(Look::Due);
-        }
-        let d = due(
+        let wake = wake(
             &self.slots,
             &record,
             now,
             self.options.catch_up,
             self.options.retries,
         );
-        Ok(match d.next {
-            // Missed slots are recorded (and reported) by a term too.
-            Next::Run { .. } => Look::Due,
-            Next::Wait(_) if d.missed_count > 0 => Look::Due,
-            Next::Wait(at) => Look::Wait {
+        Ok(match wake {
+            Wake::Campaign => Look::Due,
+            Wake::Sleep(at) => Look::Wait {
                 at,
                 seen: (seen, now),
             },

@@ -108,6 +108,38 @@ pub(crate) fn due(
     due
 }
 
+/// What a host that looks at the record without the lease does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Wake {
+    /// Campaigns for a term: the record is not begun, a slot is due, or
+    /// slots went past the window unrun (a term lets them go, and reports
+    /// them).
+    Campaign,
+    /// Sleeps until this instant of storage's clock (`None`: no slot ever
+    /// comes).
+    Sleep(Option<Timestamp>),
+}
+
+/// What a host that looks at `record` at storage's `now`, without the
+/// lease, does.
+pub(crate) fn wake(
+    slots: &Slots,
+    record: &Record,
+    now: Timestamp,
+    window: Duration,
+    retries: u32,
+) -> Wake {
+    if record.through.is_none() && record.slots.is_empty() {
+        return Wake::Campaign;
+    }
+    let d = due(slots, record, now, window, retries);
+    match d.next {
+        Next::Run { .. } => Wake::Campaign,
+        Next::Wait(_) if d.missed_count > 0 => Wake::Campaign,
+        Next::Wait(at) => Wake::Sleep(at),
+    }
+}
+
 /// The slots strictly after `from` and before `until`, counted, and the
 /// last of them (`from` when none).
 fn count_until(slots: &Slots, from: Timestamp, until: Timestamp) -> (u64, Timestamp) {

@@ -18,7 +18,7 @@ use jiff::{SignedDuration, Timestamp};
 use stateright::{Model, Property, Representative};
 
 use crate::check::Traced;
-use crate::due::Next;
+use crate::due::{wake, Next, Wake};
 use crate::entries::{end, open, start, Ended};
 use crate::record::Record;
 use crate::slots::Slots;
@@ -60,7 +60,7 @@ impl Config {
     pub(crate) fn two_hosts(skip: bool) -> Config {
         Config {
             hosts: 2,
-            horizon: 7,
+            horizon: 6,
             tick: 5,
             cron: "*/10 * * * * *",
             window: 10,
@@ -90,7 +90,9 @@ pub(crate) struct Running {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) enum Host {
     Down,
-    Idle,
+    /// Up and not in a term; `true` once its last look found a term
+    /// worth campaigning for (it campaigns until it takes the lease).
+    Idle(bool),
     Running(Running),
 }
 
@@ -161,6 +163,9 @@ impl State {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) enum Action {
     Tick,
+    /// Host `0` looks without the lease and finds a term due: it
+    /// campaigns from then on, however stale its look becomes.
+    Look(u8),
     /// Host `0` takes the lease and settles what is due.
     Take(u8),
     /// Host `0`'s job ends: succeeded or failed.
@@ -212,6 +217,10 @@ impl Schedule {
                 s.t += 1;
                 String::new()
             }
+            Action::Look(h) => {
+                s.hosts[usize::from(h)] = Host::Idle(true);
+                format!("h{h} looks and campaigns")
+            }
             Action::Take(h) => self.take(&mut s, h),
             Action::End(h, ok) => self.end(&mut s, h, ok),
             Action::Die(h) => {
@@ -227,7 +236,7 @@ impl Schedule {
                 }
             }
             Action::Restart(h) => {
-                s.hosts[usize::from(h)] = Host::Idle;
+                s.hosts[usize::from(h)] = Host::Idle(false);
                 format!("h{h} comes back")
             }
         };
@@ -268,6 +277,7 @@ impl Schedule {
             record.prune(now, self.window());
             s.record = record.to_bytes();
             s.lease = None;
+            s.hosts[usize::from(h)] = Host::Idle(false);
             return log + ", nothing due";
         };
         self.check_run(s, slot, attempt, now);
@@ -377,7 +387,7 @@ impl Schedule {
         record.prune(now, self.window());
         s.record = record.to_bytes();
         s.lease = None;
-        s.hosts[usize::from(h)] = Host::Idle;
+        s.hosts[usize::from(h)] = Host::Idle(false);
         let book = s.books.entry(run.slot).or_default();
         book.last_run = Some((h, run.epoch, true));
         if ok {
@@ -398,24 +408,18 @@ impl Schedule {
         log
     }
 
-    /// What a host's look without the lease finds (the crate's own rule):
-    /// a record not begun, a slot due, or slots to let go as missed. A
-    /// host campaigns only then; a look gone stale by the time it takes
-    /// the lease is a term that finds nothing due, which is also modelled,
-    /// as a look at the tick of the take.
+    /// Whether a host's look without the lease, at this tick, campaigns
+    /// (the crate's `wake`).
     fn looks_due(&self, s: &State) -> bool {
         let record = read(&s.record);
-        if record.through.is_none() && record.slots.is_empty() {
-            return true;
-        }
-        let d = crate::due::due(
+        let now = self.at(s.t);
+        wake(
             &self.slots,
             &record,
-            self.at(s.t),
+            now,
             self.window(),
             self.config.retries,
-        );
-        matches!(d.next, Next::Run { .. }) || d.missed_count > 0
+        ) == Wake::Campaign
     }
 
     /// Every slot that went past the window after the schedule began (as
@@ -476,7 +480,7 @@ impl Model for Schedule {
             record: Vec::new(),
             lease: None,
             epoch: 0,
-            hosts: vec![Host::Idle; usize::from(self.config.hosts)],
+            hosts: vec![Host::Idle(false); usize::from(self.config.hosts)],
             left: self.config.faults,
             books: BTreeMap::new(),
             begun: None,
@@ -493,9 +497,8 @@ impl Model for Schedule {
         for (i, host) in state.hosts.iter().enumerate() {
             let h = u8::try_from(i).unwrap();
             match host {
-                Host::Idle if state.free() && self.looks_due(state) => {
-                    actions.push(Action::Take(h));
-                }
+                Host::Idle(false) if self.looks_due(state) => actions.push(Action::Look(h)),
+                Host::Idle(true) if state.free() => actions.push(Action::Take(h)),
                 Host::Running(_) => {
                     actions.push(Action::End(h, true));
                     if state.left.failures > 0 {
@@ -503,7 +506,7 @@ impl Model for Schedule {
                     }
                 }
                 Host::Down => actions.push(Action::Restart(h)),
-                Host::Idle => {}
+                Host::Idle(_) => {}
             }
             if *host != Host::Down && state.left.deaths > 0 {
                 actions.push(Action::Die(h));
