@@ -9,10 +9,6 @@ use jiff::Timestamp;
 use super::record::{window_start, Fate, Record};
 use super::slots::Slots;
 
-/// The most slots looked at one by one past the window: more, as after a
-/// month down on a schedule of seconds, are counted as missed together.
-const MOST_WALKED: usize = 10_000;
-
 /// What a host does next.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Next {
@@ -65,7 +61,6 @@ pub(crate) fn due(
     };
     let mut wait: Option<Timestamp> = None;
     let mut cursor = begin;
-    let mut walked = 0;
     while let Some(slot) = slots.after(cursor) {
         if slot > now {
             wait = Some(wait.map_or(slot, |w| w.min(slot)));
@@ -88,15 +83,7 @@ pub(crate) fn due(
             Some(_) => {}
             None if slot < start => {
                 due.missed_count += 1;
-                walked += 1;
                 due.last_missed = Some(slot);
-                if walked >= MOST_WALKED {
-                    // Jump to the window: count what lies between apart.
-                    let (skipped, last) = count_until(slots, slot, start);
-                    due.missed_count += skipped;
-                    due.last_missed = Some(last);
-                    cursor = last;
-                }
             }
             None => {
                 due.next = Next::Run { slot, attempt: 1 };
@@ -138,17 +125,6 @@ pub(crate) fn wake(
         Next::Wait(_) if d.missed_count > 0 => Wake::Campaign,
         Next::Wait(at) => Wake::Sleep(at),
     }
-}
-
-/// The slots strictly after `from` and before `until`, counted, and the
-/// last of them (`from` when none).
-fn count_until(slots: &Slots, from: Timestamp, until: Timestamp) -> (u64, Timestamp) {
-    let (mut count, mut last) = (0, from);
-    while let Some(slot) = slots.after(last).filter(|s| *s < until) {
-        count += 1;
-        last = slot;
-    }
-    (count, last)
 }
 
 /// A second before, for a record that lists slots but no `through`.
@@ -263,7 +239,7 @@ mod tests {
     }
 
     #[test]
-    fn a_month_down_on_a_schedule_of_seconds_is_counted_not_walked() {
+    fn a_month_down_on_a_schedule_of_seconds_is_counted_at_once() {
         let record = Record {
             through: Some(at("2026-10-28T10:00:00Z")),
             ..Record::default()

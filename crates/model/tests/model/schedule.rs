@@ -55,18 +55,28 @@ pub(crate) struct Config {
 }
 
 impl Config {
-    /// Two hosts on a slot every 10 s, ticks of 5 s, a window of 20 s, one
-    /// retry 5 s after a failure, a lease of 15 s.
+    /// Two hosts, ticks of 5 s, one retry 5 s after a failure. Under the
+    /// skip policy, a slot every 15 s with a window of 5 s, shorter than
+    /// the time to the next slot, so that a slot can go past it with no
+    /// other due (as a nightly job's two hours of catch-up), and a dead
+    /// holder's lease of 5 s, so that its slot can be run again within the
+    /// window. Under the wait policy, a slot every 10 s with a window of
+    /// 10 s, so that a slot can wait for the job before it and still run,
+    /// and a lease of 10 s.
     pub(crate) fn two_hosts(skip: bool) -> Config {
         Config {
             hosts: 2,
-            horizon: 6,
+            horizon: if skip { 7 } else { 6 },
             tick: 5,
-            cron: "*/10 * * * * *",
-            window: 10,
+            cron: if skip {
+                "*/15 * * * * *"
+            } else {
+                "*/10 * * * * *"
+            },
+            window: if skip { 5 } else { 10 },
             backoff: 5,
             retries: 1,
-            lease: 2,
+            lease: if skip { 1 } else { 2 },
             skip,
             faults: Faults {
                 deaths: 2,
@@ -135,6 +145,8 @@ mod broken {
     pub(crate) const CUT_SHORT: u16 = 1 << 5;
     pub(crate) const MISSED_COUNT: u16 = 1 << 6;
     pub(crate) const ATTEMPT: u16 = 1 << 7;
+    pub(crate) const SPIN: u16 = 1 << 8;
+    pub(crate) const SLEEPS_PAST: u16 = 1 << 9;
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -214,6 +226,7 @@ impl Schedule {
         let mut s = state.clone();
         let log = match action {
             Action::Tick => {
+                self.check_sleepers(&mut s);
                 s.t += 1;
                 String::new()
             }
@@ -326,6 +339,37 @@ impl Schedule {
         count
     }
 
+    /// The rules of a host that sleeps through this tick (up, in no term,
+    /// its look finding nothing worth a term): it sleeps until a later
+    /// instant than now (a look that answers "now" would poll storage
+    /// without end), and no slot past the window is left unaccounted
+    /// (those are let go, and reported missed, by the first term after
+    /// they went past it).
+    fn check_sleepers(&self, s: &mut State) {
+        let now = self.at(s.t);
+        let record = read(&s.record);
+        for host in &s.hosts {
+            if *host != Host::Idle(false) {
+                continue;
+            }
+            let Wake::Sleep(at) = wake(
+                &self.slots,
+                &record,
+                now,
+                self.window(),
+                self.config.retries,
+            ) else {
+                continue;
+            };
+            if at.is_some_and(|at| at <= now) {
+                s.broken |= broken::SPIN;
+            }
+            if !self.accounted_at(s, s.t) {
+                s.broken |= broken::SLEEPS_PAST;
+            }
+        }
+    }
+
     /// The rules of a run's start, each broken marked.
     fn check_run(&self, s: &mut State, slot: Timestamp, attempt: u32, now: Timestamp) {
         let key = self.secs(slot);
@@ -426,10 +470,15 @@ impl Schedule {
     /// of the last term's start) ran, was skipped or was missed, and only
     /// one of these, and was missed or skipped at most once.
     fn accounted(&self, s: &State) -> bool {
-        let (Some(begun), Some(settled)) = (s.begun, s.settled) else {
-            return true;
-        };
-        let (begun, settled) = (self.secs(self.at(begun)), self.at(settled));
+        s.settled.is_none_or(|t| self.accounted_at(s, t))
+    }
+
+    /// Every slot before the window at tick `t` that came after the
+    /// schedule began ran, was skipped or was missed, only one of these,
+    /// once.
+    fn accounted_at(&self, s: &State, t: u8) -> bool {
+        let Some(begun) = s.begun else { return true };
+        let (begun, settled) = (self.secs(self.at(begun)), self.at(t));
         let window = SignedDuration::from_secs(i64::try_from(self.config.window).unwrap());
         let before = self.secs(settled - window);
         let mut cursor = self.t0 + SignedDuration::from_secs(begun);
@@ -553,7 +602,15 @@ impl Model for Schedule {
                 "the next run of a slot names the run cut short before it, and no other",
                 broken::CUT_SHORT,
             ),
-            rule!("the missed count is the slots let go", broken::MISSED_COUNT,),
+            rule!("the missed count is the slots let go", broken::MISSED_COUNT),
+            rule!(
+                "a host that sleeps sleeps until a later instant",
+                broken::SPIN
+            ),
+            rule!(
+                "a host sleeps only once every slot past the window is accounted for",
+                broken::SLEEPS_PAST
+            ),
             Property::always(
                 "a slot's ended runs stay within its retries",
                 |m: &Schedule, s: &State| {
