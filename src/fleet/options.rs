@@ -67,6 +67,11 @@ impl ScheduleOptions {
     /// How long after its instant, on storage's clock, a slot not done is
     /// still run (or retried); past it, it is recorded as missed and never
     /// runs. At least a second.
+    ///
+    /// A slot whose host died mid-job is run again only within the window:
+    /// choose it longer than the job's run plus the lease plus a minute,
+    /// since Azure may hold a lease that expired unreleased for up to a
+    /// minute before another host can take it.
     #[must_use = "options are built by value; use the returned options"]
     pub fn with_catch_up(mut self, window: Duration) -> Self {
         self.catch_up = window;

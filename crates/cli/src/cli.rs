@@ -618,7 +618,9 @@ pub(crate) struct ScheduleArgs {
     pub(crate) tz: Option<String>,
     /// How long after its time, on storage's clock, a slot not done is
     /// still run or retried; past it, it is recorded missed and never runs.
-    /// At least 1s [default: 1m].
+    /// A slot whose host died is run again only within it: choose it longer
+    /// than CMD's run plus the lease plus a minute (Azure may hold a lease
+    /// that expired unreleased that long). At least 1s [default: 1m].
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, env = "BLOB_MUTEX_CATCH_UP")]
     pub(crate) catch_up: Option<Duration>,
     /// A slot that comes due while CMD still runs: skip (recorded skipped,
