@@ -389,3 +389,88 @@ async fn a_schedules_terms_advertise_its_expression_unless_told_a_value_of_their
         }
     }
 }
+
+/// Hosts whose clocks are ten minutes ahead of storage's, or behind it:
+/// every slot runs at its instant on storage's clock, never early and
+/// never ten minutes late. (The store's clock is set apart from the
+/// hosts', which read their own `SystemTime`.)
+#[tokio::test(start_paused = true)]
+async fn hosts_whose_clocks_are_ten_minutes_off_run_each_slot_at_its_instant_on_storages_clock() {
+    let ten_minutes = Duration::from_secs(600);
+    let now = std::time::SystemTime::now();
+    for storage in [now - ten_minutes, now + ten_minutes] {
+        let store = MemoryLeaseStore::new("c/schedule").with_clock(storage);
+        let runs = Runs::default();
+        let hosts: Vec<Host> = ["h0", "h1"]
+            .iter()
+            .map(|h| host(&store, h, every_ten(), &runs, Duration::from_secs(2)))
+            .collect();
+        tokio::time::sleep(Duration::from_secs(120)).await;
+        for h in &hosts {
+            h.token.cancel();
+        }
+        for h in hosts {
+            h.run.await.unwrap().unwrap();
+        }
+        let runs = finished(&runs);
+        assert!(runs.len() >= 11, "{} runs in two minutes", runs.len());
+        for run in &runs {
+            let slot: jiff::Timestamp = run.slot.parse().unwrap();
+            assert!(run.storage_at_start >= slot, "ran early: {run:?}");
+            assert!(
+                run.storage_at_start.duration_since(slot) < jiff::SignedDuration::from_secs(3),
+                "ran late: {run:?}"
+            );
+        }
+    }
+}
+
+/// A nightly job at 02:30 in Europe/Berlin across both of 2026's changes
+/// (the docs' rule, croner's): on 29 March 02:30 does not exist and the job
+/// runs at 03:00 (01:00 UTC); on 25 October 02:30 comes twice and the job
+/// runs once, at the first pass (00:30 UTC).
+#[tokio::test(start_paused = true)]
+async fn a_nightly_job_in_a_named_zone_runs_the_slots_the_docs_say_across_daylight_saving_changes()
+{
+    let nightly = || {
+        ScheduleOptions::new("30 2 * * *")
+            .with_time_zone("Europe/Berlin")
+            .with_catch_up(Duration::from_secs(60))
+    };
+    for (from, expected) in [
+        (
+            "2026-03-27T12:00:00Z",
+            [
+                "2026-03-28T01:30:00Z",
+                "2026-03-29T01:00:00Z",
+                "2026-03-30T00:30:00Z",
+            ],
+        ),
+        (
+            "2026-10-23T12:00:00Z",
+            [
+                "2026-10-24T00:30:00Z",
+                "2026-10-25T00:30:00Z",
+                "2026-10-26T01:30:00Z",
+            ],
+        ),
+    ] {
+        let at: jiff::Timestamp = from.parse().unwrap();
+        let store = MemoryLeaseStore::new("c/nightly").with_clock(at.into());
+        let runs = Runs::default();
+        let hosts: Vec<Host> = ["h0", "h1"]
+            .iter()
+            .map(|h| host(&store, h, nightly(), &runs, Duration::from_secs(2)))
+            .collect();
+        // Three days and a little, from noon.
+        tokio::time::sleep(Duration::from_secs(3 * 86_400 + 3_600)).await;
+        for h in &hosts {
+            h.token.cancel();
+        }
+        for h in hosts {
+            h.run.await.unwrap().unwrap();
+        }
+        let slots: Vec<String> = finished(&runs).into_iter().map(|r| r.slot).collect();
+        assert_eq!(slots, expected, "from {from}");
+    }
+}

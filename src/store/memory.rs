@@ -195,6 +195,15 @@ impl MemoryLeaseStore {
         wall + Instant::now().saturating_duration_since(at)
     }
 
+    /// The store with its clock reading `at` now, and moving on with
+    /// Tokio's time from there: for tests of a given date, or of hosts
+    /// whose own clocks are off.
+    #[cfg(test)]
+    pub(crate) fn with_clock(mut self, at: SystemTime) -> Self {
+        self.born = (at, Instant::now());
+        self
+    }
+
     /// Stamps a new term (rule 4), with what it advertises (rule 10).
     fn stamp_term(
         &self,
