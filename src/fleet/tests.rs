@@ -106,6 +106,29 @@ fn finished(runs: &Runs) -> Vec<Run> {
     runs
 }
 
+/// Stops every host and waits for each to end without an error.
+async fn stop(hosts: Vec<Host>) {
+    for h in &hosts {
+        h.token.cancel();
+    }
+    for h in hosts {
+        h.run.await.unwrap().unwrap();
+    }
+}
+
+/// Asserts that every run began at its slot on storage's clock: never
+/// before it, and within 3 s.
+fn on_time(runs: &[Run]) {
+    for run in runs {
+        let slot: jiff::Timestamp = run.slot.parse().unwrap();
+        assert!(run.storage_at_start >= slot, "ran early: {run:?}");
+        assert!(
+            run.storage_at_start.duration_since(slot) < jiff::SignedDuration::from_secs(3),
+            "ran late: {run:?}"
+        );
+    }
+}
+
 fn every_ten() -> ScheduleOptions {
     ScheduleOptions::new("*/10 * * * * *").with_catch_up(Duration::from_secs(30))
 }
@@ -119,12 +142,7 @@ async fn three_hosts_run_every_slot_once_in_order_never_early_never_two_at_once(
         .map(|h| host(&store, h, every_ten(), &runs, Duration::from_secs(2)))
         .collect();
     tokio::time::sleep(Duration::from_secs(3600)).await;
-    for h in &hosts {
-        h.token.cancel();
-    }
-    for h in hosts {
-        h.run.await.unwrap().unwrap();
-    }
+    stop(hosts).await;
     let runs = finished(&runs);
     assert!(runs.len() >= 355, "{} runs in an hour", runs.len());
     let slots: Vec<jiff::Timestamp> = runs.iter().map(|r| r.slot.parse().unwrap()).collect();
@@ -135,13 +153,7 @@ async fn three_hosts_run_every_slot_once_in_order_never_early_never_two_at_once(
             "a slot ran twice or not at all after {run:?}"
         );
     }
-    for (run, slot) in runs.iter().zip(&slots) {
-        assert!(run.storage_at_start >= *slot, "ran early: {run:?}");
-        assert!(
-            run.storage_at_start.duration_since(*slot) < jiff::SignedDuration::from_secs(3),
-            "ran late: {run:?}"
-        );
-    }
+    on_time(&runs);
     let holders: std::collections::BTreeSet<&str> =
         runs.iter().map(|r| r.holder.as_str()).collect();
     assert!(!holders.is_empty());
@@ -406,22 +418,10 @@ async fn hosts_whose_clocks_are_ten_minutes_off_run_each_slot_at_its_instant_on_
             .map(|h| host(&store, h, every_ten(), &runs, Duration::from_secs(2)))
             .collect();
         tokio::time::sleep(Duration::from_secs(120)).await;
-        for h in &hosts {
-            h.token.cancel();
-        }
-        for h in hosts {
-            h.run.await.unwrap().unwrap();
-        }
+        stop(hosts).await;
         let runs = finished(&runs);
         assert!(runs.len() >= 11, "{} runs in two minutes", runs.len());
-        for run in &runs {
-            let slot: jiff::Timestamp = run.slot.parse().unwrap();
-            assert!(run.storage_at_start >= slot, "ran early: {run:?}");
-            assert!(
-                run.storage_at_start.duration_since(slot) < jiff::SignedDuration::from_secs(3),
-                "ran late: {run:?}"
-            );
-        }
+        on_time(&runs);
     }
 }
 
@@ -464,12 +464,7 @@ async fn a_nightly_job_in_a_named_zone_runs_the_slots_the_docs_say_across_daylig
             .collect();
         // Three days and a little, from noon.
         tokio::time::sleep(Duration::from_secs(3 * 86_400 + 3_600)).await;
-        for h in &hosts {
-            h.token.cancel();
-        }
-        for h in hosts {
-            h.run.await.unwrap().unwrap();
-        }
+        stop(hosts).await;
         let slots: Vec<String> = finished(&runs).into_iter().map(|r| r.slot).collect();
         assert_eq!(slots, expected, "from {from}");
     }
