@@ -106,6 +106,24 @@ fn finished(runs: &Runs) -> Vec<Run> {
     runs
 }
 
+/// Hosts named `names` running `options` on `store` for `how_long`, each
+/// job taking 2 s, then stopped: the runs that ended (see [`finished`]).
+async fn run_for(
+    store: &MemoryLeaseStore,
+    names: &[&str],
+    options: impl Fn() -> ScheduleOptions,
+    how_long: Duration,
+) -> Vec<Run> {
+    let runs = Runs::default();
+    let hosts: Vec<Host> = names
+        .iter()
+        .map(|h| host(store, h, options(), &runs, Duration::from_secs(2)))
+        .collect();
+    tokio::time::sleep(how_long).await;
+    stop(hosts).await;
+    finished(&runs)
+}
+
 /// Stops every host and waits for each to end without an error.
 async fn stop(hosts: Vec<Host>) {
     for h in &hosts {
@@ -136,14 +154,8 @@ fn every_ten() -> ScheduleOptions {
 #[tokio::test(start_paused = true)]
 async fn three_hosts_run_every_slot_once_in_order_never_early_never_two_at_once() {
     let store = MemoryLeaseStore::new("c/schedule");
-    let runs = Runs::default();
-    let hosts: Vec<Host> = ["h0", "h1", "h2"]
-        .iter()
-        .map(|h| host(&store, h, every_ten(), &runs, Duration::from_secs(2)))
-        .collect();
-    tokio::time::sleep(Duration::from_secs(3600)).await;
-    stop(hosts).await;
-    let runs = finished(&runs);
+    let hour = Duration::from_secs(3600);
+    let runs = run_for(&store, &["h0", "h1", "h2"], every_ten, hour).await;
     assert!(runs.len() >= 355, "{} runs in an hour", runs.len());
     let slots: Vec<jiff::Timestamp> = runs.iter().map(|r| r.slot.parse().unwrap()).collect();
     for (pair, run) in slots.windows(2).zip(&runs) {
@@ -412,14 +424,8 @@ async fn hosts_whose_clocks_are_ten_minutes_off_run_each_slot_at_its_instant_on_
     let now = std::time::SystemTime::now();
     for storage in [now - ten_minutes, now + ten_minutes] {
         let store = MemoryLeaseStore::new("c/schedule").with_clock(storage);
-        let runs = Runs::default();
-        let hosts: Vec<Host> = ["h0", "h1"]
-            .iter()
-            .map(|h| host(&store, h, every_ten(), &runs, Duration::from_secs(2)))
-            .collect();
-        tokio::time::sleep(Duration::from_secs(120)).await;
-        stop(hosts).await;
-        let runs = finished(&runs);
+        let two_minutes = Duration::from_secs(120);
+        let runs = run_for(&store, &["h0", "h1"], every_ten, two_minutes).await;
         assert!(runs.len() >= 11, "{} runs in two minutes", runs.len());
         on_time(&runs);
     }
@@ -457,15 +463,10 @@ async fn a_nightly_job_in_a_named_zone_runs_the_slots_the_docs_say_across_daylig
     ] {
         let at: jiff::Timestamp = from.parse().unwrap();
         let store = MemoryLeaseStore::new("c/nightly").with_clock(at.into());
-        let runs = Runs::default();
-        let hosts: Vec<Host> = ["h0", "h1"]
-            .iter()
-            .map(|h| host(&store, h, nightly(), &runs, Duration::from_secs(2)))
-            .collect();
         // Three days and a little, from noon.
-        tokio::time::sleep(Duration::from_secs(3 * 86_400 + 3_600)).await;
-        stop(hosts).await;
-        let slots: Vec<String> = finished(&runs).into_iter().map(|r| r.slot).collect();
+        let days = Duration::from_secs(3 * 86_400 + 3_600);
+        let runs = run_for(&store, &["h0", "h1"], nightly, days).await;
+        let slots: Vec<String> = runs.into_iter().map(|r| r.slot).collect();
         assert_eq!(slots, expected, "from {from}");
     }
 }
