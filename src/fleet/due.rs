@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use jiff::Timestamp;
 
-use super::record::{window_start, Fate, Record};
+use super::record::{before, window_start, Fate, Record};
 use super::slots::Slots;
 
 /// What a host does next.
@@ -46,13 +46,7 @@ pub(crate) fn due(
     let start = window_start(now, window);
     let begin = record
         .through
-        .or_else(|| {
-            record
-                .slots
-                .keys()
-                .next()
-                .map(|t| t.saturating_sub_second())
-        })
+        .or_else(|| record.slots.keys().next().map(|t| before(*t)))
         .unwrap_or(now);
     let mut due = Due {
         next: Next::Wait(None),
@@ -124,18 +118,6 @@ pub(crate) fn wake(
         Next::Run { .. } => Wake::Campaign,
         Next::Wait(_) if d.missed_count > 0 => Wake::Campaign,
         Next::Wait(at) => Wake::Sleep(at),
-    }
-}
-
-/// A second before, for a record that lists slots but no `through`.
-trait SecondBefore {
-    fn saturating_sub_second(self) -> Timestamp;
-}
-
-impl SecondBefore for Timestamp {
-    fn saturating_sub_second(self) -> Timestamp {
-        self.checked_sub(jiff::SignedDuration::from_secs(1))
-            .unwrap_or(Timestamp::MIN)
     }
 }
 

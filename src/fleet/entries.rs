@@ -1,7 +1,8 @@
 //! The entries a term makes in the schedule's record, decided without I/O:
 //! at its start (a new schedule's beginning, the slots let go as missed),
 //! before a run (its mark, and whose run it finds cut short), and at a
-//! run's end (its fate, and the slots skipped meanwhile). The term writes
+//! run's end (its fate, and the slots skipped meanwhile): `open`, `start`
+//! and `finish`. The term writes
 //! the record; the model checker compiles this file as it is.
 
 use std::time::Duration;
@@ -72,7 +73,7 @@ pub(crate) struct Ended<'a> {
 /// Enters how a run ended in `record`, and with `skip_overlap` the slots
 /// that came due while it ran (within the window at its end, and not
 /// already entered) as skipped; returns those.
-pub(crate) fn end(
+pub(crate) fn finish(
     record: &mut Record,
     slots: &Slots,
     run: &Ended<'_>,
@@ -184,7 +185,7 @@ mod tests {
             end: slot,
             retry_after: Some(Duration::from_secs(5)),
         };
-        end(&mut record, &every_ten(), &ended, true, WINDOW);
+        finish(&mut record, &every_ten(), &ended, true, WINDOW);
         assert_eq!(start(&mut record, slot, 2, 9, "h3"), None);
     }
 
@@ -204,7 +205,7 @@ mod tests {
             end: end_at,
             retry_after: Some(Duration::from_secs(20)),
         };
-        let skipped = end(&mut record, &every_ten(), &ended, true, WINDOW);
+        let skipped = finish(&mut record, &every_ten(), &ended, true, WINDOW);
         assert_eq!(
             skipped,
             [at("2026-11-28T10:00:20Z"), at("2026-11-28T10:00:30Z")]
@@ -217,7 +218,7 @@ mod tests {
             retry_after: None,
             ..ended
         };
-        assert!(end(&mut waiting, &every_ten(), &done, false, WINDOW).is_empty());
+        assert!(finish(&mut waiting, &every_ten(), &done, false, WINDOW).is_empty());
         assert_eq!(waiting.slots.len(), 1);
         assert_eq!(waiting.slots[&slot].fate, Fate::Done);
     }

@@ -98,7 +98,7 @@ impl Entry {
 }
 
 /// A second before `at`.
-fn before(at: Timestamp) -> Timestamp {
+pub(crate) fn before(at: Timestamp) -> Timestamp {
     at.checked_sub(jiff::SignedDuration::from_secs(1))
         .unwrap_or(Timestamp::MIN)
 }

@@ -11,7 +11,7 @@ use tokio::sync::broadcast;
 use tracing::{info, warn};
 
 use super::due::Next;
-use super::entries::{end as ended, open, start, Ended};
+use super::entries::{finish, open, start, Ended};
 use super::metrics::SlotCounter;
 use super::record::Record;
 use super::slots::Slots;
@@ -103,7 +103,7 @@ impl<S: LeaseStore> Term<S> {
     }
 
     /// Before `slot`'s job runs: writes this run's start mark (see
-    /// [`Entry::started`]), so that the next holder can tell if this run is
+    /// [`start`]), so that the next holder can tell if this run is
     /// cut short, and then reports a run of it that another term began and
     /// did not end. The job runs only once the mark is written.
     async fn mark_started(
@@ -164,7 +164,7 @@ impl<S: LeaseStore> Term<S> {
             retry_after,
         };
         let skip = self.options.overlap == Overlap::Skip;
-        for skipped in ended(record, &self.slots, &run, skip, self.options.catch_up) {
+        for skipped in finish(record, &self.slots, &run, skip, self.options.catch_up) {
             self.report(ctx, skipped, SlotOutcome::Skipped);
         }
         outcome

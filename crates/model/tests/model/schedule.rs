@@ -19,7 +19,7 @@ use stateright::{Model, Property, Representative};
 
 use crate::check::Traced;
 use crate::due::{wake, Next, Wake};
-use crate::entries::{end, open, start, Ended};
+use crate::entries::{finish, open, start, Ended};
 use crate::record::Record;
 use crate::slots::Slots;
 
@@ -421,7 +421,7 @@ impl Schedule {
             end: now,
             retry_after: (!ok).then(|| self.backoff(run.attempt)),
         };
-        let skipped = end(
+        let skipped = finish(
             &mut record,
             &self.slots,
             &ended,
