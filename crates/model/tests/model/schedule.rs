@@ -567,6 +567,8 @@ impl Model for Schedule {
         Some(self.step(state, action).0)
     }
 
+    // One entry per promise, in the order the model chapter lists them:
+    // longer than most functions, and read as a list.
     fn properties(&self) -> Vec<Property<Self>> {
         // A rule a step marks when it breaks it (a constant, so that the
         // condition stays a plain function).
