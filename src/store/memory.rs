@@ -196,10 +196,12 @@ impl MemoryLeaseStore {
     }
 
     /// The store with its clock reading `at` now, and moving on with
-    /// Tokio's time from there: for tests of a given date, or of hosts
-    /// whose own clocks are off.
-    #[cfg(test)]
-    pub(crate) fn with_clock(mut self, at: SystemTime) -> Self {
+    /// Tokio's time from there: for tests of a given date, of hosts whose
+    /// own clocks are off, or that run the same way every time (a
+    /// schedule's slots fall where `at` puts them, not where the host's
+    /// clock happens to be).
+    #[must_use = "the store is returned by value"]
+    pub fn with_clock(mut self, at: SystemTime) -> Self {
         self.born = (at, Instant::now());
         self
     }
@@ -564,6 +566,8 @@ pub struct MemoryLeaseSetStore {
     collector: Arc<Collector>,
     /// The pace of its leases' requests, shared by all of them.
     paced: Option<Arc<Paced>>,
+    /// Its leases' clock (see [`with_clock`](Self::with_clock)).
+    born: Option<(SystemTime, Instant)>,
 }
 
 impl Default for MemoryLeaseSetStore {
@@ -572,6 +576,7 @@ impl Default for MemoryLeaseSetStore {
             leases: Arc::default(),
             collector: Arc::new(Collector::new(Collection::default())),
             paced: None,
+            born: None,
         }
     }
 }
@@ -581,6 +586,16 @@ impl MemoryLeaseSetStore {
     #[must_use]
     pub fn new() -> Self {
         MemoryLeaseSetStore::default()
+    }
+
+    /// The same set with its leases' clock reading `at` now, and moving on
+    /// with Tokio's time from there (see [`MemoryLeaseStore::with_clock`]);
+    /// for the leases it makes from now on. Without it, each lease's clock
+    /// starts at the host's clock when the lease is made.
+    #[must_use = "the store is returned by value"]
+    pub fn with_clock(mut self, at: SystemTime) -> Self {
+        self.born = Some((at, Instant::now()));
+        self
     }
 
     /// The same set with another collection of stale members (default
@@ -648,7 +663,13 @@ impl MemoryLeaseSetStore {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .entry(name.to_owned())
-            .or_insert_with(|| MemoryLeaseStore::new(name))
+            .or_insert_with(|| {
+                let mut lease = MemoryLeaseStore::new(name);
+                if let Some(born) = self.born {
+                    lease.born = born;
+                }
+                lease
+            })
             .clone()
     }
 }

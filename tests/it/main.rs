@@ -22,5 +22,7 @@ mod public_api;
 #[cfg(feature = "testing")]
 mod quorum;
 mod shapes;
+#[cfg(all(feature = "testing", feature = "metrics"))]
+mod simulation;
 mod store;
 mod support;

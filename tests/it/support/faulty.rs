@@ -1,7 +1,8 @@
 //! A lease store (and lease-set store) around another that can be taken
-//! down, slowed, blackholed, or made to answer a garbled epoch, and that
-//! records, per account, what the leases it granted and gave up: the
-//! outside record that tells when the next owner may lead.
+//! down, slowed, blackholed, made to answer a garbled epoch, or made to
+//! fail requests one by one as a [`Plan`] says, and that records, per
+//! account, what the leases it granted and gave up and which state writes
+//! landed: the outside record that tells when the next owner may lead.
 // Shared with the tests that need it; not every item is used by each.
 #![allow(dead_code, unreachable_pub)]
 
@@ -15,6 +16,16 @@ use blob_mutex::{
     store::LeaseStore, store::StampOptions, testing::MemoryLeaseSetStore, Error,
 };
 use tokio::time::Instant;
+
+use super::plan::{refused, LATE};
+pub use super::plan::{Plan, Way};
+
+/// Storage's clock when a cell's accounts are made: 2026-11-30T00:00:03Z,
+/// three seconds past a whole ten (a slot of a schedule every 10 s comes
+/// 7 s in).
+pub fn storage_clock() -> std::time::SystemTime {
+    std::time::UNIX_EPOCH + Duration::from_secs(1_795_996_803)
+}
 
 /// What storage does to every call while switched on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -39,6 +50,8 @@ pub enum Effect {
     Freed,
     /// A renewal answered that the lease is not held under this id.
     Lost,
+    /// A state write under this id landed.
+    Wrote,
 }
 
 #[derive(Clone, Debug)]
@@ -60,17 +73,46 @@ pub struct Accounts {
     pub calls: Mutex<Vec<Call>>,
     /// Foreign breaks, by lease key.
     pub breaks: Mutex<BTreeMap<String, Vec<Instant>>>,
+    /// Which requests fail, one by one.
+    pub plan: Mutex<Plan>,
 }
 
 impl Accounts {
+    /// `n` accounts, their clocks all reading [`storage_clock`] now, so
+    /// that a run on paused time goes the same way whenever it is run.
     pub fn new(n: usize) -> Arc<Self> {
         Arc::new(Accounts {
-            sets: (0..n).map(|_| MemoryLeaseSetStore::new()).collect(),
+            sets: (0..n)
+                .map(|_| MemoryLeaseSetStore::new().with_clock(storage_clock()))
+                .collect(),
             storage: Mutex::new(Storage::Up),
             garbled: Mutex::default(),
             calls: Mutex::default(),
             breaks: Mutex::default(),
+            plan: Mutex::default(),
         })
+    }
+
+    /// From now on, requests fail as `plan` says.
+    pub fn set_plan(&self, plan: Plan) {
+        *self.plan.lock().unwrap() = plan;
+    }
+
+    /// Every request sent so far, as the plan saw it.
+    pub fn sent(&self) -> Vec<super::plan::Sent> {
+        self.plan.lock().unwrap().sent().to_vec()
+    }
+
+    fn decide(
+        &self,
+        caller: usize,
+        account: usize,
+        key: &str,
+        operation: &'static str,
+    ) -> Option<(Way, usize)> {
+        let mut plan = self.plan.lock().unwrap();
+        let way = plan.decide(caller, account, key, operation)?;
+        Some((way, plan.sent().last().map_or(0, |s| s.request.nth)))
     }
 
     pub fn set_storage(&self, storage: Storage) {
@@ -93,21 +135,25 @@ impl Accounts {
         self.calls.lock().unwrap().clone()
     }
 
-    /// The lease `key` of account `account`, faulty.
+    /// The lease `key` of account `account`, faulty, for caller 0 (see
+    /// [`Faulty::by`]).
     pub fn lease(self: &Arc<Self>, account: usize, cell: &str, key: &str) -> Faulty {
         Faulty {
             accounts: self.clone(),
             account,
+            caller: 0,
             key: key.into(),
             name: format!("{cell}/{key}").into(),
         }
     }
 
-    /// Account `account`'s lease set, faulty.
+    /// Account `account`'s lease set, faulty, for caller 0 (see
+    /// [`FaultySet::by`]).
     pub fn set(self: &Arc<Self>, account: usize, cell: &str) -> FaultySet {
         FaultySet {
             accounts: self.clone(),
             account,
+            caller: 0,
             cell: cell.into(),
         }
     }
@@ -151,17 +197,27 @@ impl Accounts {
 pub struct Faulty {
     accounts: Arc<Accounts>,
     account: usize,
+    /// Who sends its requests, as the plan names them.
+    caller: usize,
     key: Arc<str>,
     name: Arc<str>,
 }
 
 impl Faulty {
+    /// The same lease, its requests sent by `caller` (an instance's index).
+    #[must_use]
+    pub fn by(mut self, caller: usize) -> Self {
+        self.caller = caller;
+        self
+    }
+
     fn inner(&self) -> blob_mutex::testing::MemoryLeaseStore {
         self.accounts.sets[self.account].get(&self.key)
     }
 
-    /// Runs `call` on the account's lease once storage is reached, and
-    /// records its effect on `lease` (the instant is when storage saw it).
+    /// Runs `call` on the account's lease once storage is reached, as the
+    /// plan says, and records its effect on `lease` (the instant is when
+    /// storage saw it).
     fn call<T, Fut>(
         &self,
         operation: &'static str,
@@ -170,26 +226,64 @@ impl Faulty {
         effect: impl FnOnce(&Result<T, Error>) -> Option<Effect> + Send + 'static,
     ) -> impl Future<Output = Result<T, Error>> + Send + 'static
     where
-        Fut: Future<Output = Result<T, Error>> + Send,
-        T: Send,
+        Fut: Future<Output = Result<T, Error>> + Send + 'static,
+        T: Send + 'static,
     {
         let this = self.clone();
         async move {
+            let planned = this
+                .accounts
+                .decide(this.caller, this.account, &this.key, operation);
             this.accounts.reach(operation).await?;
-            let at = Instant::now();
-            let result = call(this.inner()).await;
-            if let Some(effect) = effect(&result) {
-                let at = if matches!(effect, Effect::Lost) {
-                    Instant::now()
-                } else {
-                    at
-                };
-                this.accounts
-                    .record(this.account, &this.key, lease, effect, at);
+            match planned {
+                None => {}
+                Some((Way::Refused, nth)) => {
+                    this.accounts.answer().await;
+                    return Err(refused(nth));
+                }
+                Some((Way::LostBefore, _)) => return std::future::pending().await,
+                Some((Way::LostAfter, _)) => {
+                    let _ = this.act(lease, call, effect).await;
+                    return std::future::pending().await;
+                }
+                Some((Way::Late, _)) => {
+                    let late = this.clone();
+                    tokio::spawn(async move {
+                        tokio::time::sleep(LATE).await;
+                        let _ = late.act(lease, call, effect).await;
+                    });
+                    return std::future::pending().await;
+                }
             }
+            let result = this.act(lease, call, effect).await;
             this.accounts.answer().await;
             result
         }
+    }
+
+    /// Storage acts on a call now: runs it on the account's lease, and
+    /// records its effect.
+    async fn act<T, Fut>(
+        &self,
+        lease: LeaseId,
+        call: impl FnOnce(blob_mutex::testing::MemoryLeaseStore) -> Fut,
+        effect: impl FnOnce(&Result<T, Error>) -> Option<Effect>,
+    ) -> Result<T, Error>
+    where
+        Fut: Future<Output = Result<T, Error>>,
+    {
+        let at = Instant::now();
+        let result = call(self.inner()).await;
+        if let Some(effect) = effect(&result) {
+            let at = if matches!(effect, Effect::Lost) {
+                Instant::now()
+            } else {
+                at
+            };
+            self.accounts
+                .record(self.account, &self.key, lease, effect, at);
+        }
+        result
     }
 
     fn stamp_call(
@@ -342,6 +436,29 @@ impl LeaseStore for Faulty {
             |_| None,
         )
     }
+
+    fn read_state(&self) -> impl Future<Output = Result<Vec<u8>, Error>> + Send {
+        self.call(
+            "read state",
+            LeaseId::new(),
+            |inner| async move { inner.read_state().await },
+            |_| None,
+        )
+    }
+
+    fn write_state(
+        &self,
+        lease: LeaseId,
+        state: &[u8],
+    ) -> impl Future<Output = Result<(), Error>> + Send {
+        let state = state.to_vec();
+        self.call(
+            "write state",
+            lease,
+            move |inner| async move { inner.write_state(lease, &state).await },
+            |r| r.is_ok().then_some(Effect::Wrote),
+        )
+    }
 }
 
 /// One account's lease set, through the faults of its cell.
@@ -349,14 +466,27 @@ impl LeaseStore for Faulty {
 pub struct FaultySet {
     accounts: Arc<Accounts>,
     account: usize,
+    caller: usize,
     cell: Arc<str>,
+}
+
+impl FaultySet {
+    /// The same set, its requests (and its leases') sent by `caller`.
+    #[must_use]
+    pub fn by(mut self, caller: usize) -> Self {
+        self.caller = caller;
+        self
+    }
 }
 
 impl LeaseSetStore for FaultySet {
     type Lease = Faulty;
 
     fn lease(&self, name: &str) -> Result<Faulty, Error> {
-        Ok(self.accounts.lease(self.account, &self.cell, name))
+        Ok(self
+            .accounts
+            .lease(self.account, &self.cell, name)
+            .by(self.caller))
     }
 
     fn list(
@@ -364,8 +494,16 @@ impl LeaseSetStore for FaultySet {
         prefix: &str,
     ) -> impl Future<Output = Result<Vec<(String, LeaseInfo)>, Error>> + Send {
         let (accounts, account, prefix) = (self.accounts.clone(), self.account, prefix.to_owned());
+        let caller = self.caller;
         async move {
+            // A listing only reads: lost before or after is one failure.
+            let planned = accounts.decide(caller, account, &prefix, "list");
             accounts.reach("list").await?;
+            match planned {
+                None => {}
+                Some((Way::Refused, nth)) => return Err(refused(nth)),
+                Some(_) => return std::future::pending().await,
+            }
             let listed = accounts.sets[account].list(&prefix).await;
             accounts.answer().await;
             listed

@@ -200,7 +200,7 @@ impl Cell {
         runs
     }
 
-    fn options_for(&self, index: usize) -> MutexOptions {
+    pub fn options_for(&self, index: usize) -> MutexOptions {
         self.options
             .clone()
             .with_holder(format!("i{index}"))
@@ -209,7 +209,12 @@ impl Cell {
 
     /// Marks the start of a run; the run ends when the last clone of the
     /// returned guard is dropped.
-    fn started(self: &Arc<Self>, instance: usize, key: &str, ctx: &LeaderContext) -> Arc<RunGuard> {
+    pub fn started(
+        self: &Arc<Self>,
+        instance: usize,
+        key: &str,
+        ctx: &LeaderContext,
+    ) -> Arc<RunGuard> {
         let mut runs = self.runs.lock().unwrap();
         runs.push(Run {
             instance,
@@ -224,16 +229,16 @@ impl Cell {
         Arc::new(RunGuard(self.clone(), runs.len() - 1))
     }
 
-    fn report(&self, report: Report) {
+    pub fn report(&self, report: Report) {
         self.reports.lock().unwrap().push(report);
     }
 }
 
 /// Marks the end of a run when dropped.
-struct RunGuard(Arc<Cell>, usize);
+pub struct RunGuard(Arc<Cell>, usize);
 
 impl RunGuard {
-    fn unit(&self, ctx: &LeaderContext) {
+    pub fn unit(&self, ctx: &LeaderContext) {
         if !ctx.is_current() {
             self.0.runs.lock().unwrap()[self.1].late_units += 1;
         }
@@ -335,7 +340,7 @@ fn misbehave(cell: &Cell, run: &Arc<RunGuard>, ctx: &LeaderContext) -> bool {
     behaviour == Behaviour::StuckOnce
 }
 
-type Campaign = Pin<Box<dyn Future<Output = Result<(), Error>> + Send>>;
+pub type Campaign = Pin<Box<dyn Future<Output = Result<(), Error>> + Send>>;
 
 /// How an instance's campaign ended.
 #[derive(Debug)]
@@ -357,7 +362,7 @@ pub struct Instance {
 }
 
 impl Instance {
-    fn start(
+    pub fn start(
         index: usize,
         owned: Box<dyn Fn() -> BTreeMap<String, u64> + Send + Sync>,
         stopped: Box<dyn Fn() -> bool + Send + Sync>,
@@ -418,7 +423,7 @@ impl Instance {
     }
 }
 
-fn collect<R: Clone + Send + 'static>(
+pub fn collect<R: Clone + Send + 'static>(
     cell: &Arc<Cell>,
     mut reports: broadcast::Receiver<R>,
     convert: impl Fn(R) -> Report + Send + 'static,
@@ -638,36 +643,42 @@ pub struct HandoverRow;
 pub struct GuardRow;
 pub struct GuardHandoverRow;
 
-fn quorum_lease(cell: &Arc<Cell>) -> QuorumLeaseStore<super::faulty::Faulty> {
+fn quorum_lease(cell: &Arc<Cell>, caller: usize) -> QuorumLeaseStore<super::faulty::Faulty> {
     let accounts = (0..cell.accounts.sets.len())
-        .map(|a| cell.accounts.lease(a, &cell.name, "mutex"))
+        .map(|a| cell.accounts.lease(a, &cell.name, "mutex").by(caller))
         .collect();
     QuorumLeaseStore::new(accounts).unwrap()
 }
 
-fn quorum_set(cell: &Arc<Cell>) -> QuorumLeaseSetStore<super::faulty::FaultySet> {
+fn quorum_set(cell: &Arc<Cell>, caller: usize) -> QuorumLeaseSetStore<super::faulty::FaultySet> {
     let sets = (0..cell.accounts.sets.len())
-        .map(|a| (format!("account-{a}"), cell.accounts.set(a, &cell.name)))
+        .map(|a| {
+            (
+                format!("account-{a}"),
+                cell.accounts.set(a, &cell.name).by(caller),
+            )
+        })
         .collect();
     QuorumLeaseSetStore::with_labels(sets).unwrap()
 }
 
-/// Starts two mutex instances, the second once the first leads.
-async fn two_mutexes<S: LeaseStore>(cell: &Arc<Cell>, store: impl Fn() -> S) -> Vec<Instance> {
-    let first = mutex(cell, 0, store(), cell.options_for(0));
+/// Starts two mutex instances, the second once the first leads; `store(i)`
+/// is instance `i`'s.
+async fn two_mutexes<S: LeaseStore>(cell: &Arc<Cell>, store: impl Fn(usize) -> S) -> Vec<Instance> {
+    let first = mutex(cell, 0, store(0), cell.options_for(0));
     leads(cell, 0).await;
-    vec![first, mutex(cell, 1, store(), cell.options_for(1))]
+    vec![first, mutex(cell, 1, store(1), cell.options_for(1))]
 }
 
 /// Starts two lease-set instances, the second once the first owns every
 /// partition, and waits until each owns half.
-async fn two_sets<S: LeaseSetStore>(cell: &Arc<Cell>, store: impl Fn() -> S) -> Vec<Instance> {
-    let first = lease_set(cell, 0, store());
+async fn two_sets<S: LeaseSetStore>(cell: &Arc<Cell>, store: impl Fn(usize) -> S) -> Vec<Instance> {
+    let first = lease_set(cell, 0, store(0));
     until(cell, "instance 0 owns every partition", || {
         cell.running_on(0).len() == PARTITIONS.len()
     })
     .await;
-    let second = lease_set(cell, 1, store());
+    let second = lease_set(cell, 1, store(1));
     until(cell, "the partitions are shared", || {
         cell.running_on(0).len() == 2 && cell.running_on(1).len() == 2
     })
@@ -687,7 +698,7 @@ impl Mode for MutexRow {
     const ACCOUNTS: usize = 1;
     const SET: bool = false;
     async fn start(cell: &Arc<Cell>) -> Vec<Instance> {
-        two_mutexes(cell, || cell.accounts.lease(0, &cell.name, "mutex")).await
+        two_mutexes(cell, |i| cell.accounts.lease(0, &cell.name, "mutex").by(i)).await
     }
 }
 
@@ -696,7 +707,7 @@ impl Mode for QuorumMutexRow {
     const ACCOUNTS: usize = 3;
     const SET: bool = false;
     async fn start(cell: &Arc<Cell>) -> Vec<Instance> {
-        two_mutexes(cell, || quorum_lease(cell)).await
+        two_mutexes(cell, |i| quorum_lease(cell, i)).await
     }
 }
 
@@ -705,7 +716,7 @@ impl Mode for LeaseSetRow {
     const ACCOUNTS: usize = 1;
     const SET: bool = true;
     async fn start(cell: &Arc<Cell>) -> Vec<Instance> {
-        two_sets(cell, || cell.accounts.set(0, &cell.name)).await
+        two_sets(cell, |i| cell.accounts.set(0, &cell.name).by(i)).await
     }
 }
 
@@ -714,7 +725,7 @@ impl Mode for QuorumLeaseSetRow {
     const ACCOUNTS: usize = 3;
     const SET: bool = true;
     async fn start(cell: &Arc<Cell>) -> Vec<Instance> {
-        two_sets(cell, || quorum_set(cell)).await
+        two_sets(cell, |i| quorum_set(cell, i)).await
     }
 }
 
@@ -727,10 +738,10 @@ impl Mode for HandoverRow {
     const SET: bool = false;
     async fn start(cell: &Arc<Cell>) -> Vec<Instance> {
         *cell.victim.lock().unwrap() = 1;
-        let store = || cell.accounts.lease(0, &cell.name, "mutex");
-        let low = mutex(cell, 0, store(), cell.options_for(0).with_priority(1));
+        let store = |i| cell.accounts.lease(0, &cell.name, "mutex").by(i);
+        let low = mutex(cell, 0, store(0), cell.options_for(0).with_priority(1));
         leads(cell, 0).await;
-        let high = mutex(cell, 1, store(), cell.options_for(1).with_priority(2));
+        let high = mutex(cell, 1, store(1), cell.options_for(1).with_priority(2));
         leads(cell, 1).await;
         vec![low, high]
     }
@@ -743,10 +754,10 @@ impl Mode for GuardRow {
     const ACCOUNTS: usize = 1;
     const SET: bool = false;
     async fn start(cell: &Arc<Cell>) -> Vec<Instance> {
-        let store = || cell.accounts.lease(0, &cell.name, "mutex");
-        let first = guard(cell, 0, store(), cell.options_for(0));
+        let store = |i| cell.accounts.lease(0, &cell.name, "mutex").by(i);
+        let first = guard(cell, 0, store(0), cell.options_for(0));
         leads(cell, 0).await;
-        vec![first, guard(cell, 1, store(), cell.options_for(1))]
+        vec![first, guard(cell, 1, store(1), cell.options_for(1))]
     }
 
     fn caller_ended(reason: &'static str) -> &'static str {
@@ -769,10 +780,10 @@ impl Mode for GuardHandoverRow {
     const SET: bool = false;
     async fn start(cell: &Arc<Cell>) -> Vec<Instance> {
         *cell.victim.lock().unwrap() = 1;
-        let store = || cell.accounts.lease(0, &cell.name, "mutex");
-        let low = guard(cell, 0, store(), cell.options_for(0).with_priority(1));
+        let store = |i| cell.accounts.lease(0, &cell.name, "mutex").by(i);
+        let low = guard(cell, 0, store(0), cell.options_for(0).with_priority(1));
         leads(cell, 0).await;
-        let high = guard(cell, 1, store(), cell.options_for(1).with_priority(2));
+        let high = guard(cell, 1, store(1), cell.options_for(1).with_priority(2));
         leads(cell, 1).await;
         vec![low, high]
     }

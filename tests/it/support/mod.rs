@@ -10,6 +10,8 @@ pub mod faulty;
 pub mod forward;
 #[cfg(all(feature = "testing", feature = "metrics"))]
 pub mod matrix;
+#[cfg(feature = "testing")]
+pub mod plan;
 #[cfg(all(feature = "testing", feature = "metrics"))]
 pub mod promises;
 

@@ -38,12 +38,10 @@ pub fn check<M: Mode>(
     hit: &[Run],
     reasons: &[&str],
 ) {
+    always::<M>(cell, instances);
     let runs = cell.runs();
     let reports = cell.reports();
     let record = format!("runs: {runs:#?}\nreports: {reports:#?}");
-    no_two_owners(cell, &runs, &record);
-    every_end_reported_once::<M>(cell, instances, &runs, &reports, &record);
-    next_owner_after_expiry::<M>(cell, &runs, &record);
     for r in &runs {
         let report = reports.iter().find(|p| reports_run(p, r));
         let Some(report) = report else { continue };
@@ -60,6 +58,17 @@ pub fn check<M: Mode>(
             );
         }
     }
+}
+
+/// The three checks, whatever the fault was, once every instance has
+/// stopped.
+pub fn always<M: Mode>(cell: &Cell, instances: &[Instance]) {
+    let runs = cell.runs();
+    let reports = cell.reports();
+    let record = format!("runs: {runs:#?}\nreports: {reports:#?}");
+    no_two_owners(cell, &runs, &record);
+    every_end_reported_once::<M>(cell, instances, &runs, &reports, &record);
+    next_owner_after_expiry::<M>(cell, &runs, &record);
 }
 
 /// Check 1, and no unit of work started by a term that was not current.

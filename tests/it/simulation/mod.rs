@@ -1,0 +1,168 @@
+//! The simulation: the crate's own shapes on paused Tokio time over the
+//! in-memory stores behind the fault layer (`support/faulty.rs`), each
+//! storage request failed in turn in each of four ways
+//! (`support/plan.rs`: refused, lost before storage acted, lost after it
+//! acted, acted on past the caller's time limit), and runs of several
+//! seeded faults with an outage among them. Every run is judged by the
+//! test kit's history checker and by its shape's own promises.
+//!
+//! A sweep makes one clean run of a shape, which lists the requests it
+//! sent; then one run per request and way fails exactly that request. A
+//! run is named by its shape and its fault (or its seed), and a failure
+//! prints the one command that replays it (see [`replay`]).
+//!
+//! Paused time cannot reach what runs outside the runtime: the fail-stop
+//! watcher's OS thread, child processes and sockets. The testing chapter
+//! says where those are tested instead.
+
+/// A sweep test per way of failing, for each shape.
+macro_rules! sweeps {
+    ($($module:ident, $row:ty;)*) => {
+        $(
+            mod $module {
+                use super::*;
+                use crate::support::plan::Way;
+                use crate::simulation::sweep;
+
+                #[test]
+                fn every_request_refused_once() {
+                    sweep::<$row>(&[Way::Refused]);
+                }
+
+                #[test]
+                fn every_request_lost_before_storage_acted_once() {
+                    sweep::<$row>(&[Way::LostBefore]);
+                }
+
+                #[test]
+                fn every_request_lost_after_storage_acted_once() {
+                    sweep::<$row>(&[Way::LostAfter]);
+                }
+
+                #[test]
+                fn every_request_acted_on_late_once() {
+                    sweep::<$row>(&[Way::Late]);
+                }
+            }
+        )*
+    };
+}
+
+mod history;
+mod rows;
+mod run;
+
+use std::time::Duration;
+
+use crate::support::matrix::Mode;
+use crate::support::plan::{Plan, Request, Way};
+
+use run::{run, Judged};
+
+/// What the simulation needs of a shape beyond its row of the matrix.
+trait Simulated: Mode {
+    /// How long a run lasts at least, from the shape's start.
+    const LENGTH: Duration = Duration::from_secs(40);
+
+    /// How soon after the last fault acted the shape is back to its
+    /// steady state (every lease owned, the next slot run on time).
+    const BOUND: Duration;
+
+    /// The checks of a run once every instance stopped, beyond the test
+    /// kit's history checker: panics with what broke.
+    fn judge(judged: &Judged<'_>);
+}
+
+/// Every run of a single-fault sweep of `M` in the ways `ways`: one clean
+/// run lists the requests, then each request fails once in each way.
+/// Panics with every failing run and the command that replays it.
+fn sweep<M: Simulated>(ways: &[Way]) {
+    let clean = run::<M>(Plan::default(), &format!("{} clean", M::NAME));
+    if let Err(e) = &clean.verdict {
+        panic!("{}: the clean run failed: {e}", M::NAME);
+    }
+    let mut failed = Vec::new();
+    let (mut runs, mut missed) = (0, 0);
+    for sent in &clean.sent {
+        for &way in ways {
+            runs += 1;
+            let name = format!("{} {} {}", M::NAME, sent.request, way.as_str());
+            let outcome = run::<M>(Plan::one(sent.request.clone(), way), &name);
+            if !outcome.sent.iter().any(|s| s.way.is_some()) {
+                // The run took another path before this request (the
+                // order in which tasks ready at one instant run is
+                // Tokio's), and sent no request of this name.
+                missed += 1;
+            }
+            if let Err(e) = outcome.verdict {
+                failed.push(format!(
+                    "{name}: {e}\n  replay: {}",
+                    replay_command(M::NAME, &sent.request, way)
+                ));
+            }
+        }
+    }
+    eprintln!(
+        "simulation of {}: {} requests in the clean run, {runs} runs, {} failed, {missed} whose request was never sent",
+        M::NAME,
+        clean.sent.len(),
+        failed.len()
+    );
+    // Nearly every run fails the request it names: a sweep whose runs
+    // mostly went another way tested little.
+    assert!(
+        missed * 10 <= runs,
+        "{missed} of {runs} runs never sent the request they were to fail"
+    );
+    assert!(
+        failed.is_empty(),
+        "{} of {runs} runs broke a promise:\n{}",
+        failed.len(),
+        failed.join("\n")
+    );
+}
+
+/// The command that replays one run of a sweep.
+fn replay_command(shape: &str, request: &Request, way: Way) -> String {
+    format!(
+        "BLOB_MUTEX_SIM_SHAPE={shape} BLOB_MUTEX_SIM_FAULT='{request}' BLOB_MUTEX_SIM_WAY={} \
+         cargo nextest run --all-features -p blob-mutex --test it -E 'test(=simulation::replay)' --no-capture",
+        way.as_str()
+    )
+}
+
+/// Replays the run named by `BLOB_MUTEX_SIM_SHAPE`, `BLOB_MUTEX_SIM_FAULT`
+/// and `BLOB_MUTEX_SIM_WAY` (as a failing sweep prints them), and prints
+/// the requests it sent, with the crate's log at the level of
+/// `BLOB_MUTEX_SIM_LOG` (`info` unless set). Without them, replays a clean
+/// run of the mutex.
+#[test]
+fn replay() {
+    let level = std::env::var("BLOB_MUTEX_SIM_LOG").unwrap_or_else(|_| "info".to_owned());
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new(level))
+        .with_test_writer()
+        .init();
+    let shape = std::env::var("BLOB_MUTEX_SIM_SHAPE").unwrap_or_else(|_| "mutex".to_owned());
+    let plan = match std::env::var("BLOB_MUTEX_SIM_FAULT") {
+        Ok(fault) => {
+            let request: Request = fault.parse().unwrap();
+            let way = std::env::var("BLOB_MUTEX_SIM_WAY").unwrap_or_default();
+            let way = Way::parse(&way).unwrap_or_else(|| panic!("BLOB_MUTEX_SIM_WAY: {way:?}"));
+            Plan::one(request, way)
+        }
+        Err(_) => Plan::default(),
+    };
+    let outcome = rows::run_named(&shape, plan);
+    for sent in &outcome.sent {
+        eprintln!(
+            "{:>8.3}s {} {}",
+            sent.at.as_secs_f64(),
+            sent.request,
+            sent.way.map_or("", Way::as_str)
+        );
+    }
+    if let Err(e) = outcome.verdict {
+        panic!("{e}");
+    }
+}
