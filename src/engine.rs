@@ -555,6 +555,7 @@ pub(crate) mod lingering;
 pub(crate) mod metrics;
 mod one_term;
 mod report;
+pub(crate) mod settled;
 pub(crate) mod state;
 mod stop;
 mod successor;

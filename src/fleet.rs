@@ -18,9 +18,11 @@ mod elsewhere;
 mod entries;
 mod metrics;
 mod options;
+mod own;
 mod phase;
 mod record;
 mod report;
+mod reporter;
 mod slots;
 mod term;
 #[cfg(test)]
@@ -28,22 +30,23 @@ mod tests;
 mod view;
 
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use jiff::Timestamp;
 use tokio::sync::{broadcast, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use tracing::{info, info_span, warn, Instrument};
+use tracing::{info_span, warn, Instrument};
 
 use self::due::{wake, Wake};
 use self::elsewhere::Elsewhere;
-use self::metrics::SlotCounter;
+use self::own::Own;
 use self::phase::Running;
 use self::record::Record;
+use self::reporter::Reporter;
 use self::slots::Slots;
-use self::term::{storage_now, Term};
+use self::term::{storage_now, tell, Term};
 use crate::azure::settings::BlobSettings;
 use crate::azure::BlobLeaseManager;
 use crate::backoff::backoff;
@@ -77,6 +80,14 @@ pub use self::view::{RecordedOutcome, RecordedSlot, ScheduleRecord};
 /// the holder and epoch whose run was cut short, and runs it as the same
 /// attempt (a death does not use up a retry).
 ///
+/// **One failed request changes nothing.** Every read and write of a term
+/// is tried again while its lease is held, and the run's end is timed from
+/// the term's first reading of storage's clock and the host's monotonic
+/// clock, with no request to fail. A job that ran is reported as what
+/// happened: [`SlotOutcome::Ran`] once its record landed (told at the next
+/// read of the record when the write's answer was lost),
+/// [`SlotOutcome::Unrecorded`] when it did not.
+///
 /// **The record** is the lease blob's state: the slots within the catch-up
 /// window and the last 16 done, each with its outcome, holder, epoch and
 /// attempts; a slot past the window and never run is counted as missed and
@@ -98,9 +109,9 @@ pub struct BlobSchedule<S: LeaseStore = BlobLeaseManager> {
     store: S,
     slots: Slots,
     options: ScheduleOptions,
-    reports: broadcast::Sender<SlotReport>,
-    counter: SlotCounter,
-    elsewhere: std::sync::Mutex<Elsewhere>,
+    reporter: Reporter,
+    elsewhere: Mutex<Elsewhere>,
+    own: Arc<Mutex<Own>>,
     phase: watch::Sender<Phase>,
 }
 
@@ -129,13 +140,13 @@ impl<S: LeaseStore + Clone + 'static> BlobSchedule<S> {
         let terms = options.term_options(store.supports_advertised());
         let mutex = BlobDistributedMutex::with_store_for_guards(store.clone(), terms)?;
         Ok(BlobSchedule {
+            reporter: Reporter::new(mutex.holder(), &store.name()),
             mutex,
-            counter: SlotCounter::new(&store.name()),
             store,
             slots,
             options,
-            reports: broadcast::channel(64).0,
-            elsewhere: std::sync::Mutex::default(),
+            elsewhere: Mutex::default(),
+            own: Arc::default(),
             phase: watch::Sender::new(Phase::Stopped),
         })
     }
@@ -170,7 +181,7 @@ impl<S: LeaseStore + Clone + 'static> BlobSchedule<S> {
     /// slow receiver.
     #[must_use]
     pub fn slot_reports(&self) -> broadcast::Receiver<SlotReport> {
-        self.reports.subscribe()
+        self.reporter.subscribe()
     }
 
     /// Runs the schedule until `token` is cancelled: `job` for each slot
@@ -216,10 +227,14 @@ impl<S: LeaseStore + Clone + 'static> BlobSchedule<S> {
                         Some(Duration::ZERO)
                     }
                     Err(e) if e.is_fatal() => return Err(e),
-                    Err(e) => Some(self.failed(&mut failures, &e)),
+                    Err(e) => Some(self.failed(
+                        &mut failures,
+                        "a term ended before it settled its slot",
+                        &e,
+                    )),
                 },
                 Err(e) if e.is_fatal() => return Err(e),
-                Err(e) => Some(self.failed(&mut failures, &e)),
+                Err(e) => Some(self.failed(&mut failures, "could not read its record", &e)),
             };
             let sleeping = async {
                 match wait {
@@ -236,11 +251,12 @@ impl<S: LeaseStore + Clone + 'static> BlobSchedule<S> {
         Ok(())
     }
 
-    /// Counts a failure and says how long to wait before the next look.
-    fn failed(&self, failures: &mut u32, e: &Error) -> Duration {
+    /// Counts a failure (`what` happened) and says how long to wait
+    /// before the next look.
+    fn failed(&self, failures: &mut u32, what: &str, e: &Error) -> Duration {
         *failures = failures.saturating_add(1);
         let wait = backoff(Duration::from_secs(1), Duration::from_secs(30), *failures);
-        warn!(holder = %self.holder(), error = %Chain(e), retry_in = ?wait, "schedule: could not read its record");
+        warn!(holder = %self.holder(), error = %Chain(e), retry_in = ?wait, "schedule: {what}");
         wait
     }
 
@@ -272,6 +288,7 @@ impl<S: LeaseStore + Clone + 'static> BlobSchedule<S> {
         };
         let seen = Instant::now();
         let record = Record::parse(&self.store.name(), &state)?.unwrap_or_default();
+        tell(&self.reporter, self.own().tell(&record));
         self.report_elsewhere(&record, now);
         let wake = wake(
             &self.slots,
@@ -295,21 +312,19 @@ impl<S: LeaseStore + Clone + 'static> BlobSchedule<S> {
         let news = self
             .elsewhere
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .unwrap_or_else(PoisonError::into_inner)
             .news(record, now, self.holder());
         for (slot, entry) in news {
-            info!(slot = %slot, by = %entry.holder, epoch = entry.epoch, "schedule: the slot was done elsewhere; skipped");
             let outcome = SlotOutcome::DoneElsewhere {
                 holder: entry.holder,
                 epoch: entry.epoch,
             };
-            self.counter.settled(&outcome);
-            let _ = self.reports.send(SlotReport {
-                slot: slot.to_string(),
-                holder: self.holder().to_owned(),
-                outcome,
-            });
+            self.reporter.report(slot, outcome);
         }
+    }
+
+    fn own(&self) -> std::sync::MutexGuard<'_, Own> {
+        self.own.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Campaigns for one term and settles what is due in it.
@@ -323,8 +338,8 @@ impl<S: LeaseStore + Clone + 'static> BlobSchedule<S> {
             store: self.store.clone(),
             slots: self.slots.clone(),
             options: self.options.clone(),
-            reports: self.reports.clone(),
-            counter: self.counter.clone(),
+            reporter: self.reporter.clone(),
+            own: self.own.clone(),
         };
         let ran = self
             .mutex

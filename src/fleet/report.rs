@@ -20,7 +20,9 @@ pub struct Slot {
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum SlotOutcome {
-    /// Its job succeeded and the record says so.
+    /// Its job succeeded and the record says so. When the answer to the
+    /// record's write was lost with the lease, this is told at this host's
+    /// next read of the record, once it shows the write landed.
     Ran {
         /// The term's epoch (the fencing token the job was given).
         epoch: u64,
@@ -36,8 +38,10 @@ pub enum SlotOutcome {
         /// The job's error.
         error: String,
     },
-    /// Its job ran but the record could not be written (the lease was
-    /// lost): the next holder runs it again.
+    /// Its job ran but its record did not land: the lease was lost
+    /// before the write could (a write that fails while the lease is held
+    /// is tried again), or its answer was lost and a later read of the
+    /// record showed it had not landed. The next holder runs it again.
     Unrecorded {
         /// The term's epoch.
         epoch: u64,
@@ -55,10 +59,12 @@ pub enum SlotOutcome {
         /// The epoch of its term.
         epoch: u64,
     },
-    /// A run of it by another term began and never ended: that term's host
-    /// died, froze or lost its lease mid-job (the record holds the mark the
-    /// term wrote before the job, and nothing after). This host runs it
-    /// again, as the same attempt, and reports how that run ends next.
+    /// Another term marked a run of it begun and never recorded its end:
+    /// that term's host died, froze or lost its lease before it could (the
+    /// record holds the mark the term wrote before the job, and nothing
+    /// after). Rarely, the mark's answer was lost with the lease and its
+    /// job never began; that host's log says so. This host runs it again,
+    /// as the same attempt, and reports how that run ends next.
     CutShort {
         /// The holder whose run was cut short.
         holder: String,

@@ -1,24 +1,28 @@
 //! One term of a schedule: under the lease, read the record and storage's
 //! clock, let the slots past the window go as missed, run the oldest slot
-//! due, and write what became of it.
+//! due, and write what became of it. Every request is tried again within
+//! the term after a failure that may pass, and a write whose answer was
+//! lost is told for what it is.
 
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime};
 
 use jiff::Timestamp;
-use tokio::sync::broadcast;
+use tokio::time::Instant;
 use tracing::{info, warn};
 
 use super::due::Next;
 use super::entries::{finish, open, start, Ended};
-use super::metrics::SlotCounter;
+use super::own::{Own, Told, Unconfirmed};
 use super::record::Record;
+use super::reporter::{Reporter, Retry};
 use super::slots::Slots;
-use super::{Overlap, ScheduleOptions, Slot, SlotOutcome, SlotReport};
+use super::{Overlap, ScheduleOptions, Slot, SlotOutcome};
 use crate::backoff::backoff;
 use crate::bounded::bounded;
 use crate::engine::leadership::LeaderContext;
+use crate::engine::settled::Written;
 use crate::error::{BoxError, Chain, Error, Result};
 use crate::mutex::record::storage_time;
 use crate::store::LeaseStore;
@@ -28,9 +32,12 @@ pub(super) struct Term<S> {
     pub(super) store: S,
     pub(super) slots: Slots,
     pub(super) options: ScheduleOptions,
-    pub(super) reports: broadcast::Sender<SlotReport>,
-    pub(super) counter: SlotCounter,
+    pub(super) reporter: Reporter,
+    pub(super) own: Arc<Mutex<Own>>,
 }
+
+/// The longest a failed slot waits for its retry.
+const RETRY_BACKOFF_MAX: Duration = Duration::from_secs(86_400);
 
 impl<S: LeaseStore> Term<S> {
     /// Under the term's lease: reads the record and storage's clock, lets
@@ -42,11 +49,19 @@ impl<S: LeaseStore> Term<S> {
         Fut: Future<Output = std::result::Result<(), E>> + Send + 'static,
         E: Into<BoxError> + 'static,
     {
-        // Through the term's context: bounded, and the write fenced by the
-        // term's lease. The record and storage's clock at once.
-        let (state, now) = tokio::join!(ctx.read_state(), self.now());
+        // Through the term's context: bounded, cut at the deadline, tried
+        // again within the term. The record and storage's clock at once.
+        let (state, now) = tokio::join!(
+            ctx.read_state_settled(),
+            ctx.retried("reading storage's clock", || self.now())
+        );
         let mut record = Record::parse(&self.store.name(), &state?)?.unwrap_or_default();
         let now = now?;
+        // Storage's clock later in the term: this reading plus the time
+        // the host's monotonic clock counts since (no request to fail).
+        let read = Instant::now();
+        let clock = move || later(now, read.elapsed());
+        self.tell(&record);
         let before = record.clone();
         let d = open(
             &mut record,
@@ -56,8 +71,7 @@ impl<S: LeaseStore> Term<S> {
             self.options.retries,
         );
         if let Some(last) = d.last_missed {
-            self.report(
-                &ctx,
+            self.reporter.report(
                 last,
                 SlotOutcome::Missed {
                     count: d.missed_count,
@@ -67,66 +81,136 @@ impl<S: LeaseStore> Term<S> {
         let Next::Run { slot, attempt } = d.next else {
             record.prune(now, self.options.catch_up);
             if record != before {
-                self.store
-                    .write_state(ctx.lease_id(), &record.to_bytes())
-                    .await?;
+                // Only slots let go: a write that does not land is made
+                // again by the next term.
+                if let Written::Refused(e) | Written::Unknown(e) =
+                    ctx.write_state_settled(&record.to_bytes()).await?
+                {
+                    warn!(holder = %ctx.holder(), epoch = ctx.epoch(), error = %Chain(&e), "schedule: the record of the slots let go did not land; the next term writes it");
+                }
             }
             return Ok(());
         };
+        if !self.mark_started(&ctx, &mut record, slot, attempt).await? {
+            return Ok(());
+        }
         let given = Slot {
             at: SystemTime::from(slot),
             key: slot.to_string(),
             attempt,
         };
-        self.mark_started(&ctx, &mut record, slot, attempt).await?;
         info!(holder = %ctx.holder(), epoch = ctx.epoch(), slot = %slot, attempt, "schedule: running the slot's job");
         let result = job(given, ctx.clone()).await.map_err(Into::into);
-        let end = self.now().await?;
-        let outcome = self.record_run(&ctx, &mut record, slot, attempt, now, end, result);
+        let end = clock();
+        let (outcome, retry) = self.record_run(&ctx, &mut record, slot, attempt, now, end, result);
         record.prune(end, self.options.catch_up);
-        let written = self
-            .store
-            .write_state(ctx.lease_id(), &record.to_bytes())
-            .await;
-        match written {
-            Ok(()) => self.report(&ctx, slot, outcome),
-            Err(e) => self.report(
-                &ctx,
+        let written = ctx.write_state_settled(&record.to_bytes()).await;
+        self.ended(&ctx, slot, outcome, retry, written)
+    }
+
+    /// Reports the end of `slot`'s run, `outcome`, once its record's write
+    /// settled as `written`: as it is when the record landed, or when the
+    /// job failed (a failure is one whether its record landed or not);
+    /// as unrecorded when the record did not land; and once a later read
+    /// of the record tells, when its answer was lost.
+    fn ended(
+        &self,
+        ctx: &LeaderContext,
+        slot: Timestamp,
+        outcome: SlotOutcome,
+        retry: Retry,
+        written: Result<Written>,
+    ) -> Result<()> {
+        let epoch = ctx.epoch();
+        // The mark this term left names no run cut short, whatever the
+        // record holds now.
+        self.own().explain(slot, epoch);
+        let (lost, error, fatal) = match written {
+            Ok(Written::Landed) => (None, None, None),
+            Ok(Written::Refused(e)) => (Some(false), Some(Chain(&e).to_string()), None),
+            Ok(Written::Unknown(e)) => (Some(true), Some(Chain(&e).to_string()), None),
+            Err(e) => (Some(false), Some(Chain(&e).to_string()), Some(e)),
+        };
+        match (&outcome, lost) {
+            (SlotOutcome::Failed { .. }, _) | (_, None) => {
+                if let Some(error) = &error {
+                    warn!(holder = %ctx.holder(), epoch, slot = %slot, %error, "schedule: the record of the slot's failed run did not land, or may not have; the next holder runs it again as the same attempt");
+                }
+                self.reporter.ended(slot, outcome, retry);
+            }
+            (SlotOutcome::Ran { attempt, .. }, Some(true)) => {
+                let error = error.unwrap_or_default();
+                warn!(holder = %ctx.holder(), epoch, slot = %slot, %error, "schedule: the slot's job ran; whether its record landed is told at the next read of the record");
+                self.own().unconfirmed(
+                    slot,
+                    Unconfirmed {
+                        epoch,
+                        attempt: *attempt,
+                        error,
+                    },
+                );
+            }
+            (_, Some(_)) => self.reporter.report(
                 slot,
                 SlotOutcome::Unrecorded {
-                    epoch: ctx.epoch(),
-                    error: Chain(&e).to_string(),
+                    epoch,
+                    error: error.unwrap_or_default(),
                 },
             ),
         }
-        Ok(())
+        fatal.map_or(Ok(()), Err)
+    }
+
+    /// Reports the runs of this host whose record's answer was lost, as
+    /// `record` tells of them.
+    fn tell(&self, record: &Record) {
+        let told = self.own().tell(record);
+        tell(&self.reporter, told);
+    }
+
+    fn own(&self) -> std::sync::MutexGuard<'_, Own> {
+        self.own.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Before `slot`'s job runs: writes this run's start mark (see
-    /// [`start`]), so that the next holder can tell if this run is
-    /// cut short, and then reports a run of it that another term began and
-    /// did not end. The job runs only once the mark is written.
+    /// [`start`]), so that the next holder can tell if this run is cut
+    /// short, and then reports a run of it that another term began and
+    /// did not end. `true` when the job may run: the mark landed.
     async fn mark_started(
         &self,
         ctx: &LeaderContext,
         record: &mut Record,
         slot: Timestamp,
         attempt: u32,
-    ) -> Result<()> {
+    ) -> Result<bool> {
         let cut_short = start(record, slot, attempt, ctx.epoch(), ctx.holder())
+            .filter(|(_, epoch)| !self.own().explains(slot, *epoch))
             .map(|(holder, epoch)| SlotOutcome::CutShort { holder, epoch });
-        // The term's own path: bounded, cut at its deadline, fenced.
-        ctx.write_state(record.to_bytes()).await?;
+        match ctx.write_state_settled(&record.to_bytes()).await? {
+            Written::Landed => {}
+            Written::Refused(e) => {
+                warn!(holder = %ctx.holder(), epoch = ctx.epoch(), slot = %slot, error = %Chain(&e), "schedule: the slot's start mark did not land (the lease was lost); its job did not run, and the next holder runs it");
+                return Ok(false);
+            }
+            Written::Unknown(e) => {
+                // A mark that landed names no run: this host says so when
+                // it finds it, and this line says so to whoever else does.
+                self.own().explain(slot, ctx.epoch());
+                warn!(holder = %ctx.holder(), epoch = ctx.epoch(), slot = %slot, error = %Chain(&e), "schedule: the slot's start mark may have landed, and the lease was lost; its job did not run, and the next holder runs it");
+                return Ok(false);
+            }
+        }
         // Told once the slot is sure to run here.
         if let Some(outcome) = cut_short {
-            self.report(ctx, slot, outcome);
+            self.reporter.report(slot, outcome);
         }
-        Ok(())
+        Ok(true)
     }
 
     /// Enters the run of `slot` (from `started` to `end`, storage's clock)
     /// in `record`, with the slots that came due meanwhile when they are
-    /// skipped; returns the slot's outcome.
+    /// skipped; returns the slot's outcome and, for a failure, when it is
+    /// tried again.
     #[allow(clippy::too_many_arguments)]
     fn record_run(
         &self,
@@ -137,14 +221,14 @@ impl<S: LeaseStore> Term<S> {
         started: Timestamp,
         end: Timestamp,
         result: std::result::Result<(), BoxError>,
-    ) -> SlotOutcome {
+    ) -> (SlotOutcome, Retry) {
         let epoch = ctx.epoch();
         let (retry_after, outcome) = match result {
             Ok(()) => (None, SlotOutcome::Ran { epoch, attempt }),
             Err(e) => (
                 Some(backoff(
                     self.options.retry_backoff,
-                    Duration::from_secs(86_400),
+                    RETRY_BACKOFF_MAX,
                     attempt,
                 )),
                 SlotOutcome::Failed {
@@ -165,53 +249,53 @@ impl<S: LeaseStore> Term<S> {
         };
         let skip = self.options.overlap == Overlap::Skip;
         for skipped in finish(record, &self.slots, &run, skip, self.options.catch_up) {
-            self.report(ctx, skipped, SlotOutcome::Skipped);
+            self.reporter.report(skipped, SlotOutcome::Skipped);
         }
-        outcome
+        let retry = match record.slots.get(&slot).and_then(|e| e.retry_at) {
+            Some(at)
+                if attempt <= self.options.retries && at <= later(slot, self.options.catch_up) =>
+            {
+                Retry::At(at)
+            }
+            _ => Retry::GaveUp,
+        };
+        (outcome, retry)
     }
 
     /// Storage's clock, from an inspection.
     async fn now(&self) -> Result<Timestamp> {
         storage_now(&self.store, self.options.mutex.request_timeout).await
     }
+}
 
-    fn report(&self, ctx: &LeaderContext, slot: Timestamp, outcome: SlotOutcome) {
-        self.counter.settled(&outcome);
-        let holder = ctx.holder();
-        match &outcome {
-            SlotOutcome::Ran { epoch, attempt } => {
-                info!(%holder, epoch, attempt, slot = %slot, "schedule: the slot ran");
-            }
-            SlotOutcome::Failed {
-                epoch,
-                attempt,
-                error,
-            } => {
-                warn!(%holder, epoch, attempt, slot = %slot, %error, "schedule: the slot's job failed; it is retried while retries are left within the catch-up window");
-            }
-            SlotOutcome::Unrecorded { epoch, error } => {
-                warn!(%holder, epoch, slot = %slot, %error, "schedule: the slot's job ran but its record could not be written (the lease was lost); the next holder runs it again");
-            }
-            SlotOutcome::Skipped => {
-                warn!(%holder, slot = %slot, "schedule: the slot was skipped: it came due while the previous slot's job ran");
-            }
-            SlotOutcome::Missed { count } => {
-                warn!(%holder, slot = %slot, count, "schedule: the slot was missed: nobody ran it within the catch-up window ({count} slots up to it)");
-            }
-            SlotOutcome::CutShort {
-                holder: cut,
-                epoch: cut_epoch,
-            } => {
-                warn!(%holder, slot = %slot, cut_short_on = %cut, cut_short_epoch = cut_epoch, "schedule: the slot's run on {cut} (epoch {cut_epoch}) was cut short: its host died, froze or lost the lease mid-job; running it again");
-            }
-            SlotOutcome::DoneElsewhere { .. } => {}
+/// Reports what a read of the record told of this host's unconfirmed runs.
+pub(super) fn tell(reporter: &Reporter, told: Vec<Told>) {
+    for told in told {
+        match told {
+            Told::Landed(slot, run) => reporter.report(
+                slot,
+                SlotOutcome::Ran {
+                    epoch: run.epoch,
+                    attempt: run.attempt,
+                },
+            ),
+            Told::Lost(slot, run) => reporter.report(
+                slot,
+                SlotOutcome::Unrecorded {
+                    epoch: run.epoch,
+                    error: run.error,
+                },
+            ),
         }
-        let _ = self.reports.send(SlotReport {
-            slot: slot.to_string(),
-            holder: ctx.holder().to_owned(),
-            outcome,
-        });
     }
+}
+
+/// `d` after `at` (the last instant a timestamp can be, past it).
+fn later(at: Timestamp, d: Duration) -> Timestamp {
+    jiff::SignedDuration::try_from(d)
+        .ok()
+        .and_then(|d| at.checked_add(d).ok())
+        .unwrap_or(Timestamp::MAX)
 }
 
 /// Storage's clock, from one inspection bounded by `limit`.

@@ -51,6 +51,8 @@ macro_rules! sweeps {
 mod history;
 mod rows;
 mod run;
+#[cfg(feature = "schedule")]
+mod schedule;
 
 use std::time::Duration;
 

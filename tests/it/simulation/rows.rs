@@ -66,6 +66,8 @@ pub(super) fn run_named(shape: &str, plan: Plan) -> Outcome {
         "lease-set" => run::<LeaseSetRow>(plan, &name),
         "quorum-mutex" => run::<QuorumMutexRow>(plan, &name),
         "quorum-lease-set" => run::<QuorumLeaseSetRow>(plan, &name),
+        #[cfg(feature = "schedule")]
+        "schedule" => run::<super::schedule::ScheduleRow>(plan, &name),
         other => panic!("no shape named {other}"),
     }
 }

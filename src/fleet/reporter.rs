@@ -1,0 +1,121 @@
+//! How a host reports what became of a slot: one log line, the slot
+//! metric, and a [`SlotReport`] to every receiver.
+
+use std::sync::Arc;
+
+use jiff::Timestamp;
+use tokio::sync::broadcast;
+use tracing::{info, warn};
+
+use super::metrics::SlotCounter;
+use super::{SlotOutcome, SlotReport};
+
+/// A failed run's next attempt, as its report's log line tells it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Retry {
+    /// Not before this instant of storage's clock.
+    At(Timestamp),
+    /// Never: the retries are spent, or the next would come past the
+    /// catch-up window.
+    GaveUp,
+}
+
+/// The reports of one host's schedule.
+#[derive(Debug, Clone)]
+pub(super) struct Reporter {
+    holder: Arc<str>,
+    reports: broadcast::Sender<SlotReport>,
+    counter: SlotCounter,
+}
+
+impl Reporter {
+    /// The reports of the host `holder` of the lease `lease`; the last 64
+    /// are kept for a slow receiver.
+    pub(super) fn new(holder: &str, lease: &str) -> Self {
+        Reporter {
+            holder: holder.into(),
+            reports: broadcast::channel(64).0,
+            counter: SlotCounter::new(lease),
+        }
+    }
+
+    pub(super) fn subscribe(&self) -> broadcast::Receiver<SlotReport> {
+        self.reports.subscribe()
+    }
+
+    /// Reports the end of a run of `slot`: a failure says when it is
+    /// tried again.
+    pub(super) fn ended(&self, slot: Timestamp, outcome: SlotOutcome, retry: Retry) {
+        if matches!(outcome, SlotOutcome::Failed { .. }) {
+            self.failed(slot, outcome, retry);
+        } else {
+            self.report(slot, outcome);
+        }
+    }
+
+    /// Reports a failed run of `slot`, saying when it is tried again.
+    fn failed(&self, slot: Timestamp, outcome: SlotOutcome, retry: Retry) {
+        if let SlotOutcome::Failed {
+            epoch,
+            attempt,
+            error,
+        } = &outcome
+        {
+            let holder = &*self.holder;
+            match retry {
+                Retry::At(at) => {
+                    warn!(%holder, epoch, attempt, slot = %slot, %error, retry_at = %at, "schedule: the slot's job failed; it is tried again at {at}");
+                }
+                Retry::GaveUp => {
+                    warn!(%holder, epoch, attempt, slot = %slot, %error, "schedule: the slot's job failed, and the slot gave up: its retries are spent, or the next would come past the catch-up window");
+                }
+            }
+        }
+        self.send(slot, outcome);
+    }
+
+    /// Reports `outcome` of `slot` (a failed run through [`failed`](Self::failed)).
+    pub(super) fn report(&self, slot: Timestamp, outcome: SlotOutcome) {
+        let holder = &*self.holder;
+        match &outcome {
+            SlotOutcome::Ran { epoch, attempt } => {
+                info!(%holder, epoch, attempt, slot = %slot, "schedule: the slot ran");
+            }
+            SlotOutcome::Failed {
+                epoch,
+                attempt,
+                error,
+            } => {
+                warn!(%holder, epoch, attempt, slot = %slot, %error, "schedule: the slot's job failed");
+            }
+            SlotOutcome::Unrecorded { epoch, error } => {
+                warn!(%holder, epoch, slot = %slot, %error, "schedule: the slot's job ran but its record did not land (the lease was lost before it could); the next holder runs it again");
+            }
+            SlotOutcome::Skipped => {
+                warn!(%holder, slot = %slot, "schedule: the slot was skipped: it came due while the previous slot's job ran");
+            }
+            SlotOutcome::Missed { count } => {
+                warn!(%holder, slot = %slot, count, "schedule: the slot was missed: nobody ran it to its end within the catch-up window ({count} slots up to it)");
+            }
+            SlotOutcome::CutShort {
+                holder: cut,
+                epoch: cut_epoch,
+            } => {
+                warn!(%holder, slot = %slot, cut_short_on = %cut, cut_short_epoch = cut_epoch, "schedule: the slot's run on {cut} (epoch {cut_epoch}) never recorded its end: its host died, froze or lost the lease before it could; running it again");
+            }
+            SlotOutcome::DoneElsewhere { holder: by, epoch } => {
+                info!(slot = %slot, %by, epoch, "schedule: the slot was done elsewhere; skipped");
+            }
+        }
+        self.send(slot, outcome);
+    }
+
+    fn send(&self, slot: Timestamp, outcome: SlotOutcome) {
+        self.counter.settled(&outcome);
+        let _ = self.reports.send(SlotReport {
+            slot: slot.to_string(),
+            holder: self.holder.to_string(),
+            outcome,
+        });
+    }
+}
