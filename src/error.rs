@@ -194,12 +194,16 @@ pub enum Error {
     #[error("state write refused: {0}")]
     StateWriteRefused(String),
 
-    /// A run-once call with completion options
-    /// ([`OnceOptions`](crate::OnceOptions)) found a lease state that is
-    /// not a completion record of this version (state another writer
-    /// keeps, or a record of a later version): it is left as it is and the
-    /// task does not run. The text names the lease and what was found.
-    #[error("the lease's state is not a completion record: {0}")]
+    /// A shape that keeps a record in the lease blob's state found there
+    /// something else than its record: a run-once call with completion
+    /// options ([`OnceOptions`](crate::OnceOptions)) that finds no
+    /// completion record of this version, or a schedule
+    /// ([`BlobSchedule`](crate::schedule::BlobSchedule)) that finds no
+    /// schedule's record (state another writer keeps, another shape's
+    /// record, or a record of a later version). The state is left as it is
+    /// and nothing runs. Fatal: the blob holds what it holds until someone
+    /// changes it. The text names the lease and what it holds.
+    #[error("the lease blob's state is not the record this shape keeps: {0}")]
     StateNotARecord(String),
 
     /// A run-once call with a [`done_key`](crate::OnceOptions::done_key)
@@ -251,7 +255,8 @@ impl Error {
     /// Whether the error can never go away by retrying with the same settings:
     /// invalid options or connection strings, authentication failures (401,
     /// 403), an epoch that cannot be increased, a call the store does not
-    /// support, and HTTP 400 (a request
+    /// support, a lease blob whose state is not the record a shape keeps
+    /// ([`Error::StateNotARecord`]), and HTTP 400 (a request
     /// storage will never accept); also [`Error::FirstContactFailed`], which
     /// comes only after retrying for the first-contact timeout. A credential
     /// that could not give a token is not fatal: token endpoints have hiccups.
@@ -264,6 +269,7 @@ impl Error {
             | Error::InvalidEpoch { .. }
             | Error::Unsupported { .. }
             | Error::FirstContactFailed { .. }
+            | Error::StateNotARecord(_)
             | Error::NotStorage { .. } => true,
             Error::Storage { status, .. } => *status == 400,
             _ => false,

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use jiff::Timestamp;
 
-use super::record::{before, window_start, Fate, Record};
+use super::record::{before, window_start, Fate, Record, KEEP_SETTLED};
 use super::slots::Slots;
 
 /// What a host does next.
@@ -24,18 +24,23 @@ pub(crate) enum Next {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Due {
     pub(crate) next: Next,
-    /// How many slots before the window were neither run nor recorded.
+    /// How many slots before the window were neither run to their end nor
+    /// recorded: never begun, or begun and cut short.
     pub(crate) missed_count: u64,
     /// The last of them: a record's `through` moves up to it.
     pub(crate) last_missed: Option<Timestamp>,
+    /// The last [`KEEP_SETTLED`] of them, oldest first: the record lists
+    /// these as missed.
+    pub(crate) recent_missed: Vec<Timestamp>,
 }
 
 /// What is due at storage's `now`: the oldest slot within the window that
 /// is neither done, skipped nor out of attempts (so slots run in order);
 /// a failed one once its back-off has passed and while `retries` are left.
 /// Slots after the record's `through` and before the window that it does
-/// not list were missed. A record with no `through` and no slot (a new
-/// schedule) begins at `now`: no slot before the schedule existed is run.
+/// not list, or lists as begun and never ended (a run cut short), were
+/// missed. A record with no `through` and no slot (a new schedule) begins
+/// at `now`: no slot before the schedule existed is run.
 pub(crate) fn due(
     slots: &Slots,
     record: &Record,
@@ -52,6 +57,7 @@ pub(crate) fn due(
         next: Next::Wait(None),
         missed_count: 0,
         last_missed: None,
+        recent_missed: Vec::new(),
     };
     let mut wait: Option<Timestamp> = None;
     let mut cursor = begin;
@@ -74,11 +80,10 @@ pub(crate) fn due(
                     return due;
                 }
             }
+            // Begun, cut short, and past the window before another run.
+            Some(e) if slot < start && e.is_started(slot) => missed(&mut due, slot),
             Some(_) => {}
-            None if slot < start => {
-                due.missed_count += 1;
-                due.last_missed = Some(slot);
-            }
+            None if slot < start => missed(&mut due, slot),
             None => {
                 due.next = Next::Run { slot, attempt: 1 };
                 return due;
@@ -87,6 +92,16 @@ pub(crate) fn due(
     }
     due.next = Next::Wait(wait);
     due
+}
+
+/// Counts `slot` missed in `due`.
+fn missed(due: &mut Due, slot: Timestamp) {
+    due.missed_count += 1;
+    due.last_missed = Some(slot);
+    if due.recent_missed.len() == KEEP_SETTLED {
+        due.recent_missed.remove(0);
+    }
+    due.recent_missed.push(slot);
 }
 
 /// What a host that looks at the record without the lease does.

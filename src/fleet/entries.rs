@@ -15,8 +15,9 @@ use super::slots::Slots;
 
 /// At a term's start, on storage's clock `now`: begins a new schedule at
 /// `now` (no slot before it is run), lets the slots that went past the
-/// window unrun go as missed (`through` moves past them), and says what is
-/// due.
+/// window unrun (or cut short) go as missed (`through` moves past them,
+/// and the last [`KEEP_SETTLED`](super::record::KEEP_SETTLED) of them are
+/// listed as missed), and says what is due.
 pub(crate) fn open(
     record: &mut Record,
     slots: &Slots,
@@ -30,6 +31,22 @@ pub(crate) fn open(
     let d = due(slots, record, now, window, retries);
     if let Some(last) = d.last_missed {
         record.through = Some(record.through.map_or(last, |t| t.max(last)));
+    }
+    for slot in &d.recent_missed {
+        // A run cut short keeps who ran it last, and how often it ran.
+        let (attempts, epoch, holder) = record.slots.get(slot).map_or((0, 0, String::new()), |e| {
+            (e.attempts, e.epoch, e.holder.clone())
+        });
+        record.slots.insert(
+            *slot,
+            Entry {
+                fate: Fate::Missed,
+                attempts,
+                epoch,
+                retry_at: None,
+                holder,
+            },
+        );
     }
     d
 }

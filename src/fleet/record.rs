@@ -14,9 +14,9 @@ use crate::error::{Error, Result};
 /// ([`Error::StateNotARecord`]) rather than overwrite it.
 const HEADER: &str = "blob-mutex schedule v1";
 
-/// The done slots kept besides those within the catch-up window: what
-/// `status` shows of the past.
-pub(crate) const KEEP_DONE: usize = 16;
+/// The settled slots (done, failed, skipped, missed) kept besides those
+/// within the catch-up window: what `status` shows of the past.
+pub(crate) const KEEP_SETTLED: usize = 16;
 
 /// What became of a slot.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -123,10 +123,26 @@ impl Record {
             return Ok(None);
         }
         let refuse = |what: &str| Error::StateNotARecord(format!("{lease}: {what}"));
-        let text = std::str::from_utf8(state).map_err(|_| refuse("not text"))?;
+        let text = std::str::from_utf8(state)
+            .map_err(|_| refuse("it holds bytes that are not text, not a schedule's record"))?;
         let mut lines = text.lines();
-        if lines.next() != Some(HEADER) {
-            return Err(refuse("not a schedule's record"));
+        match lines.next() {
+            Some(HEADER) => {}
+            Some(line) if line.starts_with("blob-mutex record v") => {
+                return Err(refuse(
+                    "it holds the completion record of a run once (`run --once` with \
+                     --done-key or --at-most-every), not a schedule's record",
+                ));
+            }
+            Some(line) if line.starts_with("blob-mutex schedule v") => {
+                return Err(refuse("it holds a schedule's record of a later version"));
+            }
+            _ => {
+                return Err(refuse(
+                    "it holds state another writer put there (`state put`, another \
+                     program), not a schedule's record",
+                ));
+            }
         }
         let mut record = Record::default();
         for line in lines.filter(|l| !l.is_empty()) {
@@ -167,24 +183,25 @@ impl Record {
     }
 
     /// Lets go of what is no longer needed at storage's `now`: slots before
-    /// the window's start, except the last [`KEEP_DONE`] done; `through`
+    /// the window's start, except the last [`KEEP_SETTLED`] settled ones
+    /// (of any outcome; a run's start mark is not settled); `through`
     /// moves up to the last slot let go. The record then holds at most the
-    /// slots of one window and [`KEEP_DONE`] more.
+    /// slots of one window and [`KEEP_SETTLED`] more.
     pub(crate) fn prune(&mut self, now: Timestamp, window: Duration) {
         let start = window_start(now, window);
-        let done_kept: Vec<Timestamp> = self
+        let kept: Vec<Timestamp> = self
             .slots
             .iter()
-            .filter(|(_, e)| e.fate == Fate::Done)
+            .filter(|(at, e)| **at < start && !e.is_started(**at))
             .map(|(at, _)| *at)
             .rev()
-            .take(KEEP_DONE)
+            .take(KEEP_SETTLED)
             .collect();
         let old: Vec<Timestamp> = self
             .slots
             .keys()
             .copied()
-            .filter(|at| *at < start && !done_kept.contains(at))
+            .filter(|at| *at < start && !kept.contains(at))
             .collect();
         for at in old {
             self.slots.remove(&at);
@@ -300,7 +317,7 @@ mod tests {
     }
 
     #[test]
-    fn pruning_keeps_the_window_and_the_last_done_and_moves_through_up() {
+    fn pruning_keeps_the_window_and_the_last_settled_slots_and_moves_through_up() {
         let mut record = Record::default();
         let start = at("2026-11-28T00:00:00Z");
         for i in 0..100 {
@@ -313,18 +330,28 @@ mod tests {
                 .slots
                 .insert(start + jiff::SignedDuration::from_secs(i * 10), entry(fate));
         }
+        // A run's start mark before the window is no settled slot.
+        let marked = start + jiff::SignedDuration::from_secs(935);
+        record
+            .slots
+            .insert(marked, Entry::started(marked, 1, 7, "web 1"));
         let now = start + jiff::SignedDuration::from_secs(1000);
         record.prune(now, Duration::from_secs(60));
-        // The window's slots (940 … 990 s) and 16 done before them.
-        let within = record
-            .slots
-            .keys()
-            .filter(|t| **t >= now - jiff::SignedDuration::from_secs(60))
-            .count();
+        // The window's slots (940 … 990 s) and the 16 settled before them,
+        // the missed among them.
+        let window = now - jiff::SignedDuration::from_secs(60);
+        let within = record.slots.keys().filter(|t| **t >= window).count();
         assert_eq!(within, 6);
-        assert_eq!(record.slots.len(), KEEP_DONE, "{:?}", record.slots.keys());
-        assert!(record.through.unwrap() < now - jiff::SignedDuration::from_secs(60));
+        assert_eq!(
+            record.slots.len(),
+            KEEP_SETTLED + within,
+            "{:?}",
+            record.slots.keys()
+        );
+        assert!(!record.slots.contains_key(&marked));
+        assert!(record.slots.values().any(|e| e.fate == Fate::Missed));
+        assert!(record.through.unwrap() < window);
         let bytes = record.to_bytes().len();
-        assert!(bytes < 2_000, "{bytes} bytes");
+        assert!(bytes < 3_000, "{bytes} bytes");
     }
 }

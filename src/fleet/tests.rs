@@ -470,3 +470,97 @@ async fn a_nightly_job_in_a_named_zone_runs_the_slots_the_docs_say_across_daylig
         assert_eq!(slots, expected, "from {from}");
     }
 }
+
+/// Two hosts with a window of 10 s, a lease of 15 s and jobs of 5 s; the
+/// holder is killed 2 s into a job. Its lease outlives the window, so
+/// nobody runs the slot again: the host that takes the lease next reports
+/// it missed, once, and the record lists it as missed.
+#[tokio::test(start_paused = true)]
+async fn a_slot_cut_short_that_leaves_its_window_before_a_rerun_is_reported_missed_once() {
+    let store = MemoryLeaseStore::new("c/schedule");
+    let runs = Runs::default();
+    let options = || ScheduleOptions::new("*/30 * * * * *").with_catch_up(Duration::from_secs(10));
+    let mut hosts: Vec<Host> = ["h0", "h1"]
+        .iter()
+        .map(|h| host(&store, h, options(), &runs, Duration::from_secs(5)))
+        .collect();
+    let running = loop {
+        let last = runs.lock().unwrap().last().cloned();
+        if let Some(run) = last.filter(|r| r.ended.is_none()) {
+            break run;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let victim = usize::from(running.holder == "h1");
+    hosts[victim].run.abort();
+    tokio::time::sleep(Duration::from_secs(45)).await;
+    let survivor = hosts.remove(1 - victim);
+    survivor.token.cancel();
+    survivor.run.await.unwrap().unwrap();
+    let mut survivor_reports = survivor.reports;
+    let mut missed = Vec::new();
+    while let Ok(report) = survivor_reports.try_recv() {
+        if let SlotOutcome::Missed { count } = report.outcome {
+            missed.push((report.slot, count));
+        }
+    }
+    assert_eq!(missed, [(running.slot.clone(), 1)]);
+    assert!(
+        !runs
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|r| r.slot == running.slot && r.epoch != running.epoch),
+        "the slot ran again past its window"
+    );
+    let state = crate::store::LeaseStore::read_state(&store).await.unwrap();
+    let record = super::ScheduleRecord::from_state(&state).unwrap().unwrap();
+    let entry = record
+        .slots
+        .iter()
+        .find(|s| s.key == running.slot)
+        .unwrap_or_else(|| panic!("the slot is not in the record: {record:?}"));
+    assert_eq!(entry.outcome, super::RecordedOutcome::Missed);
+    assert_eq!(entry.holder.as_deref(), Some(running.holder.as_str()));
+}
+
+/// A lease blob that holds a run once's completion record is no schedule's
+/// record: the schedule stops at its first look with the error, naming the
+/// blob and what it holds, and leaves the state as it is.
+#[tokio::test(start_paused = true)]
+async fn a_schedule_on_a_blob_that_holds_another_record_stops_with_an_error_that_says_what_it_holds(
+) {
+    use crate::store::{Acquire, LeaseId, LeaseStore};
+    let store = MemoryLeaseStore::new("c/nightly");
+    let lease = LeaseId::new();
+    assert_eq!(
+        store.acquire(lease, Duration::from_secs(15)).await.unwrap(),
+        Acquire::Acquired
+    );
+    let held = b"blob-mutex record v2\nkey=v1\n".to_vec();
+    store.write_state(lease, &held).await.unwrap();
+    store.release(lease).await.unwrap();
+    let schedule = BlobSchedule::with_store(store.clone(), every_ten()).unwrap();
+    let started = Instant::now();
+    let ran = tokio::time::timeout(
+        Duration::from_secs(120),
+        schedule.run(CancellationToken::new(), |_, _| async {
+            Ok::<(), Error>(())
+        }),
+    )
+    .await;
+    let Ok(Err(Error::StateNotARecord(what))) = ran else {
+        panic!("{ran:?}");
+    };
+    assert!(
+        what.contains("c/nightly") && what.contains("completion record of a run once"),
+        "{what}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "retried for {:?}",
+        started.elapsed()
+    );
+    assert_eq!(store.read_state().await.unwrap(), held);
+}

@@ -227,6 +227,11 @@ impl Record {
             Some(line) if line.starts_with(FAMILY) => {
                 return Err(refuse("a record of another version"));
             }
+            Some(line) if line.starts_with("blob-mutex schedule v") => {
+                return Err(refuse(
+                    "it holds a schedule's record (`blob-mutex schedule`), not a completion record",
+                ));
+            }
             _ => return Err(refuse("not a completion record")),
         }
         let mut record = Record::default();

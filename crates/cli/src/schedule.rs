@@ -112,6 +112,13 @@ pub(crate) async fn schedule(args: ScheduleArgs) -> Result<u8> {
     tokio::task::yield_now().await;
     reports.abort();
     shared.groups.settled().await;
+    if let Err(blob_mutex::Error::StateNotARecord(what)) = &ran {
+        return Err(UsageError(format!(
+            "schedule keeps its record in the lease blob's state, and {what}: give the \
+             schedule a blob of its own (--blob)"
+        ))
+        .into());
+    }
     ran?;
     let signal = shared.state().signal;
     Ok(signal.map_or(exit::OK, |s| {

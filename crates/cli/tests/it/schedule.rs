@@ -448,6 +448,47 @@ fn a_bad_cron_a_bad_zone_and_no_command_are_usage_errors_naming_the_flag() {
     }
 }
 
+/// A schedule on a blob that holds a run once's completion record stops at
+/// its first look, a usage error (exit code 2) naming the blob and what it
+/// holds, and the record is left as it was.
+#[tokio::test]
+async fn a_schedule_on_a_blob_that_holds_a_completion_record_exits_2_naming_what_it_holds() {
+    let container = azurite::unique_container("schedule-other-record");
+    let connection = azurite::shared().connection_string();
+    let mut once = blob_mutex_on(connection.clone());
+    once.args([
+        "run",
+        "--once",
+        "--done-key",
+        "v1",
+        "--container",
+        &container,
+    ])
+    .args(["--blob", "nightly", "--", "true"]);
+    let once = once.output().await.expect("run blob-mutex run --once");
+    assert!(once.status.success(), "{once:?}");
+    let store = BlobLeaseManager::new(&azurite::shared().settings(&container, "nightly")).unwrap();
+    let before = store.read_state().await.unwrap();
+    let mut schedule = blob_mutex_on(connection);
+    schedule
+        .args(["schedule", "--container", &container, "--blob", "nightly"])
+        .args(["--cron", "* * * * * *", "--", "true"]);
+    let output = tokio::time::timeout(LIMIT, schedule.output())
+        .await
+        .expect("schedule exits")
+        .expect("run blob-mutex schedule");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    let last = stderr.lines().last().unwrap_or_default();
+    assert!(
+        last.starts_with("blob-mutex: ")
+            && last.contains(&format!("{container}/nightly"))
+            && last.contains("completion record of a run once"),
+        "{stderr}"
+    );
+    assert_eq!(store.read_state().await.unwrap(), before);
+}
+
 /// `status` on a blob that holds a schedule's record shows its last slots,
 /// each with its outcome and holder, and the next slot after storage's
 /// clock, of `--cron` or else of the expression the last term advertised;
