@@ -189,9 +189,11 @@ impl<S: LeaseStore + Clone + 'static> BlobSchedule<S> {
     ///
     /// # Errors
     ///
-    /// A fatal error of the store or the campaign, and
+    /// A fatal error of the store or the campaign;
     /// [`Error::StateNotARecord`] when the lease blob holds state that is
-    /// not a schedule's record.
+    /// not a schedule's record; [`Error::TaskNotStopped`] when a job could
+    /// be neither stopped nor aborted, with fail-stop off (see
+    /// [`ScheduleOptions::with_fail_stop`]; with it on, the process exits).
     pub async fn run<F, Fut, E>(&self, token: CancellationToken, job: F) -> Result<()>
     where
         F: Fn(Slot, LeaderContext) -> Fut + Send + Sync + 'static,
@@ -226,7 +228,10 @@ impl<S: LeaseStore + Clone + 'static> BlobSchedule<S> {
                         failures = 0;
                         Some(Duration::ZERO)
                     }
-                    Err(e) if e.is_fatal() => return Err(e),
+                    // A job that could not be stopped may still run here:
+                    // no other slot starts on this host (nor, with
+                    // fail-stop, on any: the process has exited).
+                    Err(e) if e.is_fatal() || matches!(e, Error::TaskNotStopped) => return Err(e),
                     Err(e) => Some(self.failed(
                         &mut failures,
                         "a term ended before it settled its slot",

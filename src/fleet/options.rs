@@ -36,6 +36,7 @@ pub struct ScheduleOptions {
     pub(super) overlap: Overlap,
     pub(super) retries: u32,
     pub(super) retry_backoff: Duration,
+    pub(super) fail_stop: bool,
     pub(super) mutex: MutexOptions,
 }
 
@@ -43,7 +44,9 @@ impl ScheduleOptions {
     /// A schedule of `cron`: five fields (minute, hour, day of month,
     /// month, day of week) or six with seconds first, in UTC, with a
     /// catch-up window of a minute, [`Overlap::Skip`], two retries of a
-    /// failed job 10 s apart (doubling), and the default mutex options.
+    /// failed job 10 s apart (doubling), fail-stop (see
+    /// [`with_fail_stop`](Self::with_fail_stop)), and the default mutex
+    /// options.
     #[must_use]
     pub fn new(cron: impl Into<String>) -> Self {
         ScheduleOptions {
@@ -53,6 +56,7 @@ impl ScheduleOptions {
             overlap: Overlap::default(),
             retries: 2,
             retry_backoff: Duration::from_secs(10),
+            fail_stop: true,
             mutex: MutexOptions::default(),
         }
     }
@@ -95,7 +99,23 @@ impl ScheduleOptions {
         self
     }
 
-    /// The options of the lease's campaign and terms.
+    /// Whether the process exits when a slot's job neither stops within
+    /// its grace once told to nor can be aborted (it blocks its thread),
+    /// before the lease could expire (see
+    /// [`MutexOptions::with_fail_stop`]). Default: `true`, whatever the
+    /// mutex options say, so that no other host runs the next slot while
+    /// such a job still runs here: "never two jobs at once" holds for every
+    /// job. With `false` (and the mutex options' `fail_stop` off), it holds
+    /// only for jobs that stop when told; the schedule then ends with
+    /// [`Error::TaskNotStopped`] and the job runs on.
+    #[must_use = "options are built by value; use the returned options"]
+    pub fn with_fail_stop(mut self, fail_stop: bool) -> Self {
+        self.fail_stop = fail_stop;
+        self
+    }
+
+    /// The options of the lease's campaign and terms (their `fail_stop`
+    /// is on while [`with_fail_stop`](Self::with_fail_stop) is).
     #[must_use = "options are built by value; use the returned options"]
     pub fn with_mutex(mut self, options: MutexOptions) -> Self {
         self.mutex = options;
@@ -149,6 +169,9 @@ impl ScheduleOptions {
     /// an advertised value.
     pub(crate) fn term_options(&self, store_keeps: bool) -> MutexOptions {
         let mut mutex = self.mutex.clone();
+        if self.fail_stop {
+            mutex = mutex.with_fail_stop(true);
+        }
         if mutex.advertised.is_none() && store_keeps {
             mutex.advertised = self.advertisement();
         }

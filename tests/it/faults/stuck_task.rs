@@ -440,3 +440,96 @@ async fn a_fail_stop_guard_whose_holder_blocks_the_runtime_at_the_abort_exits_be
     }
     assert!(blocked > 0, "no holder blocked the runtime after the abort");
 }
+
+/// The child's part of
+/// [`a_schedule_whose_job_blocks_its_thread_exits_before_its_lease_could_expire`]:
+/// a schedule of every second on the memory store with the real clock,
+/// its options the defaults but for a grace of 1 s. The first slot's job
+/// prints when the lease could expire at the latest (its term's deadline
+/// and the safety margin, in Unix milliseconds), the schedule is stopped,
+/// and the job, told to stop, blocks its thread.
+#[cfg(all(feature = "testing", feature = "schedule"))]
+async fn blocking_job() {
+    use blob_mutex::schedule::{BlobSchedule, ScheduleOptions};
+    use blob_mutex::testing::MemoryLeaseStore;
+    use blob_mutex::{CancellationToken, Error, MutexOptions};
+    use std::time::SystemTime;
+    use tokio::time::Instant;
+
+    let mutex = MutexOptions::default()
+        .with_holder("blocking".to_owned())
+        .with_stop_grace(Duration::from_secs(1));
+    let margin = mutex.effective_safety_margin();
+    let options = ScheduleOptions::new("* * * * * *").with_mutex(mutex);
+    let schedule = BlobSchedule::with_store(MemoryLeaseStore::new("c/blocking"), options).unwrap();
+    let token = CancellationToken::new();
+    let stop = token.clone();
+    let ran = schedule
+        .run(token, move |_, ctx| {
+            let stop = stop.clone();
+            async move {
+                let left = (ctx.deadline() + margin).saturating_duration_since(Instant::now());
+                let unix = (SystemTime::now() + left)
+                    .duration_since(SystemTime::UNIX_EPOCH)
+                    .unwrap();
+                println!("lease-expires-unix-ms {}", unix.as_millis());
+                stop.cancel();
+                ctx.cancelled().await;
+                println!("blocking");
+                std::thread::sleep(LEASE * 4);
+                Ok::<(), Error>(())
+            }
+        })
+        .await;
+    println!("the schedule returned: {ran:?}");
+}
+
+/// A schedule keeps "never two jobs at once" for a job that blocks its
+/// thread once told to stop: with the schedule's default options the
+/// process exits (fail-stop) before the job's lease could expire, so no
+/// other host can run a slot while the job still runs.
+#[cfg(all(feature = "testing", feature = "schedule"))]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_schedule_whose_job_blocks_its_thread_exits_before_its_lease_could_expire() {
+    use std::process::Stdio;
+    use std::time::SystemTime;
+
+    const NAME: &str = "a_schedule_whose_job_blocks_its_thread_exits_before_its_lease_could_expire";
+    if std::env::var_os("BLOB_MUTEX_BLOCKING_JOB").is_some() {
+        return blocking_job().await;
+    }
+    let output = tokio::process::Command::new(std::env::current_exe().unwrap())
+        .arg(crate::support::test_path(module_path!(), NAME))
+        .args(["--exact", "--nocapture", "--test-threads=1"])
+        .env("BLOB_MUTEX_BLOCKING_JOB", "1")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .output();
+    let output = tokio::time::timeout(LEASE * 3, output)
+        .await
+        .expect("the child exits")
+        .unwrap();
+    let exited = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap()
+        .as_millis();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let expires: u128 = stdout
+        .lines()
+        .find_map(|l| l.split("lease-expires-unix-ms ").nth(1))
+        .unwrap_or_else(|| panic!("no job ran: {stdout}"))
+        .parse()
+        .unwrap();
+    assert_eq!(
+        output.status.code(),
+        Some(FAIL_STOP_EXIT_CODE),
+        "{:?}: {stdout}",
+        output.status
+    );
+    assert!(stdout.lines().any(|l| l.ends_with("blocking")), "{stdout}");
+    assert!(
+        exited < expires,
+        "exited {} ms after the lease could expire: {stdout}",
+        exited - expires
+    );
+}
