@@ -36,7 +36,8 @@ pub(crate) struct Due {
 
 /// What is due at storage's `now`: the oldest slot within the window that
 /// is neither done, skipped nor out of attempts (so slots run in order);
-/// a failed one once its back-off has passed and while `retries` are left.
+/// a failed one once its back-off has passed and while `retries` are left
+/// (one whose entry has no retry gave up).
 /// Slots after the record's `through` and before the window that it does
 /// not list, or lists as begun and never ended (a run cut short), were
 /// missed. A record with no `through` and no slot (a new schedule) begins
@@ -68,7 +69,13 @@ pub(crate) fn due(
         }
         cursor = slot;
         match record.slots.get(&slot) {
-            Some(e) if e.fate == Fate::Failed && slot >= start && e.attempts <= retries => {
+            // A failure that gave up has no retry.
+            Some(e)
+                if e.fate == Fate::Failed
+                    && slot >= start
+                    && e.attempts <= retries
+                    && e.retry_at.is_some() =>
+            {
                 // A retry waiting for its back-off holds no later slot up.
                 if let Some(later) = e.retry_at.filter(|t| *t > now) {
                     wait = Some(wait.map_or(later, |w| w.min(later)));

@@ -85,11 +85,15 @@ pub(crate) struct Ended<'a> {
     /// `None` when the job succeeded; when it failed, how long until it may
     /// be retried.
     pub(crate) retry_after: Option<Duration>,
+    /// How many times a failed slot is run again.
+    pub(crate) retries: u32,
 }
 
 /// Enters how a run ended in `record`, and with `skip_overlap` the slots
 /// that came due while it ran (within the window at its end, and not
-/// already entered) as skipped; returns those.
+/// already entered) as skipped; returns those. A failed run whose retries
+/// are spent, or whose next attempt would come past the window, gave up:
+/// its entry has no retry.
 pub(crate) fn finish(
     record: &mut Record,
     slots: &Slots,
@@ -99,12 +103,16 @@ pub(crate) fn finish(
 ) -> Vec<Timestamp> {
     let (fate, retry_at) = match run.retry_after {
         None => (Fate::Done, None),
-        Some(wait) => (
-            Fate::Failed,
-            run.end
-                .checked_add(jiff::SignedDuration::try_from(wait).unwrap_or_default())
-                .ok(),
-        ),
+        Some(wait) => {
+            let window =
+                jiff::SignedDuration::try_from(window).unwrap_or(jiff::SignedDuration::MAX);
+            let last = run.slot.checked_add(window).unwrap_or(Timestamp::MAX);
+            let retry_at = jiff::SignedDuration::try_from(wait)
+                .ok()
+                .and_then(|wait| run.end.checked_add(wait).ok())
+                .filter(|at| *at <= last && run.attempt <= run.retries);
+            (Fate::Failed, retry_at)
+        }
     };
     record.slots.insert(
         run.slot,
@@ -201,6 +209,7 @@ mod tests {
             started: slot,
             end: slot,
             retry_after: Some(Duration::from_secs(5)),
+            retries: 2,
         };
         finish(&mut record, &every_ten(), &ended, true, WINDOW);
         assert_eq!(start(&mut record, slot, 2, 9, "h3"), None);
@@ -221,6 +230,7 @@ mod tests {
             started: at("2026-11-28T10:00:11Z"),
             end: end_at,
             retry_after: Some(Duration::from_secs(20)),
+            retries: 2,
         };
         let skipped = finish(&mut record, &every_ten(), &ended, true, WINDOW);
         assert_eq!(
@@ -238,5 +248,48 @@ mod tests {
         assert!(finish(&mut waiting, &every_ten(), &done, false, WINDOW).is_empty());
         assert_eq!(waiting.slots.len(), 1);
         assert_eq!(waiting.slots[&slot].fate, Fate::Done);
+    }
+
+    /// A failure gives up, with no retry in its entry, once its retries are
+    /// spent or when its next attempt would come past the window; the slot
+    /// is then due no more.
+    #[test]
+    fn a_failed_run_gives_up_when_its_retries_are_spent_or_the_next_would_come_past_the_window() {
+        let slot = at("2026-11-28T10:00:10Z");
+        let failed = |attempt, wait| Ended {
+            slot,
+            attempt,
+            epoch: 8,
+            holder: "h2",
+            started: slot,
+            end: at("2026-11-28T10:00:20Z"),
+            retry_after: Some(Duration::from_secs(wait)),
+            retries: 2,
+        };
+        for (run, retry) in [
+            (failed(2, 20), Some(at("2026-11-28T10:00:40Z"))),
+            (failed(3, 20), None),
+            (failed(1, 61), None),
+        ] {
+            let mut record = Record {
+                through: Some(at("2026-11-28T10:00:00Z")),
+                ..Record::default()
+            };
+            finish(&mut record, &every_ten(), &run, false, WINDOW);
+            assert_eq!(record.slots[&slot].retry_at, retry, "{run:?}");
+            let later = super::super::due::due(
+                &every_ten(),
+                &record,
+                at("2026-11-28T10:00:45Z"),
+                WINDOW,
+                2,
+            );
+            let retried = later.next
+                == super::super::due::Next::Run {
+                    slot,
+                    attempt: run.attempt + 1,
+                };
+            assert_eq!(retried, retry.is_some(), "{run:?}: {later:?}");
+        }
     }
 }

@@ -246,18 +246,15 @@ impl<S: LeaseStore> Term<S> {
             started,
             end,
             retry_after,
+            retries: self.options.retries,
         };
         let skip = self.options.overlap == Overlap::Skip;
         for skipped in finish(record, &self.slots, &run, skip, self.options.catch_up) {
             self.reporter.report(skipped, SlotOutcome::Skipped);
         }
         let retry = match record.slots.get(&slot).and_then(|e| e.retry_at) {
-            Some(at)
-                if attempt <= self.options.retries && at <= later(slot, self.options.catch_up) =>
-            {
-                Retry::At(at)
-            }
-            _ => Retry::GaveUp,
+            Some(at) => Retry::At(at),
+            None => Retry::GaveUp,
         };
         (outcome, retry)
     }

@@ -31,14 +31,19 @@ pub struct RecordedSlot {
     pub at: SystemTime,
     /// What became of it.
     pub outcome: RecordedOutcome,
-    /// How many times its job ran.
+    /// How many times its job ran: for a slot whose run began and has not
+    /// ended, that run included (the attempt it is, as its job was told).
     pub attempts: u32,
     /// The epoch of the last term that ran it (0 when none did).
     pub epoch: u64,
     /// The holder of that term (`None` when none ran it).
     pub holder: Option<String>,
-    /// A failed slot's next attempt, not before (storage's clock).
+    /// A failed slot's next attempt, not before (storage's clock); `None`
+    /// for a failed slot that gave up.
     pub retry_at: Option<SystemTime>,
+    /// A failed slot that is tried no more: its retries are spent, or the
+    /// next would have come past the catch-up window.
+    pub gave_up: bool,
 }
 
 /// What the record says became of a slot.
@@ -111,7 +116,11 @@ fn recorded(at: Timestamp, entry: &Entry) -> RecordedSlot {
             Fate::Skipped => RecordedOutcome::Skipped,
             Fate::Missed => RecordedOutcome::Missed,
         },
-        attempts: entry.attempts,
+        attempts: if entry.is_started(at) {
+            entry.attempts + 1
+        } else {
+            entry.attempts
+        },
         epoch: entry.epoch,
         holder: (!entry.holder.is_empty()).then(|| entry.holder.clone()),
         // A start mark's retry is its own encoding, not a retry.
@@ -119,6 +128,7 @@ fn recorded(at: Timestamp, entry: &Entry) -> RecordedSlot {
             .retry_at
             .filter(|_| !entry.is_started(at))
             .map(SystemTime::from),
+        gave_up: entry.fate == Fate::Failed && entry.retry_at.is_none(),
     }
 }
 
@@ -147,6 +157,7 @@ mod tests {
                     epoch: 7,
                     holder: Some("web 1".to_owned()),
                     retry_at: Some(at("2026-11-28T10:00:30Z")),
+                    gave_up: false,
                 },
                 RecordedSlot {
                     key: "2026-11-28T10:00:20Z".to_owned(),
@@ -156,6 +167,7 @@ mod tests {
                     epoch: 0,
                     holder: None,
                     retry_at: None,
+                    gave_up: false,
                 },
             ]
         );

@@ -30,6 +30,8 @@ struct SlotView {
     epoch: u64,
     holder: Option<String>,
     retry_at: Option<String>,
+    /// A failed slot tried no more.
+    gave_up: bool,
 }
 
 impl ScheduleView {
@@ -99,17 +101,20 @@ impl SlotView {
             epoch: slot.epoch,
             holder: slot.holder.clone(),
             retry_at: slot.retry_at.map(rfc3339),
+            gave_up: slot.gave_up,
         }
     }
 
-    /// `<slot> <outcome> (attempts N[, retry at T]) holder H epoch E`;
-    /// without the details for a slot that never ran.
+    /// `<slot> <outcome> (attempts N[, retry at T | , gave up]) holder H
+    /// epoch E`; without the details for a slot that never ran.
     fn text(&self) -> String {
         let mut text = format!("{} {}", self.slot, self.outcome);
         if self.attempts > 0 {
             let _ = write!(text, " (attempts {}", self.attempts);
             if let Some(retry) = &self.retry_at {
                 let _ = write!(text, ", retry at {retry}");
+            } else if self.gave_up {
+                text.push_str(", gave up");
             }
             text.push(')');
         }
@@ -148,7 +153,7 @@ mod tests {
         );
         assert_eq!(
             serde_json::to_string(&view).unwrap(),
-            r#"{"slots":[{"slot":"2026-11-28T02:30:00Z","outcome":"done","attempts":1,"epoch":7,"holder":"web-1","retry_at":null},{"slot":"2026-11-28T02:30:10Z","outcome":"skipped","attempts":0,"epoch":0,"holder":null,"retry_at":null}],"next":"2026-11-28T02:30:20Z"}"#
+            r#"{"slots":[{"slot":"2026-11-28T02:30:00Z","outcome":"done","attempts":1,"epoch":7,"holder":"web-1","retry_at":null,"gave_up":false},{"slot":"2026-11-28T02:30:10Z","outcome":"skipped","attempts":0,"epoch":0,"holder":null,"retry_at":null,"gave_up":false}],"next":"2026-11-28T02:30:20Z"}"#
         );
         assert_eq!(ScheduleView::new(b"other state", None, now).unwrap(), None);
         assert_eq!(ScheduleView::new(b"", None, now).unwrap(), None);
@@ -156,18 +161,26 @@ mod tests {
 
     /// A slot whose job began and has not ended (the mark its holder writes
     /// first: a failed entry due a second before its slot) shows as started
-    /// on its holder, with no retry.
+    /// on its holder, counting the run going on (the attempt its job was
+    /// told), with no retry; a failed slot tried no more says it gave up.
     #[test]
-    fn a_slot_whose_run_began_shows_as_started_on_its_holder() {
+    fn a_slot_whose_run_began_shows_as_started_on_its_holder_and_one_that_gave_up_says_so() {
         let record = b"blob-mutex schedule v1\n\
+            slot=2026-11-28T02:29:50Z failed attempts=3 epoch=6 retry=- holder=web-1\n\
+            slot=2026-11-28T02:30:00Z failed attempts=1 epoch=7 retry=2026-11-28T02:29:59Z holder=web-1\n\
             slot=2026-11-28T02:30:10Z failed attempts=0 epoch=8 retry=2026-11-28T02:30:09Z holder=web-2\n";
         let now = SystemTime::from("2026-11-28T02:30:15Z".parse::<jiff::Timestamp>().unwrap());
         let view = ScheduleView::new(record, None, now).unwrap().unwrap();
         assert_eq!(
             view.rows(),
-            "slot         2026-11-28T02:30:10Z started holder web-2 epoch 8\n\
+            "slot         2026-11-28T02:29:50Z failed (attempts 3, gave up) holder web-1 epoch 6\n\
+             slot         2026-11-28T02:30:00Z started (attempts 2) holder web-1 epoch 7\n\
+             slot         2026-11-28T02:30:10Z started (attempts 1) holder web-2 epoch 8\n\
              next slot    unknown: the last term advertised no expression (a value of its own, or 0.2.0); pass --cron\n"
         );
+        let json = serde_json::to_value(&view).unwrap();
+        assert_eq!(json["slots"][0]["gave_up"], true);
+        assert_eq!(json["slots"][0]["retry_at"], serde_json::Value::Null);
     }
 
     /// Without `--cron`, the expression is the one the last term

@@ -548,6 +548,7 @@ async fn status_shows_a_schedules_last_slots_and_the_next_one() {
             "epoch": 8,
             "holder": "web-2",
             "retry_at": "2026-11-28T02:30:20Z",
+            "gave_up": false,
         }),
         "{json}"
     );
