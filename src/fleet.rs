@@ -51,6 +51,7 @@ use crate::azure::settings::BlobSettings;
 use crate::azure::BlobLeaseManager;
 use crate::backoff::backoff;
 use crate::bounded::bounded;
+use crate::engine::first_contact;
 use crate::engine::leader::Leader;
 use crate::engine::leadership::LeaderContext;
 use crate::error::{BoxError, Chain, Error, Result};
@@ -133,12 +134,12 @@ impl<S: LeaseStore + Clone + 'static> BlobSchedule<S> {
     ///
     /// # Errors
     ///
-    /// As [`ScheduleOptions::validate`].
+    /// As [`ScheduleOptions::validate`], with this host's holder name.
     pub fn with_store(store: S, options: ScheduleOptions) -> Result<Self> {
-        options.validate()?;
         let slots = Slots::new(&options.cron, &options.time_zone)?;
         let terms = options.term_options(store.supports_advertised());
         let mutex = BlobDistributedMutex::with_store_for_guards(store.clone(), terms)?;
+        options.validate_for(mutex.holder().len())?;
         Ok(BlobSchedule {
             reporter: Reporter::new(mutex.holder(), &store.name()),
             mutex,
@@ -215,9 +216,19 @@ impl<S: LeaseStore + Clone + 'static> BlobSchedule<S> {
     {
         let mut failures = 0;
         let phase = Running::start(&self.phase);
+        // Until storage first answers, a failure is a setting to fix: give
+        // up after the first-contact timeout, as a campaign does.
+        let first_contact = self.options.mutex.first_contact_timeout;
+        let contact = self.mutex.first_contact();
+        let contact_by = contact.give_up_at(Instant::now(), first_contact);
         while !token.is_cancelled() {
             phase.set(Phase::Awake);
-            let wait = match self.look().await {
+            let looked = self.look().await;
+            if looked.is_ok() {
+                contact.answered();
+            }
+            let never_answered = contact_by.filter(|_| !contact.has_answered());
+            let wait = match looked {
                 Ok(Look::Wait { at, seen }) => {
                     failures = 0;
                     phase.set(Phase::Waiting(at));
@@ -239,7 +250,17 @@ impl<S: LeaseStore + Clone + 'static> BlobSchedule<S> {
                     )),
                 },
                 Err(e) if e.is_fatal() => return Err(e),
-                Err(e) => Some(self.failed(&mut failures, "could not read its record", &e)),
+                Err(e) if never_answered.is_some_and(|by| Instant::now() >= by) => {
+                    let after = first_contact.unwrap_or_default();
+                    return Err(first_contact::failed(self.store.name(), after, e));
+                }
+                Err(e) => {
+                    let wait = self.failed(&mut failures, "could not read its record", &e);
+                    // The last look comes at the first-contact timeout.
+                    Some(never_answered.map_or(wait, |by| {
+                        wait.min(by.saturating_duration_since(Instant::now()))
+                    }))
+                }
             };
             let sleeping = async {
                 match wait {

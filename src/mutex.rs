@@ -280,6 +280,12 @@ impl<S: LeaseStore> BlobDistributedMutex<S> {
         self.core.state.subscribe()
     }
 
+    /// Whether storage has ever answered this mutex: a shape that talks to
+    /// storage outside the campaign (a schedule's looks) tells it so.
+    pub(crate) fn first_contact(&self) -> &FirstContact {
+        &self.core.contact
+    }
+
     /// What the engine learns of this mutex's campaigns and guards, for
     /// [`health`](Self::health).
     pub(crate) fn vitals(&self) -> Arc<Vitals> {

@@ -3,10 +3,24 @@
 
 use std::time::{Duration, SystemTime};
 
+use super::record::KEEP_SETTLED;
 use super::slots::Slots;
 use crate::error::{Error, Result};
-use crate::limits::check_advertised;
+use crate::limits::{check_advertised, MAX_STATE_LEN};
 use crate::options::MutexOptions;
+
+/// A duration as an operator writes it: `12h`, `1m 30s`, `500ms`.
+fn human(d: Duration) -> String {
+    jiff::SignedDuration::try_from(d).map_or_else(|_| format!("{d:?}"), |d| format!("{d:#}"))
+}
+
+/// The longest holder name (see [`MutexOptions::with_holder`]).
+const MAX_HOLDER_LEN: usize = 256;
+
+/// The longest line of the record without its holder name: `slot=`, an
+/// instant, `failed`, `attempts=` and `epoch=` at their longest, `retry=`
+/// with an instant, `holder=` and the newline.
+const LINE_LEN: usize = 115;
 
 /// How a schedule's advertised value starts: `schedule tz=ZONE cron=EXPR`
 /// (a zone name has no space; the expression is the rest).
@@ -178,18 +192,56 @@ impl ScheduleOptions {
         mutex
     }
 
-    /// Checks the options, the expression and the time zone.
+    /// Checks the options, the expression and the time zone, and that the
+    /// record cannot outgrow the state's limit of 4 MiB: it keeps every
+    /// slot of one catch-up window and 16 more, each line at most 370 bytes
+    /// with a holder name of 256 (with a shorter holder given in the mutex
+    /// options, that length).
     ///
     /// # Errors
     ///
     /// [`Error::InvalidOption`] naming `cron`, `time_zone`, `catch_up`, or
     /// one of the mutex's options.
     pub fn validate(&self) -> Result<()> {
-        Slots::new(&self.cron, &self.time_zone)?;
+        let holder = self
+            .mutex
+            .holder
+            .as_ref()
+            .map_or(MAX_HOLDER_LEN, String::len);
+        self.validate_for(holder)
+    }
+
+    /// [`validate`](Self::validate) for a holder name of `holder` bytes.
+    pub(crate) fn validate_for(&self, holder: usize) -> Result<()> {
+        let slots = Slots::new(&self.cron, &self.time_zone)?;
         if self.catch_up < Duration::from_secs(1) {
-            return Err(Error::invalid("catch_up", "must be at least 1 s"));
+            return Err(Error::invalid(
+                "catch_up",
+                format!("{} is shorter than the least of 1s", human(self.catch_up)),
+            ));
         }
-        self.mutex.validate()
+        self.mutex.validate()?;
+        let line = LINE_LEN + holder;
+        let fit = (MAX_STATE_LEN / line).saturating_sub(KEEP_SETTLED + 1);
+        // From a fixed instant, so that a check passes or fails alike on
+        // every host; cron expressions repeat within the 400 days scanned.
+        let from =
+            jiff::Timestamp::from_second(1_767_225_600).unwrap_or(jiff::Timestamp::UNIX_EPOCH);
+        let most = slots.most_within(from, self.catch_up, fit + 1);
+        if most > fit {
+            return Err(Error::invalid(
+                "catch_up",
+                format!(
+                    "a window of {} holds more than {fit} slots of {:?}, and the record, which \
+                     keeps every slot of one window and 16 more at up to {line} bytes a line, \
+                     could pass the state's limit of {MAX_STATE_LEN} bytes (4 MiB): shorten the \
+                     window or space the slots further",
+                    human(self.catch_up),
+                    self.cron
+                ),
+            ));
+        }
+        Ok(())
     }
 }
 
@@ -217,6 +269,42 @@ mod tests {
                 ..
             })
         ));
+    }
+
+    /// A window whose slots could take the record past the state's limit
+    /// is refused, naming the window and the expression: a slot a second
+    /// for 12 h would pass it after about 10 h. One that fits, with the
+    /// holder name of the options or the longest, is not.
+    #[test]
+    fn a_window_whose_record_could_outgrow_the_state_is_refused_naming_both() {
+        let every_second = |window: u64| {
+            ScheduleOptions::new("*/1 * * * * *").with_catch_up(Duration::from_secs(window))
+        };
+        let Err(Error::InvalidOption { field, reason }) = every_second(12 * 3600).validate() else {
+            panic!("accepted");
+        };
+        assert_eq!(field, "catch_up");
+        assert!(
+            reason.contains("a window of 12h ")
+                && reason.contains("*/1 * * * * *")
+                && reason.contains("4 MiB"),
+            "{reason}"
+        );
+        every_second(3 * 3600).validate().unwrap();
+        // With a holder of 10 bytes, 8 h of slots fit (115 + 10 bytes a
+        // line); with the longest holder, they could not.
+        let short = every_second(8 * 3600)
+            .with_mutex(MutexOptions::default().with_holder("web-1-4242".to_owned()));
+        short.validate().unwrap();
+        assert!(every_second(8 * 3600).validate().is_err());
+        ScheduleOptions::new("30 2 * * *")
+            .with_catch_up(Duration::from_secs(30 * 86_400))
+            .validate()
+            .unwrap();
+        let Err(Error::InvalidOption { reason, .. }) = every_second(0).validate() else {
+            panic!("a zero window accepted");
+        };
+        assert!(reason.starts_with("0s is shorter"), "{reason}");
     }
 
     #[test]

@@ -61,7 +61,46 @@ impl Slots {
             .ok()
             .map(|next| next.timestamp())
     }
+
+    /// The most slots that fall within one `window`, over the first
+    /// [`SCANNED_SLOTS`] slots (or 400 days) after `from`, and no more than
+    /// `enough` (the scan stops there).
+    pub(crate) fn most_within(
+        &self,
+        from: Timestamp,
+        window: std::time::Duration,
+        enough: usize,
+    ) -> usize {
+        let window = jiff::SignedDuration::try_from(window).unwrap_or(jiff::SignedDuration::MAX);
+        let last = from
+            .checked_add(jiff::SignedDuration::from_hours(24 * 400))
+            .unwrap_or(Timestamp::MAX);
+        let mut within = std::collections::VecDeque::new();
+        let mut most = 0;
+        let mut cursor = from;
+        for _ in 0..SCANNED_SLOTS {
+            let Some(slot) = self.after(cursor).filter(|s| *s <= last) else {
+                break;
+            };
+            cursor = slot;
+            within.push_back(slot);
+            while within
+                .front()
+                .is_some_and(|first| slot.duration_since(*first) > window)
+            {
+                within.pop_front();
+            }
+            most = most.max(within.len());
+            if most >= enough {
+                return enough;
+            }
+        }
+        most
+    }
 }
+
+/// How many slots [`Slots::most_within`] looks at, at most.
+const SCANNED_SLOTS: usize = 20_000;
 
 #[cfg(test)]
 mod tests {

@@ -564,3 +564,57 @@ async fn a_schedule_on_a_blob_that_holds_another_record_stops_with_an_error_that
     );
     assert_eq!(store.read_state().await.unwrap(), held);
 }
+
+/// A schedule that storage never answers gives up after the first-contact
+/// timeout, as a campaign does: its looks are the only requests it makes
+/// between slots. One that storage answered once keeps looking through an
+/// outage.
+#[tokio::test(start_paused = true)]
+async fn a_schedule_storage_never_answered_gives_up_after_the_first_contact_timeout() {
+    let options = || {
+        every_ten().with_mutex(
+            MutexOptions::default().with_first_contact_timeout(Some(Duration::from_secs(5))),
+        )
+    };
+    let store = MemoryLeaseStore::new("c/unreachable");
+    store.set_unavailable(true);
+    let schedule = BlobSchedule::with_store(store, options()).unwrap();
+    let started = Instant::now();
+    let ran = tokio::time::timeout(
+        Duration::from_secs(120),
+        schedule.run(CancellationToken::new(), |_, _| async {
+            Ok::<(), Error>(())
+        }),
+    )
+    .await;
+    let Ok(Err(Error::FirstContactFailed { lease, after, .. })) = ran else {
+        panic!("{ran:?}");
+    };
+    assert_eq!(
+        (lease.as_str(), after),
+        ("c/unreachable", Duration::from_secs(5))
+    );
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_secs(5) && took < Duration::from_secs(6),
+        "{took:?}"
+    );
+
+    let store = MemoryLeaseStore::new("c/outage");
+    let schedule = BlobSchedule::with_store(store.clone(), options()).unwrap();
+    let token = CancellationToken::new();
+    let running = tokio::spawn({
+        let token = token.clone();
+        async move {
+            schedule
+                .run(token, |_, _| async { Ok::<(), Error>(()) })
+                .await
+        }
+    });
+    tokio::time::sleep(Duration::from_secs(25)).await;
+    store.set_unavailable(true);
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    assert!(!running.is_finished(), "{:?}", running.await);
+    token.cancel();
+    running.await.unwrap().unwrap();
+}

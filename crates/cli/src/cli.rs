@@ -419,19 +419,19 @@ fn as_set(error: anyhow::Error) -> anyhow::Error {
 #[derive(Debug, Args)]
 pub(crate) struct LeaseArgs {
     /// How long each lease lasts on the server, 15s to 60s [default: 15s].
-    #[arg(long, value_name = "DURATION", value_parser = parse_positive_duration, env = "BLOB_MUTEX_LEASE_DURATION")]
+    #[arg(long, allow_hyphen_values = true, value_name = "DURATION", value_parser = parse_positive_duration, env = "BLOB_MUTEX_LEASE_DURATION")]
     lease_duration: Option<Duration>,
     /// How often the leader renews [default: a third of --lease-duration].
-    #[arg(long, value_name = "DURATION", value_parser = parse_positive_duration, env = "BLOB_MUTEX_RENEW_INTERVAL")]
+    #[arg(long, allow_hyphen_values = true, value_name = "DURATION", value_parser = parse_positive_duration, env = "BLOB_MUTEX_RENEW_INTERVAL")]
     renew_interval: Option<Duration>,
     /// How long to wait between attempts while another host leads [default: 1s].
-    #[arg(long, value_name = "DURATION", value_parser = parse_positive_duration, env = "BLOB_MUTEX_ACQUIRE_RETRY")]
+    #[arg(long, allow_hyphen_values = true, value_name = "DURATION", value_parser = parse_positive_duration, env = "BLOB_MUTEX_ACQUIRE_RETRY")]
     acquire_retry: Option<Duration>,
     /// How long CMD has to exit after SIGTERM; SIGKILL comes a little
     /// earlier (by a quarter of it, at most 1s), so that CMD is gone before
     /// the lease could expire. Not after a broken or taken lease: SIGKILL
     /// then comes 100 ms after SIGTERM [default: 3s].
-    #[arg(long, value_name = "DURATION", value_parser = parse_positive_duration, env = "BLOB_MUTEX_GRACE")]
+    #[arg(long, allow_hyphen_values = true, value_name = "DURATION", value_parser = parse_positive_duration, env = "BLOB_MUTEX_GRACE")]
     grace: Option<Duration>,
     /// This host's name in the blob's metadata [default: <hostname>-<pid>-<6 random hex digits>].
     #[arg(long, value_name = "NAME", env = HOLDER_ENV)]
@@ -450,7 +450,7 @@ pub(crate) struct LeaseArgs {
     /// permission are settings to fix, not outages to wait out. Once
     /// storage has answered, an outage is retried for as long as it lasts.
     /// 0 makes one attempt; `never` retries for ever [default: 30s].
-    #[arg(long, value_name = "DURATION|never", value_parser = parse_bound, env = "BLOB_MUTEX_FIRST_CONTACT_TIMEOUT")]
+    #[arg(long, allow_hyphen_values = true, value_name = "DURATION|never", value_parser = parse_bound, env = "BLOB_MUTEX_FIRST_CONTACT_TIMEOUT")]
     first_contact_timeout: Option<Bound>,
 }
 
@@ -510,7 +510,7 @@ pub(crate) struct RunArgs {
     /// --at-most-every, a host that gives up waiting exits 3 without
     /// knowing whether CMD ran elsewhere: set it longer than CMD takes, or
     /// leave it out. [default: wait as long as it takes]
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration, env = "BLOB_MUTEX_WAIT")]
+    #[arg(long, allow_hyphen_values = true, value_name = "DURATION", value_parser = parse_duration, env = "BLOB_MUTEX_WAIT")]
     pub(crate) wait: Option<Duration>,
     /// Run until stopped by a signal: after CMD exits or the lease is lost,
     /// release, campaign again and restart CMD (after a 5s back-off when CMD
@@ -550,7 +550,7 @@ pub(crate) struct RunArgs {
     /// (20h for a daily job): however long CMD takes, the next day's run is
     /// due. With --done-key, skips when either says so. One storage account
     /// only.
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration, env = "BLOB_MUTEX_AT_MOST_EVERY")]
+    #[arg(long, allow_hyphen_values = true, value_name = "DURATION", value_parser = parse_duration, env = "BLOB_MUTEX_AT_MOST_EVERY")]
     pub(crate) at_most_every: Option<Duration>,
     /// This host's priority as a preferred successor, any integer. While
     /// another host leads, this one advertises itself beside the lease; a
@@ -621,7 +621,7 @@ pub(crate) struct ScheduleArgs {
     /// A slot whose host died is run again only within it: choose it longer
     /// than CMD's run plus the lease plus a minute (Azure may hold a lease
     /// that expired unreleased that long). At least 1s [default: 1m].
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration, env = "BLOB_MUTEX_CATCH_UP")]
+    #[arg(long, allow_hyphen_values = true, value_name = "DURATION", value_parser = parse_duration, env = "BLOB_MUTEX_CATCH_UP")]
     pub(crate) catch_up: Option<Duration>,
     /// A slot that comes due while CMD still runs: skip (recorded skipped,
     /// never run late) or wait (run after it, if still within --catch-up).
@@ -631,7 +631,12 @@ pub(crate) struct ScheduleArgs {
     /// How many times a slot whose CMD failed (exited non-zero) is run
     /// again, within --catch-up: 10s after the failure, then doubling
     /// [default: 2].
-    #[arg(long, value_name = "N", env = "BLOB_MUTEX_RETRIES")]
+    #[arg(
+        long,
+        value_name = "N",
+        allow_hyphen_values = true,
+        env = "BLOB_MUTEX_RETRIES"
+    )]
     pub(crate) retries: Option<u32>,
     /// Serve, on this address only (for example 127.0.0.1:9898), as `run`
     /// does: /metrics (the slots' outcomes among them); /livez and /healthz
@@ -684,7 +689,7 @@ pub(crate) struct BreakArgs {
     pub(crate) target: Target,
     /// How long the current holder may keep the lease, in whole seconds,
     /// 0s to 60s [default: 0s].
-    #[arg(long, value_name = "DURATION", value_parser = parse_break_period)]
+    #[arg(long, allow_hyphen_values = true, value_name = "DURATION", value_parser = parse_break_period)]
     pub(crate) period: Option<Duration>,
 }
 
@@ -732,7 +737,7 @@ pub(crate) struct StateTarget {
     #[arg(long, short = 'b', env = BLOB_ENV)]
     blob: String,
     /// The longest the storage requests may take [default: 3s].
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    #[arg(long, allow_hyphen_values = true, value_name = "DURATION", value_parser = parse_duration)]
     request_timeout: Option<Duration>,
     /// The storage backend, official or sdk-v021 (inside run's command, the
     /// one run was given) [default: official].

@@ -422,12 +422,12 @@ fn blob_mutex(args: &[&str]) -> Output {
         .expect("run blob-mutex")
 }
 
-/// A bad cron expression or time zone, and a schedule without a command,
-/// are one-line usage errors (exit code 2) naming the flag, before any
-/// request.
+/// A bad cron expression, time zone, window or number of retries, and a
+/// schedule without a command, are one-line usage errors (exit code 2)
+/// naming the flag and what was typed, before any request.
 #[test]
 fn a_bad_cron_a_bad_zone_and_no_command_are_usage_errors_naming_the_flag() {
-    let cases: [(&[&str], &str); 4] = [
+    let cases: [(&[&str], &str); 9] = [
         (&["--cron", "*/10 * * *", "--", "true"], "--cron"),
         (&["--cron", "61 * * * *", "--", "true"], "--cron"),
         (
@@ -435,6 +435,26 @@ fn a_bad_cron_a_bad_zone_and_no_command_are_usage_errors_naming_the_flag() {
             "--tz",
         ),
         (&["--cron", "0 2 * * *"], "CMD"),
+        (
+            &["--cron", "0 2 * * *", "--catch-up", "0", "--", "true"],
+            "--catch-up",
+        ),
+        (
+            &["--cron", "0 2 * * *", "--catch-up", "500ms", "--", "true"],
+            "--catch-up",
+        ),
+        (
+            &["--cron", "0 2 * * *", "--catch-up", "-5s", "--", "true"],
+            "--catch-up",
+        ),
+        (
+            &["--cron", "0 2 * * *", "--retries", "-1", "--", "true"],
+            "--retries",
+        ),
+        (
+            &["--cron", "*/1 * * * * *", "--catch-up", "12h", "--", "true"],
+            "--catch-up",
+        ),
     ];
     for (args, flag) in cases {
         let mut all = vec!["schedule", "--dev", "-c", "leases", "-b", "nightly"];
@@ -445,6 +465,11 @@ fn a_bad_cron_a_bad_zone_and_no_command_are_usage_errors_naming_the_flag() {
         assert_eq!(stderr.lines().count(), 1, "{args:?}: one line: {stderr:?}");
         assert!(stderr.starts_with("blob-mutex: "), "{stderr:?}");
         assert!(stderr.contains(flag), "{args:?}: {flag} in {stderr:?}");
+        let typed = args[args.iter().position(|a| *a == flag).map_or(0, |i| i + 1)];
+        assert!(
+            flag == "CMD" || stderr.contains(typed.trim_start_matches('-')),
+            "{args:?}: {typed:?} in {stderr:?}"
+        );
     }
 }
 
@@ -487,6 +512,38 @@ async fn a_schedule_on_a_blob_that_holds_a_completion_record_exits_2_naming_what
         "{stderr}"
     );
     assert_eq!(store.read_state().await.unwrap(), before);
+}
+
+/// A schedule that storage never answers (a port nothing listens on)
+/// exits 1 once `--first-contact-timeout` has passed, as `run` does, with a
+/// line that says what to check.
+#[tokio::test]
+async fn a_schedule_storage_never_answered_exits_1_after_the_first_contact_timeout() {
+    let closed = free_addr();
+    let connection = azurite::connection_string(&format!("http://{closed}/devstoreaccount1"));
+    let started = std::time::Instant::now();
+    let mut schedule = blob_mutex_on(connection);
+    schedule
+        .args(["schedule", "--container", "leases", "--blob", "nightly"])
+        .args(["--cron", "* * * * * *", "--first-contact-timeout", "3s"])
+        .args(["--", "true"]);
+    let output = tokio::time::timeout(LIMIT, schedule.output())
+        .await
+        .expect("schedule exits")
+        .expect("run blob-mutex schedule");
+    let took = started.elapsed();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    let last = stderr.lines().last().unwrap_or_default();
+    assert!(
+        last.starts_with("blob-mutex: ")
+            && last.contains("within 3s")
+            && last.contains("leases/nightly"),
+        "{stderr}"
+    );
+    // The bound, a look cut at the request timeout (3 s), and a loaded
+    // machine.
+    assert!(took < Duration::from_secs(15), "gave up after {took:?}");
 }
 
 /// `status` on a blob that holds a schedule's record shows its last slots,
