@@ -50,8 +50,11 @@ pub(crate) fn may_have_landed(e: &Error) -> bool {
 
 impl LeaderContext {
     /// Writes `state` as [`write_state`](Self::write_state) does, and
-    /// again after each failure that may pass, until it lands, storage
-    /// refuses it, or the term is cancelled.
+    /// again after each failure that may pass, until it lands or storage
+    /// refuses it: the lease is gone, or the term's deadline has passed. A
+    /// term told to stop (a shutdown) goes on trying while it holds the
+    /// lease: the record of work done is part of the work, and the stop's
+    /// grace bounds it.
     ///
     /// # Errors
     ///
@@ -67,7 +70,7 @@ impl LeaderContext {
                 Err(e) => e,
             };
             unknown |= may_have_landed(&error);
-            if !error.is_transient() || self.is_cancelled() {
+            if !error.is_transient() {
                 return Ok(if unknown {
                     Written::Unknown(error)
                 } else {
@@ -77,10 +80,7 @@ impl LeaderContext {
             failures = failures.saturating_add(1);
             let wait = backoff(RETRY_FIRST, RETRY_MAX, failures);
             warn!(epoch = self.epoch(), error = %Chain(&error), failures, retry_in = ?wait, "writing the term's record failed; trying again while the lease is held");
-            tokio::select! {
-                _ = self.cancelled() => {}
-                () = tokio::time::sleep(wait) => {}
-            }
+            tokio::time::sleep(wait).await;
         }
     }
 

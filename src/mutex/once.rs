@@ -16,6 +16,7 @@ use crate::bounded::bounded;
 use crate::ending::{StopReason, TermReport};
 use crate::engine::first_contact;
 use crate::engine::leadership::LeaderContext;
+use crate::engine::settled::Written;
 use crate::engine::{Attempts, TaskFn, ACQUIRE_BACKOFF_MAX};
 use crate::error::{BoxError, Chain, Error, Result};
 use crate::store::LeaseStore;
@@ -69,6 +70,13 @@ pub enum OnceOutcome<T> {
 enum Step {
     Ran,
     Unrecorded(Error),
+    /// The record's write may have landed: its answer was lost with the
+    /// lease. A read after the term tells (`key` and `at`, as written).
+    Unconfirmed {
+        error: Error,
+        key: Option<String>,
+        at: Option<u64>,
+    },
     Skipped(SkipReason),
     /// The record could not be read, was not one or could not keep the
     /// key: the task did not run.
@@ -231,13 +239,22 @@ impl<S: LeaseStore> BlobDistributedMutex<S> {
             Some(report) if led => report,
             _ => return Err(Error::Cancelled),
         };
-        let source = match (steps.take(), kept.take()) {
-            (Some(Ok(step)), output) => return self.outcome(step, output, report),
+        let (output, writing) = kept.take();
+        let source = match (steps.take(), output) {
+            (Some(Ok(step)), output) => {
+                let step = self.confirmed(step).await;
+                return self.outcome(step, output, report);
+            }
             // The term ended while the record was being written: the task
-            // was aborted after its output was kept.
+            // was aborted after its output was kept. A read tells whether
+            // the write landed.
             (None, Some(output)) => {
                 let error = cut_off(report.reason);
-                return self.outcome(Step::Unrecorded(error), Some(output), report);
+                let step = match writing {
+                    Some((key, at)) => self.confirmed(Step::Unconfirmed { error, key, at }).await,
+                    None => Step::Unrecorded(error),
+                };
+                return self.outcome(step, Some(output), report);
             }
             (Some(Err(source)), _) => Some(source),
             (None, None) => None,
@@ -301,6 +318,27 @@ impl<S: LeaseStore> BlobDistributedMutex<S> {
         }
     }
 
+    /// A success whose record's answer was lost, told by a read of the
+    /// record after the term: ran when it holds the success, unrecorded
+    /// when it does not or cannot be read.
+    async fn confirmed(&self, step: Step) -> Step {
+        let Step::Unconfirmed { error, key, at } = step else {
+            return step;
+        };
+        let store = &*self.core.store;
+        let limit = self.core.options.request_timeout;
+        match bounded("read state", limit, store.read_state()).await {
+            Ok(state) => match Record::parse(&store.name(), &state) {
+                Ok(Some(record)) if record.has_success(key.as_deref(), at) => Step::Ran,
+                _ => Step::Unrecorded(error),
+            },
+            Err(read) => {
+                warn!(error = %Chain(&read), "the completion record's write may have landed, and reading it back failed: counted as not written");
+                Step::Unrecorded(error)
+            }
+        }
+    }
+
     /// One read of the record, and storage's clock when the options need it.
     async fn read_record(&self, options: &OnceOptions) -> Result<Decision> {
         let store = &*self.core.store;
@@ -341,10 +379,20 @@ impl<S: LeaseStore> BlobDistributedMutex<S> {
             }
             (Step::Refused(error), _) => Err(error),
             // A step that ran with no output kept: not made by `recorded`.
-            (Step::Ran | Step::Unrecorded(_), None) => Err(Error::TaskFailed {
-                report: Box::new(report),
-                source: None,
-            }),
+            (Step::Unconfirmed { error, .. }, Some(output)) => {
+                warn!(%lease, epoch = report.epoch, %error, "the task succeeded; its completion record was not written");
+                Ok(OnceOutcome::Unrecorded {
+                    output,
+                    report,
+                    error,
+                })
+            }
+            (Step::Ran | Step::Unrecorded(_) | Step::Unconfirmed { .. }, None) => {
+                Err(Error::TaskFailed {
+                    report: Box::new(report),
+                    source: None,
+                })
+            }
         }
     }
 }
@@ -391,10 +439,18 @@ where
                 Err(e) => return Ok(Step::Refused(e)),
             };
             kept.put(task(ctx.clone()).await.map_err(Into::into)?);
-            let record = record.after_success(options.done_key.as_deref(), started);
-            Ok(match ctx.write_state(record.to_bytes()).await {
-                Ok(()) => Step::Ran,
-                Err(e) => Step::Unrecorded(e),
+            let key = options.done_key.clone();
+            let record = record.after_success(key.as_deref(), started);
+            kept.writing((key.clone(), started));
+            // Tried again while the lease is held, as the schedule's are.
+            Ok(match ctx.write_state_settled(&record.to_bytes()).await {
+                Ok(Written::Landed) => Step::Ran,
+                Ok(Written::Refused(e)) | Err(e) => Step::Unrecorded(e),
+                Ok(Written::Unknown(error)) => Step::Unconfirmed {
+                    error,
+                    key,
+                    at: started,
+                },
             })
         })
     }
@@ -451,23 +507,31 @@ async fn due_once<S: LeaseStore>(
     })
 }
 
+/// The success a completion record's write records: its key and start.
+type Success = (Option<String>, Option<u64>);
+
 /// Where the task of a run-once term keeps its output, before its record
-/// is written.
-struct Kept<T>(Mutex<Option<T>>);
+/// is written, and the success that record is to hold once its write
+/// began (a term that ends during the write tells by reading it back).
+struct Kept<T>(Mutex<(Option<T>, Option<Success>)>);
 
 impl<T> Default for Kept<T> {
     fn default() -> Self {
-        Kept(Mutex::new(None))
+        Kept(Mutex::new((None, None)))
     }
 }
 
 impl<T> Kept<T> {
     fn put(&self, output: T) {
-        *self.0.lock().unwrap_or_else(PoisonError::into_inner) = Some(output);
+        self.0.lock().unwrap_or_else(PoisonError::into_inner).0 = Some(output);
     }
 
-    fn take(&self) -> Option<T> {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner).take()
+    fn writing(&self, success: Success) {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner).1 = Some(success);
+    }
+
+    fn take(&self) -> (Option<T>, Option<Success>) {
+        std::mem::take(&mut *self.0.lock().unwrap_or_else(PoisonError::into_inner))
     }
 }
 

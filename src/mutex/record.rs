@@ -277,6 +277,13 @@ impl Record {
     }
 
     /// The record after a success with `key` whose run started at `at`.
+    /// Whether this record holds a success recorded with `key` and `at`
+    /// (see [`after_success`](Self::after_success)): the key, and the
+    /// start.
+    pub(crate) fn has_success(&self, key: Option<&str>, at: Option<u64>) -> bool {
+        key.is_none_or(|key| self.holds(key)) && (at.is_none() || self.at == at)
+    }
+
     pub(crate) fn after_success(mut self, key: Option<&str>, at: Option<u64>) -> Record {
         if let Some(key) = key {
             if !self.holds(key) {

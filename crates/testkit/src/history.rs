@@ -126,6 +126,11 @@ pub struct History {
     /// Every resource of the run, and how soon after the nemesis stopped
     /// each must be owned again.
     pub bounds: BTreeMap<String, Duration>,
+    /// Resources of [`bounds`](Self::bounds) that may rest unowned once
+    /// their work is done (a run once whose key is recorded): every rule
+    /// but liveness judges them, and the shape judges its own steady
+    /// state.
+    pub may_rest: std::collections::BTreeSet<String>,
     /// How long a broken term may run on after the break returned: until
     /// its owner learns of the loss at its next renewal, or, when it cannot
     /// renew (paused, cut off), until its deadline, which is less than a

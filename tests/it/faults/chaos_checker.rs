@@ -357,6 +357,19 @@ fn a_resource_left_without_an_owner_after_the_nemesis_is_caught() {
     assert_eq!(check(&h), vec![]);
 }
 
+/// A resource that may rest (a run once whose work is done) is judged by
+/// every rule but liveness.
+#[test]
+fn a_resource_that_may_rest_unowned_is_judged_by_every_rule_but_liveness() {
+    let mut h = clean();
+    h.terms[1].end = Some(s(29));
+    h.may_rest.insert("mutex".to_owned());
+    assert_eq!(check(&h), vec![]);
+    h.terms[1].start = s(9);
+    h.units[1].at = s(11);
+    assert_eq!(rules(&h), vec!["two-owners"]);
+}
+
 /// Seed 1122327122 on a loaded machine: the nemesis's last fault broke
 /// the owner's lease an instant before it stopped; the rig's settle took
 /// the owner, which had not noticed yet, for an owner, ended the run at

@@ -35,6 +35,11 @@ pub(super) fn of<M: Simulated>(judged: &Judged<'_>) -> History {
     History {
         terms,
         bounds: M::keys().into_iter().map(|k| (k, M::BOUND)).collect(),
+        may_rest: if M::MAY_REST {
+            M::keys().into_iter().collect()
+        } else {
+            std::collections::BTreeSet::new()
+        },
         calm: since(judged.calm),
         stopped,
         // Ownership is judged up to the stop; the terms it ended end after.
@@ -47,7 +52,8 @@ pub(super) fn of<M: Simulated>(judged: &Judged<'_>) -> History {
 
 /// Panics with every violation the checker finds in the run.
 pub(super) fn check<M: Simulated>(judged: &Judged<'_>) {
-    let history = of::<M>(judged);
+    let mut history = of::<M>(judged);
+    M::add_to(&mut history, judged);
     let violations = checker::check(&history);
     assert!(
         violations.is_empty(),

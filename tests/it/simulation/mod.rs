@@ -49,10 +49,13 @@ macro_rules! sweeps {
 }
 
 mod history;
+mod locks;
+mod once;
 mod rows;
 mod run;
 #[cfg(feature = "schedule")]
 mod schedule;
+mod state;
 
 use std::time::Duration;
 
@@ -70,9 +73,20 @@ trait Simulated: Mode {
     /// steady state (every lease owned, the next slot run on time).
     const BOUND: Duration;
 
+    /// Whether its leases may rest unowned once its work is done (a run
+    /// once whose key is recorded): the history checker then leaves their
+    /// steady state to [`judge`](Self::judge).
+    const MAY_REST: bool = false;
+
     /// The checks of a run once every instance stopped, beyond the test
     /// kit's history checker: panics with what broke.
     fn judge(judged: &Judged<'_>);
+
+    /// Adds what the shape recorded beyond its terms (state writes and
+    /// reads) to the run's history, before the checker judges it.
+    fn add_to(history: &mut blob_mutex_testkit::history::History, judged: &Judged<'_>) {
+        let _ = (history, judged);
+    }
 }
 
 /// Every run of a single-fault sweep of `M` in the ways `ways`: one clean

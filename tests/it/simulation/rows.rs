@@ -66,6 +66,10 @@ pub(super) fn run_named(shape: &str, plan: Plan) -> Outcome {
         "lease-set" => run::<LeaseSetRow>(plan, &name),
         "quorum-mutex" => run::<QuorumMutexRow>(plan, &name),
         "quorum-lease-set" => run::<QuorumLeaseSetRow>(plan, &name),
+        "once-key" => run::<super::once::DoneKeyRow>(plan, &name),
+        "once-period" => run::<super::once::PeriodRow>(plan, &name),
+        "locks" => run::<super::locks::LocksRow>(plan, &name),
+        "state" => run::<super::state::StateRow>(plan, &name),
         #[cfg(feature = "schedule")]
         "schedule" => run::<super::schedule::ScheduleRow>(plan, &name),
         other => panic!("no shape named {other}"),

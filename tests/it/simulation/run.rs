@@ -42,6 +42,9 @@ pub(super) struct Judged<'a> {
     pub(super) stopped: Instant,
     /// What each instance's `watch()` showed it owning just before.
     pub(super) owned: Vec<BTreeMap<String, u64>>,
+    /// How many requests failed: with one at most, the shapes promise
+    /// that nothing changed ("one failed request changes nothing").
+    pub(super) faults: usize,
 }
 
 /// Runs `M` once under `plan`; `name` names the run in what it reports.
@@ -69,6 +72,12 @@ pub(super) fn run<M: Simulated>(plan: Plan, name: &str) -> Outcome {
                     );
                 }
             }
+            let faults = cell
+                .accounts
+                .sent()
+                .iter()
+                .filter(|s| s.way.is_some())
+                .count();
             let judged = Judged {
                 cell: &cell,
                 instances: &instances,
@@ -76,6 +85,7 @@ pub(super) fn run<M: Simulated>(plan: Plan, name: &str) -> Outcome {
                 calm,
                 stopped,
                 owned,
+                faults,
             };
             history::check::<M>(&judged);
             M::judge(&judged);

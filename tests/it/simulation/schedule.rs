@@ -145,6 +145,7 @@ fn collect_reports<S: LeaseStore + Clone>(
                 SlotOutcome::Ran { epoch, .. } => Some((*epoch, "ran")),
                 SlotOutcome::Failed { epoch, .. } => Some((*epoch, "failed")),
                 SlotOutcome::Unrecorded { epoch, .. } => Some((*epoch, "unrecorded")),
+                SlotOutcome::Stopped { epoch, .. } => Some((*epoch, "stopped")),
                 _ => None,
             };
             if let Some((epoch, reason)) = ended {
@@ -200,6 +201,19 @@ impl Simulated for ScheduleRow {
             now - Instant::now().saturating_duration_since(at)
         };
         accounted(&record, storage_at(judged.stopped) - JOB - PERIOD, &context);
+        // One failed request changes nothing: no slot runs twice.
+        if judged.faults <= 1 {
+            let mut slots: Vec<&str> = log.jobs.iter().map(|j| j.slot.as_str()).collect();
+            slots.sort_unstable();
+            let runs = slots.len();
+            slots.dedup();
+            assert_eq!(
+                slots.len(),
+                runs,
+                "a slot ran twice after {} failed request(s)\n{context}",
+                judged.faults
+            );
+        }
         reports_true(&record, &log, &context);
         runs_again_only_when_unrecorded(&log, &context);
         on_time_after_calm(&log, storage_at(judged.calm + Self::BOUND), &context);
@@ -251,13 +265,15 @@ fn reports_true(record: &ScheduleRecord, log: &Log, context: &str) {
 }
 
 /// A slot's second run follows a run of it whose record was not written
-/// (reported `Unrecorded`); a cut-short report names a run of another
-/// term whose record was not written.
+/// (reported `Unrecorded`, or `Stopped` with its term); a cut-short report
+/// names such a run of another term.
 fn runs_again_only_when_unrecorded(log: &Log, context: &str) {
     let unrecorded = |slot: &str, epoch: u64| {
         log.reports.iter().any(|r| {
             r.slot == slot
-                && matches!(r.outcome, SlotOutcome::Unrecorded { epoch: e, .. } if e == epoch)
+                && matches!(r.outcome,
+                    SlotOutcome::Unrecorded { epoch: e, .. } | SlotOutcome::Stopped { epoch: e, .. }
+                        if e == epoch)
         })
     };
     for (i, run) in log.jobs.iter().enumerate() {
