@@ -48,6 +48,17 @@ pub enum SlotOutcome {
         /// Why the write failed.
         error: String,
     },
+    /// Its job failed after its term was told to stop (`reason`: this
+    /// host's shutdown, a lost lease, the deadline): the run counts as no
+    /// attempt, as a death does not, and the record keeps the mark of its
+    /// start, so that the next holder runs it again as the same attempt
+    /// (reporting this run as cut short).
+    Stopped {
+        /// The term's epoch.
+        epoch: u64,
+        /// Why its term was told to stop.
+        reason: crate::ending::StopReason,
+    },
     /// It came due while the previous slot's job ran ([`Overlap::Skip`](super::Overlap::Skip)).
     Skipped,
     /// Another host ran its job to its end; this host skipped it as done.

@@ -91,6 +91,9 @@ impl Reporter {
             SlotOutcome::Unrecorded { epoch, error } => {
                 warn!(%holder, epoch, slot = %slot, %error, "schedule: the slot's job ran but its record did not land (the lease was lost before it could); the next holder runs it again");
             }
+            SlotOutcome::Stopped { epoch, reason } => {
+                warn!(%holder, epoch, slot = %slot, %reason, "schedule: the slot's job was stopped with its term ({reason}); it counts as no attempt, and the next holder runs it again");
+            }
             SlotOutcome::Skipped => {
                 warn!(%holder, slot = %slot, "schedule: the slot was skipped: it came due while the previous slot's job ran");
             }

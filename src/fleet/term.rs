@@ -101,6 +101,20 @@ impl<S: LeaseStore> Term<S> {
         };
         info!(holder = %ctx.holder(), epoch = ctx.epoch(), slot = %slot, attempt, "schedule: running the slot's job");
         let result = job(given, ctx.clone()).await.map_err(Into::into);
+        if let (Err(_), Some(reason)) = (&result, ctx.stop_reason()) {
+            // Stopped with its term (a deploy's SIGTERM, a lost lease): no
+            // attempt, as a death is none. The mark stays for the next
+            // holder, and names no run cut short to this host.
+            self.own().explain(slot, ctx.epoch());
+            self.reporter.report(
+                slot,
+                SlotOutcome::Stopped {
+                    epoch: ctx.epoch(),
+                    reason,
+                },
+            );
+            return Ok(());
+        }
         let end = clock();
         let (outcome, retry) = self.record_run(&ctx, &mut record, slot, attempt, now, end, result);
         record.prune(end, self.options.catch_up);

@@ -618,3 +618,79 @@ async fn a_schedule_storage_never_answered_gives_up_after_the_first_contact_time
     token.cancel();
     running.await.unwrap().unwrap();
 }
+
+/// A job stopped with its term (a deploy's SIGTERM: the host's schedule is
+/// cancelled mid-job, and the job fails for it) counts as no attempt, as a
+/// death does not: the host reports it stopped, and the next host runs the
+/// slot again as the same attempt, even with no retry allowed.
+#[tokio::test(start_paused = true)]
+async fn a_job_stopped_with_its_term_counts_as_no_attempt_and_runs_again_elsewhere() {
+    let store = MemoryLeaseStore::new("c/schedule");
+    let attempts: Arc<Mutex<Vec<(String, String, u32)>>> = Arc::default();
+    let start = |holder: &str| {
+        let options = every_ten()
+            .with_retries(0, Duration::from_secs(1))
+            .with_mutex(MutexOptions::default().with_holder(holder.to_owned()));
+        let schedule = BlobSchedule::with_store(store.clone(), options).unwrap();
+        let reports = schedule.slot_reports();
+        let token = CancellationToken::new();
+        let (stop, attempts) = (token.clone(), attempts.clone());
+        let run = tokio::spawn(async move {
+            schedule
+                .run(stop, move |slot, ctx| {
+                    let attempts = attempts.clone();
+                    async move {
+                        attempts.lock().unwrap().push((
+                            slot.key.clone(),
+                            ctx.holder().to_owned(),
+                            slot.attempt,
+                        ));
+                        tokio::select! {
+                            () = tokio::time::sleep(Duration::from_secs(5)) => Ok(()),
+                            _ = ctx.cancelled() => Err(Error::Cancelled),
+                        }
+                    }
+                })
+                .await
+        });
+        (token, run, reports)
+    };
+    let (first, first_run, mut first_reports) = start("h0");
+    while attempts.lock().unwrap().is_empty() {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    first.cancel();
+    first_run.await.unwrap().unwrap();
+    let (second, second_run, _) = start("h1");
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    second.cancel();
+    second_run.await.unwrap().unwrap();
+    let attempts = attempts.lock().unwrap().clone();
+    let slot = attempts[0].0.clone();
+    assert_eq!(
+        attempts[..2],
+        [
+            (slot.clone(), "h0".to_owned(), 1),
+            (slot.clone(), "h1".to_owned(), 1)
+        ]
+    );
+    let report = first_reports.try_recv().unwrap();
+    assert!(
+        matches!(
+            report.outcome,
+            SlotOutcome::Stopped {
+                reason: crate::term::StopReason::Shutdown,
+                ..
+            }
+        ),
+        "{report:?}"
+    );
+    let state = crate::store::LeaseStore::read_state(&store).await.unwrap();
+    let record = super::ScheduleRecord::from_state(&state).unwrap().unwrap();
+    let entry = record.slots.iter().find(|s| s.key == slot).unwrap();
+    assert_eq!(
+        (entry.outcome, entry.attempts),
+        (super::RecordedOutcome::Done, 1)
+    );
+}
