@@ -48,14 +48,11 @@ async fn take_turns(
             guard = locks.acquire(name) => guard,
             () = token.cancelled() => return Ok(()),
         };
-        let guard = match guard {
-            Ok(guard) => guard,
-            // A failed campaign (storage down past its limits) is tried
-            // again after a pause, as a caller would.
-            Err(_) => {
-                sleep(Duration::from_secs(1)).await;
-                continue;
-            }
+        // A failed campaign (storage down past its limits) is tried again
+        // after a pause, as a caller would.
+        let Ok(guard) = guard else {
+            sleep(Duration::from_secs(1)).await;
+            continue;
         };
         let ctx = guard.context().clone();
         let run = cell.started(index, name, &ctx);

@@ -20,9 +20,12 @@ use crate::support::matrix::{collect, Campaign, Cell, Instance, Mode, Report, D,
 /// The state's resource in the history.
 const KEY: &str = "state";
 
+/// Worker, epoch, when, and the epoch and tick it found.
+type Seen = (usize, u64, Instant, Option<(u64, u64)>);
+
 #[derive(Default)]
 struct Log {
-    reads: Vec<(usize, u64, Instant, Option<(u64, u64)>)>,
+    reads: Vec<Seen>,
     /// Worker, epoch, tick, sent, answered, accepted.
     writes: Vec<(usize, u64, u64, Instant, Instant, bool)>,
 }
