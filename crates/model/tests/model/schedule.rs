@@ -162,6 +162,8 @@ pub(crate) struct State {
     /// The tick of the schedule's first term, and of the last term's start.
     begun: Option<u8>,
     settled: Option<u8>,
+    /// A term began after one that let slots go as missed.
+    after_let_go: bool,
     broken: u16,
 }
 
@@ -278,13 +280,17 @@ impl Schedule {
         );
         s.begun = s.begun.or(Some(s.t));
         s.settled = Some(s.t);
+        s.after_let_go |= s.books.values().any(|b| b.missed > 0);
         let missed = self.let_go(s, &old, &record);
         if missed != d.missed_count {
             s.broken |= broken::MISSED_COUNT;
         }
         let mut log = format!("h{h} takes the lease (epoch {epoch})");
-        if missed > 0 {
-            let _ = write!(log, ", {missed} missed");
+        if d.missed_count > 0 || missed > 0 {
+            let _ = write!(log, ", {} missed", d.missed_count);
+        }
+        if missed != d.missed_count {
+            let _ = write!(log, " (the record lets {missed} go)");
         }
         let Next::Run { slot, attempt } = d.next else {
             record.prune(now, self.window());
@@ -534,6 +540,7 @@ impl Model for Schedule {
             books: BTreeMap::new(),
             begun: None,
             settled: None,
+            after_let_go: false,
             broken: 0,
         }]
     }
@@ -634,6 +641,9 @@ impl Model for Schedule {
             }),
             Property::sometimes("a slot missed", |_, s: &State| {
                 s.books.values().any(|b| b.missed > 0)
+            }),
+            Property::sometimes("a term after one that let slots go", |_, s: &State| {
+                s.after_let_go
             }),
         ];
         if self.config.skip {
