@@ -8,15 +8,17 @@ release, a restricted security context), then prints, one per line:
 
     probe <path>          each probe's path (liveness, then readiness)
     stop <seconds>        terminationGracePeriodSeconds
+    tmpfs <path>          each emptyDir the container mounts
     arg <value>           the container's args, to run against Azurite
     full <value>          the container's args, as Kubernetes passes them
 
 Both have $(VAR) expanded from the container's env (a fieldRef gets the
-name "<CONTAINER>-0"). The `arg` lines have two more changes, so that they
-run against a local Azurite: --account-url URL and --auth KIND are left out
-(the test gives a connection string in the environment instead; the
-container that the URL names becomes --container), and the
---metrics-addr value becomes ADDR.
+name "<CONTAINER>-0"). The `arg` lines have more changes, so that they run
+against a local Azurite within the test: --account-url URL and --auth KIND
+are left out (the test gives a connection string in the environment
+instead; the container that the URL names becomes --container), the
+--metrics-addr value becomes ADDR, and a --cron expression becomes
+`*/2 * * * * *`, a slot every two seconds.
 """
 
 import re
@@ -93,6 +95,13 @@ def main():
         if arg == "--metrics-addr":
             out.append(addr)
             skip = True
+        if arg == "--cron":
+            out.append("*/2 * * * * *")
+            skip = True
+    empty_dirs = {v["name"] for v in pod.get("volumes", []) if "emptyDir" in v}
+    for mount in container.get("volumeMounts", []):
+        if mount["name"] in empty_dirs:
+            print(f"tmpfs {mount['mountPath']}")
     for probe in probes:
         print(f"probe {probe}")
     print(f"stop {stop}")
