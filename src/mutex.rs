@@ -282,6 +282,7 @@ impl<S: LeaseStore> BlobDistributedMutex<S> {
 
     /// Whether storage has ever answered this mutex: a shape that talks to
     /// storage outside the campaign (a schedule's looks) tells it so.
+    #[cfg(feature = "schedule")]
     pub(crate) fn first_contact(&self) -> &FirstContact {
         &self.core.contact
     }

@@ -92,6 +92,7 @@ impl LeaderContext {
     ///
     /// The last failure: one that may not pass, or the one before the
     /// term was cancelled.
+    #[cfg(feature = "schedule")]
     pub(crate) async fn read_state_settled(&self) -> Result<Vec<u8>> {
         self.retried("reading the term's record", || self.read_state())
             .await
@@ -104,6 +105,7 @@ impl LeaderContext {
     ///
     /// The last failure: one that may not pass, or the one before the
     /// term was cancelled.
+    #[cfg(feature = "schedule")]
     pub(crate) async fn retried<T, F>(&self, what: &str, mut call: impl FnMut() -> F) -> Result<T>
     where
         F: std::future::Future<Output = Result<T>>,

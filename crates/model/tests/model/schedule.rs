@@ -326,8 +326,8 @@ impl Schedule {
     }
 
     /// Books the slots the term let go as missed: those after what the old
-    /// record settled, up to the new `through`, that it does not list.
-    /// Returns how many.
+    /// record settled, up to the new `through`, that it does not list, or
+    /// lists as begun and never ended (a run cut short). Returns how many.
     fn let_go(&self, s: &mut State, old: &Record, new: &Record) -> u64 {
         let Some(through) = new.through else { return 0 };
         let Some(begin) = old.through.or_else(|| old.slots.keys().next().copied()) else {
@@ -337,7 +337,7 @@ impl Schedule {
         let mut cursor = begin;
         while let Some(slot) = self.slots.after(cursor).filter(|t| *t <= through) {
             cursor = slot;
-            if !old.slots.contains_key(&slot) {
+            if old.slots.get(&slot).is_none_or(|e| e.is_started(slot)) {
                 s.books.entry(self.secs(slot)).or_default().missed += 1;
                 count += 1;
             }
@@ -426,6 +426,7 @@ impl Schedule {
             started: self.at(run.started),
             end: now,
             retry_after: (!ok).then(|| self.backoff(run.attempt)),
+            retries: self.config.retries,
         };
         let skipped = finish(
             &mut record,
@@ -480,8 +481,9 @@ impl Schedule {
     }
 
     /// Every slot before the window at tick `t` that came after the
-    /// schedule began ran, was skipped or was missed, only one of these,
-    /// once.
+    /// schedule began ran to an end, was skipped or was missed, only one
+    /// of these, once. A run cut short and never run again to an end is
+    /// missed (a failure before it too: the record's last word is missed).
     fn accounted_at(&self, s: &State, t: u8) -> bool {
         let Some(begun) = s.begun else { return true };
         let (begun, settled) = (self.secs(self.at(begun)), self.at(t));
@@ -495,7 +497,8 @@ impl Schedule {
                 break;
             }
             let b = s.books.get(&key).copied().unwrap_or_default();
-            let ways = u8::from(b.began > 0) + u8::from(b.skipped > 0) + u8::from(b.missed > 0);
+            let ran = b.succeeded > 0 || (b.failed > 0 && b.missed == 0);
+            let ways = u8::from(ran) + u8::from(b.skipped > 0) + u8::from(b.missed > 0);
             if ways != 1 || b.missed > 1 || b.skipped > 1 {
                 return false;
             }
