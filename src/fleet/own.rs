@@ -44,6 +44,14 @@ impl Own {
         self.explained.entry(slot).or_default().insert(epoch);
     }
 
+    /// The mark of `epoch` on `slot` landed and its job runs: a later term
+    /// that finds it finds a run cut short.
+    pub(super) fn unexplain(&mut self, slot: Timestamp, epoch: u64) {
+        if let Some(epochs) = self.explained.get_mut(&slot) {
+            epochs.remove(&epoch);
+        }
+    }
+
     /// Whether this host knows that its mark of `epoch` on `slot` names
     /// no run cut short.
     pub(super) fn explains(&self, slot: Timestamp, epoch: u64) -> bool {
@@ -56,6 +64,19 @@ impl Own {
     pub(super) fn unconfirmed(&mut self, slot: Timestamp, run: Unconfirmed) {
         self.explain(slot, run.epoch);
         self.unconfirmed.insert(slot, run);
+    }
+
+    /// The unconfirmed run of `slot`, taken: its record's write settled.
+    pub(super) fn confirmed(&mut self, slot: Timestamp) -> Option<Unconfirmed> {
+        self.unconfirmed.remove(&slot)
+    }
+
+    /// The answer to the write of `slot`'s record was lost, with `error`:
+    /// its run stays unconfirmed, for a read to tell.
+    pub(super) fn lost_answer(&mut self, slot: Timestamp, error: String) {
+        if let Some(run) = self.unconfirmed.get_mut(&slot) {
+            run.error = error;
+        }
     }
 
     /// What `record` tells of the unconfirmed runs: each is told once. A

@@ -118,60 +118,70 @@ impl<S: LeaseStore> Term<S> {
         let end = clock();
         let (outcome, retry) = self.record_run(&ctx, &mut record, slot, attempt, now, end, result);
         record.prune(end, self.options.catch_up);
+        self.before_the_write(&ctx, slot, outcome, retry);
         let written = ctx.write_state_settled(&record.to_bytes()).await;
-        self.ended(&ctx, slot, outcome, retry, written)
+        self.ended(&ctx, slot, written)
     }
 
-    /// Reports the end of `slot`'s run, `outcome`, once its record's write
-    /// settled as `written`: as it is when the record landed, or when the
-    /// job failed (a failure is one whether its record landed or not);
-    /// as unrecorded when the record did not land; and once a later read
-    /// of the record tells, when its answer was lost.
-    fn ended(
+    /// What a run's end leaves before its record is written, so that a
+    /// term cut off during the write (aborted at its deadline) loses no
+    /// report: a failure is reported now (it is one whether its record
+    /// lands or not), a success is held unconfirmed until the write, or a
+    /// later read of the record, tells whether it landed. The mark this
+    /// term left names no run cut short, whatever the record holds now.
+    fn before_the_write(
         &self,
         ctx: &LeaderContext,
         slot: Timestamp,
         outcome: SlotOutcome,
         retry: Retry,
-        written: Result<Written>,
-    ) -> Result<()> {
+    ) {
         let epoch = ctx.epoch();
-        // The mark this term left names no run cut short, whatever the
-        // record holds now.
         self.own().explain(slot, epoch);
-        let (lost, error, fatal) = match written {
-            Ok(Written::Landed) => (None, None, None),
-            Ok(Written::Refused(e)) => (Some(false), Some(Chain(&e).to_string()), None),
-            Ok(Written::Unknown(e)) => (Some(true), Some(Chain(&e).to_string()), None),
-            Err(e) => (Some(false), Some(Chain(&e).to_string()), Some(e)),
-        };
-        match (&outcome, lost) {
-            (SlotOutcome::Failed { .. }, _) | (_, None) => {
-                if let Some(error) = &error {
-                    warn!(holder = %ctx.holder(), epoch, slot = %slot, %error, "schedule: the record of the slot's failed run did not land, or may not have; the next holder runs it again as the same attempt");
-                }
-                self.reporter.ended(slot, outcome, retry);
-            }
-            (SlotOutcome::Ran { attempt, .. }, Some(true)) => {
-                let error = error.unwrap_or_default();
-                warn!(holder = %ctx.holder(), epoch, slot = %slot, %error, "schedule: the slot's job ran; whether its record landed is told at the next read of the record");
-                self.own().unconfirmed(
-                    slot,
-                    Unconfirmed {
-                        epoch,
-                        attempt: *attempt,
-                        error,
-                    },
-                );
-            }
-            (_, Some(_)) => self.reporter.report(
+        match outcome {
+            SlotOutcome::Ran { attempt, .. } => self.own().unconfirmed(
                 slot,
-                SlotOutcome::Unrecorded {
+                Unconfirmed {
                     epoch,
-                    error: error.unwrap_or_default(),
+                    attempt,
+                    error: "the term ended while its record was being written".to_owned(),
                 },
             ),
+            outcome => self.reporter.ended(slot, outcome, retry),
         }
+    }
+
+    /// Reports a success once its record's write settled as `written`: ran
+    /// when it landed, unrecorded when it did not, and once a later read of
+    /// the record tells, when its answer was lost.
+    fn ended(&self, ctx: &LeaderContext, slot: Timestamp, written: Result<Written>) -> Result<()> {
+        let epoch = ctx.epoch();
+        let (error, fatal) = match written {
+            Ok(Written::Landed) => (None, None),
+            Ok(Written::Refused(e)) => (Some(Chain(&e).to_string()), None),
+            Ok(Written::Unknown(e)) => {
+                let error = Chain(&e).to_string();
+                warn!(holder = %ctx.holder(), epoch, slot = %slot, %error, "schedule: the slot's record may not have landed; whether it did is told at the next read of the record");
+                self.own().lost_answer(slot, error);
+                return Ok(());
+            }
+            Err(e) => (Some(Chain(&e).to_string()), Some(e)),
+        };
+        let Some(run) = self.own().confirmed(slot) else {
+            // A failure, reported already.
+            if let Some(error) = &error {
+                warn!(holder = %ctx.holder(), epoch, slot = %slot, %error, "schedule: the record of the slot's failed run did not land; the next holder runs it again as the same attempt");
+            }
+            return fatal.map_or(Ok(()), Err);
+        };
+        let outcome = match error {
+            None => SlotOutcome::Ran {
+                epoch,
+                attempt: run.attempt,
+            },
+            Some(error) => SlotOutcome::Unrecorded { epoch, error },
+        };
+        self.reporter.report(slot, outcome);
         fatal.map_or(Ok(()), Err)
     }
 
@@ -200,8 +210,11 @@ impl<S: LeaseStore> Term<S> {
         let cut_short = start(record, slot, attempt, ctx.epoch(), ctx.holder())
             .filter(|(_, epoch)| !self.own().explains(slot, *epoch))
             .map(|(holder, epoch)| SlotOutcome::CutShort { holder, epoch });
+        // Until the mark is known to have landed, it names no run: a term
+        // cut off while writing it (aborted at its deadline) began none.
+        self.own().explain(slot, ctx.epoch());
         match ctx.write_state_settled(&record.to_bytes()).await? {
-            Written::Landed => {}
+            Written::Landed => self.own().unexplain(slot, ctx.epoch()),
             Written::Refused(e) => {
                 warn!(holder = %ctx.holder(), epoch = ctx.epoch(), slot = %slot, error = %Chain(&e), "schedule: the slot's start mark did not land (the lease was lost); its job did not run, and the next holder runs it");
                 return Ok(false);
@@ -209,7 +222,6 @@ impl<S: LeaseStore> Term<S> {
             Written::Unknown(e) => {
                 // A mark that landed names no run: this host says so when
                 // it finds it, and this line says so to whoever else does.
-                self.own().explain(slot, ctx.epoch());
                 warn!(holder = %ctx.holder(), epoch = ctx.epoch(), slot = %slot, error = %Chain(&e), "schedule: the slot's start mark may have landed, and the lease was lost; its job did not run, and the next holder runs it");
                 return Ok(false);
             }

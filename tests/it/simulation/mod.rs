@@ -43,6 +43,11 @@ macro_rules! sweeps {
                 fn every_request_acted_on_late_once() {
                     sweep::<$row>(&[Way::Late]);
                 }
+
+                #[test]
+                fn seeded_runs_with_faults_and_an_outage() {
+                    crate::simulation::seeded::<$row>();
+                }
             }
         )*
     };
@@ -93,6 +98,7 @@ trait Simulated: Mode {
 /// run lists the requests, then each request fails once in each way.
 /// Panics with every failing run and the command that replays it.
 fn sweep<M: Simulated>(ways: &[Way]) {
+    let started = std::time::Instant::now();
     let clean = run::<M>(Plan::default(), &format!("{} clean", M::NAME));
     if let Err(e) = &clean.verdict {
         panic!("{}: the clean run failed: {e}", M::NAME);
@@ -118,10 +124,13 @@ fn sweep<M: Simulated>(ways: &[Way]) {
             }
         }
     }
+    let took = started.elapsed().as_secs_f64();
     eprintln!(
-        "simulation of {}: {} requests in the clean run, {runs} runs, {} failed, {missed} whose request was never sent",
+        "simulation of {} ({}): {} requests in the clean run, {runs} runs ({:.0} a second), {} broke a promise, {missed} whose request was never sent",
         M::NAME,
+        ways.iter().map(|w| w.as_str()).collect::<Vec<_>>().join(", "),
         clean.sent.len(),
+        f64::from(runs) / took.max(1e-9),
         failed.len()
     );
     // Nearly every run fails the request it names: a sweep whose runs
@@ -138,6 +147,60 @@ fn sweep<M: Simulated>(ways: &[Way]) {
     );
 }
 
+/// The chance of each request to fail in a seeded run (besides its outage).
+const CHANCE: f64 = 0.05;
+
+/// `BLOB_MUTEX_SIM_SEEDS` seeded runs of `M` (8 unless set), from seed
+/// `BLOB_MUTEX_SIM_SEED_BASE` (1 unless set) on: each request fails with a
+/// chance of 5 % in a way drawn from the seed, and storage is unreachable
+/// for a stretch (see [`Plan::seeded`]). Panics with every failing seed and
+/// the command that replays it; prints the figures.
+fn seeded<M: Simulated>() {
+    let env = |name: &str, default: u64| {
+        std::env::var(name)
+            .ok()
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(default)
+    };
+    let (count, base) = (
+        env("BLOB_MUTEX_SIM_SEEDS", 8),
+        env("BLOB_MUTEX_SIM_SEED_BASE", 1),
+    );
+    let started = std::time::Instant::now();
+    let (mut sent, mut faults, mut failed) = (0, 0, Vec::new());
+    for seed in base..base + count {
+        let outcome = run::<M>(
+            Plan::seeded(seed, CHANCE),
+            &format!("{} seed {seed}", M::NAME),
+        );
+        sent += outcome.sent.len();
+        faults += outcome.sent.iter().filter(|s| s.way.is_some()).count();
+        if let Err(e) = outcome.verdict {
+            failed.push(format!(
+                "{} seed {seed}: {e}\n  replay: BLOB_MUTEX_SIM_SHAPE={} BLOB_MUTEX_SIM_SEED={seed} \
+                 cargo nextest run --all-features -p blob-mutex --test it -E 'test(=simulation::replay)' --no-capture",
+                M::NAME,
+                M::NAME
+            ));
+        }
+    }
+    let took = started.elapsed().as_secs_f64();
+    #[allow(clippy::cast_precision_loss)] // counts of a few thousand
+    let rate = count as f64 / took.max(1e-9);
+    eprintln!(
+        "simulation of {} (seeds {base}..{}): {count} runs ({rate:.0} a second), {sent} requests, {faults} failed, {} broke a promise",
+        M::NAME,
+        base + count,
+        failed.len()
+    );
+    assert!(
+        failed.is_empty(),
+        "{} seeded runs broke a promise:\n{}",
+        failed.len(),
+        failed.join("\n")
+    );
+}
+
 /// The command that replays one run of a sweep.
 fn replay_command(shape: &str, request: &Request, way: Way) -> String {
     format!(
@@ -147,8 +210,9 @@ fn replay_command(shape: &str, request: &Request, way: Way) -> String {
     )
 }
 
-/// Replays the run named by `BLOB_MUTEX_SIM_SHAPE`, `BLOB_MUTEX_SIM_FAULT`
-/// and `BLOB_MUTEX_SIM_WAY` (as a failing sweep prints them), and prints
+/// Replays the run named by `BLOB_MUTEX_SIM_SHAPE` and either
+/// `BLOB_MUTEX_SIM_FAULT` and `BLOB_MUTEX_SIM_WAY` or `BLOB_MUTEX_SIM_SEED`
+/// (as a failing sweep or seeded run prints them), and prints
 /// the requests it sent, with the crate's log at the level of
 /// `BLOB_MUTEX_SIM_LOG` (`info` unless set). Without them, replays a clean
 /// run of the mutex.
@@ -160,7 +224,9 @@ fn replay() {
         .with_test_writer()
         .init();
     let shape = std::env::var("BLOB_MUTEX_SIM_SHAPE").unwrap_or_else(|_| "mutex".to_owned());
+    let seed = std::env::var("BLOB_MUTEX_SIM_SEED").ok();
     let plan = match std::env::var("BLOB_MUTEX_SIM_FAULT") {
+        Err(_) if seed.is_some() => Plan::seeded(seed.unwrap_or_default().parse().unwrap(), CHANCE),
         Ok(fault) => {
             let request: Request = fault.parse().unwrap();
             let way = std::env::var("BLOB_MUTEX_SIM_WAY").unwrap_or_default();

@@ -94,7 +94,8 @@ impl Accounts {
     }
 
     /// From now on, requests fail as `plan` says.
-    pub fn set_plan(&self, plan: Plan) {
+    pub fn set_plan(&self, mut plan: Plan) {
+        plan.begin();
         *self.plan.lock().unwrap() = plan;
     }
 

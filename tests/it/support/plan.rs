@@ -46,6 +46,9 @@ impl Way {
     }
 }
 
+/// How long a seeded plan fails requests, from the start of its run.
+pub const SEEDED_FOR: Duration = Duration::from_secs(60);
+
 /// How long after it was sent a [`Way::Late`] request acts: past the
 /// request timeout of every shape (3 s by default), so that its caller
 /// has given up on it.
@@ -131,23 +134,39 @@ pub struct Sent {
 }
 
 /// What fails.
-#[derive(Default)]
 enum Rule {
     /// Nothing.
-    #[default]
     None,
     /// This one request, this way.
     One(Request, Way),
-    /// Each request with this chance, in a way drawn from the seed.
-    Seeded { rng: Rng, chance: f64 },
+    /// Each request with this chance, in a way drawn from the seed, and
+    /// every request sent within the outage (from, to, since the plan was
+    /// made) refused or lost, as drawn.
+    Seeded {
+        rng: Rng,
+        chance: f64,
+        outage: (Duration, Duration),
+    },
 }
 
 /// The plan of one run, and the requests it saw.
-#[derive(Default)]
 pub struct Plan {
     rule: Rule,
+    made: Instant,
     counts: BTreeMap<(usize, usize, String, &'static str), usize>,
     sent: Vec<Sent>,
+}
+
+impl Default for Plan {
+    /// Nothing fails.
+    fn default() -> Self {
+        Plan {
+            rule: Rule::None,
+            made: Instant::now(),
+            counts: BTreeMap::new(),
+            sent: Vec::new(),
+        }
+    }
 }
 
 impl Plan {
@@ -159,15 +178,28 @@ impl Plan {
         }
     }
 
-    /// Fails each request with `chance`, in a way drawn from `seed`.
+    /// Fails each request with `chance`, in a way drawn from `seed`, and
+    /// makes storage unreachable for 5 to 25 s, from 5 to 30 s in (drawn
+    /// from `seed` too): every request sent meanwhile is refused or lost.
+    /// Nothing fails after [`SEEDED_FOR`], so that a run comes to its calm.
     pub fn seeded(seed: u64, chance: f64) -> Self {
+        let mut rng = Rng(seed);
+        let from = rng.between(Duration::from_secs(5), Duration::from_secs(30));
+        let to = from + rng.between(Duration::from_secs(5), Duration::from_secs(25));
         Plan {
             rule: Rule::Seeded {
-                rng: Rng(seed),
+                rng,
                 chance,
+                outage: (from, to),
             },
             ..Plan::default()
         }
+    }
+
+    /// Counts the plan's time (its outage) from now: when the run it
+    /// belongs to starts, on the run's clock.
+    pub fn begin(&mut self) {
+        self.made = Instant::now();
     }
 
     /// Counts a request and says whether and how it fails.
@@ -193,8 +225,24 @@ impl Plan {
         let way = match &mut self.rule {
             Rule::None => None,
             Rule::One(target, way) => (*target == request).then_some(*way),
-            Rule::Seeded { rng, chance } => {
-                (rng.unit() < *chance).then(|| Way::ALL[usize::try_from(rng.below(4)).unwrap_or(0)])
+            Rule::Seeded {
+                rng,
+                chance,
+                outage: (from, to),
+            } => {
+                let since = self.made.elapsed();
+                if since >= SEEDED_FOR {
+                    None
+                } else if since >= *from && since < *to {
+                    Some(if rng.below(2) == 0 {
+                        Way::Refused
+                    } else {
+                        Way::LostBefore
+                    })
+                } else {
+                    (rng.unit() < *chance)
+                        .then(|| Way::ALL[usize::try_from(rng.below(4)).unwrap_or(0)])
+                }
             }
         };
         self.sent.push(Sent {
