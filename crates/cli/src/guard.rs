@@ -254,13 +254,15 @@ pub(crate) fn serve() -> ExitCode {
         let left = deadline.saturating_sub(SLACK).saturating_sub(now);
         if left.is_zero() {
             kill_own_group(
-                "the deadline came without a renewal (blob-mutex run is stopped or cannot renew)",
+                "the deadline came without a renewal (the blob-mutex that holds the lease, run or schedule, is stopped or cannot renew)",
             );
         }
         match deadlines.recv_timeout(left) {
             Ok(newer) => deadline = deadline.max(newer),
             Err(RecvTimeoutError::Timeout) => {}
-            Err(RecvTimeoutError::Disconnected) => kill_own_group("blob-mutex run ended"),
+            Err(RecvTimeoutError::Disconnected) => {
+                kill_own_group("the blob-mutex that holds the lease (run or schedule) ended")
+            }
         }
     }
 }
