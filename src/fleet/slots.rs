@@ -64,7 +64,9 @@ impl Slots {
 
     /// The most slots that fall within one `window`, over the first
     /// [`SCANNED_SLOTS`] slots (or 400 days) after `from`, and no more than
-    /// `enough` (the scan stops there).
+    /// `enough` (the scan stops there). A window longer than the slots
+    /// scanned is counted at their rate: as many as the scanned stretch
+    /// holds, times how many such stretches the window spans.
     pub(crate) fn most_within(
         &self,
         from: Timestamp,
@@ -76,13 +78,16 @@ impl Slots {
             .checked_add(jiff::SignedDuration::from_hours(24 * 400))
             .unwrap_or(Timestamp::MAX);
         let mut within = std::collections::VecDeque::new();
-        let mut most = 0;
+        let (mut most, mut scanned) = (0, 0);
         let mut cursor = from;
-        for _ in 0..SCANNED_SLOTS {
+        let mut first = None;
+        while scanned < SCANNED_SLOTS {
             let Some(slot) = self.after(cursor).filter(|s| *s <= last) else {
-                break;
+                return most;
             };
             cursor = slot;
+            scanned += 1;
+            first.get_or_insert(slot);
             within.push_back(slot);
             while within
                 .front()
@@ -95,12 +100,24 @@ impl Slots {
                 return enough;
             }
         }
-        most
+        let span = first.map_or(jiff::SignedDuration::ZERO, |f| cursor.duration_since(f));
+        if span.is_positive() && window > span {
+            let rate = window.as_secs_f64() / span.as_secs_f64();
+            #[allow(
+                clippy::cast_possible_truncation,
+                clippy::cast_sign_loss,
+                clippy::cast_precision_loss
+            )]
+            // a count of slots, capped at `enough` below
+            let estimate = (scanned as f64 * rate).ceil() as usize;
+            most = most.max(estimate);
+        }
+        most.min(enough)
     }
 }
 
 /// How many slots [`Slots::most_within`] looks at, at most.
-const SCANNED_SLOTS: usize = 20_000;
+const SCANNED_SLOTS: usize = 4_096;
 
 #[cfg(test)]
 mod tests {
@@ -108,6 +125,23 @@ mod tests {
 
     fn at(text: &str) -> Timestamp {
         text.parse().unwrap()
+    }
+
+    /// Slots a second for a minute each hour: 720 within 12 h, counted,
+    /// though they come a second apart; a slot a second is counted at its
+    /// rate past the slots scanned.
+    #[test]
+    fn the_most_slots_within_a_window_are_counted_or_estimated_at_their_rate() {
+        let from = at("2026-01-01T00:00:00Z");
+        let hours = std::time::Duration::from_secs(12 * 3600);
+        let bursts = Slots::new("* 0 * * * *", "UTC").unwrap();
+        assert_eq!(bursts.most_within(from, hours, 100_000), 12 * 60 + 1);
+        let every_second = Slots::new("* * * * * *", "UTC").unwrap();
+        let most = every_second.most_within(from, hours, 100_000);
+        assert!((43_200..=43_300).contains(&most), "{most}");
+        assert_eq!(every_second.most_within(from, hours, 500), 500);
+        let nightly = Slots::new("30 2 * * *", "UTC").unwrap();
+        assert_eq!(nightly.most_within(from, hours, 100_000), 1);
     }
 
     #[test]
