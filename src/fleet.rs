@@ -16,6 +16,7 @@
 mod due;
 mod elsewhere;
 mod entries;
+mod foreign;
 mod metrics;
 mod options;
 mod own;
@@ -41,12 +42,13 @@ use tracing::{info_span, warn, Instrument};
 
 use self::due::{wake, Wake};
 use self::elsewhere::Elsewhere;
+use self::foreign::{foreign_holder, Strangers};
 use self::own::Own;
 use self::phase::Running;
 use self::record::Record;
 use self::reporter::Reporter;
 use self::slots::Slots;
-use self::term::{storage_now, tell, Term};
+use self::term::{tell, timestamp, Term};
 use crate::azure::settings::BlobSettings;
 use crate::azure::BlobLeaseManager;
 use crate::backoff::backoff;
@@ -112,6 +114,7 @@ pub struct BlobSchedule<S: LeaseStore = BlobLeaseManager> {
     options: ScheduleOptions,
     reporter: Reporter,
     elsewhere: Mutex<Elsewhere>,
+    strangers: Mutex<Strangers>,
     own: Arc<Mutex<Own>>,
     phase: watch::Sender<Phase>,
 }
@@ -147,6 +150,7 @@ impl<S: LeaseStore + Clone + 'static> BlobSchedule<S> {
             slots,
             options,
             elsewhere: Mutex::default(),
+            strangers: Mutex::default(),
             own: Arc::default(),
             phase: watch::Sender::new(Phase::Stopped),
         })
@@ -234,6 +238,11 @@ impl<S: LeaseStore + Clone + 'static> BlobSchedule<S> {
                     phase.set(Phase::Waiting(at));
                     at.map(|at| until(seen, at))
                 }
+                Ok(Look::Blocked { holder, wait }) => {
+                    failures = 0;
+                    phase.set(Phase::Blocked(holder.into()));
+                    Some(wait)
+                }
                 Ok(Look::Due) => match self.lead(&token, job.clone()).await {
                     Ok(()) => {
                         failures = 0;
@@ -292,25 +301,24 @@ impl<S: LeaseStore + Clone + 'static> BlobSchedule<S> {
     async fn look(&self) -> Result<Look> {
         let limit = self.options.mutex.request_timeout;
         let sent = Instant::now();
-        let (state, now) = tokio::join!(
+        let (state, info) = tokio::join!(
             bounded("read state", limit, self.store.read_state()),
-            storage_now(&self.store, limit)
+            bounded("inspect", limit, self.store.inspect())
         );
         // Storage's answers to the looks count for the schedule's health as
         // the campaign's do for a mutex's: between slots they are all it
         // hears.
-        let failed = state.as_ref().err().or(match &now {
-            Err(Error::Unsupported { .. }) | Ok(_) => None,
-            Err(e) => Some(e),
-        });
+        let failed = state.as_ref().err().or(info.as_ref().err());
         self.mutex.vitals().heard(sent, failed);
         let state = state?;
+        let info = info?;
         // No lease blob yet (no clock to read): the first term makes it
         // and begins the record.
-        let now = match now {
-            Ok(now) => now,
-            Err(Error::Unsupported { .. }) => return Ok(Look::Due),
-            Err(e) => return Err(e),
+        let Some((info, now)) = info.and_then(|i| {
+            let now = i.storage_time.map(timestamp)?;
+            Some((i, now))
+        }) else {
+            return Ok(Look::Due);
         };
         let seen = Instant::now();
         let record = Record::parse(&self.store.name(), &state)?.unwrap_or_default();
@@ -323,13 +331,51 @@ impl<S: LeaseStore + Clone + 'static> BlobSchedule<S> {
             self.options.catch_up,
             self.options.retries,
         );
-        Ok(match wake {
-            Wake::Campaign => Look::Due,
-            Wake::Sleep(at) => Look::Wait {
+        let stranger = foreign_holder(&info, self.holder(), self.store.supports_advertised());
+        Ok(match (wake, stranger) {
+            (Wake::Campaign, Some(holder)) => self.blocked(&record, now, holder),
+            (Wake::Campaign, None) => Look::Due,
+            (Wake::Sleep(at), _) => Look::Wait {
                 at,
                 seen: (seen, now),
             },
         })
+    }
+
+    /// A slot is due at storage's `now` and `holder`, not one of the
+    /// schedule's hosts, holds the lease: says so once a slot, and looks
+    /// again at the next slot or a lease from now, whichever comes first.
+    fn blocked(&self, record: &Record, now: Timestamp, holder: String) -> Look {
+        let mut strangers = self
+            .strangers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let d = due::due(
+            &self.slots,
+            record,
+            now,
+            self.options.catch_up,
+            self.options.retries,
+        );
+        if let due::Next::Run { slot, .. } = d.next {
+            if strangers.blocked(slot) {
+                drop(strangers);
+                self.reporter.report(
+                    slot,
+                    SlotOutcome::Blocked {
+                        holder: holder.clone(),
+                    },
+                );
+            }
+        }
+        let lease = self.options.mutex.lease_duration;
+        let next = self.slots.after(now).map_or(lease, |at| {
+            Duration::try_from(at.duration_since(now)).unwrap_or_default()
+        });
+        Look::Blocked {
+            holder,
+            wait: next.min(lease),
+        }
     }
 
     /// Reports each slot of `record` up to `now` that another host ran and
@@ -398,6 +444,9 @@ impl<S: LeaseStore + Clone + 'static> BlobSchedule<S> {
 enum Look {
     /// Something is due, or the record is not begun: campaign.
     Due,
+    /// Something is due, and `holder`, not one of the schedule's hosts,
+    /// holds the lease: look again after `wait`.
+    Blocked { holder: String, wait: Duration },
     /// Nothing is due before `at` on storage's clock (never, when `None`);
     /// `seen` is when storage's clock was read, and what it read.
     Wait {

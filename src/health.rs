@@ -224,9 +224,12 @@ impl Health {
             Role::Mutex(state) => mutex_part(&state.borrow(), &vitals, leader_only),
             Role::Set(owned) => set_part(vitals.campaigning, owned.borrow().len(), leader_only),
             #[cfg(feature = "schedule")]
-            Role::Schedule(phase, state) => {
-                schedule::part(*phase.borrow(), &state.borrow(), &vitals, leader_only)
-            }
+            Role::Schedule(phase, state) => schedule::part(
+                phase.borrow().clone(),
+                &state.borrow(),
+                &vitals,
+                leader_only,
+            ),
         };
         match readiness(unlive, &vitals, now, part) {
             Ok(reason) => Verdict::pass(reason),

@@ -548,6 +548,32 @@ mod on_the_memory_store {
             assert!(health.live().passes());
         }
 
+        /// A slot due while a holder that is not one of the schedule's
+        /// hosts holds the lease: not ready, naming it; live.
+        #[tokio::test(start_paused = true)]
+        async fn a_schedule_whose_lease_a_stranger_holds_is_unready_naming_it() {
+            use crate::store::{LeaseId, LeaseStore, StampOptions};
+            let store = MemoryLeaseStore::new("c/schedule");
+            let (schedule, gate) = schedule(&store, "*/10 * * * * *");
+            let health = schedule.health();
+            let stranger = LeaseId::new();
+            store.acquire(stranger, MINUTE / 4).await.unwrap();
+            store
+                .stamp(stranger, "runner", &StampOptions::new())
+                .await
+                .unwrap();
+            let token = spawn_schedule(&schedule, &gate);
+            until(MINUTE, || health.ready().reason().contains("runner")).await;
+            let ready = health.ready();
+            assert!(!ready.passes(), "{ready}");
+            assert!(
+                ready.reason().contains("not one of the schedule's hosts"),
+                "{ready}"
+            );
+            assert!(health.live().passes());
+            token.cancel();
+        }
+
         #[tokio::test(start_paused = true)]
         async fn a_schedule_sleeping_for_a_long_time_until_its_slot_stays_live_and_ready() {
             let store = MemoryLeaseStore::new("c/schedule");

@@ -2,7 +2,7 @@
 //!
 //! | name | kind | labels | meaning |
 //! |---|---|---|---|
-//! | `blob_mutex_schedule_slots_total` | counter | `container`, `blob`, `outcome` | slots this host settled, by [`SlotOutcome`] word: `ran`, `failed`, `unrecorded`, `stopped` (its job was stopped with its term, and runs again as the same attempt), `skipped`, `missed` (a run of missed slots counts each), `done_elsewhere` (another host ran it), `cut_short` (another term's run of it was cut short; this host runs it again) |
+//! | `blob_mutex_schedule_slots_total` | counter | `container`, `blob`, `outcome` | slots this host settled, by [`SlotOutcome`] word: `ran`, `failed`, `unrecorded`, `stopped` (its job was stopped with its term, and runs again as the same attempt), `blocked` (due while a holder that is not a schedule's host held the lease), `skipped`, `missed` (a run of missed slots counts each), `done_elsewhere` (another host ran it), `cut_short` (another term's run of it was cut short; this host runs it again) |
 //!
 //! The lease's own figures (terms, renewals) are the mutex's
 //! (`engine::metrics`); no label carries a secret or a lease id.
@@ -10,11 +10,12 @@
 use super::SlotOutcome;
 
 /// The outcome words, each counted from 0 at the start.
-const OUTCOMES: [&str; 8] = [
+const OUTCOMES: [&str; 9] = [
     "ran",
     "failed",
     "unrecorded",
     "stopped",
+    "blocked",
     "skipped",
     "missed",
     "done_elsewhere",
@@ -28,6 +29,7 @@ fn word(outcome: &SlotOutcome) -> (&'static str, u64) {
         SlotOutcome::Failed { .. } => ("failed", 1),
         SlotOutcome::Unrecorded { .. } => ("unrecorded", 1),
         SlotOutcome::Stopped { .. } => ("stopped", 1),
+        SlotOutcome::Blocked { .. } => ("blocked", 1),
         SlotOutcome::Skipped => ("skipped", 1),
         SlotOutcome::Missed { count } => ("missed", *count),
         SlotOutcome::DoneElsewhere { .. } => ("done_elsewhere", 1),
@@ -151,6 +153,7 @@ mod tests {
             ("skipped", 1),
             ("unrecorded", 0),
             ("stopped", 0),
+            ("blocked", 0),
         ];
         let expected: BTreeMap<String, u64> = expected
             .iter()

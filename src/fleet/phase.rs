@@ -6,7 +6,7 @@ use jiff::Timestamp;
 use tokio::sync::watch;
 
 /// Where a host's schedule stands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Phase {
     /// [`run`](super::BlobSchedule::run) is not running.
     Stopped,
@@ -16,6 +16,9 @@ pub(crate) enum Phase {
     /// Awake: reading the record, campaigning for a slot that is due, or
     /// running it.
     Awake,
+    /// A slot is due, and a holder that is not one of the schedule's hosts
+    /// (named) holds the lease: no slot can run.
+    Blocked(std::sync::Arc<str>),
 }
 
 /// Keeps a schedule's phase while [`run`](super::BlobSchedule::run) runs,

@@ -59,6 +59,15 @@ pub enum SlotOutcome {
         /// Why its term was told to stop.
         reason: crate::ending::StopReason,
     },
+    /// It was due, and a holder that is not one of the schedule's hosts
+    /// (its term advertised no schedule: a `blob-mutex run`, a guard)
+    /// held the lease: it could not run. Each host reports each such slot
+    /// once; if it leaves its window before the lease is free, the next
+    /// term records it missed.
+    Blocked {
+        /// The lease's holder.
+        holder: String,
+    },
     /// It came due while the previous slot's job ran ([`Overlap::Skip`](super::Overlap::Skip)).
     Skipped,
     /// Another host ran its job to its end; this host skipped it as done.

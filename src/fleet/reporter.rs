@@ -94,6 +94,9 @@ impl Reporter {
             SlotOutcome::Stopped { epoch, reason } => {
                 warn!(%holder, epoch, slot = %slot, %reason, "schedule: the slot's job was stopped with its term ({reason}); it counts as no attempt, and the next holder runs it again");
             }
+            SlotOutcome::Blocked { holder: by } => {
+                warn!(%holder, slot = %slot, by = %by, "schedule: the slot is due and cannot run: the lease is held by {by}, which is not one of the schedule's hosts (its term advertised no schedule: a `blob-mutex run`, a guard, another program); give the schedule a blob of its own");
+            }
             SlotOutcome::Skipped => {
                 warn!(%holder, slot = %slot, "schedule: the slot was skipped: it came due while the previous slot's job ran");
             }

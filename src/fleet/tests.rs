@@ -694,3 +694,75 @@ async fn a_job_stopped_with_its_term_counts_as_no_attempt_and_runs_again_elsewhe
         (super::RecordedOutcome::Done, 1)
     );
 }
+
+/// A lease held for long by a process that is not a schedule's host (a
+/// `blob-mutex run --forever`): each slot that comes due is reported
+/// blocked, once, naming the holder, and the schedule is not ready; once
+/// the lease is free, the next slot runs and the ones that went past
+/// their window meanwhile are recorded missed.
+#[tokio::test(start_paused = true)]
+async fn a_lease_held_by_a_stranger_blocks_each_slot_with_a_report_naming_it() {
+    use crate::store::{Acquire, LeaseId, LeaseStore, StampOptions};
+    let store = MemoryLeaseStore::new("c/schedule");
+    let runs = Runs::default();
+    let options = || every_ten().with_catch_up(Duration::from_secs(5));
+    let first = host(&store, "h0", options(), &runs, Duration::from_secs(1));
+    // The record begun, then the stranger takes the lease between slots.
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    let stranger = LeaseId::new();
+    let take = loop {
+        if store
+            .acquire(stranger, Duration::from_secs(15))
+            .await
+            .unwrap()
+            == Acquire::Acquired
+        {
+            break Instant::now();
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    store
+        .stamp(stranger, "runner", &StampOptions::new())
+        .await
+        .unwrap();
+    let keeper = tokio::spawn({
+        let store = store.clone();
+        async move {
+            while take.elapsed() < Duration::from_secs(40) {
+                tokio::time::sleep(Duration::from_secs(5)).await;
+                store.renew(stranger).await.unwrap();
+            }
+            store.release(stranger).await.unwrap();
+        }
+    });
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    keeper.await.unwrap();
+    tokio::time::sleep(Duration::from_secs(25)).await;
+    let mut reports = first.reports;
+    first.token.cancel();
+    first.run.await.unwrap().unwrap();
+    let (mut blocked, mut missed) = (Vec::new(), 0);
+    while let Ok(r) = reports.try_recv() {
+        match r.outcome {
+            SlotOutcome::Blocked { holder } => blocked.push((r.slot, holder)),
+            SlotOutcome::Missed { count } => missed += count,
+            _ => {}
+        }
+    }
+    assert!(blocked.len() >= 3, "{blocked:?}");
+    assert!(blocked.iter().all(|(_, h)| h == "runner"), "{blocked:?}");
+    let slots: std::collections::BTreeSet<&String> = blocked.iter().map(|(s, _)| s).collect();
+    assert_eq!(
+        slots.len(),
+        blocked.len(),
+        "a slot reported twice: {blocked:?}"
+    );
+    assert!(missed >= 3, "{missed} missed");
+    let after = runs
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|r| r.began > take)
+        .count();
+    assert!(after >= 1, "no slot ran once the lease was free");
+}

@@ -42,6 +42,9 @@ pub(super) fn part(
 ) -> Result<String, String> {
     match (phase, state) {
         (Phase::Stopped, _) => Err("not running the schedule".to_owned()),
+        (Phase::Blocked(holder), _) => Err(format!(
+            "a slot is due and the lease is held by {holder}, which is not one of the schedule's hosts: no slot can run"
+        )),
         (Phase::Awake, Leadership::Leader { .. }) => mutex_part(state, vitals, leader_only),
         (Phase::Waiting(Some(at)), _) if leader_only => {
             Err(format!("not the leader: waiting for the slot at {at}"))

@@ -386,6 +386,10 @@ impl LeaseStore for Faulty {
         true
     }
 
+    fn supports_advertised(&self) -> bool {
+        true
+    }
+
     fn advertise(
         &self,
         record: LeaseId,
