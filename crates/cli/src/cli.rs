@@ -638,6 +638,12 @@ pub(crate) struct ScheduleArgs {
         env = "BLOB_MUTEX_RETRIES"
     )]
     pub(crate) retries: Option<u32>,
+    /// How long a slot's CMD may run: past it, CMD is stopped as a term's
+    /// end stops it (SIGTERM, then SIGKILL after --grace), and the run is a
+    /// failed attempt, retried as --retries says, whose line says so
+    /// [default: none].
+    #[arg(long, value_name = "DURATION", allow_hyphen_values = true, value_parser = parse_positive_duration, env = "BLOB_MUTEX_TIMEOUT")]
+    pub(crate) timeout: Option<Duration>,
     /// Serve, on this address only (for example 127.0.0.1:9898), as `run`
     /// does: /metrics (the slots' outcomes among them); /livez and /healthz
     /// (503 only for a slot's term not stopped by its deadline); /readyz

@@ -31,6 +31,8 @@ struct Shared {
     env: Vec<(&'static str, String)>,
     /// The library's stop grace: how long a job may take to stop.
     grace: Duration,
+    /// `--timeout`: how long a slot's command may run.
+    timeout: Option<Duration>,
     token: CancellationToken,
     /// The process groups of jobs that may still run.
     groups: Groups,
@@ -81,6 +83,7 @@ pub(crate) async fn schedule(args: ScheduleArgs) -> Result<u8> {
             .lease
             .options(args.target.request_timeout())
             .stop_grace(),
+        timeout: args.timeout,
         token: CancellationToken::new(),
         groups: Groups::new(name.clone()),
         state: Mutex::new(State::default()),
@@ -151,8 +154,9 @@ fn options(args: &ScheduleArgs) -> Result<ScheduleOptions> {
 }
 
 /// One slot's job: the command, with the slot and the epoch in its
-/// environment, until it exits or the term ends (then it is stopped as
-/// `run` stops it). Succeeds when the command exited 0 by itself.
+/// environment, until it exits, runs past `--timeout` (a failed attempt),
+/// or the term ends (then it is stopped as `run` stops it). Succeeds when
+/// the command exited 0 by itself.
 async fn job(slot: Slot, ctx: LeaderContext, shared: Arc<Shared>) -> Result<()> {
     // No job starts while a process of an earlier one's may still run.
     tokio::select! {
@@ -183,7 +187,20 @@ async fn job(slot: Slot, ctx: LeaderContext, shared: Arc<Shared>) -> Result<()> 
     info!(target: LEADER, slot = %slot.key, attempt = slot.attempt, epoch = ctx.epoch(), pid = child.pid(), "leader: started the slot's command");
     let _running = Running::new(&shared, child.group());
     let mut deadlines = ctx.watch_deadline();
+    let timed_out = async {
+        match shared.timeout {
+            Some(limit) => tokio::time::sleep(limit).await,
+            None => std::future::pending().await,
+        }
+    };
     tokio::select! {
+        () = timed_out => {
+            let times = StopTimes::new(Instant::now(), shared.grace, ctx.deadline());
+            let status = child.stop(Signal::SIGTERM, times).await?;
+            let limit = jiff::SignedDuration::try_from(shared.timeout.unwrap_or_default())
+                .map_or_else(|_| String::from("?"), |d| format!("{d:#}"));
+            Err(anyhow!("the command ran past --timeout {limit} and was stopped ({})", exit::describe(status)))
+        }
         watched = child.watch(&mut deadlines) => match watched? {
             Watched::Exited(status) if status.success() => Ok(()),
             Watched::Exited(status) => Err(anyhow!("the command ended with {}", exit::describe(status))),

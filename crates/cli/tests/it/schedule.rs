@@ -514,6 +514,38 @@ async fn a_schedule_on_a_blob_that_holds_a_completion_record_exits_2_naming_what
     assert_eq!(store.read_state().await.unwrap(), before);
 }
 
+/// `--timeout`: a slot's command that runs past it is stopped, and the run
+/// is a failed attempt whose line says why.
+#[tokio::test]
+async fn a_slots_command_that_runs_past_its_timeout_is_stopped_as_a_failed_attempt() {
+    let case = Case::new("timeout");
+    let stderr = std::fs::File::create(case.dir.join("stderr")).unwrap();
+    let mut command = blob_mutex_on(azurite::shared().connection_string());
+    command
+        .args(["schedule", "--container", &case.container, "--blob", "cron"])
+        .args(["--cron", "*/5 * * * * *", "--timeout", "1s", "--retries", "0"])
+        .args(["--", "sh", "-c", "echo $$ > \"$0/pid\"; exec sleep 60"])
+        .arg(&case.dir)
+        .env("RUST_LOG", "info")
+        .stderr(stderr);
+    let mut schedule = command.spawn().expect("start blob-mutex schedule");
+    let line = wait_for("the timeout's line", LIMIT, || async {
+        let text = std::fs::read_to_string(case.dir.join("stderr")).unwrap_or_default();
+        text.lines()
+            .find(|l| l.contains("ran past --timeout 1s and was stopped"))
+            .map(str::to_owned)
+    })
+    .await;
+    assert!(line.contains("job failed"), "{line}");
+    let pid: u32 = std::fs::read_to_string(case.dir.join("pid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(!is_running(pid), "the command still runs: {line}");
+    schedule.kill().await.unwrap();
+}
+
 /// A schedule that storage never answers (a port nothing listens on)
 /// exits 1 once `--first-contact-timeout` has passed, as `run` does, with a
 /// line that says what to check.
