@@ -2,6 +2,9 @@
 //!
 //! | name | kind | labels | meaning |
 //! |---|---|---|---|
+//! | `blob_mutex_schedule_last_success_timestamp_seconds` | gauge | `container`, `blob` | the instant of the last slot this host saw succeed, run here or elsewhere (0 before): alert on `time() - x` |
+//! | `blob_mutex_schedule_job_started_timestamp_seconds` | gauge | `container`, `blob` | when the job running here began, the host's clock; 0 while none runs: alert on a hung job with `x > 0 and time() - x > limit` |
+//! | `blob_mutex_schedule_slots_given_up_total` | counter | `container`, `blob` | failed slots that gave up: retries spent, or the next past the window |
 //! | `blob_mutex_schedule_slots_total` | counter | `container`, `blob`, `outcome` | slots this host settled, by [`SlotOutcome`] word: `ran`, `failed`, `unrecorded`, `stopped` (its job was stopped with its term, and runs again as the same attempt), `blocked` (due while a holder that is not a schedule's host held the lease), `skipped`, `missed` (a run of missed slots counts each), `done_elsewhere` (another host ran it), `cut_short` (another term's run of it was cut short; this host runs it again) |
 //!
 //! The lease's own figures (terms, renewals) are the mutex's
@@ -62,6 +65,30 @@ impl SlotCounter {
                 "blob_mutex_schedule_slots_total",
                 "slots this host settled, by outcome"
             );
+            ::metrics::describe_gauge!(
+                "blob_mutex_schedule_last_success_timestamp_seconds",
+                "the instant of the last slot this host saw succeed, here or elsewhere (Unix seconds; 0 before)"
+            );
+            ::metrics::describe_gauge!(
+                "blob_mutex_schedule_job_started_timestamp_seconds",
+                "when the slot's job running here began (Unix seconds, the host's clock); 0 while none runs"
+            );
+            ::metrics::describe_counter!(
+                "blob_mutex_schedule_slots_given_up_total",
+                "failed slots whose retries were spent, or whose next attempt would come past the window"
+            );
+            ::metrics::gauge!(
+                "blob_mutex_schedule_last_success_timestamp_seconds",
+                &counter.labels
+            )
+            .set(0.0);
+            ::metrics::gauge!(
+                "blob_mutex_schedule_job_started_timestamp_seconds",
+                &counter.labels
+            )
+            .set(0.0);
+            ::metrics::counter!("blob_mutex_schedule_slots_given_up_total", &counter.labels)
+                .increment(0);
             for outcome in OUTCOMES {
                 ::metrics::counter!("blob_mutex_schedule_slots_total", &counter.with(outcome))
                     .increment(0);
@@ -83,6 +110,49 @@ impl SlotCounter {
         ::metrics::counter!("blob_mutex_schedule_slots_total", &self.with(word)).increment(slots);
         #[cfg(not(feature = "metrics"))]
         let _ = (word, slots);
+    }
+
+    /// A slot succeeded, here or elsewhere: `slot` is its instant.
+    #[cfg_attr(not(feature = "metrics"), allow(clippy::unused_self))]
+    pub(super) fn succeeded(&self, slot: jiff::Timestamp) {
+        #[cfg(feature = "metrics")]
+        {
+            #[allow(clippy::cast_precision_loss)] // seconds of a date fit an f64
+            let at = slot.as_second() as f64;
+            let gauge = ::metrics::gauge!(
+                "blob_mutex_schedule_last_success_timestamp_seconds",
+                &self.labels
+            );
+            gauge.set(at);
+        }
+        #[cfg(not(feature = "metrics"))]
+        let _ = slot;
+    }
+
+    /// A slot's job began here at `at` (its host's clock, Unix seconds),
+    /// or ended (`None`).
+    #[cfg_attr(not(feature = "metrics"), allow(clippy::unused_self))]
+    pub(super) fn job(&self, at: Option<std::time::SystemTime>) {
+        #[cfg(feature = "metrics")]
+        {
+            let since = at
+                .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                .map_or(0.0, |d| d.as_secs_f64());
+            ::metrics::gauge!(
+                "blob_mutex_schedule_job_started_timestamp_seconds",
+                &self.labels
+            )
+            .set(since);
+        }
+        #[cfg(not(feature = "metrics"))]
+        let _ = at;
+    }
+
+    /// A failed slot gave up.
+    #[cfg_attr(not(feature = "metrics"), allow(clippy::unused_self))]
+    pub(super) fn gave_up(&self) {
+        #[cfg(feature = "metrics")]
+        ::metrics::counter!("blob_mutex_schedule_slots_given_up_total", &self.labels).increment(1);
     }
 
     #[cfg(feature = "metrics")]
@@ -160,5 +230,67 @@ mod tests {
             .map(|(o, n)| ((*o).to_owned(), *n))
             .collect();
         assert_eq!(after, expected);
+    }
+
+    /// The gauge of a value by name, from one snapshot.
+    fn gauges(recorder: &DebuggingRecorder) -> BTreeMap<String, f64> {
+        let mut gauges = BTreeMap::new();
+        for (key, _, _, value) in recorder.snapshotter().snapshot().into_vec() {
+            match value {
+                DebugValue::Gauge(v) => {
+                    gauges.insert(key.key().name().to_owned(), v.0);
+                }
+                DebugValue::Counter(n) if key.key().name().ends_with("given_up_total") => {
+                    #[allow(clippy::cast_precision_loss)] // a few slots
+                    gauges.insert(key.key().name().to_owned(), n as f64);
+                }
+                _ => {}
+            }
+        }
+        gauges
+    }
+
+    /// What an alert keys on: the last success, a job's start (0 while
+    /// none runs), the slots given up; each exported from the start.
+    #[test]
+    fn the_last_success_the_running_jobs_start_and_the_slots_given_up_are_exported() {
+        let recorder = DebuggingRecorder::new();
+        let (at_start, running) = ::metrics::with_local_recorder(&recorder, || {
+            let counter = SlotCounter::new("c/nightly");
+            let at_start = gauges(&recorder);
+            counter.succeeded("2026-11-28T02:30:00Z".parse().unwrap());
+            counter.job(Some(
+                std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_800_000_000),
+            ));
+            counter.gave_up();
+            let running = gauges(&recorder);
+            counter.job(None);
+            (at_start, running)
+        });
+        let start = [
+            ("blob_mutex_schedule_job_started_timestamp_seconds", 0.0),
+            ("blob_mutex_schedule_last_success_timestamp_seconds", 0.0),
+            ("blob_mutex_schedule_slots_given_up_total", 0.0),
+        ];
+        let named = |pairs: &[(&str, f64)]| -> BTreeMap<String, f64> {
+            pairs.iter().map(|(k, v)| ((*k).to_owned(), *v)).collect()
+        };
+        assert_eq!(at_start, named(&start));
+        assert_eq!(
+            running,
+            named(&[
+                (
+                    "blob_mutex_schedule_job_started_timestamp_seconds",
+                    1_800_000_000.0
+                ),
+                (
+                    "blob_mutex_schedule_last_success_timestamp_seconds",
+                    1_795_833_000.0
+                ),
+                ("blob_mutex_schedule_slots_given_up_total", 1.0),
+            ])
+        );
+        let ended = gauges(&recorder)["blob_mutex_schedule_job_started_timestamp_seconds"];
+        assert!(ended.abs() < f64::EPSILON, "{ended}");
     }
 }

@@ -67,6 +67,7 @@ impl Reporter {
                     warn!(%holder, epoch, attempt, slot = %slot, %error, retry_at = %at, "schedule: the slot's job failed; it is tried again at {at}");
                 }
                 Retry::GaveUp => {
+                    self.counter.gave_up();
                     warn!(%holder, epoch, attempt, slot = %slot, %error, "schedule: the slot's job failed, and the slot gave up: its retries are spent, or the next would come past the catch-up window");
                 }
             }
@@ -116,12 +117,36 @@ impl Reporter {
         self.send(slot, outcome);
     }
 
+    /// A slot's job begins here: the job's metric says so until the
+    /// returned guard is dropped (when the job ends, or its term's task is
+    /// aborted).
+    pub(super) fn job_running(&self) -> JobRunning<'_> {
+        self.counter.job(Some(std::time::SystemTime::now()));
+        JobRunning(&self.counter)
+    }
+
     fn send(&self, slot: Timestamp, outcome: SlotOutcome) {
         self.counter.settled(&outcome);
+        if matches!(
+            outcome,
+            SlotOutcome::Ran { .. } | SlotOutcome::DoneElsewhere { .. }
+        ) {
+            self.counter.succeeded(slot);
+        }
         let _ = self.reports.send(SlotReport {
             slot: slot.to_string(),
             holder: self.holder.to_string(),
             outcome,
         });
+    }
+}
+
+/// The job of a slot runs here while this lives (see
+/// [`Reporter::job_running`]).
+pub(super) struct JobRunning<'a>(&'a SlotCounter);
+
+impl Drop for JobRunning<'_> {
+    fn drop(&mut self) {
+        self.0.job(None);
     }
 }

@@ -100,7 +100,9 @@ impl<S: LeaseStore> Term<S> {
             attempt,
         };
         info!(holder = %ctx.holder(), epoch = ctx.epoch(), slot = %slot, attempt, "schedule: running the slot's job");
+        let running = self.reporter.job_running();
         let result = job(given, ctx.clone()).await.map_err(Into::into);
+        drop(running);
         if let (Err(_), Some(reason)) = (&result, ctx.stop_reason()) {
             // Stopped with its term (a deploy's SIGTERM, a lost lease): no
             // attempt, as a death is none. The mark stays for the next

@@ -523,7 +523,14 @@ async fn a_slots_command_that_runs_past_its_timeout_is_stopped_as_a_failed_attem
     let mut command = blob_mutex_on(azurite::shared().connection_string());
     command
         .args(["schedule", "--container", &case.container, "--blob", "cron"])
-        .args(["--cron", "*/5 * * * * *", "--timeout", "1s", "--retries", "0"])
+        .args([
+            "--cron",
+            "*/5 * * * * *",
+            "--timeout",
+            "1s",
+            "--retries",
+            "0",
+        ])
         .args(["--", "sh", "-c", "echo $$ > \"$0/pid\"; exec sleep 60"])
         .arg(&case.dir)
         .env("RUST_LOG", "info")
