@@ -99,7 +99,8 @@ impl Reporter {
                 warn!(%holder, slot = %slot, by = %by, "schedule: the slot is due and cannot run: the lease is held by {by}, which is not one of the schedule's hosts (its term advertised no schedule: a `blob-mutex run`, a guard, another program); give the schedule a blob of its own");
             }
             SlotOutcome::Skipped => {
-                warn!(%holder, slot = %slot, "schedule: the slot was skipped: it came due while the previous slot's job ran");
+                // Warned of when it came due.
+                info!(%holder, slot = %slot, "schedule: the slot was recorded skipped: it came due while the previous slot's job ran");
             }
             SlotOutcome::Missed { count } => {
                 warn!(%holder, slot = %slot, count, "schedule: the slot was missed: nobody ran it to its end within the catch-up window ({count} slots up to it)");

@@ -101,7 +101,10 @@ impl<S: LeaseStore> Term<S> {
         };
         info!(holder = %ctx.holder(), epoch = ctx.epoch(), slot = %slot, attempt, "schedule: running the slot's job");
         let running = self.reporter.job_running();
-        let result = job(given, ctx.clone()).await.map_err(Into::into);
+        let result = tokio::select! {
+            result = job(given, ctx.clone()) => result.map_err(Into::into),
+            never = self.coming_due(ctx.holder(), slot, &clock) => match never {},
+        };
         drop(running);
         if let (Err(_), Some(reason)) = (&result, ctx.stop_reason()) {
             // Stopped with its term (a deploy's SIGTERM, a lost lease): no
@@ -185,6 +188,29 @@ impl<S: LeaseStore> Term<S> {
         };
         self.reporter.report(slot, outcome);
         fatal.map_or(Ok(()), Err)
+    }
+
+    /// While `slot`'s job runs: says of each later slot, when it comes due
+    /// on storage's clock (as `clock` tells it), that it waits for the job
+    /// or will be skipped. Never returns.
+    async fn coming_due(
+        &self,
+        holder: &str,
+        slot: Timestamp,
+        clock: &impl Fn() -> Timestamp,
+    ) -> std::convert::Infallible {
+        let mut cursor = slot;
+        while let Some(next) = self.slots.after(cursor) {
+            let wait = Duration::try_from(next.duration_since(clock())).unwrap_or_default();
+            tokio::time::sleep(wait).await;
+            cursor = next;
+            if self.options.overlap == Overlap::Skip {
+                warn!(%holder, slot = %next, running = %slot, "schedule: the slot came due while the job of {slot} runs; the overlap policy skips it, and it is recorded skipped when that job ends");
+            } else {
+                info!(%holder, slot = %next, running = %slot, "schedule: the slot came due while the job of {slot} runs; it runs after it, if still within the catch-up window");
+            }
+        }
+        std::future::pending().await
     }
 
     /// Reports the runs of this host whose record's answer was lost, as

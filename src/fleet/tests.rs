@@ -766,3 +766,31 @@ async fn a_lease_held_by_a_stranger_blocks_each_slot_with_a_report_naming_it() {
         .count();
     assert!(after >= 1, "no slot ran once the lease was free");
 }
+
+/// A slot that comes due while a long job runs is said when it comes due,
+/// not only when the job ends.
+#[tokio::test(start_paused = true)]
+async fn a_slot_that_comes_due_during_a_long_job_is_logged_when_it_comes_due() {
+    let (logs, _guard) = crate::captured_logs::capture(tracing::Level::WARN);
+    let store = MemoryLeaseStore::new("c/schedule");
+    let runs = Runs::default();
+    let h = host(&store, "h0", every_ten(), &runs, Duration::from_secs(25));
+    let started = loop {
+        if let Some(run) = runs.lock().unwrap().first().cloned() {
+            break run;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    assert!(
+        runs.lock().unwrap()[0].ended.is_none(),
+        "the job ended: {started:?}"
+    );
+    let said = logs.text();
+    assert!(
+        said.contains("came due while the job of") && said.contains(&started.slot),
+        "{said}"
+    );
+    h.token.cancel();
+    h.run.await.unwrap().unwrap();
+}
