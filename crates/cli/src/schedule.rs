@@ -132,7 +132,12 @@ pub(crate) async fn schedule(args: ScheduleArgs) -> Result<u8> {
 /// The library's options from the flags, checked: a bad expression, zone
 /// or window is a usage error naming its flag.
 fn options(args: &ScheduleArgs) -> Result<ScheduleOptions> {
+    // The command's own guard kills its process group before the lease
+    // could expire, whatever this process does: the job future is always
+    // abortable, and the library's fail-stop (which would end a process
+    // frozen past its lease and then woken) is not needed here.
     let mut options = ScheduleOptions::new(args.cron.clone())
+        .with_fail_stop(false)
         .with_mutex(args.lease.options(args.target.request_timeout()));
     if let Some(zone) = &args.tz {
         options = options.with_time_zone(zone.clone());
