@@ -145,6 +145,9 @@ struct Running<'t> {
     leader: JoinHandle<Ended>,
     reason: Arc<OnceLock<StopReason>>,
     child: CancellationToken,
+    /// When the term's tasks are aborted, once the term stops: the
+    /// crate's own requests in them end by themselves before it.
+    abort_at: watch::Sender<Option<Instant>>,
     fail_stop: Option<FailStop>,
     /// The proposed lease id of the candidate the term hands over to.
     successor: Option<LeaseId>,
@@ -269,6 +272,7 @@ impl<S: LeaseStore> Engine<'_, S> {
         let tasks = TermTasks::new(epoch, child.clone());
         let reason = Arc::new(OnceLock::new());
         let (heartbeat, mut beats) = Heartbeat::new();
+        let (abort_at, aborted_at) = watch::channel(None);
         let context = LeaderContext {
             epoch,
             holder: self.holder.clone(),
@@ -276,6 +280,7 @@ impl<S: LeaseStore> Engine<'_, S> {
             reason: reason.clone(),
             heartbeat,
             deadline: deadline.subscribe(),
+            abort_at: aborted_at,
             tasks: tasks.spawner(),
             state: Arc::new(Fenced::new(
                 self.store.clone(),
@@ -317,6 +322,7 @@ impl<S: LeaseStore> Engine<'_, S> {
             leader,
             reason,
             child,
+            abort_at,
             fail_stop,
             successor: None,
         };

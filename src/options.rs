@@ -433,6 +433,11 @@ pub(crate) const ABORT_WAIT: Duration = Duration::from_millis(250);
 /// How long before the deadline the fail-stop watcher exits the process.
 pub(crate) const FAIL_STOP_SLACK: Duration = Duration::from_millis(200);
 
+/// How long before the term's tasks would be aborted the crate's own
+/// requests in them (a schedule's or run-once's record) give up, so that
+/// the task returns by itself and says what it left undone.
+pub(crate) const OWN_STOP: Duration = Duration::from_millis(200);
+
 /// The time the stop sequence needs before the deadline on top of
 /// `stop_grace`: the abort's wait, and the fail-stop exit's slack.
 pub const STOP_SLACK: Duration = ABORT_WAIT.saturating_add(FAIL_STOP_SLACK);

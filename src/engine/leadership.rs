@@ -12,6 +12,7 @@ use crate::ending::{StopReason, TermReport};
 use crate::engine::state::TermState;
 use crate::engine::term_tasks::Shared as TermShared;
 use crate::error::{BoxError, Result};
+use crate::options::{OWN_STOP, STOP_SLACK};
 use crate::store::LeaseId;
 
 /// The state of one [`BlobDistributedMutex`](crate::BlobDistributedMutex), as
@@ -58,6 +59,9 @@ pub struct LeaderContext {
     pub(crate) reason: Arc<OnceLock<StopReason>>,
     pub(crate) heartbeat: Heartbeat,
     pub(crate) deadline: watch::Receiver<Instant>,
+    /// When the engine aborts the term's tasks, once it has told them to
+    /// stop (see [`before_abort`](Self::before_abort)).
+    pub(crate) abort_at: watch::Receiver<Option<Instant>>,
     pub(crate) tasks: Arc<TermShared>,
     pub(crate) state: Arc<dyn TermState>,
 }
@@ -190,6 +194,32 @@ impl LeaderContext {
             }
         }
         self.stop_reason().unwrap_or(StopReason::Shutdown)
+    }
+
+    /// Completes [`OWN_STOP`] before the engine would abort the term's
+    /// tasks: the deadline's abort (`deadline − STOP_SLACK`, later with each
+    /// renewal) or, once the term stops, the end of its grace, whichever
+    /// comes first. The crate's own requests in a term race it, so that a
+    /// task cut off by an outage returns by itself and says what it left,
+    /// rather than being aborted mid-request.
+    pub(crate) async fn before_abort(&self) {
+        let (mut deadline, mut told) = (self.deadline.clone(), self.abort_at.clone());
+        loop {
+            let latest = deadline.borrow_and_update().checked_sub(STOP_SLACK);
+            let told_at = *told.borrow_and_update();
+            let at = latest
+                .map(|latest| told_at.map_or(latest, |told| told.min(latest)))
+                .and_then(|at| at.checked_sub(OWN_STOP));
+            // Before the clock's first instant: the abort is due now.
+            let Some(at) = at else {
+                return;
+            };
+            tokio::select! {
+                () = tokio::time::sleep_until(at) => return,
+                Ok(()) = deadline.changed() => {}
+                Ok(()) = told.changed() => {}
+            }
+        }
     }
 
     /// The term's current deadline: the instant by which the task must have

@@ -64,7 +64,16 @@ impl LeaderContext {
         let mut failures: u32 = 0;
         let mut unknown = false;
         loop {
-            let error = match self.write_state(state).await {
+            let sent = tokio::time::Instant::now();
+            let attempt = tokio::select! {
+                biased;
+                written = self.write_state(state) => written,
+                // Cut off in flight: it may land yet.
+                () = self.before_abort() => {
+                    return Ok(Written::Unknown(cut_off("write state", sent.elapsed())));
+                }
+            };
+            let error = match attempt {
                 Ok(()) => return Ok(Written::Landed),
                 Err(e) if e.is_fatal() => return Err(e),
                 Err(e) => e,
@@ -80,7 +89,16 @@ impl LeaderContext {
             failures = failures.saturating_add(1);
             let wait = backoff(RETRY_FIRST, RETRY_MAX, failures);
             warn!(epoch = self.epoch(), error = %Chain(&error), failures, retry_in = ?wait, "writing the term's record failed; trying again while the lease is held");
-            tokio::time::sleep(wait).await;
+            tokio::select! {
+                () = tokio::time::sleep(wait) => {}
+                () = self.before_abort() => {
+                    return Ok(if unknown {
+                        Written::Unknown(error)
+                    } else {
+                        Written::Refused(error)
+                    });
+                }
+            }
         }
     }
 
@@ -112,11 +130,16 @@ impl LeaderContext {
     {
         let mut failures: u32 = 0;
         loop {
-            let error = match call().await {
-                Ok(value) => return Ok(value),
-                Err(e) => e,
+            let sent = tokio::time::Instant::now();
+            let error = tokio::select! {
+                biased;
+                called = call() => match called {
+                    Ok(value) => return Ok(value),
+                    Err(e) => e,
+                },
+                () = self.before_abort() => cut_off("a read of the term's", sent.elapsed()),
             };
-            if !error.is_transient() || self.is_cancelled() {
+            if !error.is_transient() || self.is_cancelled() || !self.is_current() {
                 return Err(error);
             }
             failures = failures.saturating_add(1);
@@ -124,8 +147,16 @@ impl LeaderContext {
             warn!(epoch = self.epoch(), error = %Chain(&error), failures, retry_in = ?wait, "{what} failed; trying again while the lease is held");
             tokio::select! {
                 _ = self.cancelled() => return Err(error),
+                () = self.before_abort() => return Err(error),
                 () = tokio::time::sleep(wait) => {}
             }
         }
     }
+}
+
+/// The error of a request of the term's own cut off `after` it was sent,
+/// before the engine would abort the task that made it: a time-out, since
+/// its answer never came.
+fn cut_off(operation: &'static str, after: Duration) -> Error {
+    Error::Timeout { operation, after }
 }

@@ -137,6 +137,10 @@ impl<S: LeaseStore> Engine<'_, S> {
             guard.stop_by((grace_end + ABORT_WAIT + FAIL_STOP_SLACK).into_std());
         }
         let stopped = loop {
+            // Told to the term's tasks, whose own requests end before it.
+            let at = abort_at(grace_end, &term.deadline, holding);
+            term.abort_at
+                .send_if_modified(|told| told.replace(at) != Some(at));
             tokio::select! {
                 () = term.tasks.all_ended() => break TaskStop::Returned,
                 joined = &mut term.leader, if leader_running => {

@@ -109,7 +109,7 @@ impl Reporter {
                 holder: cut,
                 epoch: cut_epoch,
             } => {
-                warn!(%holder, slot = %slot, cut_short_on = %cut, cut_short_epoch = cut_epoch, "schedule: the slot's run on {cut} (epoch {cut_epoch}) was cut short: it never recorded its end (its host died, froze or lost the lease before it could); running it again");
+                warn!(%holder, slot = %slot, cut_short_on = %cut, cut_short_epoch = cut_epoch, "schedule: the slot's run on {cut} (epoch {cut_epoch}) was cut short: it marked the slot begun and never recorded its end (its host died, froze or lost the lease mid-job, or as it wrote the mark); running it again");
             }
             SlotOutcome::DoneElsewhere { holder: by, epoch } => {
                 info!(slot = %slot, %by, epoch, "schedule: the slot was done elsewhere; skipped");

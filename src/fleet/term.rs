@@ -43,7 +43,29 @@ impl<S: LeaseStore> Term<S> {
     /// Under the term's lease: reads the record and storage's clock, lets
     /// the slots past the window go as missed, runs the oldest slot due,
     /// and writes the record.
+    ///
+    /// A request that fails in a way that may pass is tried again until the
+    /// term ends; one the term's end cut off (an outage past its deadline,
+    /// a shutdown) is said here and the task returns, so that the next
+    /// term begins again from the record: an outage is not a failure of
+    /// the term's task.
     pub(super) async fn settle<F, Fut, E>(self, ctx: LeaderContext, job: Arc<F>) -> Result<()>
+    where
+        F: Fn(Slot, LeaderContext) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = std::result::Result<(), E>> + Send + 'static,
+        E: Into<BoxError> + 'static,
+    {
+        match self.settle_due(&ctx, job).await {
+            Err(e) if e.is_transient() => {
+                warn!(holder = %ctx.holder(), epoch = ctx.epoch(), error = %Chain(&e), "schedule: the term ended before storage answered its reads; the next term reads the record again");
+                Ok(())
+            }
+            settled => settled,
+        }
+    }
+
+    /// [`settle`](Self::settle), with a failure that may pass returned.
+    async fn settle_due<F, Fut, E>(self, ctx: &LeaderContext, job: Arc<F>) -> Result<()>
     where
         F: Fn(Slot, LeaderContext) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = std::result::Result<(), E>> + Send + 'static,
@@ -91,7 +113,7 @@ impl<S: LeaseStore> Term<S> {
             }
             return Ok(());
         };
-        if !self.mark_started(&ctx, &mut record, slot, attempt).await? {
+        if !self.mark_started(ctx, &mut record, slot, attempt).await? {
             return Ok(());
         }
         let given = Slot {
@@ -121,11 +143,11 @@ impl<S: LeaseStore> Term<S> {
             return Ok(());
         }
         let end = clock();
-        let (outcome, retry) = self.record_run(&ctx, &mut record, slot, attempt, now, end, result);
+        let (outcome, retry) = self.record_run(ctx, &mut record, slot, attempt, now, end, result);
         record.prune(end, self.options.catch_up);
-        self.before_the_write(&ctx, slot, outcome, retry);
+        self.before_the_write(ctx, slot, outcome, retry);
         let written = ctx.write_state_settled(&record.to_bytes()).await;
-        self.ended(&ctx, slot, written)
+        self.ended(ctx, slot, written)
     }
 
     /// What a run's end leaves before its record is written, so that a
@@ -250,7 +272,7 @@ impl<S: LeaseStore> Term<S> {
             Written::Unknown(e) => {
                 // A mark that landed names no run: this host says so when
                 // it finds it, and this line says so to whoever else does.
-                warn!(holder = %ctx.holder(), epoch = ctx.epoch(), slot = %slot, error = %Chain(&e), "schedule: the slot's start mark may have landed, and the lease was lost; its job did not run, and the next holder runs it");
+                warn!(holder = %ctx.holder(), epoch = ctx.epoch(), slot = %slot, error = %Chain(&e), "schedule: the slot's start mark may have landed, and the lease was lost; its job did not run, and the next holder runs it (reporting it cut short if the mark landed)");
                 return Ok(false);
             }
         }

@@ -794,3 +794,80 @@ async fn a_slot_that_comes_due_during_a_long_job_is_logged_when_it_comes_due() {
     h.token.cancel();
     h.run.await.unwrap().unwrap();
 }
+
+/// Storage unreachable from just before a job's end until well past the
+/// lease: the term's own retries of the record's write stop by themselves
+/// before the engine would abort them, so the term's tasks returned, no
+/// line is an error (an outage the schedule handles is a warning), the
+/// run is reported unrecorded once a read tells, and the slot runs again.
+#[tokio::test(start_paused = true)]
+async fn an_outage_as_a_job_ends_is_handled_without_an_abort_or_an_error() {
+    let (logs, _guard) = crate::captured_logs::capture(tracing::Level::WARN);
+    let store = MemoryLeaseStore::new("c/schedule");
+    let options = every_ten().with_mutex(MutexOptions::default().with_holder("h0".to_owned()));
+    let schedule = BlobSchedule::with_store(store.clone(), options).unwrap();
+    let mut terms = schedule.mutex().term_reports();
+    let mut reports = schedule.slot_reports();
+    let token = CancellationToken::new();
+    let runs = Runs::default();
+    let (stop, jobs) = (token.clone(), runs.clone());
+    let run = tokio::spawn(async move {
+        schedule
+            .run(stop, move |slot, ctx| {
+                let jobs = jobs.clone();
+                async move {
+                    jobs.lock().unwrap().push(Run {
+                        slot: slot.key.clone(),
+                        holder: ctx.holder().to_owned(),
+                        epoch: ctx.epoch(),
+                        began: Instant::now(),
+                        ended: None,
+                        storage_at_start: jiff::Timestamp::UNIX_EPOCH,
+                    });
+                    tokio::time::sleep(Duration::from_secs(2)).await;
+                    Ok::<(), Error>(())
+                }
+            })
+            .await
+    });
+    while runs.lock().unwrap().is_empty() {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(1_900)).await;
+    store.set_unavailable(true);
+    let epoch = runs.lock().unwrap()[0].epoch;
+    let report = loop {
+        let report = terms.recv().await.unwrap();
+        if report.epoch == epoch {
+            break report;
+        }
+    };
+    assert_eq!(
+        (report.reason, report.tasks),
+        (
+            crate::term::StopReason::Deadline,
+            crate::term::TaskStop::Returned
+        ),
+        "{report:?}"
+    );
+    store.set_unavailable(false);
+    let slot = runs.lock().unwrap()[0].slot.clone();
+    let outcome = loop {
+        let report = reports.recv().await.unwrap();
+        if report.slot == slot {
+            break report.outcome;
+        }
+    };
+    assert!(
+        matches!(outcome, SlotOutcome::Unrecorded { .. }),
+        "{outcome:?}"
+    );
+    while runs.lock().unwrap().len() < 2 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(runs.lock().unwrap()[1].slot, slot, "run again");
+    token.cancel();
+    run.await.unwrap().unwrap();
+    let said = logs.text();
+    assert!(!said.contains("ERROR"), "{said}");
+}

@@ -733,6 +733,7 @@ fn lone_context(
         reason: Arc::default(),
         heartbeat: crate::engine::leadership::Heartbeat::new().0,
         deadline: deadline.subscribe(),
+        abort_at: watch::channel(None).1,
         tasks: tasks.spawner(),
         state: Arc::new(crate::engine::state::Fenced::new(
             store,

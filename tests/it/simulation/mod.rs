@@ -218,11 +218,7 @@ fn replay_command(shape: &str, request: &Request, way: Way) -> String {
 /// run of the mutex.
 #[test]
 fn replay() {
-    let level = std::env::var("BLOB_MUTEX_SIM_LOG").unwrap_or_else(|_| "info".to_owned());
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::new(level))
-        .with_test_writer()
-        .init();
+    run::SHOW_LOG.store(true, std::sync::atomic::Ordering::Relaxed);
     let shape = std::env::var("BLOB_MUTEX_SIM_SHAPE").unwrap_or_else(|_| "mutex".to_owned());
     let seed = std::env::var("BLOB_MUTEX_SIM_SEED").ok();
     let plan = match std::env::var("BLOB_MUTEX_SIM_FAULT") {

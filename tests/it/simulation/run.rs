@@ -6,6 +6,7 @@
 use std::cell::Cell as Flag;
 use std::collections::BTreeMap;
 use std::panic::{self, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Once};
 use std::time::Duration;
 
@@ -53,7 +54,10 @@ pub(super) fn run<M: Simulated>(plan: Plan, name: &str) -> Outcome {
     let log = sent.clone();
     // The cell's name is the container of its leases' names: no `/`.
     let name = name.replace('/', "-");
+    let errors = Errors::default();
+    let written = errors.clone();
     let verdict = quietly(move || {
+        let _logs = tracing::subscriber::set_default(logs(written));
         paused(move |metrics| async move {
             let cell = Cell::new::<M>(&name, metrics, false, |o| o);
             cell.accounts.set_plan(plan);
@@ -90,6 +94,14 @@ pub(super) fn run<M: Simulated>(plan: Plan, name: &str) -> Outcome {
             history::check::<M>(&judged);
             M::judge(&judged);
         });
+    });
+    // Every failure of a request here is one the shapes handle: a line at
+    // ERROR says something went wrong that did not.
+    let verdict = verdict.and_then(|()| match errors.text() {
+        lines if lines.is_empty() => Ok(()),
+        lines => Err(format!(
+            "an outage the shape handles was logged as an error:\n{lines}"
+        )),
     });
     let sent = std::mem::take(&mut *sent.lock().unwrap());
     Outcome { sent, verdict }
@@ -130,6 +142,49 @@ fn logged(cell: &Cell, t0: Instant) -> Vec<Logged> {
             way: s.way,
         })
         .collect()
+}
+
+/// The lines a run logged at ERROR.
+#[derive(Clone, Default)]
+struct Errors(Arc<Mutex<Vec<u8>>>);
+
+impl Errors {
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+}
+
+impl std::io::Write for Errors {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Set by [`replay`](super::replay): runs show the crate's log.
+pub(super) static SHOW_LOG: AtomicBool = AtomicBool::new(false);
+
+/// The run's subscriber: ERROR lines into `errors`, and, in a replay, the
+/// crate's log at the level of `BLOB_MUTEX_SIM_LOG` (`info` unless set) to
+/// the test's output.
+fn logs(errors: Errors) -> impl tracing::Subscriber + Send + Sync {
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::{EnvFilter, Layer};
+    let shown = SHOW_LOG.load(Ordering::Relaxed).then(|| {
+        let level = std::env::var("BLOB_MUTEX_SIM_LOG").unwrap_or_else(|_| "info".to_owned());
+        tracing_subscriber::fmt::layer()
+            .with_test_writer()
+            .with_filter(EnvFilter::new(level))
+    });
+    let kept = tracing_subscriber::fmt::layer()
+        .with_ansi(false)
+        .with_writer(move || errors.clone())
+        .with_filter(tracing_subscriber::filter::LevelFilter::ERROR);
+    tracing_subscriber::registry().with(shown).with(kept)
 }
 
 thread_local! {

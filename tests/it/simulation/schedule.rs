@@ -266,7 +266,8 @@ fn reports_true(record: &ScheduleRecord, log: &Log, context: &str) {
 
 /// A slot's second run follows a run of it whose record was not written
 /// (reported `Unrecorded`, or `Stopped` with its term); a cut-short report
-/// names such a run of another term.
+/// names such a run of another term, or a term of another host whose mark
+/// landed as its lease was lost, and whose job never began.
 fn runs_again_only_when_unrecorded(log: &Log, context: &str) {
     let unrecorded = |slot: &str, epoch: u64| {
         log.reports.iter().any(|r| {
@@ -294,8 +295,11 @@ fn runs_again_only_when_unrecorded(log: &Log, context: &str) {
         let cut = log.jobs.iter().find(|r| {
             r.slot == report.slot && r.epoch == *epoch && format!("i{}", r.instance) == *holder
         });
+        // A run that began and was not recorded, or a mark whose answer was
+        // lost with the lease (its job never began), as the outcome's docs
+        // say: never a run whose end was recorded.
         assert!(
-            cut.is_some_and(|r| unrecorded(&r.slot, r.epoch) && *holder != report.holder),
+            cut.is_none_or(|r| unrecorded(&r.slot, r.epoch)) && *holder != report.holder,
             "{report:?} names no run of another term whose record was not written\n{context}"
         );
     }
@@ -329,16 +333,21 @@ sweeps! {
 /// at its deadline while it retried its record's write reported nothing
 /// of a job that had run; seed 12, where a term aborted while it wrote its
 /// start mark left a mark that the same host's next term named cut short,
-/// though its job never began.
+/// though its job never began; seeds 50 and 73, where a term cut off by an
+/// outage while it read its record was logged as a failed task at ERROR.
+/// A seed fixes a run's faults, not the order in which Tokio polls the
+/// ready branches of a `select!`: each is run ten times.
 #[test]
 fn the_seeds_that_found_defects_keep_every_promise() {
-    for seed in [3, 12] {
-        let outcome = super::run::<ScheduleRow>(
-            crate::support::plan::Plan::seeded(seed, super::CHANCE),
-            &format!("schedule seed {seed}"),
-        );
-        if let Err(e) = outcome.verdict {
-            panic!("seed {seed}: {e}");
+    for seed in [3, 12, 50, 73] {
+        for _ in 0..10 {
+            let outcome = super::run::<ScheduleRow>(
+                crate::support::plan::Plan::seeded(seed, super::CHANCE),
+                &format!("schedule seed {seed}"),
+            );
+            if let Err(e) = outcome.verdict {
+                panic!("seed {seed}: {e}");
+            }
         }
     }
 }
