@@ -181,12 +181,37 @@ pub(crate) struct Engine<'a, S> {
     pub(crate) caller_holds: Option<CancellationToken>,
 }
 
+tokio::task_local! {
+    /// The lease and holder that a shape's span around this task's work
+    /// names already: an engine for the same two adds no span of its own,
+    /// so that each line lists the lease once.
+    static NAMED: (String, Arc<str>);
+}
+
+/// Runs `work` in a span of the caller's that names `lease` and `holder`
+/// (see [`Engine::span`]).
+pub(crate) async fn in_named_span<F: Future>(
+    lease: String,
+    holder: Arc<str>,
+    work: F,
+) -> F::Output {
+    NAMED.scope((lease, holder), work).await
+}
+
 impl<S: LeaseStore> Engine<'_, S> {
     /// The span of everything this engine does: the lease (as its store
     /// names it) and the holder, so that the lines of two mutexes in one
     /// process are told apart.
     pub(crate) fn span(&self) -> Span {
-        info_span!("lease", lease = %self.store.name(), holder = %self.holder)
+        let name = self.store.name();
+        let named = NAMED
+            .try_with(|(lease, holder)| *lease == name && **holder == *self.holder)
+            .unwrap_or(false);
+        if named {
+            // Inside a shape's span that names both already (a schedule's).
+            return Span::none();
+        }
+        info_span!("lease", lease = %name, holder = %self.holder)
     }
 
     /// One attempt to acquire and, if it succeeds, one whole term: what a

@@ -54,6 +54,7 @@ use crate::azure::BlobLeaseManager;
 use crate::backoff::backoff;
 use crate::bounded::bounded;
 use crate::engine::first_contact;
+use crate::engine::in_named_span;
 use crate::engine::leader::Leader;
 use crate::engine::leadership::LeaderContext;
 use crate::error::{BoxError, Chain, Error, Result};
@@ -208,7 +209,10 @@ impl<S: LeaseStore + Clone + 'static> BlobSchedule<S> {
         // Every line of the schedule's names its lease and holder, as the
         // engine's do (its terms nest their own spans in this one).
         let span = info_span!("lease", lease = %self.store.name(), holder = %self.holder());
-        self.run_here(token, Arc::new(job)).instrument(span).await
+        let work = self.run_here(token, Arc::new(job));
+        in_named_span(self.store.name(), self.holder().into(), work)
+            .instrument(span)
+            .await
     }
 
     /// [`run`](Self::run), in its span.

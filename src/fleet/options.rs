@@ -96,6 +96,20 @@ impl ScheduleOptions {
         self
     }
 
+    /// The catch-up window (see [`with_catch_up`](Self::with_catch_up)).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use blob_mutex::schedule::ScheduleOptions;
+    ///
+    /// let options = ScheduleOptions::new("0 2 * * *");
+    /// assert_eq!(options.catch_up(), Duration::from_secs(60));
+    /// ```
+    #[must_use]
+    pub fn catch_up(&self) -> Duration {
+        self.catch_up
+    }
+
     /// See [`Overlap`].
     #[must_use = "options are built by value; use the returned options"]
     pub fn with_overlap(mut self, overlap: Overlap) -> Self {

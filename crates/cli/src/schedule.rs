@@ -74,7 +74,7 @@ pub(crate) async fn schedule(args: ScheduleArgs) -> Result<u8> {
         Some(addr) => Some(Endpoint::bind(addr, backend).await?),
         None => None,
     };
-    let schedule = BlobSchedule::new(&settings, options)?;
+    let schedule = BlobSchedule::new(&settings, options.clone())?;
     let name = args.target.name();
     let shared = Arc::new(Shared {
         command: args.command,
@@ -90,8 +90,8 @@ pub(crate) async fn schedule(args: ScheduleArgs) -> Result<u8> {
     });
     logs::identify(&name, schedule.holder());
     let span = tracing::info_span!("schedule", lease = %name, holder = schedule.holder());
-    span.in_scope(|| info!(%backend, cron = %args.cron, "running the schedule"));
-    let signals = tokio::spawn(forward_signals(shared.clone()));
+    span.in_scope(|| started(&args.cron, args.tz.as_deref(), &options, backend));
+    let signals = tokio::spawn(forward_signals(shared.clone()).instrument(span.clone()));
     let reports = tokio::spawn(log_reports(schedule.slot_reports()).instrument(span.clone()));
     let job_shared = shared.clone();
     let running = schedule
@@ -127,6 +127,27 @@ pub(crate) async fn schedule(args: ScheduleArgs) -> Result<u8> {
     Ok(signal.map_or(exit::OK, |s| {
         u8::try_from(128 + s as i32).unwrap_or(u8::MAX)
     }))
+}
+
+/// Says at start, at the level shown by default, what runs: the
+/// expression, its zone and window, and the next slot (by this host's
+/// clock: storage's is read at the first look); the span names the lease
+/// and the holder.
+fn started(
+    cron: &str,
+    zone: Option<&str>,
+    options: &ScheduleOptions,
+    backend: impl std::fmt::Display,
+) {
+    let zone = zone.unwrap_or("UTC");
+    let next = options
+        .next_slot_after(std::time::SystemTime::now())
+        .ok()
+        .flatten()
+        .and_then(|at| jiff::Timestamp::try_from(at).ok())
+        .map_or_else(|| "none".to_owned(), |at| at.to_string());
+    let catch_up = options.catch_up();
+    info!(target: LEADER, %backend, %cron, %zone, ?catch_up, next_slot = %next, "schedule: running `{cron}` in {zone} (catch-up window {catch_up:?}); the next slot is at {next} by this host's clock");
 }
 
 /// The library's options from the flags, checked: a bad expression, zone
@@ -283,7 +304,11 @@ async fn forward_signals(shared: Arc<Shared>) -> Result<()> {
         crate::signals::note(&mut state.signal, running, received)
     };
     let stopping = |received: Signal| {
-        info!(target: LEADER, signal = %received, "stopping: a running command gets the signal, then the lease is released");
+        if shared.state().running.is_some() {
+            info!(target: LEADER, signal = %received, "stopping: the slot's running job gets the signal, then the lease is released");
+        } else {
+            info!(target: LEADER, signal = %received, "stopping: no job runs; the schedule ends, releasing the lease if it holds it");
+        }
     };
     crate::signals::forward(token, note, stopping).await
 }

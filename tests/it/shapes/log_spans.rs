@@ -99,3 +99,49 @@ async fn every_line_of_two_mutexes_names_its_lease() {
         }
     }
 }
+
+/// A schedule's lines, its terms' and its jobs' among them, name its lease
+/// once: the schedule's span, and no second one of the engine's inside it.
+#[cfg(feature = "schedule")]
+#[tokio::test(start_paused = true)]
+async fn every_line_of_a_schedule_names_its_lease_once() {
+    use blob_mutex::schedule::{BlobSchedule, ScheduleOptions};
+    let lines = Lines::default();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(lines.clone())
+        .with_max_level(tracing::Level::DEBUG)
+        .with_ansi(false)
+        .finish();
+    let _default = tracing::subscriber::set_default(subscriber);
+    let schedule = BlobSchedule::with_store(
+        MemoryLeaseStore::new("nightly/cron"),
+        ScheduleOptions::new("*/10 * * * * *"),
+    )
+    .unwrap();
+    let token = CancellationToken::new();
+    let stop = token.clone();
+    let (ran, ()) = tokio::join!(
+        schedule.run(token, |_slot, _ctx| async {
+            tracing::info!("the job works");
+            Ok::<(), blob_mutex::Error>(())
+        }),
+        async move {
+            tokio::time::sleep(Duration::from_secs(25)).await;
+            stop.cancel();
+        }
+    );
+    ran.unwrap();
+    let text = String::from_utf8(lines.0.lock().unwrap().clone()).unwrap();
+    assert!(
+        text.lines()
+            .any(|l| l.contains(":term{epoch=") && l.contains("the job works")),
+        "{text}"
+    );
+    for line in text.lines() {
+        assert_eq!(
+            line.matches("lease{lease=nightly/cron").count(),
+            1,
+            "a line that names its lease other than once: {line}"
+        );
+    }
+}

@@ -764,3 +764,75 @@ async fn the_probes_of_a_schedule_are_ready_between_slots_and_lead_while_a_slot_
     child.start_kill().unwrap();
     let _ = child.wait().await;
 }
+
+/// At the default level, in JSON: a schedule says at start what runs (the
+/// expression, its zone and window, the next slot), and at SIGTERM between
+/// slots that no job runs, each line naming the lease and the holder.
+#[tokio::test]
+async fn a_schedule_says_what_runs_at_start_and_what_stops_at_a_signal_naming_its_lease() {
+    let case = Case::new("lines");
+    let stderr = std::fs::File::create(case.dir.join("stderr")).unwrap();
+    let mut command = blob_mutex_on(azurite::shared().connection_string());
+    command
+        .args(["schedule", "--container", &case.container, "--blob", "cron"])
+        .args(["--cron", "0 3 1 1 *", "--tz", "Europe/Berlin"])
+        .args(["--log-format", "json", "--", "true"])
+        .stderr(stderr);
+    let mut schedule = command.spawn().expect("start blob-mutex schedule");
+    let lines = || {
+        std::fs::read_to_string(case.dir.join("stderr"))
+            .unwrap_or_default()
+            .lines()
+            .map(|l| {
+                serde_json::from_str::<serde_json::Value>(l).unwrap_or_else(|e| panic!("{e}: {l}"))
+            })
+            .collect::<Vec<_>>()
+    };
+    let said = |events: &[serde_json::Value], what: &str| {
+        events
+            .iter()
+            .find(|e| {
+                e["fields"]["message"]
+                    .as_str()
+                    .is_some_and(|m| m.contains(what))
+            })
+            .cloned()
+    };
+    let start = wait_for("the start line", LIMIT, || {
+        let events = lines();
+        async move { said(&events, "schedule: running `0 3 1 1 *` in Europe/Berlin") }
+    })
+    .await;
+    let message = start["fields"]["message"].as_str().unwrap();
+    assert!(message.contains("catch-up window 60s"), "{start}");
+    assert!(message.contains("the next slot is at 20"), "{start}");
+    assert!(message.ends_with(":00:00Z by this host's clock"), "{start}");
+    // The first look has been made once the probe-free process waits: a
+    // signal now finds no job.
+    wait_for("a look at the record", LIMIT, || async {
+        let store =
+            BlobLeaseManager::new(&azurite::shared().settings(&case.container, "cron")).unwrap();
+        store.inspect().await.ok().flatten().map(|_| ())
+    })
+    .await;
+    signal(schedule.id().unwrap(), "TERM");
+    let status = tokio::time::timeout(LIMIT, schedule.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(status.code(), Some(143));
+    let events = lines();
+    let stop = said(&events, "stopping: no job runs").unwrap_or_else(|| panic!("{events:#?}"));
+    for event in [&start, &stop] {
+        let spans = event["spans"].as_array().unwrap();
+        let named = spans.iter().filter(|s| s.get("lease").is_some()).count();
+        assert_eq!(named, 1, "the lease once: {event}");
+        assert!(
+            spans.iter().any(
+                |s| s["lease"].as_str().is_some_and(|l| l.ends_with("/cron"))
+                    && s["holder"].is_string()
+            ),
+            "{event}"
+        );
+    }
+}
