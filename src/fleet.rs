@@ -209,7 +209,8 @@ impl<S: LeaseStore + Clone + 'static> BlobSchedule<S> {
         // Every line of the schedule's names its lease and holder, as the
         // engine's do (its terms nest their own spans in this one).
         let span = info_span!("lease", lease = %self.store.name(), holder = %self.holder());
-        let work = self.run_here(token, Arc::new(job));
+        // Boxed: a term's futures nest deep, and a caller's future holds this.
+        let work = Box::pin(self.run_here(token, Arc::new(job)));
         in_named_span(self.store.name(), self.holder().into(), work)
             .instrument(span)
             .await

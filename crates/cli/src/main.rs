@@ -108,7 +108,7 @@ fn main() -> ExitCode {
         command.sign_in().await?;
         match command {
             Command::Run(args) => run::run(args).await,
-            Command::Schedule(args) => Box::pin(schedule::schedule(args)).await,
+            Command::Schedule(args) => schedule::schedule(args).await,
             Command::Status(args) => status::status(args).await,
             Command::Break(args) => break_lease::break_lease(args).await,
             Command::State(command) => state::state(command).await,
