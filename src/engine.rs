@@ -190,6 +190,7 @@ tokio::task_local! {
 
 /// Runs `work` in a span of the caller's that names `lease` and `holder`
 /// (see [`Engine::span`]).
+#[cfg(feature = "schedule")]
 pub(crate) async fn in_named_span<F: Future>(
     lease: String,
     holder: Arc<str>,
