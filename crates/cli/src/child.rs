@@ -4,6 +4,7 @@
 //! command starts while a process of an earlier command's group may still
 //! run (see [`reap`]).
 
+mod output;
 mod reap;
 
 use std::ffi::OsString;
@@ -24,6 +25,7 @@ use crate::exit;
 use crate::group::{signal_group, test_kill_delay};
 use crate::guard::Guard;
 use crate::orphans;
+use output::Output;
 pub(crate) use reap::Groups;
 use reap::{gone_by, Live, REAP_WAIT};
 
@@ -85,6 +87,8 @@ pub(crate) struct Child {
     /// Counts the group among those that may still run, until it is gone.
     live: Option<Live>,
     groups: Groups,
+    /// Passes its output on as JSON lines, under that format.
+    output: Output,
 }
 
 impl Child {
@@ -118,12 +122,14 @@ impl Child {
             .envs(env.iter().map(|(key, value)| (*key, value)))
             .process_group(guard.group().as_raw())
             .kill_on_drop(test_kill_delay().is_none());
-        let process = orphans::spawn(|| command.spawn()).map_err(SpawnError::Command)?;
+        Output::pipe(&mut command);
+        let mut process = orphans::spawn(|| command.spawn()).map_err(SpawnError::Command)?;
         let pid = process.id().ok_or_else(|| {
             SpawnError::Command(io::Error::other(
                 "the command exited before it could be watched",
             ))
         })?;
+        let output = Output::start(&mut process, pid);
         debug!(
             pid,
             group = guard.group().as_raw(),
@@ -136,6 +142,7 @@ impl Child {
             pid,
             live: Some(live),
             groups: groups.clone(),
+            output,
         })
     }
 
@@ -218,6 +225,9 @@ impl Child {
             self.groups.unkillable(group);
         }
         self.live = None;
+        // Its last lines before what is said of its end: the pipes are
+        // closed, and what is left in them is read at once.
+        self.output.drained(Instant::now() + REAP_WAIT).await;
         status
     }
 }

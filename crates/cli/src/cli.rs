@@ -114,8 +114,9 @@ pub(crate) struct Cli {
     #[command(subcommand)]
     pub(crate) command: Command,
     /// How the logs on stderr are written: text, or json (one object per
-    /// line, for a log shipper). RUST_LOG chooses what is logged
-    /// [default: the leader's start and end, warnings and errors].
+    /// line, for a log shipper; the command's own stdout and stderr lines
+    /// are then JSON lines on their streams too). RUST_LOG chooses what is
+    /// logged [default: the leader's start and end, warnings and errors].
     #[arg(
         long,
         global = true,

@@ -85,6 +85,53 @@ fn write_line(level: &str, message: &str) {
     eprintln!("{line}");
 }
 
+/// Whether the logs are JSON lines (see [`init`]).
+pub(crate) fn is_json() -> bool {
+    FORMAT.get() == Some(&LogFormat::Json)
+}
+
+/// One of a command's output streams.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Stream {
+    Stdout,
+    Stderr,
+}
+
+/// Writes one line of a command's output (`line`, its end of line
+/// dropped, bytes that are not UTF-8 replaced) as a JSON line on the same
+/// stream: level `INFO`, target `blob_mutex::command`, with `stream`,
+/// `pid`, and the lease and holder once known among its `fields`. Written
+/// whatever `RUST_LOG` says: the command's output is not a log to filter.
+pub(crate) fn command_line(stream: Stream, pid: u32, line: &[u8]) {
+    use std::io::Write;
+    let text = String::from_utf8_lossy(line);
+    let text = text.strip_suffix('\n').unwrap_or(&text);
+    let text = text.strip_suffix('\r').unwrap_or(text);
+    let name = match stream {
+        Stream::Stdout => "stdout",
+        Stream::Stderr => "stderr",
+    };
+    let mut fields = serde_json::json!({ "message": text, "stream": name, "pid": pid });
+    if let Some((lease, holder)) = RUN.get() {
+        fields["lease"] = lease.as_str().into();
+        fields["holder"] = holder.as_str().into();
+    }
+    let json = serde_json::json!({
+        "timestamp": jiff::Timestamp::now().to_string(),
+        "level": "INFO",
+        "fields": fields,
+        "target": "blob_mutex::command",
+    });
+    let mut bytes = json.to_string().into_bytes();
+    bytes.push(b'\n');
+    // One write a line, so that lines of the two sources never mix; a
+    // stream that is gone loses the line, as the command's own write would.
+    let _ = match stream {
+        Stream::Stdout => std::io::stdout().lock().write_all(&bytes),
+        Stream::Stderr => std::io::stderr().lock().write_all(&bytes),
+    };
+}
+
 /// Starts logging to stderr as `RUST_LOG` says, in `format`.
 pub(crate) fn init(format: LogFormat) {
     let _ = FORMAT.set(format);

@@ -388,3 +388,59 @@ async fn usage_errors_name_the_flag_or_the_variable_that_was_set() {
         "{stderr}"
     );
 }
+
+/// With `--log-format json`, each line the command writes, to stdout and
+/// to stderr, is a JSON line on the same stream, naming the stream, the
+/// command's pid, the lease and the holder; a line that is not UTF-8 or has
+/// no end of line is passed on too: stderr holds nothing but JSON.
+#[tokio::test]
+async fn under_json_logs_the_commands_own_lines_are_json_lines_on_their_streams() {
+    let azurite = azurite::shared();
+    let container = azurite::unique_container("cli-env-output");
+    let connection = azurite.connection_string();
+    let mut args = run_once_on(&connection, &container);
+    args.extend_from_slice(&["--log-format", "json", "--", "sh", "-c"]);
+    args.push(r#"echo "to out"; echo 'to "err"' >&2; printf 'last\377' >&2"#);
+    let run = output(command(&args, &[])).await;
+    assert_eq!(run.status.code(), Some(0), "{}", text(&run.stderr));
+    let parse = |bytes: &[u8]| -> Vec<serde_json::Value> {
+        text(bytes)
+            .lines()
+            .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}")))
+            .collect()
+    };
+    let (out, err) = (parse(&run.stdout), parse(&run.stderr));
+    let command = |events: &[serde_json::Value], stream: &str| -> Vec<String> {
+        events
+            .iter()
+            .filter(|e| e["target"] == "blob_mutex::command")
+            .inspect(|e| {
+                assert_eq!(e["fields"]["stream"], stream, "{e}");
+                assert!(e["fields"]["pid"].as_u64().is_some(), "{e}");
+                assert!(
+                    e["fields"]["lease"]
+                        .as_str()
+                        .is_some_and(|l| l.ends_with("/job")),
+                    "{e}"
+                );
+                assert!(e["fields"]["holder"].is_string(), "{e}");
+            })
+            .map(|e| e["fields"]["message"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    assert_eq!(command(&out, "stdout"), ["to out"]);
+    assert_eq!(out.len(), 1, "{out:?}");
+    assert_eq!(command(&err, "stderr"), ["to \"err\"", "last\u{fffd}"]);
+    let started = err
+        .iter()
+        .position(|e| e["fields"]["message"] == "leader: started the command");
+    let ended = err.iter().position(|e| {
+        e["fields"]["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("leader: the command ended"))
+    });
+    let last = err
+        .iter()
+        .position(|e| e["fields"]["message"] == "last\u{fffd}");
+    assert!(started < last && last < ended, "in order: {err:#?}");
+}
