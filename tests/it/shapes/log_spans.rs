@@ -3,35 +3,13 @@
 //! their leader tasks and the tasks those spawn inside a span that names
 //! their lease (and, within a term, its epoch).
 
-use std::io::Write;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use blob_mutex::{
     testing::MemoryLeaseStore, BlobDistributedMutex, CancellationToken, LeaderContext, MutexOptions,
 };
-use tracing_subscriber::fmt::MakeWriter;
 
-/// Every line the subscriber wrote.
-#[derive(Clone, Default)]
-struct Lines(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Lines {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl<'a> MakeWriter<'a> for Lines {
-    type Writer = Lines;
-    fn make_writer(&'a self) -> Self::Writer {
-        self.clone()
-    }
-}
+use crate::support::lines::Lines;
 
 /// A mutex on `lease` whose task logs, spawns a sub-task that logs, and
 /// ends.
@@ -55,13 +33,7 @@ fn mutex(lease: &str) -> BlobDistributedMutex<MemoryLeaseStore> {
 
 #[tokio::test(start_paused = true)]
 async fn every_line_of_two_mutexes_names_its_lease() {
-    let lines = Lines::default();
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer(lines.clone())
-        .with_max_level(tracing::Level::DEBUG)
-        .with_ansi(false)
-        .finish();
-    let _default = tracing::subscriber::set_default(subscriber);
+    let (lines, _default) = Lines::capture(tracing::Level::DEBUG);
 
     let (alpha, beta) = (mutex("alpha/lock"), mutex("beta/lock"));
     assert_eq!(alpha.holder(), beta.holder(), "one default holder");
@@ -78,7 +50,7 @@ async fn every_line_of_two_mutexes_names_its_lease() {
     a.unwrap();
     b.unwrap();
 
-    let text = String::from_utf8(lines.0.lock().unwrap().clone()).unwrap();
+    let text = lines.text();
     let ours: Vec<&str> = text.lines().filter(|l| l.contains("blob_mutex")).collect();
     assert!(ours.len() > 10, "{text}");
     for line in &ours {
@@ -106,13 +78,7 @@ async fn every_line_of_two_mutexes_names_its_lease() {
 #[tokio::test(start_paused = true)]
 async fn every_line_of_a_schedule_names_its_lease_once() {
     use blob_mutex::schedule::{BlobSchedule, ScheduleOptions};
-    let lines = Lines::default();
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer(lines.clone())
-        .with_max_level(tracing::Level::DEBUG)
-        .with_ansi(false)
-        .finish();
-    let _default = tracing::subscriber::set_default(subscriber);
+    let (lines, _default) = Lines::capture(tracing::Level::DEBUG);
     let schedule = BlobSchedule::with_store(
         MemoryLeaseStore::new("nightly/cron"),
         ScheduleOptions::new("*/10 * * * * *"),
@@ -131,7 +97,7 @@ async fn every_line_of_a_schedule_names_its_lease_once() {
         }
     );
     ran.unwrap();
-    let text = String::from_utf8(lines.0.lock().unwrap().clone()).unwrap();
+    let text = lines.text();
     assert!(
         text.lines()
             .any(|l| l.contains(":term{epoch=") && l.contains("the job works")),

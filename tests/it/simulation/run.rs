@@ -13,6 +13,7 @@ use std::time::Duration;
 use tokio::time::{sleep, Instant};
 
 use super::{history, Simulated};
+use crate::support::lines::Lines;
 use crate::support::matrix::{paused, stop_all, Cell, Instance, Outcome as Ended};
 use crate::support::plan::{Plan, Request, Way, LATE};
 
@@ -54,7 +55,7 @@ pub(super) fn run<M: Simulated>(plan: Plan, name: &str) -> Outcome {
     let log = sent.clone();
     // The cell's name is the container of its leases' names: no `/`.
     let name = name.replace('/', "-");
-    let errors = Errors::default();
+    let errors = Lines::default();
     let written = errors.clone();
     let verdict = quietly(move || {
         let _logs = tracing::subscriber::set_default(logs(written));
@@ -144,34 +145,13 @@ fn logged(cell: &Cell, t0: Instant) -> Vec<Logged> {
         .collect()
 }
 
-/// The lines a run logged at ERROR.
-#[derive(Clone, Default)]
-struct Errors(Arc<Mutex<Vec<u8>>>);
-
-impl Errors {
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
-    }
-}
-
-impl std::io::Write for Errors {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 /// Set by [`replay`](super::replay): runs show the crate's log.
 pub(super) static SHOW_LOG: AtomicBool = AtomicBool::new(false);
 
 /// The run's subscriber: ERROR lines into `errors`, and, in a replay, the
 /// crate's log at the level of `BLOB_MUTEX_SIM_LOG` (`info` unless set) to
 /// the test's output.
-fn logs(errors: Errors) -> impl tracing::Subscriber + Send + Sync {
+fn logs(errors: Lines) -> impl tracing::Subscriber + Send + Sync {
     use tracing_subscriber::layer::SubscriberExt;
     use tracing_subscriber::{EnvFilter, Layer};
     let shown = SHOW_LOG.load(Ordering::Relaxed).then(|| {
@@ -182,7 +162,7 @@ fn logs(errors: Errors) -> impl tracing::Subscriber + Send + Sync {
     });
     let kept = tracing_subscriber::fmt::layer()
         .with_ansi(false)
-        .with_writer(move || errors.clone())
+        .with_writer(errors)
         .with_filter(tracing_subscriber::filter::LevelFilter::ERROR);
     tracing_subscriber::registry().with(shown).with(kept)
 }

@@ -1,6 +1,6 @@
 //! What the tests of this binary share beyond the kit: one store that
 //! forwards to another, with the calls a test changes overridden
-//! (`forward`); the faulty stores, the cells and the promises of the
+//! (`forward`); the lines a subscriber wrote (`lines`); the faulty stores, the cells and the promises of the
 //! in-process fault matrix.
 // Each test module uses a part of it.
 #![allow(dead_code, unreachable_pub)]
@@ -8,6 +8,7 @@
 #[cfg(feature = "testing")]
 pub mod faulty;
 pub mod forward;
+pub mod lines;
 #[cfg(all(feature = "testing", feature = "metrics"))]
 pub mod matrix;
 #[cfg(feature = "testing")]
