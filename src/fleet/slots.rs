@@ -11,7 +11,8 @@ use crate::error::{Error, Result};
 ///
 /// The expression has five fields (minute, hour, day of month, month, day
 /// of week) or six with seconds first, as `croner` reads them (its
-/// nicknames, `@daily` and the like, included). Daylight-saving changes
+/// nicknames, `@daily` and the like, included); croner's seventh field, a
+/// year, is not read: an expression of seven fields is refused. Daylight-saving changes
 /// are `croner`'s rule (the Open Cron Pattern Specification's): in a gap, a
 /// job at a fixed time runs at the first valid time after it, and the slots
 /// of a job with wildcards or steps that fall in the gap do not exist; in a
@@ -33,8 +34,29 @@ impl Slots {
     ///
     /// [`Error::InvalidOption`] naming `cron` or `time_zone`.
     pub(crate) fn new(expression: &str, zone: &str) -> Result<Slots> {
+        // croner would read a seventh field, a year, and words its refusal
+        // of other counts as "between 5 and 7": the docs promise five or
+        // six, so the count is checked here, in their words.
+        let fields = expression.split_whitespace().count();
+        if !expression.trim_start().starts_with('@') && !(5..=6).contains(&fields) {
+            let plural = if fields == 1 { "" } else { "s" };
+            let year = if fields == 7 {
+                "; a year field is not read"
+            } else {
+                ""
+            };
+            return Err(Error::invalid(
+                "cron",
+                format!(
+                    "{expression:?} has {fields} field{plural}: an expression has five fields \
+                     (minute, hour, day of month, month, day of week), or six with seconds \
+                     first{year}"
+                ),
+            ));
+        }
         let cron = croner::parser::CronParser::builder()
             .seconds(croner::parser::Seconds::Optional)
+            .year(croner::parser::Year::Disallowed)
             .build()
             .parse(expression)
             .map_err(|e| {
@@ -168,6 +190,29 @@ mod tests {
         assert!(e.to_string().contains("cron"), "{e}");
         let e = Slots::new("* * * * *", "Mars/Olympus").unwrap_err();
         assert!(e.to_string().contains("time_zone"), "{e}");
+    }
+
+    /// Five fields or six, as the docs say: a seventh (a year, which croner
+    /// would read) is refused with the count and the two forms that are
+    /// read; a nickname is one field of its own.
+    #[test]
+    fn an_expression_of_seven_fields_is_refused_saying_five_or_six() {
+        for seven in ["0 30 2 * * * 2026", "0 30 2 * * * *"] {
+            let Err(Error::InvalidOption { field, reason }) = Slots::new(seven, "UTC") else {
+                panic!("{seven:?} accepted");
+            };
+            assert_eq!(field, "cron");
+            assert!(
+                reason.contains(&format!("{seven:?}"))
+                    && reason.contains("7 fields")
+                    && reason.contains("five fields")
+                    && reason.contains("six"),
+                "{reason}"
+            );
+        }
+        for read in ["30 2 * * *", "0 30 2 * * *", "@daily", "  30 2 * * *  "] {
+            Slots::new(read, "UTC").unwrap();
+        }
     }
 
     /// Europe/Berlin springs forward on 2026-03-29 at 02:00 (to 03:00) and

@@ -427,8 +427,9 @@ fn blob_mutex(args: &[&str]) -> Output {
 /// naming the flag and what was typed, before any request.
 #[test]
 fn a_bad_cron_a_bad_zone_and_no_command_are_usage_errors_naming_the_flag() {
-    let cases: [(&[&str], &str); 9] = [
+    let cases: [(&[&str], &str); 10] = [
         (&["--cron", "*/10 * * *", "--", "true"], "--cron"),
+        (&["--cron", "0 30 2 * * * 2026", "--", "true"], "--cron"),
         (&["--cron", "61 * * * *", "--", "true"], "--cron"),
         (
             &["--cron", "0 2 * * *", "--tz", "Mars/Olympus", "--", "true"],
