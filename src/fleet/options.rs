@@ -75,7 +75,9 @@ impl ScheduleOptions {
         }
     }
 
-    /// The IANA time zone the expression is read in (`Europe/Berlin`).
+    /// The IANA time zone the expression is read in, spelled as the tz
+    /// database spells it (`Europe/Berlin`; [`validate`](Self::validate)
+    /// refuses `europe/berlin`, naming that spelling).
     #[must_use = "options are built by value; use the returned options"]
     pub fn with_time_zone(mut self, zone: impl Into<String>) -> Self {
         self.time_zone = zone.into();

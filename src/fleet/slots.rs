@@ -28,7 +28,7 @@ pub(crate) struct Slots {
 
 impl Slots {
     /// The slots of `expression` in the IANA time zone `zone` (`UTC` for
-    /// none).
+    /// none), spelled as the tz database spells it (`Europe/Berlin`).
     ///
     /// # Errors
     ///
@@ -65,12 +65,22 @@ impl Slots {
                     format!("{expression:?} is not a cron expression: {e}"),
                 )
             })?;
-        let zone = TimeZone::get(zone).map_err(|e| {
+        let name = zone;
+        let zone = TimeZone::get(name).map_err(|e| {
             Error::invalid(
                 "time_zone",
-                format!("{zone:?} is not an IANA time zone: {e}"),
+                format!("{name:?} is not an IANA time zone: {e}"),
             )
         })?;
+        // The database is searched without regard to case; the name is
+        // not: hosts compare the zone their terms advertise, and a job that
+        // passes it on as `TZ` meets a case-sensitive file system.
+        if let Some(spelled) = zone.iana_name().filter(|spelled| *spelled != name) {
+            return Err(Error::invalid(
+                "time_zone",
+                format!("{name:?} is spelled {spelled:?} in the tz database: use that"),
+            ));
+        }
         Ok(Slots { cron, zone })
     }
 
@@ -212,6 +222,30 @@ mod tests {
         }
         for read in ["30 2 * * *", "0 30 2 * * *", "@daily", "  30 2 * * *  "] {
             Slots::new(read, "UTC").unwrap();
+        }
+    }
+
+    /// A zone is spelled as the tz database spells it: one spelled
+    /// otherwise is refused with the spelling to use, since hosts compare
+    /// the zone their terms advertise, and a job's `TZ` is looked up by
+    /// file name on a case-sensitive file system.
+    #[test]
+    fn a_zone_not_spelled_as_the_tz_database_spells_it_is_refused_naming_its_spelling() {
+        for (typed, spelled) in [
+            ("europe/berlin", "Europe/Berlin"),
+            ("AMERICA/NEW_YORK", "America/New_York"),
+            ("utc", "UTC"),
+        ] {
+            let Err(Error::InvalidOption { field, reason }) = Slots::new("30 2 * * *", typed)
+            else {
+                panic!("{typed:?} accepted");
+            };
+            assert_eq!(field, "time_zone");
+            assert!(
+                reason.contains(&format!("{typed:?}")) && reason.contains(&format!("{spelled:?}")),
+                "{reason}"
+            );
+            Slots::new("30 2 * * *", spelled).unwrap();
         }
     }
 

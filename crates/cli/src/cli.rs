@@ -610,11 +610,12 @@ pub(crate) struct ScheduleArgs {
     /// day of week) or six with seconds first; @daily and the like too.
     #[arg(long, value_name = "EXPR", env = "BLOB_MUTEX_CRON")]
     pub(crate) cron: String,
-    /// The IANA time zone the expression is read in, for example
-    /// Europe/Berlin. Daylight-saving changes: in a gap, a job at a fixed
-    /// time runs at the first valid time after it; in a repeated hour, it
-    /// runs once, and a job of wildcards or steps runs on both passes
-    /// [default: UTC].
+    /// The IANA time zone the expression is read in, spelled as the tz
+    /// database spells it, for example Europe/Berlin (europe/berlin is
+    /// refused, naming that spelling). Daylight-saving changes: in a gap, a
+    /// job at a fixed time runs at the first valid time after it; in a
+    /// repeated hour, it runs once, and a job of wildcards or steps runs on
+    /// both passes [default: UTC].
     #[arg(long, value_name = "ZONE", env = "BLOB_MUTEX_TZ")]
     pub(crate) tz: Option<String>,
     /// How long after its time, on storage's clock, a slot not done is

@@ -422,17 +422,23 @@ fn blob_mutex(args: &[&str]) -> Output {
         .expect("run blob-mutex")
 }
 
-/// A bad cron expression, time zone, window or number of retries, and a
-/// schedule without a command, are one-line usage errors (exit code 2)
-/// naming the flag and what was typed, before any request.
+/// A bad cron expression (seven fields among them), time zone (one not
+/// spelled as the tz database spells it among them, with its spelling),
+/// window or number of retries, and a schedule without a command, are
+/// one-line usage errors (exit code 2) naming the flag and what was typed,
+/// before any request.
 #[test]
 fn a_bad_cron_a_bad_zone_and_no_command_are_usage_errors_naming_the_flag() {
-    let cases: [(&[&str], &str); 10] = [
+    let cases: [(&[&str], &str); 11] = [
         (&["--cron", "*/10 * * *", "--", "true"], "--cron"),
         (&["--cron", "0 30 2 * * * 2026", "--", "true"], "--cron"),
         (&["--cron", "61 * * * *", "--", "true"], "--cron"),
         (
             &["--cron", "0 2 * * *", "--tz", "Mars/Olympus", "--", "true"],
+            "--tz",
+        ),
+        (
+            &["--cron", "0 2 * * *", "--tz", "europe/berlin", "--", "true"],
             "--tz",
         ),
         (&["--cron", "0 2 * * *"], "CMD"),
@@ -457,6 +463,7 @@ fn a_bad_cron_a_bad_zone_and_no_command_are_usage_errors_naming_the_flag() {
             "--catch-up",
         ),
     ];
+    let mut spelled = false;
     for (args, flag) in cases {
         let mut all = vec!["schedule", "--dev", "-c", "leases", "-b", "nightly"];
         all.extend_from_slice(args);
@@ -471,7 +478,13 @@ fn a_bad_cron_a_bad_zone_and_no_command_are_usage_errors_naming_the_flag() {
             flag == "CMD" || stderr.contains(typed.trim_start_matches('-')),
             "{args:?}: {typed:?} in {stderr:?}"
         );
+        // A zone spelled otherwise than the tz database's: its spelling.
+        if typed == "europe/berlin" {
+            assert!(stderr.contains("\"Europe/Berlin\""), "{stderr:?}");
+            spelled = true;
+        }
     }
+    assert!(spelled);
 }
 
 /// A schedule on a blob that holds a run once's completion record stops at
