@@ -224,6 +224,7 @@ impl<S: LeaseStore + Clone + 'static> BlobSchedule<S> {
         E: Into<BoxError> + 'static,
     {
         let mut failures = 0;
+        let started = Instant::now();
         let phase = Running::start(&self.phase);
         // Until storage first answers, a failure is a setting to fix: give
         // up after the first-contact timeout, as a campaign does.
@@ -248,7 +249,7 @@ impl<S: LeaseStore + Clone + 'static> BlobSchedule<S> {
                     phase.set(Phase::Blocked(holder.into()));
                     Some(wait)
                 }
-                Ok(Look::Due) => match self.lead(&token, job.clone()).await {
+                Ok(Look::Due) => match self.lead(&token, job.clone(), started).await {
                     Ok(()) => {
                         failures = 0;
                         Some(Duration::ZERO)
@@ -404,8 +405,14 @@ impl<S: LeaseStore + Clone + 'static> BlobSchedule<S> {
         self.own.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Campaigns for one term and settles what is due in it.
-    async fn lead<F, Fut, E>(&self, token: &CancellationToken, job: Arc<F>) -> Result<()>
+    /// Campaigns for one term and settles what is due in it; this host's
+    /// schedule began to run at `started`.
+    async fn lead<F, Fut, E>(
+        &self,
+        token: &CancellationToken,
+        job: Arc<F>,
+        started: Instant,
+    ) -> Result<()>
     where
         F: Fn(Slot, LeaderContext) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = std::result::Result<(), E>> + Send + 'static,
@@ -417,6 +424,7 @@ impl<S: LeaseStore + Clone + 'static> BlobSchedule<S> {
             options: self.options.clone(),
             reporter: self.reporter.clone(),
             own: self.own.clone(),
+            started,
         };
         let ran = self
             .mutex

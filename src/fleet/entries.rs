@@ -14,19 +14,23 @@ use super::record::{window_start, Entry, Fate, Record};
 use super::slots::Slots;
 
 /// At a term's start, on storage's clock `now`: begins a new schedule at
-/// `now` (no slot before it is run), lets the slots that went past the
-/// window unrun (or cut short) go as missed (`through` moves past them,
-/// and the last [`KEEP_SETTLED`](super::record::KEEP_SETTLED) of them are
-/// listed as missed), and says what is due.
+/// `began`, when its host began to run it, or at the window's start if
+/// that is later (so a slot that came due after the host started runs
+/// while it is within the window, however late the first term comes, and
+/// no slot before the host started runs), lets the slots that went past
+/// the window unrun (or cut short) go as missed (`through` moves past
+/// them, and the last [`KEEP_SETTLED`](super::record::KEEP_SETTLED) of them
+/// are listed as missed), and says what is due.
 pub(crate) fn open(
     record: &mut Record,
     slots: &Slots,
+    began: Timestamp,
     now: Timestamp,
     window: Duration,
     retries: u32,
 ) -> Due {
     if record.through.is_none() && record.slots.is_empty() {
-        record.through = Some(now);
+        record.through = Some(began.max(window_start(now, window)).min(now));
     }
     let d = due(slots, record, now, window, retries);
     if let Some(last) = d.last_missed {
@@ -152,6 +156,7 @@ fn skipped_entry() -> Entry {
 
 #[cfg(test)]
 mod tests {
+    use super::super::due::Next;
     use super::*;
 
     fn at(text: &str) -> Timestamp {
@@ -173,20 +178,45 @@ mod tests {
             ..Record::default()
         };
         let now = at("2026-11-28T10:00:00Z");
-        let first = open(&mut record, &every_ten(), now, WINDOW, 2);
+        let first = open(&mut record, &every_ten(), now, now, WINDOW, 2);
         assert_eq!(first.missed_count, 31 * 24 * 60 * 6 - 7);
-        let again = open(&mut record, &every_ten(), now, WINDOW, 2);
+        let again = open(&mut record, &every_ten(), now, now, WINDOW, 2);
         assert_eq!(again.missed_count, 0, "missed twice");
         assert_eq!(again.next, first.next);
     }
 
+    /// A new record begins when its host began to run the schedule: a
+    /// slot that came due since runs, however late the first term; no
+    /// slot before it. A host that began before the window's start begins
+    /// the record there, with no slot missed; one that began at the term
+    /// begins it then.
     #[test]
-    fn a_new_schedule_begins_at_its_first_term() {
-        let mut record = Record::default();
-        let now = at("2026-11-28T10:00:05Z");
-        let d = open(&mut record, &every_ten(), now, WINDOW, 2);
-        assert_eq!(record.through, Some(now));
-        assert_eq!(d.missed_count, 0);
+    fn a_new_schedule_begins_when_its_host_began_or_at_the_windows_start() {
+        let now = at("2026-11-28T10:00:15Z");
+        for (began, through, next) in [
+            (
+                at("2026-11-28T10:00:08Z"),
+                at("2026-11-28T10:00:08Z"),
+                Next::Run {
+                    slot: at("2026-11-28T10:00:10Z"),
+                    attempt: 1,
+                },
+            ),
+            (
+                at("2026-11-27T10:00:00Z"),
+                at("2026-11-28T09:59:15Z"),
+                Next::Run {
+                    slot: at("2026-11-28T09:59:20Z"),
+                    attempt: 1,
+                },
+            ),
+            (now, now, Next::Wait(Some(at("2026-11-28T10:00:20Z")))),
+        ] {
+            let mut record = Record::default();
+            let d = open(&mut record, &every_ten(), began, now, WINDOW, 2);
+            assert_eq!(record.through, Some(through), "began {began}");
+            assert_eq!((d.next, d.missed_count), (next, 0), "began {began}");
+        }
     }
 
     /// A mark of another term names it; the term's own mark, or a slot's

@@ -34,6 +34,8 @@ pub(super) struct Term<S> {
     pub(super) options: ScheduleOptions,
     pub(super) reporter: Reporter,
     pub(super) own: Arc<Mutex<Own>>,
+    /// When this host's schedule began to run: a new record begins then.
+    pub(super) started: Instant,
 }
 
 /// The longest a failed slot waits for its retry.
@@ -83,11 +85,16 @@ impl<S: LeaseStore> Term<S> {
         // the host's monotonic clock counts since (no request to fail).
         let read = Instant::now();
         let clock = move || later(now, read.elapsed());
+        // Storage's clock when this host began, as the monotonic clock
+        // counts back from this reading: never later than it was (the
+        // reading was taken before `read`).
+        let began = earlier(now, read.saturating_duration_since(self.started));
         self.tell(&record);
         let before = record.clone();
         let d = open(
             &mut record,
             &self.slots,
+            began,
             now,
             self.options.catch_up,
             self.options.retries,
@@ -369,6 +376,14 @@ fn later(at: Timestamp, d: Duration) -> Timestamp {
         .ok()
         .and_then(|d| at.checked_add(d).ok())
         .unwrap_or(Timestamp::MAX)
+}
+
+/// `d` before `at` (the first instant a timestamp can be, before it).
+fn earlier(at: Timestamp, d: Duration) -> Timestamp {
+    jiff::SignedDuration::try_from(d)
+        .ok()
+        .and_then(|d| at.checked_sub(d).ok())
+        .unwrap_or(Timestamp::MIN)
 }
 
 /// Storage's clock, from one inspection bounded by `limit`.

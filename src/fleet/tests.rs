@@ -319,6 +319,31 @@ async fn a_host_that_wakes_to_a_done_slot_knows_it_after_one_round_trip() {
     assert_eq!(start.elapsed(), Duration::from_secs(1));
 }
 
+/// A new schedule started 2 s before a slot, on a storage that takes a
+/// second to answer (its first term reads storage's clock after the slot,
+/// as a blob made anew, whose first epoch waits for storage's clock, does
+/// on Azure), runs that slot: a new record begins when the host started,
+/// not when its first term read the clock. The slot due before the host
+/// started is not run.
+#[tokio::test(start_paused = true)]
+async fn a_new_schedule_started_just_before_a_slot_runs_it_though_its_first_term_comes_after() {
+    let started: jiff::Timestamp = "2026-11-28T10:00:08Z".parse().unwrap();
+    let storage = crate::store::memory::MemoryLeaseSetStore::new()
+        .with_clock(started.into())
+        .with_pace(Duration::from_secs(1), 8);
+    let store = crate::store::LeaseSetStore::lease(&storage, "schedule").unwrap();
+    let runs = Runs::default();
+    let first = host(&store, "h0", every_ten(), &runs, Duration::from_millis(10));
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    stop(vec![first]).await;
+    let slots: Vec<String> = finished(&runs).into_iter().map(|r| r.slot).collect();
+    assert_eq!(
+        slots.first().map(String::as_str),
+        Some("2026-11-28T10:00:10Z"),
+        "{slots:?}"
+    );
+}
+
 #[tokio::test(start_paused = true)]
 async fn every_host_reports_each_slot_once_as_ran_or_as_done_elsewhere() {
     let store = MemoryLeaseStore::new("c/schedule");

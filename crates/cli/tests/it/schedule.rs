@@ -567,6 +567,44 @@ async fn a_slots_command_that_runs_past_its_timeout_is_stopped_as_a_failed_attem
     schedule.kill().await.unwrap();
 }
 
+/// A schedule started on a new blob 2 s before a slot runs that slot. The
+/// blob's first epoch waits for storage's clock to pass a second (one to
+/// two seconds), so the first term reads the clock after the slot: a new
+/// record begins when the host started, not then.
+#[tokio::test]
+async fn a_new_schedule_started_two_seconds_before_a_slot_runs_that_slot() {
+    let case = Case::new("new-before-slot");
+    // Two seconds before a slot of every ten, on the host's clock, which
+    // is Azurite's.
+    let ten = Duration::from_secs(10).as_nanos();
+    let now = wall_ns();
+    let mut start = now - now % ten + Duration::from_secs(8).as_nanos();
+    if start < now + Duration::from_millis(500).as_nanos() {
+        start += ten;
+    }
+    tokio::time::sleep(between(now, start)).await;
+    let slot = jiff::Timestamp::from_nanosecond(
+        i128::try_from(start - start % ten + ten).expect("a timestamp"),
+    )
+    .expect("a timestamp");
+    let mut command = blob_mutex_on(azurite::shared().connection_string());
+    command
+        .args(["schedule", "--container", &case.container, "--blob", "cron"])
+        .args(["--cron", "*/10 * * * * *", "--", "sh", "-c"])
+        .arg(r#"echo "$BLOB_MUTEX_SLOT" >> "$0/slots""#)
+        .arg(&case.dir)
+        .stderr(std::fs::File::create(case.dir.join("stderr")).unwrap());
+    let mut schedule = command.spawn().expect("start blob-mutex schedule");
+    let first = wait_for("the first slot's job", LIMIT, || async {
+        let slots = std::fs::read_to_string(case.dir.join("slots")).unwrap_or_default();
+        slots.lines().next().map(str::to_owned)
+    })
+    .await;
+    schedule.kill().await.unwrap();
+    let stderr = std::fs::read_to_string(case.dir.join("stderr")).unwrap_or_default();
+    assert_eq!(first, slot.to_string(), "{stderr}");
+}
+
 /// A schedule that storage never answers (a port nothing listens on)
 /// exits 1 once `--first-contact-timeout` has passed, as `run` does, with a
 /// line that says what to check.

@@ -271,9 +271,12 @@ impl Schedule {
         });
         let mut record = read(&s.record);
         let old = record.clone();
+        // Every host is up from tick 0: a new record begins there, or at
+        // the window's start.
         let d = open(
             &mut record,
             &self.slots,
+            self.t0,
             now,
             self.window(),
             self.config.retries,
