@@ -17,6 +17,7 @@ mod due;
 mod elsewhere;
 mod entries;
 mod foreign;
+mod known;
 mod metrics;
 mod options;
 mod own;
@@ -43,6 +44,7 @@ use tracing::{info_span, warn, Instrument};
 use self::due::{wake, Wake};
 use self::elsewhere::Elsewhere;
 use self::foreign::{foreign_holder, Strangers};
+use self::known::Known;
 use self::own::Own;
 use self::phase::Running;
 use self::record::Record;
@@ -117,6 +119,7 @@ pub struct BlobSchedule<S: LeaseStore = BlobLeaseManager> {
     elsewhere: Mutex<Elsewhere>,
     strangers: Mutex<Strangers>,
     own: Arc<Mutex<Own>>,
+    known: Arc<Mutex<Known>>,
     phase: watch::Sender<Phase>,
 }
 
@@ -153,6 +156,7 @@ impl<S: LeaseStore + Clone + 'static> BlobSchedule<S> {
             elsewhere: Mutex::default(),
             strangers: Mutex::default(),
             own: Arc::default(),
+            known: Arc::default(),
             phase: watch::Sender::new(Phase::Stopped),
         })
     }
@@ -328,6 +332,10 @@ impl<S: LeaseStore + Clone + 'static> BlobSchedule<S> {
         };
         let seen = Instant::now();
         let record = Record::parse(&self.store.name(), &state)?.unwrap_or_default();
+        self.known
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .knew(&record);
         tell(&self.reporter, self.own().tell(&record));
         self.report_elsewhere(&record, now);
         let wake = wake(
@@ -425,6 +433,7 @@ impl<S: LeaseStore + Clone + 'static> BlobSchedule<S> {
             reporter: self.reporter.clone(),
             own: self.own.clone(),
             started,
+            known: self.known.clone(),
         };
         let ran = self
             .mutex

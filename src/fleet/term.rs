@@ -14,6 +14,7 @@ use tracing::{info, warn};
 
 use super::due::Next;
 use super::entries::{finish, open, start, Ended};
+use super::known::{under_way, Known};
 use super::own::{Own, Told, Unconfirmed};
 use super::record::Record;
 use super::reporter::{Reporter, Retry};
@@ -36,6 +37,7 @@ pub(super) struct Term<S> {
     pub(super) own: Arc<Mutex<Own>>,
     /// When this host's schedule began to run: a new record begins then.
     pub(super) started: Instant,
+    pub(super) known: Arc<Mutex<Known>>,
 }
 
 /// The longest a failed slot waits for its retry.
@@ -81,6 +83,7 @@ impl<S: LeaseStore> Term<S> {
         );
         let mut record = Record::parse(&self.store.name(), &state?)?.unwrap_or_default();
         let now = now?;
+        self.vanished(&ctx, &record);
         // Storage's clock later in the term: this reading plus the time
         // the host's monotonic clock counts since (no request to fail).
         let read = Instant::now();
@@ -154,6 +157,9 @@ impl<S: LeaseStore> Term<S> {
         record.prune(end, self.options.catch_up);
         self.before_the_write(ctx, slot, outcome, retry);
         let written = ctx.write_state_settled(&record.to_bytes()).await;
+        if let Ok(Written::Landed) = written {
+            self.known().knew(&record);
+        }
         self.ended(ctx, slot, written)
     }
 
@@ -253,6 +259,21 @@ impl<S: LeaseStore> Term<S> {
         self.own.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    fn known(&self) -> std::sync::MutexGuard<'_, Known> {
+        self.known.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Says so when `record`, just read, is not begun and this host knew
+    /// one that was: storage lost it (the blob deleted or made anew, an
+    /// emulator restarted empty), with the runs it held under way. The new
+    /// record begins when this host started (see [`open`]), so those runs'
+    /// slots, and the slots done since, run again within the window.
+    fn vanished(&self, ctx: &LeaderContext, record: &Record) {
+        if let Some(runs) = self.known().vanished(record) {
+            warn!(holder = %ctx.holder(), epoch = ctx.epoch(), "schedule: the record is gone (the lease blob was deleted or made anew, or storage lost its data); {}; a new record begins, and the slots since this host started that are within the catch-up window run, again if they ran", under_way(&runs));
+        }
+    }
+
     /// Before `slot`'s job runs: writes this run's start mark (see
     /// [`start`]), so that the next holder can tell if this run is cut
     /// short, and then reports a run of it that another term began and
@@ -271,7 +292,10 @@ impl<S: LeaseStore> Term<S> {
         // cut off while writing it (aborted at its deadline) began none.
         self.own().explain(slot, ctx.epoch());
         match ctx.write_state_settled(&record.to_bytes()).await? {
-            Written::Landed => self.own().unexplain(slot, ctx.epoch()),
+            Written::Landed => {
+                self.own().unexplain(slot, ctx.epoch());
+                self.known().knew(record);
+            }
             Written::Refused(e) => {
                 warn!(holder = %ctx.holder(), epoch = ctx.epoch(), slot = %slot, error = %Chain(&e), "schedule: the slot's start mark did not land (the lease was lost); its job did not run, and the next holder runs it");
                 return Ok(false);

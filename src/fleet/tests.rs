@@ -895,4 +895,40 @@ async fn an_outage_as_a_job_ends_is_handled_without_an_abort_or_an_error() {
     run.await.unwrap().unwrap();
     let said = logs.text();
     assert!(!said.contains("ERROR"), "{said}");
+
+/// Storage that loses the lease blob mid-job (restarted empty, or the blob
+/// deleted): the term is lost, and the next one finds no record. It says
+/// so, naming the slot whose run was under way, and runs that slot again
+/// within its window, since the new record begins when the host started.
+#[tokio::test(start_paused = true)]
+async fn a_record_lost_mid_job_is_said_naming_the_slot_under_way_which_runs_again() {
+    let (logs, _guard) = crate::captured_logs::capture(tracing::Level::WARN);
+    let store = MemoryLeaseStore::new("c/schedule");
+    let runs = Runs::default();
+    let h = host(&store, "h0", every_ten(), &runs, Duration::from_secs(5));
+    let running = loop {
+        if let Some(run) = runs.lock().unwrap().first().cloned() {
+            break run;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    store.lose_blob();
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    stop(vec![h]).await;
+    let said = logs.text();
+    let line = said
+        .lines()
+        .find(|l| l.contains("the record is gone"))
+        .unwrap_or_else(|| panic!("{said}"));
+    assert!(
+        line.contains(&running.slot) && line.contains("h0"),
+        "{line}"
+    );
+    assert_eq!(said.matches("the record is gone").count(), 1, "{said}");
+    let again = finished(&runs)
+        .into_iter()
+        .filter(|r| r.slot == running.slot)
+        .count();
+    assert_eq!(again, 2, "{:?}", runs.lock().unwrap());
 }

@@ -605,6 +605,44 @@ async fn a_new_schedule_started_two_seconds_before_a_slot_runs_that_slot() {
     assert_eq!(first, slot.to_string(), "{stderr}");
 }
 
+/// Storage restarted without its data mid-job (an Azurite in memory): the
+/// schedule says that the record is gone, naming the slot whose run was
+/// under way, and runs that slot again.
+#[tokio::test]
+async fn storage_restarted_empty_mid_job_is_said_naming_the_slot_under_way_which_runs_again() {
+    let case = Case::new("restarted-empty");
+    let mut storage = azurite::Azurite::start();
+    let mut command = blob_mutex_on(storage.connection_string());
+    command
+        .args(["schedule", "--container", &case.container, "--blob", "cron"])
+        .args(["--cron", "*/10 * * * * *", "--holder", "h1", "--"])
+        .args([
+            "sh",
+            "-c",
+            r#"echo "$BLOB_MUTEX_SLOT" >> "$0/slots"; sleep 6"#,
+        ])
+        .arg(&case.dir)
+        .stderr(std::fs::File::create(case.dir.join("stderr")).unwrap());
+    let mut schedule = command.spawn().expect("start blob-mutex schedule");
+    let slots = || std::fs::read_to_string(case.dir.join("slots")).unwrap_or_default();
+    let slot = wait_for("the first slot's job", LIMIT, || async {
+        slots().lines().next().map(str::to_owned)
+    })
+    .await;
+    storage.restart();
+    wait_for("the slot run again", LIMIT, || async {
+        (slots().lines().filter(|l| *l == slot).count() == 2).then_some(())
+    })
+    .await;
+    schedule.kill().await.unwrap();
+    let stderr = std::fs::read_to_string(case.dir.join("stderr")).unwrap_or_default();
+    let gone = stderr.lines().find(|l| l.contains("the record is gone"));
+    assert!(
+        gone.is_some_and(|l| l.contains(&format!("the run of {slot} on h1 "))),
+        "{stderr}"
+    );
+}
+
 /// A schedule that storage never answers (a port nothing listens on)
 /// exits 1 once `--first-contact-timeout` has passed, as `run` does, with a
 /// line that says what to check.
