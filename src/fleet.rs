@@ -13,6 +13,7 @@
 //! not done, and runs it. See the guide's [Choosing a
 //! shape](crate::guide::shapes).
 
+mod differs;
 mod due;
 mod elsewhere;
 mod entries;
@@ -41,6 +42,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{info_span, warn, Instrument};
 
+use self::differs::{differs, words, Differences};
 use self::due::{wake, Wake};
 use self::elsewhere::Elsewhere;
 use self::foreign::{foreign_holder, Strangers};
@@ -61,7 +63,7 @@ use crate::engine::leader::Leader;
 use crate::engine::leadership::LeaderContext;
 use crate::error::{BoxError, Chain, Error, Result};
 use crate::mutex::{BlobDistributedMutex, OnceOutcome};
-use crate::store::LeaseStore;
+use crate::store::{LeaseInfo, LeaseStore};
 
 pub use self::options::{Overlap, ScheduleOptions};
 pub(crate) use self::phase::Phase;
@@ -103,8 +105,11 @@ pub use self::view::{RecordedOutcome, RecordedSlot, ScheduleRecord};
 /// and zone (`schedule tz=ZONE cron=EXPR`, read back by
 /// [`ScheduleOptions::from_advertised`]), so that a reader of the lease,
 /// `blob-mutex status` among them, tells the next slot without being told
-/// the expression. Not when the mutex options advertise a value of their
-/// own, the store keeps none, or the value would be over 256 bytes.
+/// the expression, and so that a host whose look finds that the last term
+/// ran another expression or zone warns, once per difference (each host
+/// runs its own expression's slots). Not when the mutex options advertise
+/// a value of their own, the store keeps none, or the value would be over
+/// 256 bytes.
 ///
 /// **Cost.** Between slots a host sleeps. At a slot each host reads the
 /// record and storage's clock (two requests), and the hosts that find it
@@ -118,6 +123,7 @@ pub struct BlobSchedule<S: LeaseStore = BlobLeaseManager> {
     reporter: Reporter,
     elsewhere: Mutex<Elsewhere>,
     strangers: Mutex<Strangers>,
+    differences: Mutex<Differences>,
     own: Arc<Mutex<Own>>,
     known: Arc<Mutex<Known>>,
     phase: watch::Sender<Phase>,
@@ -155,6 +161,7 @@ impl<S: LeaseStore + Clone + 'static> BlobSchedule<S> {
             options,
             elsewhere: Mutex::default(),
             strangers: Mutex::default(),
+            differences: Mutex::default(),
             own: Arc::default(),
             known: Arc::default(),
             phase: watch::Sender::new(Phase::Stopped),
@@ -330,6 +337,7 @@ impl<S: LeaseStore + Clone + 'static> BlobSchedule<S> {
         }) else {
             return Ok(Look::Due);
         };
+        self.differing(&info);
         let seen = Instant::now();
         let record = Record::parse(&self.store.name(), &state)?.unwrap_or_default();
         self.known
@@ -389,6 +397,28 @@ impl<S: LeaseStore + Clone + 'static> BlobSchedule<S> {
         Look::Blocked {
             holder,
             wait: next.min(lease),
+        }
+    }
+
+    /// Warns, once per difference, when the lease's last term advertised
+    /// another expression or zone than this host's: hosts of one blob with
+    /// different expressions each run their own slots.
+    fn differing(&self, info: &LeaseInfo) {
+        let Some(other) = info
+            .advertised
+            .as_deref()
+            .and_then(|advertised| differs(advertised, &self.options))
+        else {
+            return;
+        };
+        let news = self
+            .differences
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .news(&other);
+        if news {
+            let last = info.holder.as_deref().unwrap_or("-");
+            warn!(holder = %self.holder(), last_holder = %last, last_epoch = info.epoch, other = %other, mine = %words(&self.options), "schedule: the lease's last term ({last}, epoch {}) ran another expression, {other}, than this host's, {}: each host runs its own expression's slots until every host of the blob runs the same", info.epoch, words(&self.options));
         }
     }
 

@@ -932,3 +932,35 @@ async fn a_record_lost_mid_job_is_said_naming_the_slot_under_way_which_runs_agai
         .count();
     assert_eq!(again, 2, "{:?}", runs.lock().unwrap());
 }
+
+/// Two hosts on one blob with different expressions (a rolling change of
+/// `--cron`): each runs its own slots, and each warns once, at the first
+/// look that finds the other's term, naming both expressions.
+#[tokio::test(start_paused = true)]
+async fn hosts_with_different_expressions_on_one_blob_each_warn_once_naming_both() {
+    let (logs, _guard) = crate::captured_logs::capture(tracing::Level::WARN);
+    let store = MemoryLeaseStore::new("c/schedule");
+    let runs = Runs::default();
+    let old = ScheduleOptions::new("*/10 * * * * *").with_catch_up(Duration::from_secs(30));
+    let new = ScheduleOptions::new("*/15 * * * * *").with_catch_up(Duration::from_secs(30));
+    let hosts = vec![
+        host(&store, "h0", old, &runs, Duration::from_secs(1)),
+        host(&store, "h1", new, &runs, Duration::from_secs(1)),
+    ];
+    tokio::time::sleep(Duration::from_secs(120)).await;
+    stop(hosts).await;
+    let said = logs.text();
+    let lines: Vec<&str> = said
+        .lines()
+        .filter(|l| l.contains("another expression"))
+        .collect();
+    assert_eq!(lines.len(), 2, "{said}");
+    for (me, other) in [("h0", "*/15 * * * * *"), ("h1", "*/10 * * * * *")] {
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.contains(&format!("holder={me}")) && l.contains(other)),
+            "{me} names {other}: {lines:?}"
+        );
+    }
+}
