@@ -188,9 +188,11 @@ pub(crate) enum Command {
     Schedule(ScheduleArgs),
     /// Show the lease's state, holder, epoch and acquisition time.
     ///
-    /// Exits 0 when the lease is held (leased or breaking), 3 when it is free.
-    /// When the blob holds a schedule's record, also its last slots, each
-    /// with its outcome and holder (and with --cron, the next slot).
+    /// Exits 0 when the lease is held (leased or breaking), 3 when it is
+    /// free. When the blob holds a schedule's record, also its last slots,
+    /// each with its outcome and holder (and with --cron, the next slot),
+    /// and it exits 0 whether the lease is held or not: a schedule's lease
+    /// is free between slots.
     #[command(after_help = format!("{STATUS_EXAMPLES}\n\n{TABLE}"))]
     Status(StatusArgs),
     /// Force the lease free, whoever holds it (for operators).

@@ -5,8 +5,9 @@ use std::fmt;
 use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
 
-/// Success: `status` found the lease held, `break` broke it, `run`'s command exited 0
-/// (or `run --once` skipped it, as its completion record said), `partitions` found the set.
+/// Success: `status` found the lease held (or a schedule's record, whose lease is free
+/// between slots), `break` broke it, `run`'s command exited 0 (or `run --once` skipped it,
+/// as its completion record said), `partitions` found the set.
 pub(crate) const OK: u8 = 0;
 /// An error: storage could not be reached, refused the credentials, or failed.
 pub(crate) const ERROR: u8 = 1;
@@ -14,7 +15,8 @@ pub(crate) const ERROR: u8 = 1;
 /// a combination of flags `run` refuses, a credential of `--auth` that
 /// cannot get a token at start. (clap uses 2 for its own parse errors too.)
 pub(crate) const USAGE: u8 = 2;
-/// `status`: the lease is free. `break`: there was no lease to break.
+/// `status`: the lease is free (and the blob holds no schedule's record). `break`: there
+/// was no lease to break.
 /// `run --wait`: the lease was not acquired in time; the command did not run.
 /// `partitions`: the set has no blobs.
 pub(crate) const FREE_OR_NOT_ACQUIRED: u8 = 3;
@@ -43,15 +45,17 @@ pub(crate) const NOT_FOUND: u8 = 127;
 /// The exit-code table shown at the end of `--help`.
 pub(crate) const TABLE: &str = "\
 Exit codes:
-  0      success: run's command exited 0; status: the lease is held; break: the lease was broken;
-         partitions: the set exists; run --once: the completion record said the command was not
-         due (already done for --done-key, or run within --at-most-every); it did not run
+  0      success: run's command exited 0; status: the lease is held, or the blob holds a
+         schedule's record (free between slots); break: the lease was broken; partitions: the set
+         exists; run --once: the completion record said the command was not due (already done
+         for --done-key, or run within --at-most-every); it did not run
   1      error: storage unreachable, authentication refused, or another failure
   2      usage: a bad flag, an invalid option value or an invalid connection string;
          --auth: the credential could not get a token at start (within 10s), or its
          settings are missing; run: --done-key or --at-most-every without --once,
          --once with --forever, or a completion record asked of a quorum of accounts
-  3      status: the lease is free; break: there was no lease to break;
+  3      status: the lease is free, and the blob holds no schedule's record;
+         break: there was no lease to break;
          run: not leader within --wait (the command did not run);
          partitions: the set has no partitions and no members
   4      run: the lease was lost while the command ran; the command was stopped;

@@ -38,7 +38,9 @@ pub(crate) async fn status(args: StatusArgs) -> Result<u8> {
     } else {
         print!("{}", view.table());
     }
-    Ok(if view.leased {
+    // A schedule's lease is free between slots, as it should be: 3 would
+    // say that a healthy schedule is not running.
+    Ok(if view.leased || view.schedule.is_some() {
         exit::OK
     } else {
         exit::FREE_OR_NOT_ACQUIRED
