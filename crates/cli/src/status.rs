@@ -3,6 +3,7 @@
 
 mod slots;
 
+use std::borrow::Cow;
 use std::fmt::Write as _;
 
 use anyhow::Result;
@@ -32,6 +33,7 @@ pub(crate) async fn status(args: StatusArgs) -> Result<u8> {
             .and_then(|i| i.storage_time)
             .unwrap_or_else(std::time::SystemTime::now);
         view.schedule = slots::ScheduleView::new(&state, expression.as_ref(), now)?;
+        view.last_ran();
     }
     if args.json {
         println!("{}", view.json());
@@ -187,7 +189,9 @@ struct View<'a> {
     leased: bool,
     /// `fixed` or `infinite` while leased.
     duration: Option<&'static str>,
-    holder: Option<&'a str>,
+    /// While free, the last holder: on a schedule's blob, the host that
+    /// ran the last slot (see [`View::last_ran`]).
+    holder: Option<Cow<'a, str>>,
     /// `None` while leased with no holder a majority agrees on.
     epoch: Option<u64>,
     acquired_at: Option<&'a str>,
@@ -213,7 +217,7 @@ impl<'a> View<'a> {
                     "fixed"
                 }
             }),
-            holder: info.and_then(|i| i.holder.as_deref()),
+            holder: info.and_then(|i| i.holder.as_deref()).map(Cow::Borrowed),
             epoch: Some(info.map_or(0, |i| i.epoch)),
             acquired_at: info.and_then(|i| i.acquired_at.as_deref()),
             advertised: info.and_then(|i| i.advertised.as_deref()),
@@ -227,7 +231,31 @@ impl<'a> View<'a> {
         if self.epoch != Some(epoch) {
             self.advertised = None;
         }
-        self.holder = Some(holder);
+        self.holder = Some(Cow::Borrowed(holder));
+        self.epoch = Some(epoch);
+    }
+
+    /// Between a schedule's slots the lease is free, and its last term is
+    /// most often that of a host that found the slot done and gave the
+    /// lease back: the last holder shown is the host that ran the last
+    /// slot instead, with its term's epoch, and the acquisition time only
+    /// when that term is the lease's last.
+    fn last_ran(&mut self) {
+        if self.leased {
+            return;
+        }
+        let Some((holder, epoch)) = self
+            .schedule
+            .as_ref()
+            .and_then(slots::ScheduleView::last_run)
+            .map(|(holder, epoch)| (holder.to_owned(), epoch))
+        else {
+            return;
+        };
+        if self.epoch != Some(epoch) {
+            self.acquired_at = None;
+        }
+        self.holder = Some(Cow::Owned(holder));
         self.epoch = Some(epoch);
     }
 
@@ -272,8 +300,8 @@ impl<'a> View<'a> {
     }
 
     fn holder_text(&self) -> String {
-        match (self.holder, self.epoch) {
-            (Some(holder), _) => holder.to_owned(),
+        match (&self.holder, self.epoch) {
+            (Some(holder), _) => holder.to_string(),
             (None, None) => {
                 "unknown: no majority of the accounts carries one holder and epoch".to_owned()
             }
@@ -299,6 +327,7 @@ mod tests {
 
     /// A view of `container/blob` as `status` would make it.
     fn view(holder: Option<&str>, epoch: Option<u64>) -> View<'_> {
+        let holder = holder.map(Cow::Borrowed);
         View {
             container: "lea\"ses",
             blob: "a/b\nc",
@@ -324,6 +353,37 @@ mod tests {
             view(None, None).json(),
             r#"{"container":"lea\"ses","blob":"a/b\nc","exists":true,"state":"leased","leased":true,"duration":"fixed","holder":null,"epoch":null,"acquired_at":"2026-11-28T17:31:25Z","advertised":null}"#
         );
+    }
+
+    /// A schedule's lease, free between slots, last stamped by a host that
+    /// found its slot done: the last holder shown is the host that ran the
+    /// last slot (the highest epoch of the record's runs), with that
+    /// term's epoch, and no acquisition time of another term's.
+    #[test]
+    fn a_free_schedule_lease_shows_the_host_that_ran_the_last_slot_as_its_last_holder() {
+        let record = b"blob-mutex schedule v1\n\
+            slot=2026-11-28T02:30:00Z done attempts=1 epoch=7 retry=- holder=web-1\n\
+            slot=2026-11-28T02:30:10Z skipped attempts=0 epoch=0 retry=- holder=\n\
+            slot=2026-11-28T02:30:20Z failed attempts=1 epoch=8 retry=- holder=web-2\n";
+        let now = std::time::SystemTime::UNIX_EPOCH;
+        for (stamped, acquired) in [(9, "-"), (8, "2026-11-28T17:31:25Z")] {
+            let mut free = view(Some("web-3"), Some(stamped));
+            (free.state, free.leased) = (LeaseState::Available, false);
+            free.schedule = slots::ScheduleView::new(record, None, now).unwrap();
+            free.last_ran();
+            let table = free.table();
+            assert!(
+                table.contains(&format!(
+                    "last holder  web-2\nepoch        8\nacquired at  {acquired}\n"
+                )),
+                "{table}"
+            );
+        }
+        // Held: the holder is the lease's.
+        let mut held = view(Some("web-3"), Some(9));
+        held.schedule = slots::ScheduleView::new(record, None, now).unwrap();
+        held.last_ran();
+        assert!(held.table().contains("holder       web-3\n"));
     }
 
     #[test]

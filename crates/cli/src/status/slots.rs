@@ -61,6 +61,15 @@ impl ScheduleView {
         }))
     }
 
+    /// The holder and epoch of the last run the record shows (the highest
+    /// epoch, whatever became of it): the host that ran the last slot.
+    pub(super) fn last_run(&self) -> Option<(&str, u64)> {
+        self.slots
+            .iter()
+            .filter_map(|s| Some((s.holder.as_deref()?, s.epoch)))
+            .max_by_key(|(_, epoch)| *epoch)
+    }
+
     /// The rows of the table, one per slot, then the next slot.
     pub(super) fn rows(&self) -> String {
         let mut out = String::new();

@@ -756,6 +756,12 @@ async fn status_shows_a_schedules_last_slots_and_the_next_one() {
     let next = stdout.lines().last().unwrap_or_default();
     assert!(next.starts_with("next slot    "), "{stdout}");
     assert!(next.ends_with("T01:30:00Z"), "{stdout}");
+    // web-3's term found nothing to run: the last holder is the host that
+    // ran the last slot, with its term's epoch.
+    assert!(
+        stdout.contains("last holder  web-2\nepoch        8\n"),
+        "{stdout}"
+    );
     let json = status(&["--json"]).await;
     let json: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
     let next = json["schedule"]["next"].as_str().unwrap_or_default();
