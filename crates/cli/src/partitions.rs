@@ -89,7 +89,7 @@ impl<'a> View<'a> {
                     state: info.state,
                     owner: info.holder.filter(|_| leased),
                     epoch: info.epoch,
-                    acquired_at: info.acquired_at,
+                    acquired_at: info.acquired_at.as_deref().map(crate::status::millis),
                     advertised: info.advertised.filter(|_| leased),
                 })
             })

@@ -194,7 +194,8 @@ struct View<'a> {
     holder: Option<Cow<'a, str>>,
     /// `None` while leased with no holder a majority agrees on.
     epoch: Option<u64>,
-    acquired_at: Option<&'a str>,
+    /// To the millisecond (see [`millis`]).
+    acquired_at: Option<String>,
     /// What the holder advertised with its stamp.
     advertised: Option<&'a str>,
     /// The schedule's record, when the blob holds one (left out otherwise).
@@ -219,7 +220,7 @@ impl<'a> View<'a> {
             }),
             holder: info.and_then(|i| i.holder.as_deref()).map(Cow::Borrowed),
             epoch: Some(info.map_or(0, |i| i.epoch)),
-            acquired_at: info.and_then(|i| i.acquired_at.as_deref()),
+            acquired_at: info.and_then(|i| i.acquired_at.as_deref()).map(millis),
             advertised: info.and_then(|i| i.advertised.as_deref()),
             schedule: None,
         }
@@ -286,7 +287,10 @@ impl<'a> View<'a> {
                 self.epoch
                     .map_or_else(|| "unknown".to_owned(), |e| e.to_string()),
             ),
-            ("acquired at", self.acquired_at.unwrap_or("-").to_owned()),
+            (
+                "acquired at",
+                self.acquired_at.as_deref().unwrap_or("-").to_owned(),
+            ),
             ("advertised", self.advertised.unwrap_or("-").to_owned()),
         ];
         let mut out = String::new();
@@ -315,6 +319,17 @@ impl<'a> View<'a> {
     }
 }
 
+/// A term's acquisition time (the stamp's `acquired_at`, RFC 3339, which
+/// the stamp writes to the nanosecond) in UTC to the millisecond, as the
+/// docs show it: `2025-01-14T02:00:03.512Z`. A value that is no instant
+/// is shown as it is.
+pub(crate) fn millis(acquired_at: &str) -> String {
+    acquired_at.parse::<jiff::Timestamp>().map_or_else(
+        |_| acquired_at.to_owned(),
+        |at| at.strftime("%Y-%m-%dT%H:%M:%S%.3fZ").to_string(),
+    )
+}
+
 /// A lease state as storage names it (serde hands it by reference).
 #[allow(clippy::trivially_copy_pass_by_ref)]
 fn state_name<S: Serializer>(state: &LeaseState, serializer: S) -> Result<S::Ok, S::Error> {
@@ -337,7 +352,7 @@ mod tests {
             duration: Some("fixed"),
             holder,
             epoch,
-            acquired_at: Some("2026-11-28T17:31:25Z"),
+            acquired_at: Some("2026-11-28T17:31:25Z".to_owned()),
             advertised: None,
             schedule: None,
         }
@@ -384,6 +399,21 @@ mod tests {
         held.schedule = slots::ScheduleView::new(record, None, now).unwrap();
         held.last_ran();
         assert!(held.table().contains("holder       web-3\n"));
+    }
+
+    /// Milliseconds, whatever the stamp kept (cut, never rounded up: never
+    /// later than the acquisition), in UTC; anything else as it is.
+    #[test]
+    fn the_acquisition_time_is_shown_to_the_millisecond_in_utc() {
+        for (stamped, shown) in [
+            ("2026-12-02T16:46:31.065705969Z", "2026-12-02T16:46:31.065Z"),
+            ("2026-12-02T16:46:31.9999Z", "2026-12-02T16:46:31.999Z"),
+            ("2026-12-02T16:46:31Z", "2026-12-02T16:46:31.000Z"),
+            ("2026-12-02T17:46:31.5+01:00", "2026-12-02T16:46:31.500Z"),
+            ("yesterday", "yesterday"),
+        ] {
+            assert_eq!(millis(stamped), shown, "{stamped}");
+        }
     }
 
     #[test]

@@ -750,6 +750,16 @@ async fn status_shows_a_schedules_last_slots_and_the_next_one() {
     let advertised =
         StampOptions::new().with_advertised("schedule tz=Europe/Berlin cron=30 2 * * *");
     store.stamp(lease, "web-3", &advertised).await.unwrap();
+    // The stamp keeps nanoseconds; status shows milliseconds, as its docs
+    // do.
+    for flags in [&["--json"][..], &[]] {
+        let shown = status(flags).await;
+        let shown = String::from_utf8_lossy(&shown.stdout);
+        let (_, fraction) = shown.split_once("acquired").unwrap_or_default();
+        let (_, fraction) = fraction.split_once('.').unwrap_or_default();
+        let digits = fraction.chars().take_while(char::is_ascii_digit).count();
+        assert_eq!(digits, 3, "{shown}");
+    }
     store.release(lease).await.unwrap();
     let text = status(&[]).await;
     let stdout = String::from_utf8_lossy(&text.stdout);
