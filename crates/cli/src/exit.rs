@@ -49,11 +49,14 @@ Exit codes:
          schedule's record (free between slots); break: the lease was broken; partitions: the set
          exists; run --once: the completion record said the command was not due (already done
          for --done-key, or run within --at-most-every); it did not run
-  1      error: storage unreachable, authentication refused, or another failure
+  1      error: storage unreachable, authentication refused, or another failure;
+         schedule: storage never answered within --first-contact-timeout
   2      usage: a bad flag, an invalid option value or an invalid connection string;
          --auth: the credential could not get a token at start (within 10s), or its
          settings are missing; run: --done-key or --at-most-every without --once,
-         --once with --forever, or a completion record asked of a quorum of accounts
+         --once with --forever, or a completion record asked of a quorum of accounts;
+         schedule: a bad --cron, --tz, --catch-up, --retries or --timeout, a quorum of
+         accounts, or a lease blob that holds another record (at the first look)
   3      status: the lease is free, and the blob holds no schedule's record;
          break: there was no lease to break;
          run: not leader within --wait (the command did not run);
@@ -66,7 +69,8 @@ Exit codes:
   126    run: the command could not be executed
   127    run: the command was not found
   128+N  run: the command died from signal N, or signal N stopped blob-mutex
-         before the command started
+         before the command started; schedule: signal N stopped it (a running
+         command got the signal first)
   other  run: the command's own exit code";
 
 /// An error that is the user's to fix: it exits with [`USAGE`].

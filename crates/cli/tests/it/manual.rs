@@ -113,3 +113,36 @@ fn the_schedule_has_its_manual_page_and_its_flags_are_completed() {
         assert!(bash.contains(word), "no {word} in:\n{bash}");
     }
 }
+
+/// The exit codes at the end of `schedule --help` and on its page name
+/// `schedule` where it exits with them: 1 (storage never answered, a
+/// failure), 2 (a bad flag, a blob that holds another record) and 128 + N
+/// (stopped by signal N).
+#[test]
+fn the_exit_codes_of_the_schedule_name_it_in_its_help_and_on_its_page() {
+    let help = stdout(&blob_mutex(&["schedule", "--help"]));
+    let (_, table) = help
+        .split_once("Exit codes:\n")
+        .unwrap_or_else(|| panic!("no exit codes in:\n{help}"));
+    let mut entries: Vec<(String, String)> = Vec::new();
+    for line in table.lines() {
+        let code = line.split_whitespace().next().unwrap_or("");
+        if line.starts_with("  ") && !line.starts_with("   ") {
+            entries.push((code.to_owned(), line.to_owned()));
+        } else if let Some((_, text)) = entries.last_mut() {
+            text.push_str(line);
+        }
+    }
+    for code in ["1", "2", "128+N"] {
+        let (_, text) = entries
+            .iter()
+            .find(|(c, _)| c == code)
+            .unwrap_or_else(|| panic!("no exit code {code} in:\n{table}"));
+        assert!(text.contains("schedule:"), "{code}: {text}");
+    }
+    let page = stdout(&blob_mutex(&["man", "schedule"]));
+    assert!(
+        page.contains("schedule: signal N stopped it"),
+        "no exit code of the schedule on the page:\n{page}"
+    );
+}
