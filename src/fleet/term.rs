@@ -83,7 +83,7 @@ impl<S: LeaseStore> Term<S> {
         );
         let mut record = Record::parse(&self.store.name(), &state?)?.unwrap_or_default();
         let now = now?;
-        self.vanished(&ctx, &record);
+        self.vanished(ctx, &record);
         // Storage's clock later in the term: this reading plus the time
         // the host's monotonic clock counts since (no request to fail).
         let read = Instant::now();

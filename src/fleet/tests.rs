@@ -895,6 +895,7 @@ async fn an_outage_as_a_job_ends_is_handled_without_an_abort_or_an_error() {
     run.await.unwrap().unwrap();
     let said = logs.text();
     assert!(!said.contains("ERROR"), "{said}");
+}
 
 /// Storage that loses the lease blob mid-job (restarted empty, or the blob
 /// deleted): the term is lost, and the next one finds no record. It says
