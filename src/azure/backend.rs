@@ -24,6 +24,9 @@
 
 use std::sync::Arc;
 
+use tokio::time::Instant;
+use tracing::trace;
+
 use crate::azure::calls::{BlobCalls, Call, Listed, Metadata, Properties, Put};
 use crate::azure::settings::{Backend, BlobSettings};
 use crate::error::{Error, Result};
@@ -41,18 +44,41 @@ use crate::azure::sdk_v021::SdkV021Calls;
 /// public calls box each call once, the SDK's request in it (`lease.rs`,
 /// `set.rs`), so that every future that awaits a storage call (the mutex's
 /// campaign among them) stays small, at one allocation per request.
+///
+/// A member lease's requests are recorded at trace level (target
+/// [`MEMBER_REQUESTS`]): when each took its slot, how long it waited for
+/// it, and how long the SDK then took to answer (the HTTP client's pool,
+/// the wire and storage). The blob is named, never a lease id.
 macro_rules! each {
-    ($any:expr, $kind:expr, $calls:ident => $body:expr) => {{
-        let _slot = $any.in_flight.enter($any.lane($kind)).await;
-        match &$any.sdk {
+    ($any:expr, $kind:expr, $op:literal, $blob:expr, $calls:ident => $body:expr) => {{
+        let lane = $any.lane($kind);
+        let asked = (lane == Kind::Member).then(Instant::now);
+        let _slot = $any.in_flight.enter(lane).await;
+        let taken = asked.map(|asked| {
+            trace!(target: MEMBER_REQUESTS, op = $op, blob = $blob, waited_us = micros(asked.elapsed()), "member request took its slot");
+            Instant::now()
+        });
+        let answer: Call<_> = match &$any.sdk {
             #[cfg(feature = "official")]
             Sdk::Official($calls) => $body.await,
             #[cfg(feature = "sdk-v021")]
             Sdk::SdkV021($calls) => $body.await,
             #[cfg(not(any(feature = "official", feature = "sdk-v021")))]
             Sdk::None(never) => match *never {},
+        };
+        if let Some(taken) = taken {
+            trace!(target: MEMBER_REQUESTS, op = $op, blob = $blob, took_us = micros(taken.elapsed()), ok = answer.is_ok(), "member request answered");
         }
+        answer
     }};
+}
+
+/// The tracing target of the member lease's request records (see `each!`).
+pub(crate) const MEMBER_REQUESTS: &str = "blob_mutex::member_requests";
+
+/// Whole microseconds, saturating: a field of the member request records.
+fn micros(d: std::time::Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
 }
 
 /// The blob calls of the SDK that the settings name, and the slots of
@@ -181,27 +207,27 @@ impl BlobCalls for AnyCalls {
         proposed: LeaseId,
         seconds: u8,
     ) -> Call<Option<LeaseId>> {
-        each!(self, Kind::Other, c => c.acquire_lease(blob, proposed, seconds))
+        each!(self, Kind::Other, "acquire", blob, c => c.acquire_lease(blob, proposed, seconds))
     }
 
     async fn renew_lease(&self, blob: &str, lease: LeaseId) -> Call<Option<LeaseId>> {
-        each!(self, Kind::Keeps, c => c.renew_lease(blob, lease))
+        each!(self, Kind::Keeps, "renew", blob, c => c.renew_lease(blob, lease))
     }
 
     async fn change_lease(&self, blob: &str, from: LeaseId, to: LeaseId) -> Call<Option<LeaseId>> {
-        each!(self, Kind::Keeps, c => c.change_lease(blob, from, to))
+        each!(self, Kind::Keeps, "change", blob, c => c.change_lease(blob, from, to))
     }
 
     async fn release_lease(&self, blob: &str, lease: LeaseId) -> Call<()> {
-        each!(self, Kind::Keeps, c => c.release_lease(blob, lease))
+        each!(self, Kind::Keeps, "release", blob, c => c.release_lease(blob, lease))
     }
 
     async fn break_lease(&self, blob: &str, seconds: u8) -> Call<u64> {
-        each!(self, Kind::Other, c => c.break_lease(blob, seconds))
+        each!(self, Kind::Other, "break", blob, c => c.break_lease(blob, seconds))
     }
 
     async fn properties(&self, blob: &str, lease: Option<LeaseId>) -> Call<Properties> {
-        each!(self, Kind::Other, c => c.properties(blob, lease))
+        each!(self, Kind::Other, "properties", blob, c => c.properties(blob, lease))
     }
 
     async fn set_metadata(
@@ -211,26 +237,26 @@ impl BlobCalls for AnyCalls {
         lease: LeaseId,
         if_match: Option<&str>,
     ) -> Call<()> {
-        each!(self, Kind::Other, c => c.set_metadata(blob, metadata, lease, if_match))
+        each!(self, Kind::Other, "set_metadata", blob, c => c.set_metadata(blob, metadata, lease, if_match))
     }
 
     async fn put(&self, blob: &str, put: Put<'_>) -> Call<()> {
-        each!(self, Kind::Other, c => c.put(blob, put))
+        each!(self, Kind::Other, "put", blob, c => c.put(blob, put))
     }
 
     async fn get(&self, blob: &str, max_len: usize) -> Call<Vec<u8>> {
-        each!(self, Kind::Other, c => c.get(blob, max_len))
+        each!(self, Kind::Other, "get", blob, c => c.get(blob, max_len))
     }
 
     async fn delete(&self, blob: &str, if_match: Option<&str>) -> Call<()> {
-        each!(self, Kind::Other, c => c.delete(blob, if_match))
+        each!(self, Kind::Other, "delete", blob, c => c.delete(blob, if_match))
     }
 
     async fn create_container(&self) -> Call<()> {
-        each!(self, Kind::Other, c => c.create_container())
+        each!(self, Kind::Other, "create_container", "", c => c.create_container())
     }
 
     async fn list(&self, prefix: &str) -> Call<Vec<Listed>> {
-        each!(self, Kind::Other, c => c.list(prefix))
+        each!(self, Kind::Other, "list", prefix, c => c.list(prefix))
     }
 }
