@@ -3,6 +3,7 @@
 //! partitions to renew: it sheds partitions, never its membership.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use blob_mutex::azure::BlobLeaseSetStore;
@@ -28,6 +29,10 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(14);
 const LEASE: Duration = Duration::from_secs(30);
 /// How long storage stays slow.
 const WINDOW: Duration = Duration::from_secs(90);
+/// The longest a member renewal may spend on the client's side before the
+/// proxy receives it (its slot, the SDK, the HTTP client's pool, the
+/// runtime).
+const CLIENT_HOLD: Duration = Duration::from_secs(5);
 
 struct Instance {
     proxy: Proxy,
@@ -56,6 +61,99 @@ fn start(port: u16, container: &str, holder: &str, token: &CancellationToken) ->
     let token = token.clone();
     let run = tokio::spawn(async move { set.run(token).await });
     Instance { proxy, owned, run }
+}
+
+/// A member request as the client recorded it (the crate's trace records,
+/// target `blob_mutex::member_requests`): when it asked for its slot, took
+/// it, and was answered.
+#[derive(Clone, Debug)]
+struct Recorded {
+    blob: String,
+    op: String,
+    asked: Instant,
+    taken: Instant,
+    answered: Option<Instant>,
+}
+
+/// Every member request the client recorded, in the order asked.
+static RECORDED: Mutex<Vec<Recorded>> = Mutex::new(Vec::new());
+
+/// Keeps the crate's member request records with this process's clock,
+/// beside the kit's log lines.
+struct Recorder;
+
+#[derive(Default)]
+struct Fields {
+    op: String,
+    blob: String,
+    waited_us: u64,
+    took_us: u64,
+}
+
+impl tracing::field::Visit for Fields {
+    fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
+        match field.name() {
+            "op" => value.clone_into(&mut self.op),
+            "blob" => value.clone_into(&mut self.blob),
+            _ => {}
+        }
+    }
+
+    fn record_u64(&mut self, field: &tracing::field::Field, value: u64) {
+        match field.name() {
+            "waited_us" => self.waited_us = value,
+            "took_us" => self.took_us = value,
+            _ => {}
+        }
+    }
+
+    fn record_debug(&mut self, _: &tracing::field::Field, _: &dyn std::fmt::Debug) {}
+}
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Recorder {
+    fn on_event(&self, event: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
+        if event.metadata().target() != "blob_mutex::member_requests" {
+            return;
+        }
+        let now = Instant::now();
+        let mut f = Fields::default();
+        event.record(&mut f);
+        let mut all = RECORDED.lock().unwrap();
+        if event.metadata().fields().field("waited_us").is_some() {
+            let waited = Duration::from_micros(f.waited_us);
+            all.push(Recorded {
+                blob: f.blob,
+                op: f.op,
+                asked: now.checked_sub(waited).unwrap_or(now),
+                taken: now,
+                answered: None,
+            });
+        } else if let Some(r) = all
+            .iter_mut()
+            .rev()
+            .find(|r| r.blob == f.blob && r.op == f.op && r.answered.is_none())
+        {
+            r.answered = Some(now);
+        }
+    }
+}
+
+fn init_tracing() {
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    use tracing_subscriber::Layer;
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| "blob_mutex=debug".into());
+    let members = tracing_subscriber::filter::Targets::new()
+        .with_target("blob_mutex::member_requests", tracing::Level::TRACE);
+    let _ = tracing_subscriber::registry()
+        .with(
+            tracing_subscriber::fmt::layer()
+                .with_test_writer()
+                .with_filter(filter),
+        )
+        .with(Recorder.with_filter(members))
+        .try_init();
 }
 
 /// Renewals that reached storage after the lease they renew had expired:
@@ -140,6 +238,101 @@ impl MemberLog {
     }
 }
 
+/// Where the member renewals of an instance spent their time on the
+/// client's side of the wire, from the client's records and the proxy's
+/// log together (one clock: this process's).
+struct ClientSide {
+    holder: &'static str,
+    asked: usize,
+    seen: usize,
+    /// The longest silence between two renewals the engine asked for, and
+    /// between two the proxy received.
+    gap_asked: Duration,
+    gap_seen: Duration,
+    /// The longest wait for a slot (the crate's own limit).
+    slot: Duration,
+    /// The longest from the slot to the proxy's receipt of the request
+    /// head: the SDK, the HTTP client's pool, a connect, the runtime.
+    to_wire: Duration,
+    /// The longest from the proxy's delivery of an answer to the client's
+    /// record of it.
+    from_wire: Duration,
+}
+
+impl ClientSide {
+    fn of(proxy: &Proxy, holder: &'static str) -> ClientSide {
+        let member = format!("/members/{holder}");
+        let client: Vec<Recorded> = RECORDED
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|r| r.op == "renew" && r.blob.ends_with(&member))
+            .cloned()
+            .collect();
+        let seen: Vec<_> = proxy
+            .log()
+            .into_iter()
+            .filter(|r| {
+                r.is("renew")
+                    && r.target
+                        .split('?')
+                        .next()
+                        .is_some_and(|t| t.ends_with(&member))
+            })
+            .collect();
+        let gap = |at: Vec<Instant>| {
+            at.windows(2)
+                .map(|w| w[1].saturating_duration_since(w[0]))
+                .max()
+                .unwrap_or_default()
+        };
+        let (mut to_wire, mut from_wire) = (Duration::ZERO, Duration::ZERO);
+        for r in &seen {
+            // The proxy's receipt against the latest slot taken before it.
+            if let Some(c) = client.iter().rev().find(|c| c.taken <= r.at) {
+                to_wire = to_wire.max(r.at.saturating_duration_since(c.taken));
+                if let (Some(answered), Some(storage)) = (c.answered, r.answered_at) {
+                    from_wire =
+                        from_wire.max(answered.saturating_duration_since(storage + LATENCY));
+                }
+            }
+        }
+        ClientSide {
+            holder,
+            asked: client.len(),
+            seen: seen.len(),
+            gap_asked: gap(client.iter().map(|r| r.asked).collect()),
+            gap_seen: gap(seen.iter().map(|r| r.at).collect()),
+            slot: client
+                .iter()
+                .map(|r| r.taken.saturating_duration_since(r.asked))
+                .max()
+                .unwrap_or_default(),
+            to_wire,
+            from_wire,
+        }
+    }
+}
+
+impl std::fmt::Display for ClientSide {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}: {} member renewals asked, {} received by the proxy; longest between two asked \
+             {:.2?}, between two received {:.2?}; longest wait for a slot {:.2?}, from the slot \
+             to the proxy {:.2?}, from the proxy's delivery of the answer to the client {:.2?}",
+            self.holder,
+            self.asked,
+            self.seen,
+            self.gap_asked,
+            self.gap_seen,
+            self.slot,
+            self.to_wire,
+            self.from_wire
+        )
+    }
+}
+
 impl std::fmt::Display for MemberLog {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "member requests in flight at the slowdown or after:")?;
@@ -168,7 +361,7 @@ impl std::fmt::Display for MemberLog {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn on_azurite_a_set_whose_renewals_outrun_its_slots_keeps_its_membership() {
-    blob_mutex_testkit::init_tracing();
+    init_tracing();
     // An Azurite of its own: the 800 partitions' set-up and renewals would
     // otherwise queue on the one event loop every other test's storage
     // shares (seen: the set not balanced within 180 s beside a full row),
@@ -205,6 +398,17 @@ async fn on_azurite_a_set_whose_renewals_outrun_its_slots_keeps_its_membership()
             "a set ended its run"
         );
         fewest = fewest.min(a.len() + b.len());
+    }
+    for (instance, holder) in instances.iter().zip(["a", "b"]) {
+        let client = ClientSide::of(&instance.proxy, holder);
+        println!("{client}");
+        // A stall between the engine and the wire as long as this would
+        // take a quarter of the membership's 20 s from its last renewal
+        // sent to its stop point (seen: at most 0.12 s).
+        assert!(
+            client.slot + client.to_wire < CLIENT_HOLD,
+            "a member renewal was held on the client's side ({client})"
+        );
     }
     for (instance, holder) in instances.iter().zip(["a", "b"]) {
         let seen = MemberLog::of(&instance.proxy, slowed);
