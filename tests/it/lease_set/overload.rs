@@ -402,6 +402,10 @@ async fn on_azurite_a_set_whose_renewals_outrun_its_slots_keeps_its_membership()
     for (instance, holder) in instances.iter().zip(["a", "b"]) {
         let client = ClientSide::of(&instance.proxy, holder);
         println!("{client}");
+        assert!(
+            client.asked > 0,
+            "no record of {holder}'s member renewals came (target blob_mutex::member_requests)"
+        );
         // A stall between the engine and the wire as long as this would
         // take a quarter of the membership's 20 s from its last renewal
         // sent to its stop point (seen: at most 0.12 s).
