@@ -70,7 +70,7 @@ impl LeaderContext {
                 written = self.write_state(state) => written,
                 // Cut off in flight: it may land yet.
                 () = self.before_abort() => {
-                    return Ok(Written::Unknown(cut_off("write state", sent.elapsed())));
+                    return Ok(Written::Unknown(self.write_cut_off(sent.elapsed())));
                 }
             };
             let error = match attempt {
@@ -99,6 +99,20 @@ impl LeaderContext {
                     });
                 }
             }
+        }
+    }
+
+    /// The error of a write that the term's end cut off `after` it was
+    /// sent: the lease is as good as lost once the term stops (its stop
+    /// reason named), a time-out when the deadline came first.
+    fn write_cut_off(&self, after: Duration) -> Error {
+        match self.stop_reason() {
+            Some(reason) => Error::LeaseLost(format!(
+                "the term ended ({reason}) while its record was being written; the write was \
+                 abandoned after {after:?}, and landed only if storage took it before the lease \
+                 was lost"
+            )),
+            None => cut_off("write state", after),
         }
     }
 
