@@ -53,8 +53,11 @@ impl LeaderContext {
     /// again after each failure that may pass, until it lands or storage
     /// refuses it: the lease is gone, or the term's deadline has passed. A
     /// term told to stop (a shutdown) goes on trying while it holds the
-    /// lease: the record of work done is part of the work, and the stop's
-    /// grace bounds it.
+    /// lease: the record of work done is part of the work. It gives up
+    /// [`OWN_STOP`](crate::options::OWN_STOP) before the engine would abort the task (see
+    /// [`before_abort`](Self::before_abort)), so that the task returns by
+    /// itself and says what it left: [`Written::Unknown`] for an attempt
+    /// then in flight, or after one whose answer was lost.
     ///
     /// # Errors
     ///
@@ -118,12 +121,12 @@ impl LeaderContext {
 
     /// Reads the state as [`read_state`](Self::read_state) does, and
     /// again after each failure that may pass, until it succeeds or the
-    /// term is cancelled.
+    /// term ends (see [`retried`](Self::retried)).
     ///
     /// # Errors
     ///
     /// The last failure: one that may not pass, or the one before the
-    /// term was cancelled.
+    /// term ended.
     #[cfg(feature = "schedule")]
     pub(crate) async fn read_state_settled(&self) -> Result<Vec<u8>> {
         self.retried("reading the term's record", || self.read_state())
@@ -131,12 +134,14 @@ impl LeaderContext {
     }
 
     /// `call`, again after each failure that may pass, until it succeeds
-    /// or the term is cancelled; each failure logged as `what` failed.
+    /// or the term ends: it is cancelled, its deadline has passed, or the
+    /// engine is about to abort its tasks (a call then in flight is cut off
+    /// as a time-out); each failure logged as `what` failed.
     ///
     /// # Errors
     ///
     /// The last failure: one that may not pass, or the one before the
-    /// term was cancelled.
+    /// term ended.
     #[cfg(feature = "schedule")]
     pub(crate) async fn retried<T, F>(&self, what: &str, mut call: impl FnMut() -> F) -> Result<T>
     where
