@@ -67,22 +67,31 @@ pub(crate) fn note(message: &str) {
 }
 
 fn write_line(level: &str, message: &str) {
-    if FORMAT.get() != Some(&LogFormat::Json) {
+    if !is_json() {
         eprintln!("blob-mutex: {message}");
         return;
     }
-    let mut fields = serde_json::json!({ "message": message });
+    let line = json_line(
+        level,
+        "blob_mutex",
+        serde_json::json!({ "message": message }),
+    );
+    eprintln!("{line}");
+}
+
+/// One of the command's own JSON lines, as the subscriber writes its
+/// events: `fields` with the lease and the holder added once known.
+fn json_line(level: &str, target: &str, mut fields: serde_json::Value) -> serde_json::Value {
     if let Some((lease, holder)) = RUN.get() {
         fields["lease"] = lease.as_str().into();
         fields["holder"] = holder.as_str().into();
     }
-    let line = serde_json::json!({
+    serde_json::json!({
         "timestamp": jiff::Timestamp::now().to_string(),
         "level": level,
         "fields": fields,
-        "target": "blob_mutex",
-    });
-    eprintln!("{line}");
+        "target": target,
+    })
 }
 
 /// Whether the logs are JSON lines (see [`init`]).
@@ -111,17 +120,8 @@ pub(crate) fn command_line(stream: Stream, pid: u32, line: &[u8]) {
         Stream::Stdout => "stdout",
         Stream::Stderr => "stderr",
     };
-    let mut fields = serde_json::json!({ "message": text, "stream": name, "pid": pid });
-    if let Some((lease, holder)) = RUN.get() {
-        fields["lease"] = lease.as_str().into();
-        fields["holder"] = holder.as_str().into();
-    }
-    let json = serde_json::json!({
-        "timestamp": jiff::Timestamp::now().to_string(),
-        "level": "INFO",
-        "fields": fields,
-        "target": "blob_mutex::command",
-    });
+    let fields = serde_json::json!({ "message": text, "stream": name, "pid": pid });
+    let json = json_line("INFO", "blob_mutex::command", fields);
     let mut bytes = json.to_string().into_bytes();
     bytes.push(b'\n');
     // One write a line, so that lines of the two sources never mix; a
